@@ -46,11 +46,14 @@ def write_batch(
     dead: Iterable[DeadLetter] = (),
     dead_counts: Mapping[str, int] | None = None,
     dead_letter_max: int = 100_000,
+    late: Sequence[WindowUpdate] = (),
 ) -> None:
-    """Write one batch: window metrics (and the `*` totals they imply) and dead letters.
+    """Write one batch: window metrics (and the `*` totals they imply), late counts, dead letters.
 
     The `*` row of a window is the sum over every service stored for that window, read back
     from Redis before the transaction, so it stays right when only some services changed.
+    `late` holds this batch's late rows per (window, service); they are stored under a field
+    named for the batch, so a replay overwrites instead of adding.
     """
     by_window: dict[tuple[int, int], dict[str, int]] = defaultdict(dict)
     for w in windows:
@@ -79,6 +82,10 @@ def write_batch(
         services.update(fresh)
     if services:
         tx.sadd(keys.services, *sorted(services))
+    for w in late:
+        tx.hset(keys.window_late(w.size_ms, w.start_ms), f"{w.service}|{batch_id}", str(w.count))
+        tx.zadd(keys.late_index(w.size_ms), {str(w.start_ms): w.start_ms})
+        tx.sadd(keys.window_sizes, str(w.size_ms))
     letters = {d.to_json(): d.kafka_timestamp for d in dead}
     if letters:
         tx.zadd(keys.dead_letters, letters)

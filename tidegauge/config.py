@@ -11,7 +11,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
-from urllib.parse import urlsplit, urlunsplit
+import re
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 __all__ = [
     "DEFAULT_BOOTSTRAP",
@@ -38,10 +39,14 @@ DEFAULT_TOPIC = "events"
 def redact_url(url: str) -> str:
     """Hide the password of a URL so it can be logged or shown."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit(parts._replace(netloc=netloc))
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = netloc.replace(f":{parts.password}@", ":***@")
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="*")
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 @dataclass(frozen=True)
@@ -54,8 +59,9 @@ class KafkaSettings:
     def __post_init__(self) -> None:
         for server in self.bootstrap.split(","):
             host, _, port = server.strip().rpartition(":")
-            if not host or not port.isdigit():
-                raise ValueError(f"--bootstrap wants HOST:PORT, got {server!r}")
+            ok = bool(host) and re.fullmatch(r"[A-Za-z0-9._\-\[\]:]+", host) is not None
+            if not ok or not re.fullmatch(r"[0-9]{1,5}", port) or not 0 < int(port) < 65536:
+                raise ValueError(f"--bootstrap wants HOST:PORT (port 1-65535), got {server!r}")
         if not self.topic:
             raise ValueError("--topic must not be empty")
 

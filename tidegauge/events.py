@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from enum import StrEnum
 from typing import Any
 
@@ -33,6 +33,10 @@ __all__ = [
 #: where milliseconds were meant (or the reverse), and would open absurd windows.
 MIN_TIME_MS = 946_684_800_000
 MAX_TIME_MS = 4_102_444_800_000
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MS = timedelta(milliseconds=1)
+_INT32 = 2**31
 
 #: How many bytes of a malformed record the dead-letter store keeps.
 DEAD_LETTER_RAW_CAP = 4096
@@ -113,7 +117,7 @@ def parse_time(value: Any, field: str = "event_time") -> int:
             raise ContractError(Reason.INVALID_TIME, f"{field} is not ISO-8601: {value[:64]!r}") from None
         if dt.tzinfo is None:
             raise ContractError(Reason.INVALID_TIME, f"{field} has no time zone: {value[:64]!r}")
-        ms = round(dt.timestamp() * 1000)
+        ms = (dt - _EPOCH) // _MS  # floor: 09.9995 stays in the window that holds 09.999
     else:
         raise ContractError(
             Reason.WRONG_TYPE,
@@ -137,6 +141,10 @@ def _string(obj: dict[str, Any], field: str, required: bool) -> str | None:
         raise ContractError(Reason.WRONG_TYPE, f"{field} must be a string, got {type(value).__name__}")
     if required and not value:
         raise ContractError(Reason.INVALID_VALUE, f"{field} must not be empty")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ContractError(Reason.INVALID_VALUE, f"{field} holds a lone surrogate") from None
     return value
 
 
@@ -146,6 +154,8 @@ def _event(obj: dict[str, Any]) -> Event:
         raise ContractError(Reason.MISSING_FIELD, "event_time is required")
     event_time = parse_time(obj["event_time"])
     service = _string(obj, "service", required=True)
+    if service == "*":
+        raise ContractError(Reason.INVALID_VALUE, "service '*' is reserved for all services")
     user_id = _string(obj, "user_id", required=False)
     sent = obj.get("sent_time")
     sent_time = None if sent is None else parse_time(sent, "sent_time")
@@ -155,12 +165,19 @@ def _event(obj: dict[str, Any]) -> Event:
             raise ContractError(
                 Reason.WRONG_TYPE, f"latency_ms must be a number, got {type(latency).__name__}"
             )
+        try:
+            latency = float(latency)
+        except OverflowError:
+            latency = math.inf
         if not math.isfinite(latency) or latency < 0:
-            raise ContractError(Reason.INVALID_VALUE, f"latency_ms must be a finite number >= 0: {latency}")
-        latency = float(latency)
+            raise ContractError(
+                Reason.INVALID_VALUE, f"latency_ms must be a finite number >= 0: {str(latency)[:32]}"
+            )
     status = obj.get("status")
     if status is not None and (isinstance(status, bool) or not isinstance(status, int)):
         raise ContractError(Reason.WRONG_TYPE, f"status must be an integer, got {type(status).__name__}")
+    if status is not None and not -_INT32 <= status < _INT32:
+        raise ContractError(Reason.INVALID_VALUE, "status must fit in 32 bits")
     assert event_id is not None and service is not None
     return Event(event_id, event_time, service, user_id, latency, status, sent_time)
 
@@ -187,8 +204,8 @@ def parse_record(value: bytes | None) -> Event | Heartbeat | Rejected:
         return Rejected(Reason.INVALID_UTF8, f"not UTF-8 at byte {e.start}")
     try:
         obj = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as e:
-        msg = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
+    except (ValueError, RecursionError) as e:  # ValueError covers 4300+ digit integers
+        msg = e.msg if isinstance(e, json.JSONDecodeError) else str(e).split(";")[0][:80]
         return Rejected(Reason.INVALID_JSON, f"not JSON: {msg}")
     if not isinstance(obj, dict):
         return Rejected(Reason.NOT_AN_OBJECT, f"JSON {type(obj).__name__}, not an object")

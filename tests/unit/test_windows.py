@@ -1,0 +1,212 @@
+"""Window and watermark math (jobs/windows.py) on epoch-ms integers, without Spark.
+
+Timelines in the comments: `|` is a window boundary, `[` / `)` the closed start and open end of
+the window under test, `x` an event time, `W` a watermark. One character is one unit unless the
+row says otherwise.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from jobs.windows import advance_watermark, is_late, tumbling_start, tumbling_starts, window_end
+
+S = 1_000  # one second in ms
+
+
+# --- tumbling windows -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ts", "size", "start"),
+    [
+        #   0s        10s       20s
+        #   [x--------)|---------|        event at 0 opens window [0, 10s)
+        (0, 10 * S, 0),
+        #   [--------x)|                  the last ms of a window still belongs to it
+        (10 * S - 1, 10 * S, 0),
+        #   |---------[x---------)        the end is open: 10s starts the next window
+        (10 * S, 10 * S, 10 * S),
+        (10 * S + 1, 10 * S, 10 * S),
+        (15 * S, 10 * S, 10 * S),
+        # Before the epoch windows still floor (Python's % is a floor modulo, C's is not):
+        #  -10s        0s
+        #   [--------x)|                  -1 ms is in [-10s, 0), not [0, 10s)
+        (-1, 10 * S, -10 * S),
+        #   [x--------)|                  -10s exactly opens its own window
+        (-10 * S, 10 * S, -10 * S),
+        #  -20s       -10s
+        #   [--------x)|                  one ms before -10s is in [-20s, -10s)
+        (-10 * S - 1, 10 * S, -20 * S),
+        (-15 * S, 10 * S, -20 * S),
+        # size 1 ms: every timestamp is its own window
+        (123_456_789, 1, 123_456_789),
+        (-7, 1, -7),
+        # sizes that do not divide a day still align to the epoch, not to midnight or the hour
+        (1_795_341_600_000, 7 * S, 1_795_341_597_000),  # 1_795_341_600_000 % 7000 == 3000
+        # realistic contract-range time, 10s windows
+        (1_795_341_609_999, 10 * S, 1_795_341_600_000),
+        (1_795_341_610_000, 10 * S, 1_795_341_610_000),
+    ],
+)
+def test_tumbling_start(ts: int, size: int, start: int) -> None:
+    assert tumbling_start(ts, size) == start
+    # and the window really holds the timestamp: start <= ts < end
+    assert start <= ts < window_end(start, size)
+    assert start % size == 0
+
+
+@pytest.mark.parametrize("size", [0, -1, -10 * S])
+def test_window_size_must_be_positive(size: int) -> None:
+    with pytest.raises(ValueError, match="positive"):
+        tumbling_start(5, size)
+    with pytest.raises(ValueError, match="positive"):
+        tumbling_starts(np.array([5], dtype=np.int64), size)
+
+
+def test_window_end_is_exclusive() -> None:
+    assert window_end(10 * S, 10 * S) == 20 * S
+    assert tumbling_start(window_end(10 * S, 10 * S), 10 * S) == 20 * S
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("size", [1, 7, 1_000, 10 * S, 60 * S, 3_600 * S])
+def test_tumbling_starts_equals_scalar_version(seed: int, size: int) -> None:
+    rng = np.random.default_rng(seed)
+    ts = np.concatenate(
+        [
+            rng.integers(-10**13, 10**13, size=500, dtype=np.int64),
+            rng.integers(-3 * size, 3 * size, size=200, dtype=np.int64),  # around the epoch
+            np.arange(-2 * size, 2 * size + 1, max(size // 4, 1), dtype=np.int64),  # boundaries
+        ]
+    )
+    got = tumbling_starts(ts, size)
+    assert got.dtype == np.int64
+    assert got.shape == ts.shape
+    assert got.tolist() == [tumbling_start(int(t), size) for t in ts]
+
+
+def test_tumbling_starts_empty_and_list_input() -> None:
+    empty = tumbling_starts(np.array([], dtype=np.int64), 10 * S)
+    assert empty.dtype == np.int64 and empty.shape == (0,)
+    assert tumbling_starts([-1, 0, 10 * S], 10 * S).tolist() == [-10 * S, 0, 10 * S]  # type: ignore[arg-type]
+
+
+# --- lateness -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("end", "watermark", "late"),
+    [
+        #   window [10s, 20s)      W
+        #   [---------)............|     end 20s < watermark 26s: late
+        (20 * S, 26 * S, True),
+        #   [---------)W                 end == watermark: late (Spark drops at <=)
+        (20 * S, 20 * S, True),
+        #   [--------W)                  watermark 1 ms before the end: still open
+        (20 * S, 20 * S - 1, False),
+        #   W  [---------)               watermark far behind: open
+        (20 * S, 0, False),
+        # negative times follow the same rule
+        (-10 * S, -10 * S, True),
+        (-10 * S, -10 * S - 1, False),
+    ],
+)
+def test_is_late(end: int, watermark: int, late: bool) -> None:
+    assert is_late(end, watermark) is late
+
+
+def test_docstring_example() -> None:
+    #       window [10s, 20s)                     watermark in force = 26s
+    #   ----|=========|---------------------------------|-------> event time
+    #      10s       20s                               26s
+    # An event at 11s arriving in this batch is late.
+    start = tumbling_start(11 * S, 10 * S)
+    assert (start, window_end(start, 10 * S)) == (10 * S, 20 * S)
+    assert is_late(window_end(start, 10 * S), 26 * S)
+
+
+# --- watermark ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("watermark", "times", "lateness", "after"),
+    [
+        # empty batch: nothing seen, nothing moves
+        (0, [], 30 * S, 0),
+        (50 * S, [], 30 * S, 50 * S),
+        # one event
+        #   x=100s, L=30s  ->  W = 70s
+        (0, [100 * S], 30 * S, 70 * S),
+        # the max counts, not the last or the first
+        (0, [100 * S, 130 * S, 90 * S], 30 * S, 100 * S),
+        # equal timestamps
+        (0, [100 * S, 100 * S, 100 * S], 30 * S, 70 * S),
+        # lateness 0: the watermark is the max event time itself
+        (0, [100 * S], 0, 100 * S),
+        # never goes back:
+        #   W=80s ...... x=100s (L=30s -> 70s < 80s)  ->  W stays 80s
+        (80 * S, [100 * S], 30 * S, 80 * S),
+        #   an old late event cannot pull it back either
+        (80 * S, [1 * S], 30 * S, 80 * S),
+        # exactly at the previous watermark: unchanged
+        (70 * S, [100 * S], 30 * S, 70 * S),
+        # one ms beyond it: moves by one ms
+        (70 * S, [100 * S + 1], 30 * S, 70 * S + 1),
+        # max - L is negative (an event within the first L of the epoch): W stays at its start
+        (0, [10 * S], 30 * S, 0),
+    ],
+)
+def test_advance_watermark(watermark: int, times: list[int], lateness: int, after: int) -> None:
+    assert advance_watermark(watermark, times, lateness) == after
+
+
+def test_advance_watermark_accepts_one_shot_iterables_and_arrays() -> None:
+    def gen() -> Iterator[int]:
+        yield from (100 * S, 130 * S)
+
+    assert advance_watermark(0, gen(), 30 * S) == 100 * S
+    assert advance_watermark(0, np.array([100 * S, 130 * S], dtype=np.int64), 30 * S) == 100 * S
+    assert advance_watermark(7, np.array([], dtype=np.int64), 30 * S) == 7
+
+
+def test_watermark_over_many_batches_is_monotone_and_tracks_the_max() -> None:
+    rng = random.Random(5)
+    lateness = 30 * S
+    watermark, seen_max = 0, None
+    for _ in range(2_000):
+        batch = [rng.randrange(0, 10**6) * 10 for _ in range(rng.randrange(0, 6))]
+        before = watermark
+        watermark = advance_watermark(watermark, batch, lateness)
+        assert watermark >= before
+        if batch:
+            seen_max = max(batch) if seen_max is None else max(seen_max, max(batch))
+        expected = 0 if seen_max is None else max(0, seen_max - lateness)
+        assert watermark == expected
+
+
+@pytest.mark.parametrize(
+    ("event", "late"),
+    [
+        # window 10s, lateness 30s; batch 1 sees an event at 100s -> watermark 70s for batch 2.
+        #   60s       70s       80s
+        #   [---------)W                 window [60s, 70s) ends at the watermark: late
+        (65 * S, True),
+        #   |---------[W--------)        window [70s, 80s) is still open
+        (70 * S, False),
+        (69_999, True),
+        (99 * S, False),
+    ],
+)
+def test_batch_sequence_max_lateness(event: int, late: bool) -> None:
+    size, lateness = 10 * S, 30 * S
+    in_force = advance_watermark(0, [100 * S], lateness)  # after batch 1
+    assert in_force == 70 * S
+    start = tumbling_start(event, size)
+    assert is_late(window_end(start, size), in_force) is late
+    # The row itself does not move the watermark it is judged against.
+    assert advance_watermark(in_force, [event], lateness) == in_force
