@@ -18,7 +18,8 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -154,39 +155,53 @@ def _iso_ms(text: str | None) -> int | None:
     return round(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
 
 
-def progress_summary(progress: Any, allowed_lateness_ms: int) -> dict[str, Any]:
-    """The status document for one StreamingQueryProgress (pure; see jobs/redis_sink.write_progress)."""
-    src = progress.sources[0] if progress.sources else None
+def progress_summary(progress: Mapping[str, Any], allowed_lateness_ms: int) -> dict[str, Any]:
+    """The status document for one StreamingQueryProgress, given as its JSON dict (pure).
 
-    def offsets(text: str | None) -> dict[str, int]:
-        try:
-            parsed = json.loads(text) if text else None
-        except ValueError:  # the first batch reports no start ("null"/"None")
-            parsed = None
-        return {k: int(v) for k, v in parsed.items()} if isinstance(parsed, dict) else {}
+    Reads the JSON form because PySpark's SourceProgress objects turn offsets into Python reprs.
+    """
+    sources = progress.get("sources") or [{}]
+    src = sources[0]
 
-    event_time = progress.eventTime or {}
+    def offsets(value: Any) -> dict[str, int]:
+        return {str(k): int(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+    event_time = progress.get("eventTime") or {}
     in_force = _iso_ms(event_time.get("watermark")) or 0
     seen_max = _iso_ms(event_time.get("max"))
     # The watermark after this batch is what the next batch will use.
     after = in_force if seen_max is None else max(in_force, seen_max - allowed_lateness_ms)
     return {
-        "batch_id": progress.batchId,
-        "batch_time": _iso_ms(progress.timestamp) or 0,
+        "batch_id": progress["batchId"],
+        "batch_time": _iso_ms(progress.get("timestamp")) or 0,
         "status_time": round(time.time() * 1000),
         "watermark": after,
         "watermark_in_force": in_force,
         "max_event_time": seen_max,
-        "input_rows": progress.numInputRows,
-        "input_rows_per_s": progress.inputRowsPerSecond,
-        "processed_rows_per_s": progress.processedRowsPerSecond,
-        "batch_duration_ms": progress.batchDuration,
-        "start_offsets": offsets(src.startOffset if src else None),
-        "offsets": offsets(src.endOffset if src else None),
-        "latest_offsets": offsets(src.latestOffset if src else None),
-        "state_rows": sum(op.numRowsTotal for op in progress.stateOperators),
-        "query_id": str(progress.id),
+        "input_rows": progress.get("numInputRows", 0),
+        "input_rows_per_s": _finite(progress.get("inputRowsPerSecond")),
+        "processed_rows_per_s": _finite(progress.get("processedRowsPerSecond")),
+        "batch_duration_ms": progress.get("batchDuration", 0),
+        "durations_ms": progress.get("durationMs") or {},
+        "start_offsets": offsets(src.get("startOffset")),
+        "offsets": offsets(src.get("endOffset")),
+        "latest_offsets": offsets(src.get("latestOffset")),
+        "state_rows": sum(op.get("numRowsTotal", 0) for op in progress.get("stateOperators", [])),
+        "query_id": str(progress.get("id")),
     }
+
+
+def _finite(x: Any) -> float:
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return 0.0
+    return f if f == f and f not in (float("inf"), float("-inf")) else 0.0
+
+
+@dataclass(frozen=True)
+class _ProgressEvent:
+    progress: Any
 
 
 class _StatusListener(StreamingQueryListener):
@@ -203,8 +218,8 @@ class _StatusListener(StreamingQueryListener):
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802
         """Write the status of the batch that just finished."""
-        p = event.progress
-        if self.query_ids and str(p.id) not in self.query_ids:
+        p = json.loads(event.progress.json)
+        if self.query_ids and str(p.get("id")) not in self.query_ids:
             return
         try:
             write_progress(self.client, self.keys, progress_summary(p, self.cfg.allowed_lateness_ms))
@@ -218,8 +233,8 @@ class _StatusListener(StreamingQueryListener):
         """Nothing to record."""
 
 
-def start_query(spark: SparkSession, cfg: JobConfig) -> StreamingQuery:
-    """Start the streaming query (and its status listener); returns at once."""
+def start_query(spark: SparkSession, cfg: JobConfig) -> tuple[StreamingQuery, _StatusListener]:
+    """Start the streaming query and its status listener; returns at once."""
     listener = _StatusListener(cfg)
     spark.streams.addListener(listener)
     spark.conf.set(
@@ -235,13 +250,13 @@ def start_query(spark: SparkSession, cfg: JobConfig) -> StreamingQuery:
     interval = 0 if cfg.trigger == "available-now" else cfg.trigger_interval_ms
     query = writer.trigger(processingTime=f"{interval} milliseconds").start()
     listener.query_ids.add(str(query.id))
-    return query
+    return query, listener
 
 
 def run_job(cfg: JobConfig, spark: SparkSession | None = None, stop: Callable[[], bool] | None = None) -> StreamingQuery:
     """Run the job until `available-now` has drained the topic, `stop()` says so, or it fails."""
     spark = spark or build_session(cfg.master, shuffle_partitions=cfg.shuffle_partitions)
-    query = start_query(spark, cfg)
+    query, listener = start_query(spark, cfg)
     try:
         if cfg.trigger == "available-now":
             # Offsets were capped at the topic's end when the query started (endingOffsets), so
@@ -253,6 +268,10 @@ def run_job(cfg: JobConfig, spark: SparkSession | None = None, stop: Callable[[]
     finally:
         if query.isActive:
             query.stop()
+        # Listener events are delivered asynchronously; make sure the last batches are recorded.
+        spark.streams.removeListener(listener)
+        for progress in query.recentProgress:
+            listener.onQueryProgress(_ProgressEvent(progress))
     if query.exception() is not None:
         raise RuntimeError(f"streaming query failed: {query.exception()}")
     return query

@@ -105,6 +105,7 @@ def write_progress(r: redis.Redis, keys: Keys, summary: Mapping[str, Any]) -> No
     status = {
         "batch_id": batch_id,
         "batch_time": int(summary["batch_time"]),
+        "status_time": int(summary.get("status_time") or summary["batch_time"]),
         "watermark": int(summary["watermark"]),
         "input_rows": int(summary["input_rows"]),
         "offsets": json.dumps(summary["offsets"], sort_keys=True),
@@ -112,9 +113,23 @@ def write_progress(r: redis.Redis, keys: Keys, summary: Mapping[str, Any]) -> No
         "batch_duration_ms": int(summary["batch_duration_ms"]),
         "query_id": str(summary["query_id"]),
     }
-    tx = r.pipeline(transaction=True)
-    tx.hset(keys.status, mapping=status)  # type: ignore[arg-type]
+    with r.pipeline(transaction=True) as tx:
+        # Status only moves forward: a late progress event for an older batch must not win.
+        tx.watch(keys.status)
+        current = tx.hget(keys.status, "batch_id")
+        tx.multi()
+        if current is None or int(current) <= batch_id:
+            tx.hset(keys.status, mapping=status)  # type: ignore[arg-type]
+        _add_history(tx, keys, batch_id, summary)
+        try:
+            tx.execute()
+        except redis.WatchError:  # another writer moved the status meanwhile; keep history
+            tx2 = r.pipeline(transaction=True)
+            _add_history(tx2, keys, batch_id, summary)
+            tx2.execute()
+
+
+def _add_history(tx: Any, keys: Keys, batch_id: int, summary: Mapping[str, Any]) -> None:
     tx.zremrangebyscore(keys.batches, batch_id, batch_id)
     tx.zadd(keys.batches, {json.dumps(dict(summary), sort_keys=True): batch_id})
     tx.zremrangebyrank(keys.batches, 0, -(BATCH_HISTORY + 1))
-    tx.execute()

@@ -123,6 +123,8 @@ class JobStatus:
     latest_offsets: dict[str, int]
     batch_duration_ms: int
     query_id: str
+    #: When the job last reported (also while idle); batch_time is when its last batch ran.
+    status_time: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
@@ -254,6 +256,7 @@ def read_status(r: redis.Redis, keys: Keys) -> JobStatus | None:
         latest_offsets={k: int(v) for k, v in json.loads(d["latest_offsets"]).items()},
         batch_duration_ms=int(d["batch_duration_ms"]),
         query_id=d["query_id"],
+        status_time=int(d.get("status_time", d["batch_time"])),
     )
 
 

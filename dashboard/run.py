@@ -1,0 +1,193 @@
+"""`tidegauge dashboard`: the dashboard's flags, the settings they build, and the launcher.
+
+The launcher runs `streamlit run dashboard/app.py` as a child process (same interpreter) and
+forwards SIGINT/SIGTERM to it, so Ctrl-C stops the server cleanly and leaves no process behind.
+The app receives its own flags after `--`; the Redis URL travels in the child's environment
+(`TIDEGAUGE_REDIS_URL`) rather than on its command line, so a password never shows up in `ps`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from tidegauge.config import ENV_REDIS_URL, RedisSettings
+from tidegauge.durations import format_duration, parse_duration
+
+__all__ = [
+    "APP_PATH",
+    "DashboardSettings",
+    "add_app_arguments",
+    "add_arguments",
+    "app_settings",
+    "run",
+    "streamlit_command",
+]
+
+#: The Streamlit script the launcher serves.
+APP_PATH = Path(__file__).with_name("app.py")
+
+#: Fastest refresh accepted: every refresh is a handful of Redis round trips per open browser tab.
+MIN_REFRESH_MS = 250
+
+
+@dataclass(frozen=True)
+class DashboardSettings:
+    """What the Streamlit app needs. Durations are integer milliseconds."""
+
+    redis: RedisSettings
+    refresh_ms: int = 1_000
+    window_range_ms: int = 15 * 60_000
+    stale_after_ms: int = 5_000
+
+    def __post_init__(self) -> None:
+        if self.refresh_ms < MIN_REFRESH_MS:
+            raise ValueError(f"--refresh must be at least {format_duration(MIN_REFRESH_MS)}")
+        if self.window_range_ms <= 0:
+            raise ValueError("--window-range must be positive")
+        if self.stale_after_ms <= 0:
+            raise ValueError("--stale-after must be positive")
+
+    def app_argv(self) -> list[str]:
+        """The app's own flags (to pass after `--`); the Redis URL is left to the environment."""
+        return [
+            f"--prefix={self.redis.prefix}",
+            f"--refresh={format_duration(self.refresh_ms)}",
+            f"--window-range={format_duration(self.window_range_ms)}",
+            f"--stale-after={format_duration(self.stale_after_ms)}",
+        ]
+
+
+def _duration(text: str) -> int:
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_app_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags shared by the launcher and the Streamlit app (which reads them after `--`)."""
+    parser.add_argument(
+        "--redis",
+        metavar="URL",
+        default=None,
+        help=f"Redis URL (default: ${ENV_REDIS_URL} or redis://127.0.0.1:6379/0)",
+    )
+    parser.add_argument("--prefix", default="tg", help="Redis key prefix (default: tg)")
+    parser.add_argument(
+        "--refresh",
+        type=_duration,
+        default="1s",
+        metavar="DURATION",
+        help="how often the live part of the page re-reads Redis (default: 1s)",
+    )
+    parser.add_argument(
+        "--window-range",
+        type=_duration,
+        default="15m",
+        metavar="DURATION",
+        help="how much event time the chart shows, ending at the newest window (default: 15m)",
+    )
+    parser.add_argument(
+        "--stale-after",
+        type=_duration,
+        default="5s",
+        metavar="DURATION",
+        help="warn when the job's last batch is older than this (default: 5s)",
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of `tidegauge dashboard`."""
+    add_app_arguments(parser)
+    parser.add_argument("--port", type=int, default=8501, help="HTTP port (default: 8501)")
+    parser.add_argument(
+        "--address",
+        default="127.0.0.1",
+        help="address to listen on (default: 127.0.0.1; 0.0.0.0 exposes it to the network)",
+    )
+
+
+def _settings_from_args(args: argparse.Namespace, env: Mapping[str, str]) -> DashboardSettings:
+    return DashboardSettings(
+        redis=RedisSettings.from_env(env, url=args.redis, prefix=args.prefix),
+        refresh_ms=args.refresh,
+        window_range_ms=args.window_range,
+        stale_after_ms=args.stale_after,
+    )
+
+
+def app_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) -> DashboardSettings:
+    """Settings of the Streamlit app from its argv (after `--`) and the environment.
+
+    Raises ValueError (never SystemExit) on bad flags, so the app can show the message.
+    """
+    parser = argparse.ArgumentParser(prog="dashboard/app.py", exit_on_error=False, add_help=False)
+    add_app_arguments(parser)
+    try:
+        args, unknown = parser.parse_known_args(list(argv))
+    except argparse.ArgumentError as e:
+        raise ValueError(str(e)) from None
+    except SystemExit:  # argparse still exits on a few errors despite exit_on_error=False
+        raise ValueError(f"cannot parse dashboard flags: {' '.join(argv)}") from None
+    if unknown:
+        raise ValueError(f"unknown dashboard flags: {' '.join(unknown)}")
+    return _settings_from_args(args, os.environ if env is None else env)
+
+
+def streamlit_command(settings: DashboardSettings, port: int, address: str) -> list[str]:
+    """The child's command line: this interpreter running Streamlit on `app.py`."""
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(APP_PATH),
+        f"--server.port={port}",
+        f"--server.address={address}",
+        "--server.headless=true",
+        "--browser.gatherUsageStats=false",
+        "--",
+        *settings.app_argv(),
+    ]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve the dashboard until the server exits or we get SIGINT/SIGTERM."""
+    try:
+        settings = _settings_from_args(args, os.environ)
+    except ValueError as e:
+        print(f"tidegauge dashboard: {e}", file=sys.stderr)
+        return 2
+    env = {**os.environ, ENV_REDIS_URL: settings.redis.url}
+    print(f"Tidegauge dashboard: http://{args.address}:{args.port}", flush=True)
+    print(f"  reading {settings.redis!r}", flush=True)
+    child = subprocess.Popen(streamlit_command(settings, args.port, args.address), env=env)
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        # On a terminal Ctrl-C reaches the child too (same process group); stopping Streamlit
+        # twice is harmless, and forwarding covers `kill PID` aimed at this process alone.
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = child.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if child.poll() is None:  # only when wait() itself was interrupted by an exception
+            child.terminate()
+            try:
+                child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+    return 128 - code if code < 0 else code

@@ -1,0 +1,87 @@
+"""Shared helpers for integration tests: run CLI commands, load ground truth, replay the watermark."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+WINDOW_MS = 10_000
+
+
+def tidegauge(*args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run `tidegauge ARGS...` with this interpreter, as a user would."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tidegauge.cli", *args],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"tidegauge {' '.join(args)} exited {proc.returncode}\n"
+            f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}"
+        )
+    return proc
+
+
+def load_truth(path: Path) -> list[dict[str, Any]]:
+    with path.open() as f:
+        return [json.loads(line) for line in f]
+
+
+def batch_rows(
+    truth: Sequence[dict[str, Any]], batches: Sequence[dict[str, Any]]
+) -> list[list[dict[str, Any]]]:
+    """Split ground-truth records into the job's micro-batches by their Kafka positions.
+
+    Each batch summary carries the offsets it started and ended at per partition; a record at
+    (p, o) belongs to the batch with start[p] <= o < end[p].
+    """
+    by_pos = {(t["partition"], t["offset"]): t for t in truth}
+    out = []
+    for b in batches:
+        rows = []
+        for p, end in b["offsets"].items():
+            start = b["start_offsets"].get(p, 0)
+            for o in range(start, end):
+                rows.append(by_pos[(int(p), o)])
+        out.append(rows)
+    return out
+
+
+def expected_windows(
+    batches_of_rows: Sequence[Sequence[dict[str, Any]]], window_ms: int, lateness_ms: int
+) -> tuple[Counter[tuple[int, str]], Counter[tuple[int, str]]]:
+    """Replay Spark's watermark rule over the batches, independently of the job's code.
+
+    The rule, spelled out:
+    - the watermark starts at 0; after each batch it becomes
+      max(watermark, max event time in that batch (events and heartbeats) - allowed lateness);
+    - an event is late if the end of its tumbling window is <= the watermark in force when its
+      batch started; late events are not counted in the window (they are counted as late);
+    - every other event (duplicates included: nothing is de-duplicated yet) adds 1 to its window.
+    Returns (accepted counts, late counts) keyed by (window start, service), `*` included.
+    """
+    accepted: Counter[tuple[int, str]] = Counter()
+    late: Counter[tuple[int, str]] = Counter()
+    watermark = 0
+    for rows in batches_of_rows:
+        max_seen = None
+        for t in rows:
+            if t["kind"] in ("event", "duplicate", "heartbeat"):
+                et = t["event_time"]
+                max_seen = et if max_seen is None else max(max_seen, et)
+            if t["kind"] not in ("event", "duplicate"):
+                continue
+            start = t["event_time"] - t["event_time"] % window_ms
+            target = late if start + window_ms <= watermark else accepted
+            target[(start, t["service"])] += 1
+            target[(start, "*")] += 1
+        if max_seen is not None:
+            watermark = max(watermark, max_seen - lateness_ms)
+    return accepted, late

@@ -1,0 +1,268 @@
+"""The Streamlit app against a real redis-server (AppTest); `tidegauge dashboard` as a server."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import redis
+from streamlit.testing.v1 import AppTest
+
+from jobs.redis_sink import WindowUpdate, write_batch, write_progress
+from tidegauge.config import ENV_REDIS_URL, RedisSettings
+from tidegauge.durations import to_iso
+from tidegauge.services import free_port
+from tidegauge.store import DeadLetter, Keys
+
+APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
+W = 10_000
+KEYS = Keys()
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def seed(r: redis.Redis, batch_time: int) -> dict[str, int]:
+    """Two batches of 10 s windows for three services, a status, and three dead letters."""
+    newest = batch_time - batch_time % W - W
+    starts = [newest - i * W for i in range(6)]
+    counts = {"checkout": 120, "search": 340, "auth": 55}
+    write_batch(
+        r, KEYS, 1, [WindowUpdate(W, s, svc, c) for s in starts[3:] for svc, c in counts.items()]
+    )
+    letters = [
+        DeadLetter(0, 17, batch_time - 3000, "invalid_json", "Expecting value", b"{oops", 5, 2),
+        DeadLetter(2, 5, batch_time - 2000, "missing_field", "no 'service'", b'{"a":1}', 7, 2),
+        DeadLetter(1, 9, batch_time - 1000, "invalid_json", "Unterminated", b'{"x', 3, 2),
+    ]
+    write_batch(
+        r,
+        KEYS,
+        2,
+        [WindowUpdate(W, s, svc, c) for s in starts[:3] for svc, c in counts.items()],
+        dead=letters,
+        dead_counts={"invalid_json": 2, "missing_field": 1},
+    )
+    watermark = newest - 20_000
+    write_progress(
+        r,
+        KEYS,
+        {
+            "batch_id": 2,
+            "batch_time": batch_time,
+            "watermark": watermark,
+            "input_rows": 1545,
+            "offsets": {"0": 1000, "1": 990, "2": 1010},
+            "start_offsets": {"0": 500, "1": 480, "2": 505},
+            "latest_offsets": {"0": 1000, "1": 995, "2": 1010},
+            "batch_duration_ms": 412,
+            "query_id": "q-1",
+        },
+    )
+    return {"watermark": watermark, "newest": newest}
+
+
+def run_app(monkeypatch: pytest.MonkeyPatch, url: str) -> AppTest:
+    monkeypatch.setenv(ENV_REDIS_URL, url)
+    return AppTest.from_file(str(APP), default_timeout=30).run(timeout=30)
+
+
+def values(arr: list[float] | dict[str, str]) -> list[float]:
+    """A trace array from figure JSON: a list, or plotly's typed array {dtype, bdata (base64)}."""
+    if isinstance(arr, list):
+        return arr
+    return np.frombuffer(base64.b64decode(arr["bdata"]), dtype=arr["dtype"]).tolist()
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def test_seeded_redis_shows_status_chart_and_dead_letters(
+    monkeypatch: pytest.MonkeyPatch, redis_settings: RedisSettings, redis_client: redis.Redis
+) -> None:
+    seeded = seed(redis_client, now_ms())
+    at = run_app(monkeypatch, redis_settings.url)
+
+    assert not at.exception
+    assert not at.error
+    assert not at.warning  # fresh status: not stale
+    m = metrics(at)
+    assert m["Last batch"] == "#2"
+    assert m["Watermark (UTC)"] == to_iso(seeded["watermark"])[11:19]
+    assert m["Input rows (last batch)"] == "1,545"
+    assert m["Watermark delay"].endswith("s")
+    captions = " ".join(c.value for c in at.caption)
+    assert to_iso(seeded["watermark"]) in captions
+    assert "p1 **990** (lag 5)" in captions
+
+    (chart,) = at.get("plotly_chart")
+    spec = json.loads(chart.proto.spec)
+    assert {t["name"] for t in spec["data"]} == {"auth", "checkout", "search", "all services (*)"}
+    total = spec["data"][0]
+    assert total["name"] == "all services (*)"
+    assert values(total["y"])[-1] == pytest.approx((120 + 340 + 55) / 10)
+    assert spec["layout"]["uirevision"] == "tidegauge"
+
+    counts, latest = (df.value for df in at.dataframe)
+    assert counts.to_dict("records") == [
+        {"reason": "invalid_json", "count": 2},
+        {"reason": "missing_field", "count": 1},
+    ]
+    assert list(latest["partition:offset"]) == ["1:9", "2:5", "0:17"]
+    assert list(latest["raw"]) == ['{"x', '{"a":1}', "{oops"]
+
+
+def test_total_line_can_be_switched_off(
+    monkeypatch: pytest.MonkeyPatch, redis_settings: RedisSettings, redis_client: redis.Redis
+) -> None:
+    seed(redis_client, now_ms())
+    at = run_app(monkeypatch, redis_settings.url)
+    at.toggle(key="show_total").set_value(False).run(timeout=30)
+    assert not at.exception
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert spec["data"][0]["name"] == "all services (*)"
+    assert spec["data"][0]["visible"] is False
+    assert [t["name"] for t in spec["data"][1:]] == ["auth", "checkout", "search"]
+
+
+def test_stale_status_shows_a_warning(
+    monkeypatch: pytest.MonkeyPatch, redis_settings: RedisSettings, redis_client: redis.Redis
+) -> None:
+    seed(redis_client, now_ms() - 90_000)
+    at = run_app(monkeypatch, redis_settings.url)
+    assert not at.exception
+    (warning,) = at.warning
+    assert "Stale" in warning.value and "1m3" in warning.value  # 1m30s and a bit
+    assert metrics(at)["Last batch"] == "#2"
+
+
+def test_empty_redis_says_it_is_waiting_for_the_first_batch(
+    monkeypatch: pytest.MonkeyPatch, redis_settings: RedisSettings
+) -> None:
+    at = run_app(monkeypatch, redis_settings.url)
+    assert not at.exception
+    assert not at.error
+    (info,) = at.info
+    assert "waiting for the job's first batch" in info.value
+    assert at.code[0].value.startswith("tidegauge job --redis redis://127.0.0.1:")
+    assert not at.get("plotly_chart")
+
+
+def test_flags_after_double_dash_are_read_prefix_included(
+    monkeypatch: pytest.MonkeyPatch, redis_settings: RedisSettings, redis_client: redis.Redis
+) -> None:
+    seed(redis_client, now_ms())  # under the default prefix `tg`
+    # as `streamlit run dashboard/app.py -- FLAGS` leaves it
+    monkeypatch.setattr(sys, "argv", [str(APP), "--prefix", "other", "--refresh", "2s"])
+    at = run_app(monkeypatch, redis_settings.url)
+    assert not at.exception
+    assert "waiting for the job's first batch" in at.info[0].value
+    assert "--redis-prefix other" in at.code[0].value
+    assert "refresh every 2s" in at.caption[0].value
+
+
+def test_bad_flags_are_an_error_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "argv", [str(APP), "--window-range", "forever"])
+    at = run_app(monkeypatch, "redis://127.0.0.1:1/0")
+    assert not at.exception
+    (error,) = at.error
+    assert "Bad dashboard settings" in error.value and "forever" in error.value
+
+
+def test_unreachable_redis_is_an_error_message_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"  # nothing listens there
+    at = run_app(monkeypatch, url)
+    assert not at.exception
+    (error,) = at.error
+    assert "Cannot read Redis" in error.value
+    assert "redis://:***@127.0.0.1:" in error.value
+    assert "hunter2" not in error.value
+    assert "hunter2" not in " ".join(c.value for c in at.caption)
+
+
+# --- `tidegauge dashboard` as a real server ------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of `pid`, from /proc."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            stat = (entry / "stat").read_text()
+            # the command name (field 2) may hold spaces: the ppid is after the last ")"
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.fixture
+def dashboard_process(redis_settings: RedisSettings) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tidegauge.cli", "dashboard", "--port", str(port)]
+        + ["--redis", redis_settings.url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    yield proc, port
+    if proc.poll() is None:
+        for pid in _children(proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.kill()
+        proc.wait()
+
+
+def test_dashboard_command_serves_health_and_stops_on_sigint(
+    dashboard_process: tuple[subprocess.Popen[str], int],
+) -> None:
+    proc, port = dashboard_process
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == f"Tidegauge dashboard: http://127.0.0.1:{port}"
+
+    deadline = time.monotonic() + 20
+    status = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        with contextlib.suppress(OSError):
+            url = f"http://127.0.0.1:{port}/_stcore/health"
+            with urllib.request.urlopen(url, timeout=1) as resp:
+                status = resp.status
+                break
+        time.sleep(0.2)
+    assert status == 200, f"no health 200 within 20 s (exit code {proc.poll()})"
+
+    children = _children(proc.pid)
+    assert children, "the launcher should run Streamlit as a child process"
+    os.kill(proc.pid, signal.SIGINT)  # to the launcher alone, as `kill -INT PID` would
+    proc.wait(timeout=20)
+    assert proc.returncode in (0, 130)
+    assert not [pid for pid in children if _alive(pid)]
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1)

@@ -1,0 +1,126 @@
+"""The walking skeleton, end to end, through the CLI a user runs.
+
+A seeded stream with out-of-order, late, duplicate and malformed records goes through a real
+broker, `tidegauge job --trigger available-now` (a real local Spark) and a real redis-server;
+`tidegauge query` must then show exactly the counts computed here from the generator's ground
+truth and the job's recorded batch boundaries, and every malformed record must sit in the
+dead-letter store with the reason the contract gives it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.integration.helpers import batch_rows, expected_windows, load_truth, tidegauge
+from tidegauge.config import RedisSettings
+from tidegauge.store import Keys, read_batches, read_dead_counts, read_dead_letters
+
+LATENESS_MS = 20_000
+MAX_PER_TRIGGER = 1_000
+
+
+@pytest.fixture(scope="module")
+def run(
+    broker, redis_server, tmp_path_factory: pytest.TempPathFactory
+) -> dict:  # type: ignore[no-untyped-def]
+    """Produce once, run the job once; the tests below look at the result from several sides."""
+    tmp = tmp_path_factory.mktemp("e2e")
+    topic = "e2e-events"
+    url = f"redis://{redis_server.address}/15"
+    redis.Redis.from_url(url).flushdb()
+    truth_path = tmp / "truth.jsonl"
+    tidegauge("topic", "--bootstrap", broker.address, "--topic", topic, "--partitions", "3")
+    produced = tidegauge(
+        "produce", "--bootstrap", broker.address, "--topic", topic, "--pace", "fast",
+        "--start-time", "2026-01-01T00:00:00Z", "--count", "6000", "--rate", "100",
+        "--seed", "7", "--out-of-order-fraction", "0.1", "--max-delay", "8s",
+        "--late-fraction", "0.03", "--lateness", "20s", "--malformed-fraction", "0.01",
+        "--duplicate-fraction", "0.01", "--iso-fraction", "0.1", "--heartbeat-interval", "1s",
+        "--truth", str(truth_path), "--quiet",
+    )
+    job = tidegauge(
+        "job", "--bootstrap", broker.address, "--topic", topic, "--redis", url,
+        "--checkpoint", str(tmp / "checkpoint"), "--window", "10s",
+        "--allowed-lateness", "20s", "--trigger", "available-now",
+        "--starting-offsets", "earliest", "--max-records-per-trigger", str(MAX_PER_TRIGGER),
+        "--master", "local[2]",
+    )
+    return {
+        "url": url, "truth": load_truth(truth_path), "produced": produced.stdout,
+        "job": job.stdout, "client": redis.Redis.from_url(url),
+    }
+
+
+def test_batches_follow_the_rate_limit_and_cover_the_topic(run: dict) -> None:
+    truth, r = run["truth"], run["client"]
+    batches = read_batches(r, Keys())
+    assert batches, "the job recorded no batches"
+    position = {p: 0 for p in ("0", "1", "2")}
+    for b in batches:
+        start = {p: b["start_offsets"].get(p, 0) for p in position}
+        assert start == position, f"batch {b['batch_id']} does not start where the last ended"
+        size = sum(b["offsets"][p] - start[p] for p in position)
+        assert size <= MAX_PER_TRIGGER
+        assert size == b["input_rows"]
+        position = {p: b["offsets"][p] for p in position}
+    ends = Counter()
+    for t in truth:
+        ends[str(t["partition"])] = max(ends[str(t["partition"])], t["offset"] + 1)
+    assert position == dict(ends), "the job did not read the whole topic"
+    assert len([b for b in batches if b["input_rows"]]) >= len(truth) // MAX_PER_TRIGGER
+
+
+def test_window_counts_equal_ground_truth(run: dict) -> None:
+    truth, r = run["truth"], run["client"]
+    batches = read_batches(r, Keys())
+    accepted, late = expected_windows(batch_rows(truth, batches), 10_000, LATENESS_MS)
+    # The stream must exercise what it claims to test.
+    assert sum(late.values()) > 20, "seeded stream produced too few late events to test lateness"
+    assert any(t["intent"] == "out_of_order" for t in truth)
+
+    out = tidegauge("query", "windows", "--redis", run["url"], "--json").stdout
+    rows = json.loads(out)
+    got = {(row["window_start"], row["service"]): row["count"] for row in rows if row["count"]}
+    got_late = {(row["window_start"], row["service"]): row["late"] for row in rows if row["late"]}
+    assert got == dict(accepted)
+    assert got_late == dict(late)
+    for row in rows:
+        assert row["window_end"] - row["window_start"] == 10_000
+        assert row["events_per_s"] == pytest.approx(row["count"] / 10)
+
+
+def test_every_malformed_record_is_a_dead_letter_with_its_reason(run: dict) -> None:
+    truth, r = run["truth"], run["client"]
+    malformed = {(t["partition"], t["offset"]): t for t in truth if t["kind"] == "malformed"}
+    assert len(malformed) >= 30
+    letters = read_dead_letters(r, Keys())
+    assert {(d.partition, d.offset) for d in letters} == set(malformed)
+    for d in letters:
+        t = malformed[(d.partition, d.offset)]
+        assert d.reason == t["reason"], (d, t)
+        assert d.detail
+        assert d.raw_size >= len(d.raw)
+    assert read_dead_counts(r, Keys()) == dict(Counter(t["reason"] for t in malformed.values()))
+
+    shown = json.loads(tidegauge("query", "dead-letters", "--redis", run["url"], "--json",
+                                 "--limit", "5").stdout)
+    assert len(shown["letters"]) == 5
+    assert sum(shown["counts"].values()) == len(malformed)
+
+
+def test_status_reports_last_batch_watermark_and_offsets(run: dict) -> None:
+    truth = run["truth"]
+    status = json.loads(tidegauge("query", "status", "--redis", run["url"], "--json").stdout)
+    batches = read_batches(run["client"], Keys())
+    assert status["batch_id"] == batches[-1]["batch_id"]
+    ends: dict[str, int] = {}
+    for t in truth:
+        ends[str(t["partition"])] = max(ends.get(str(t["partition"]), 0), t["offset"] + 1)
+    assert status["offsets"] == ends
+    max_time = max(t["event_time"] for t in truth if t["kind"] != "malformed")
+    assert status["watermark"] == max_time - LATENESS_MS

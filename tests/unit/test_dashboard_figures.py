@@ -1,0 +1,271 @@
+"""Pure tests of the dashboard's frames (dashboard/data.py) and figures (dashboard/figures.py)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+
+from dashboard import data, figures
+from dashboard.run import DashboardSettings, app_settings, streamlit_command
+from tidegauge.config import RedisSettings
+from tidegauge.store import DeadLetter, JobStatus, WindowRow
+
+T0 = 1_795_000_000_000  # 2026-11-18T11:06:40Z, a multiple of 10 s
+W = 10_000
+
+
+def row(start: int, service: str, count: int, size: int = W) -> WindowRow:
+    return WindowRow(start, start + size, service, count, count * 1000.0 / size)
+
+
+def rows_for(services: dict[str, list[int]], t0: int = T0) -> list[WindowRow]:
+    """Windows of W starting at t0, one list of counts per service, plus the `*` totals."""
+    out = []
+    n = max(len(v) for v in services.values())
+    for i in range(n):
+        start = t0 + i * W
+        total = 0
+        for svc, counts in services.items():
+            if i < len(counts):
+                out.append(row(start, svc, counts[i]))
+                total += counts[i]
+        out.append(row(start, "*", total))
+    return out
+
+
+def status(**kw: object) -> JobStatus:
+    base: dict[str, object] = dict(
+        batch_id=7,
+        batch_time=T0 + 60_000,
+        watermark=T0 + 30_000,
+        input_rows=1234,
+        offsets={"0": 100, "1": 90, "2": 80},
+        latest_offsets={"0": 100, "1": 95, "2": 80},
+        batch_duration_ms=321,
+        query_id="q",
+    )
+    base.update(kw)
+    return JobStatus(**base)  # type: ignore[arg-type]
+
+
+# --- data.py: frames ------------------------------------------------------------------------
+
+
+def test_windows_frame_columns_types_and_order() -> None:
+    rows = rows_for({"web": [10, 20], "api": [5, 0]})
+    df = data.windows_frame(list(reversed(rows)))
+    assert list(df.columns) == data.WINDOW_COLUMNS
+    assert list(df["service"]) == ["*", "*", "api", "api", "web", "web"]
+    assert df["window_start"].dt.tz is None  # naive, meaning UTC
+    assert df.loc[0, "window_start"] == pd.Timestamp("2026-11-18T11:06:40")
+    assert df.loc[0, "window_end"] == pd.Timestamp("2026-11-18T11:06:50")
+    assert list(df[df["service"] == "web"]["events_per_s"]) == [1.0, 2.0]
+    assert df["count"].dtype == "int64"
+
+
+def test_windows_frame_empty_keeps_columns() -> None:
+    df = data.windows_frame([])
+    assert df.empty
+    assert list(df.columns) == data.WINDOW_COLUMNS
+
+
+def test_to_utc_is_utc_wall_clock_not_local_time() -> None:
+    # 0 ms is midnight UTC whatever the machine's time zone
+    assert data.to_utc([0]).iloc[0] == pd.Timestamp("1970-01-01T00:00:00")
+
+
+@pytest.mark.parametrize(
+    ("age_ms", "stale_after_ms", "stale"),
+    [
+        (0, 5000, False),
+        (5000, 5000, False),  # exactly at the threshold: not yet stale
+        (5001, 5000, True),
+        (-200, 5000, False),  # dashboard clock behind the job's
+    ],
+)
+def test_status_view_staleness(age_ms: int, stale_after_ms: int, stale: bool) -> None:
+    st = status()
+    view = data.status_view(st, st.batch_time + age_ms, stale_after_ms)
+    assert view.stale is stale
+    assert view.batch_age_ms == age_ms
+
+
+def test_status_view_watermark_delay_and_none_yet() -> None:
+    st = status()
+    view = data.status_view(st, st.watermark + 45_000, 5000)
+    assert view.watermark_ms == st.watermark
+    assert view.watermark_delay_ms == 45_000
+    assert view.batch_id == 7 and view.input_rows == 1234
+
+    view0 = data.status_view(status(watermark=0), T0, 5000)
+    assert view0.watermark_ms is None and view0.watermark_delay_ms is None
+
+
+@pytest.mark.parametrize(
+    ("ms", "text"),
+    [
+        (0, "0.0s"),
+        (450, "0.4s"),
+        (59_999, "59.9s"),
+        (60_000, "1m00s"),
+        (185_000, "3m05s"),
+        (7_800_000, "2h10m"),
+        (3 * 86_400_000 + 4 * 3_600_000, "3d4h"),
+        (-1500, "-1.5s"),
+    ],
+)
+def test_format_age(ms: int, text: str) -> None:
+    assert data.format_age(ms) == text
+
+
+def test_offsets_frame_lag_and_numeric_partition_order() -> None:
+    st = status(offsets={"10": 5, "2": 7}, latest_offsets={"2": 9, "10": 5, "3": 1})
+    df = data.offsets_frame(st)
+    assert list(df["partition"]) == ["2", "3", "10"]
+    assert list(df["lag"].astype(object).where(df["lag"].notna(), None)) == [2, None, 0]
+    assert data.offsets_summary(df) == "p2 **7** (lag 2) · p10 **5**"
+
+
+def test_offsets_summary_when_nothing_committed() -> None:
+    df = data.offsets_frame(status(offsets={}, latest_offsets={}))
+    assert data.offsets_summary(df) == "none yet"
+
+
+def test_dead_frames() -> None:
+    counts = data.dead_counts_frame({"invalid_json": 3, "empty": 9, "wrong_type": 3})
+    assert counts.to_dict("records") == [
+        {"reason": "empty", "count": 9},
+        {"reason": "invalid_json", "count": 3},
+        {"reason": "wrong_type", "count": 3},
+    ]
+    letters = [
+        DeadLetter(1, 42, T0, "invalid_utf8", "byte 0xff", b"\xff{" + b"x" * 200, 202, 3),
+        DeadLetter(0, 7, T0 - 1000, "empty", "no bytes", b"", 0, 2),
+    ]
+    df = data.dead_letters_frame(letters)
+    assert list(df.columns) == ["Kafka time (UTC)", "reason", "detail", "partition:offset", "raw"]
+    assert list(df["partition:offset"]) == ["1:42", "0:7"]
+    assert df.loc[0, "raw"].startswith("\\xff{x")
+    assert len(df.loc[0, "raw"]) == data.RAW_PREVIEW_CHARS
+    assert df.loc[0, "raw"].endswith("…")
+    assert df.loc[1, "raw"] == "(empty)"
+    assert df.loc[0, "Kafka time (UTC)"] == pd.Timestamp("2026-11-18T11:06:40")
+    assert data.dead_letters_frame([]).empty
+
+
+# --- figures.py ---------------------------------------------------------------------------------
+
+
+def test_one_trace_per_service_plus_dashed_thicker_total() -> None:
+    frame = data.windows_frame(rows_for({"web": [10, 20, 30], "api": [1, 2, 3], "db": [4]}))
+    fig = figures.events_per_second(frame, window_size_ms=W)
+    names = [t.name for t in fig.data]
+    assert names == [figures.TOTAL_NAME, "api", "db", "web"]
+    total, web = fig.data[0], fig.data[3]
+    assert total.line.dash == "dash"
+    assert total.line.width > (web.line.width or 2)
+    assert web.line.dash is None
+    assert total.visible is True and web.visible is True
+    assert list(web.y) == [1.0, 2.0, 3.0]
+    assert list(total.y) == [1.5, 2.2, 3.3]
+    assert list(fig.data[1].customdata[:, 0]) == [1, 2, 3]  # raw counts, for the hover
+
+
+def test_total_is_hidden_not_removed_so_trace_indices_stay_put() -> None:
+    frame = data.windows_frame(rows_for({"web": [10], "api": [1]}))
+    fig = figures.events_per_second(frame, show_total=False)
+    assert [t.name for t in fig.data] == [figures.TOTAL_NAME, "api", "web"]
+    assert fig.data[0].visible is False
+
+
+def test_trace_order_follows_the_given_order_and_keeps_absent_services() -> None:
+    # plotly.js matches legend toggles to traces by index (Streamlit drops uids): a service
+    # appearing or leaving the range must not shift the others
+    frame = data.windows_frame(rows_for({"web": [1], "api": [2], "new": [3]}))
+    fig = figures.events_per_second(frame, services=["web", "gone", "api"])
+    assert [t.name for t in fig.data] == [figures.TOTAL_NAME, "web", "gone", "api", "new"]
+    assert len(fig.data[2].x) == 0
+
+
+def test_stable_order_appends_newcomers_sorted() -> None:
+    assert data.stable_order([], ["web", "api"]) == ["api", "web"]
+    assert data.stable_order(["web", "api"], ["db", "api", "auth"]) == ["web", "api", "auth", "db"]
+    assert data.stable_order(["web"], []) == ["web"]
+
+
+def test_uirevision_is_constant_across_refreshes() -> None:
+    a = figures.events_per_second(data.windows_frame(rows_for({"web": [1]})))
+    b = figures.events_per_second(data.windows_frame(rows_for({"web": [1, 2], "api": [3]})))
+    assert a.layout.uirevision == b.layout.uirevision == figures.UIREVISION
+    # no explicit range: one that moved with each refresh would undo the user's zoom
+    assert b.layout.xaxis.range is None
+
+
+def test_time_axis_is_utc_dates() -> None:
+    frame = data.windows_frame(rows_for({"web": [1, 2]}))
+    fig = figures.events_per_second(frame, window_size_ms=W)
+    assert fig.layout.xaxis.type == "date"
+    assert "UTC" in fig.layout.xaxis.title.text
+    assert "10s windows" in fig.layout.xaxis.title.text
+    xs = list(pd.to_datetime(fig.data[0].x))
+    assert xs == [pd.Timestamp("2026-11-18T11:06:40"), pd.Timestamp("2026-11-18T11:06:50")]
+    # what reaches the browser: ISO strings without an offset (plotly.js has no time zones)
+    assert '"2026-11-18T11:06:40' in fig.to_json()
+    assert "+00:00" not in fig.to_json()
+
+
+@pytest.mark.parametrize("frame", [data.windows_frame([]), pd.DataFrame()])
+def test_empty_input_gives_valid_figure_with_message(frame: pd.DataFrame) -> None:
+    fig = figures.events_per_second(frame)
+    assert isinstance(fig, go.Figure)
+    assert len(fig.data) == 0
+    assert fig.layout.uirevision == figures.UIREVISION
+    assert len(fig.layout.annotations) == 1
+    assert "No windows yet" in fig.layout.annotations[0].text
+    go.Figure(fig.to_dict())  # round-trips: valid plotly
+
+
+def test_open_windows_are_shaded_from_the_watermark() -> None:
+    frame = data.windows_frame(rows_for({"web": [1, 2, 3, 4]}))  # starts T0 .. T0+30s
+    wm = datetime(2026, 11, 18, 11, 7, 5)  # T0 + 25s: windows from T0+20s on are open
+    fig = figures.events_per_second(frame, window_size_ms=W, watermark=wm)
+    (shape,) = fig.layout.shapes
+    assert pd.Timestamp(shape.x0) == pd.Timestamp("2026-11-18T11:06:55")  # wm - 10s
+    assert pd.Timestamp(shape.x1) == pd.Timestamp("2026-11-18T11:07:10")  # newest start
+    # every window final: nothing shaded
+    late_wm = datetime(2026, 11, 18, 11, 8, 0)
+    assert not figures.events_per_second(frame, window_size_ms=W, watermark=late_wm).layout.shapes
+
+
+# --- run.py: settings and the child's command line ---------------------------------------------
+
+
+def test_app_settings_from_argv_then_env() -> None:
+    env = {"TIDEGAUGE_REDIS_URL": "redis://:secret@h:1/2"}
+    s = app_settings(["--refresh", "2s", "--window-range=5m", "--prefix", "x"], env)
+    assert s.redis.url == "redis://:secret@h:1/2" and s.redis.prefix == "x"
+    assert (s.refresh_ms, s.window_range_ms, s.stale_after_ms) == (2000, 300_000, 5000)
+    assert app_settings(["--redis", "redis://o:3/0"], env).redis.url == "redis://o:3/0"
+    assert app_settings([], {}).redis.url == "redis://127.0.0.1:6379/0"
+
+
+@pytest.mark.parametrize(
+    "argv", [["--refresh", "soon"], ["--refresh", "10ms"], ["--bogus"], ["--redis", "http://x"]]
+)
+def test_app_settings_bad_flags_raise_value_error(argv: list[str]) -> None:
+    with pytest.raises(ValueError):
+        app_settings(argv, {})
+
+
+def test_streamlit_command_keeps_password_off_the_command_line() -> None:
+    s = DashboardSettings(RedisSettings(url="redis://:secret@h:1/0", prefix="p"), 1500)
+    cmd = streamlit_command(s, 8600, "0.0.0.0")
+    assert "secret" not in " ".join(cmd)
+    assert cmd[1:4] == ["-m", "streamlit", "run"]
+    assert "--server.port=8600" in cmd and "--server.address=0.0.0.0" in cmd
+    assert "--server.headless=true" in cmd and "--browser.gatherUsageStats=false" in cmd
+    app_args = cmd[cmd.index("--") + 1 :]
+    assert app_settings(app_args, {"TIDEGAUGE_REDIS_URL": s.redis.url}) == s

@@ -1,0 +1,516 @@
+"""The pure generator: determinism, volumes, disorder knobs, and the contract of every record."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections import Counter, defaultdict
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tidegauge.durations import to_iso
+from tidegauge.events import Event, Heartbeat, Reason, Rejected, encode_event, parse_record
+from tidegauge.generator import (
+    DEFAULT_SERVICES,
+    HEARTBEAT_KEY,
+    HEARTBEAT_SOURCE,
+    MALFORMED_KINDS,
+    GeneratorConfig,
+    Record,
+    add_arguments,
+    config_from_args,
+    event_id,
+    generate,
+    parse_latency,
+    parse_services,
+)
+
+T0 = 1_800_000_000_000  # 2027-01-15T08:00:00Z
+
+ALL_KNOBS = GeneratorConfig(
+    seed=7,
+    rate=2_000,
+    count=60_000,
+    pace="fast",
+    start_time_ms=T0,
+    partitions=3,
+    users=500,
+    anonymous_fraction=0.05,
+    error_rate=0.02,
+    out_of_order_fraction=0.1,
+    max_delay_ms=3_000,
+    late_fraction=0.05,
+    lateness_ms=2_000,
+    skew_fraction=0.2,
+    max_skew_ms=60_000,
+    duplicate_fraction=0.03,
+    malformed_fraction=0.04,
+    iso_fraction=0.15,
+    heartbeat_interval_ms=1_000,
+)
+
+
+@pytest.fixture(scope="module")
+def stream() -> list[Record]:
+    return list(generate(ALL_KNOBS))
+
+
+def fast(**kw: Any) -> GeneratorConfig:
+    kw.setdefault("pace", "fast")
+    kw.setdefault("start_time_ms", T0)
+    return GeneratorConfig(**kw)
+
+
+def of_kind(records: list[Record], *kinds: str) -> list[Record]:
+    return [r for r in records if r.kind in kinds]
+
+
+def assert_fraction(hits: int, n: int, p: float) -> None:
+    """Observed share within 5 binomial standard deviations of p (and a hair of slack)."""
+    sd = math.sqrt(p * (1 - p) / n)
+    assert abs(hits / n - p) <= 5 * sd + 1e-3, f"{hits}/{n} = {hits / n:.4f}, expected {p}"
+
+
+# --- determinism -------------------------------------------------------------------------------
+
+
+def test_same_seed_same_records() -> None:
+    cfg = replace(ALL_KNOBS, count=5_000)
+    assert list(generate(cfg)) == list(generate(cfg))
+
+
+def test_different_seed_differs() -> None:
+    a = [r.value for r in generate(replace(ALL_KNOBS, count=2_000))]
+    b = [r.value for r in generate(replace(ALL_KNOBS, count=2_000, seed=8))]
+    assert a != b
+    assert sum(x == y for x, y in zip(a, b, strict=False)) < len(a) // 10
+
+
+def test_start_is_required_and_injected() -> None:
+    with pytest.raises(ValueError, match="start time"):
+        generate(GeneratorConfig(count=10))
+    shifted = list(generate(fast(count=50), start_ms=T0 + 5_000))
+    base = list(generate(fast(count=50)))
+    assert [r.true_time for r in shifted] == [
+        None if r.true_time is None else r.true_time + 5_000 for r in base
+    ]
+
+
+def test_longer_run_extends_the_same_stream() -> None:
+    """--count cuts the stream; it does not reshape it (draws are chunked independently)."""
+    short = [r.event_id for r in of_kind(list(generate(fast(count=1_000))), "event")]
+    long = [r.event_id for r in of_kind(list(generate(fast(count=9_000))), "event")]
+    assert set(short) <= set(long)
+
+
+# --- volume ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("count", [1, 2, 999, 10_000])
+def test_count_is_exact(count: int) -> None:
+    records = list(generate(fast(count=count, malformed_fraction=0.1, duplicate_fraction=0.1)))
+    assert len(of_kind(records, "event", "malformed")) == count
+
+
+@pytest.mark.parametrize(("rate", "duration_ms"), [(200, 60_000), (5_000, 4_000), (10, 2_000_000)])
+def test_rate_over_duration(rate: float, duration_ms: int) -> None:
+    records = list(generate(fast(rate=rate, duration_ms=duration_ms, out_of_order_fraction=0)))
+    arrivals = of_kind(records, "event", "malformed")
+    expected = rate * duration_ms / 1000
+    assert abs(len(arrivals) - expected) <= 5 * math.sqrt(expected)
+    assert all(T0 <= r.true_time < T0 + duration_ms for r in arrivals)  # type: ignore[operator]
+
+
+def test_event_ids_unique_and_reproducible(stream: list[Record]) -> None:
+    events = of_kind(stream, "event")
+    ids = [r.event_id for r in events]
+    assert len(set(ids)) == len(ids)
+    assert event_id(7, 42) == "7-000000042"
+    assert set(ids) <= {event_id(7, g) for g in range(ALL_KNOBS.count or 0)}
+
+
+# --- order and disorder ------------------------------------------------------------------------
+
+
+def test_send_time_never_decreases(stream: list[Record]) -> None:
+    sends = [r.send_ms for r in stream]
+    assert sends == sorted(sends)
+    assert [r.seq for r in stream] == list(range(len(stream)))
+
+
+def test_intent_fractions(stream: list[Record]) -> None:
+    events = of_kind(stream, "event")
+    intents = Counter(r.intent for r in events)
+    assert_fraction(intents["late"], len(events), ALL_KNOBS.late_fraction)
+    assert_fraction(intents["out_of_order"], len(events), ALL_KNOBS.out_of_order_fraction)
+    assert intents["in_order"] == len(events) - intents["late"] - intents["out_of_order"]
+
+
+@pytest.mark.parametrize(
+    ("intent", "low_exclusive", "high_inclusive"),
+    [
+        ("in_order", -1, 0),
+        ("out_of_order", 0, ALL_KNOBS.max_delay_ms),
+        ("late", ALL_KNOBS.lateness_ms, 2 * ALL_KNOBS.lateness_ms),
+    ],
+)
+def test_delays_by_intent(
+    stream: list[Record], intent: str, low_exclusive: int, high_inclusive: int
+) -> None:
+    delays = [r.delay_ms for r in of_kind(stream, "event") if r.intent == intent]
+    assert delays
+    assert all(low_exclusive < d <= high_inclusive for d in delays)  # type: ignore[operator]
+    for r in of_kind(stream, "event"):
+        assert r.send_ms == r.true_time + r.delay_ms  # type: ignore[operator]
+
+
+def test_delayed_events_really_arrive_out_of_order(stream: list[Record]) -> None:
+    """A late event is sent after events that happened more than `lateness` after it."""
+    events = of_kind(stream, "event")
+    late = {r.event_id for r in events if r.intent == "late"}
+    newest = -1
+    overtaken = 0
+    for r in events:
+        assert r.true_time is not None
+        if r.event_id in late and newest - r.true_time > ALL_KNOBS.lateness_ms:
+            overtaken += 1
+        newest = max(newest, r.true_time)
+    assert overtaken > 0.9 * len(late)
+
+
+def test_duplicates_follow_their_original(stream: list[Record]) -> None:
+    dups = 0
+    for prev, r in zip(stream, stream[1:], strict=False):
+        if r.kind == "duplicate":
+            dups += 1
+            assert prev.kind == "event"
+            assert (prev.event_id, prev.key, prev.value) == (r.event_id, r.key, r.value)
+    events = of_kind(stream, "event")
+    assert dups == len(of_kind(stream, "duplicate"))
+    assert_fraction(dups, len(events), ALL_KNOBS.duplicate_fraction)
+
+
+# --- heartbeats --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("partitions", [1, 3, 7])
+@pytest.mark.parametrize("interval_ms", [250, 1_000])
+def test_heartbeats_every_interval_to_every_partition(partitions: int, interval_ms: int) -> None:
+    cfg = fast(rate=500, duration_ms=10_500, partitions=partitions,
+               heartbeat_interval_ms=interval_ms, late_fraction=0.01, lateness_ms=1_000)
+    records = list(generate(cfg))
+    beats = of_kind(records, "heartbeat")
+    rounds: dict[int, list[int]] = defaultdict(list)
+    for hb in beats:
+        assert hb.key == HEARTBEAT_KEY
+        assert hb.event_time == hb.send_ms
+        assert hb.partition is not None
+        rounds[hb.send_ms].append(hb.partition)
+    end = max(r.send_ms for r in records)
+    regular = [T0 + k * interval_ms for k in range(1, 10_000) if T0 + k * interval_ms < end]
+    assert sorted(rounds) == [*regular, end]
+    assert all(ps == list(range(partitions)) for ps in rounds.values())
+    # The final round comes after everything else and carries the clock at the end.
+    assert [r.kind for r in records[-partitions:]] == ["heartbeat"] * partitions
+    assert end >= T0 + 10_500
+    # A regular heartbeat at T goes out before the records sent at T (the final round after).
+    for prev, r in zip(records, records[1:-partitions], strict=False):
+        if r.kind == "heartbeat" and prev.kind != "heartbeat":
+            assert prev.send_ms < r.send_ms
+
+
+def test_heartbeats_disabled() -> None:
+    records = list(generate(fast(count=3_000, heartbeat_interval_ms=0)))
+    assert not of_kind(records, "heartbeat")
+
+
+def test_heartbeats_carry_the_contract(stream: list[Record]) -> None:
+    for hb in of_kind(stream, "heartbeat"):
+        assert parse_record(hb.value) == Heartbeat(hb.send_ms, hb.partition, HEARTBEAT_SOURCE)
+
+
+# --- skew --------------------------------------------------------------------------------------
+
+
+def test_skew_is_per_user_and_bounded(stream: list[Record]) -> None:
+    by_user: dict[str | None, set[int]] = defaultdict(set)
+    for r in of_kind(stream, "event", "duplicate"):
+        assert r.skew_ms is not None and abs(r.skew_ms) <= ALL_KNOBS.max_skew_ms
+        assert r.event_time == r.true_time + r.skew_ms  # type: ignore[operator]
+        assert r.sent_time == r.send_ms + r.skew_ms
+        by_user[r.user_id].add(r.skew_ms)
+    assert by_user.pop(None) == {0}  # anonymous events have no device
+    assert all(len(skews) == 1 for skews in by_user.values())
+    skewed = sum(1 for s in by_user.values() if s != {0})
+    assert_fraction(skewed, len(by_user), ALL_KNOBS.skew_fraction)
+
+
+# --- malformed records -------------------------------------------------------------------------
+
+SAMPLE = {
+    "event_id": "0-000000001",
+    "event_time": T0,
+    "service": "api",
+    "user_id": "u000001",
+    "latency_ms": 0.0,
+    "status": 200,
+    "sent_time": T0,
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "reason", "build"), MALFORMED_KINDS, ids=[k[0] for k in MALFORMED_KINDS]
+)
+@pytest.mark.parametrize("service", ["api", "café-☕"])
+def test_malformed_kind_gets_its_reason(
+    name: str, reason: Reason, build: Any, service: str
+) -> None:
+    assert parse_record(json.dumps({**SAMPLE, "service": service}).encode()) == Event(
+        "0-000000001", T0, service, "u000001", 0.0, 200, T0
+    )
+    result = parse_record(build({**SAMPLE, "service": service}))
+    assert isinstance(result, Rejected)
+    assert result.reason is reason, result.detail
+
+
+def test_malformed_kinds_cover_every_reason() -> None:
+    assert {reason for _, reason, _ in MALFORMED_KINDS} == set(Reason)
+
+
+def test_malformed_records_in_the_stream(stream: list[Record]) -> None:
+    malformed = of_kind(stream, "malformed")
+    arrivals = of_kind(stream, "event", "malformed")
+    assert_fraction(len(malformed), len(arrivals), ALL_KNOBS.malformed_fraction)
+    # Kinds rotate deterministically, in generation (not send) order: malformed records are
+    # never delayed, so the two agree.
+    expected = [MALFORMED_KINDS[i % len(MALFORMED_KINDS)][1] for i in range(len(malformed))]
+    assert [r.reason for r in malformed] == expected
+    for r in malformed:
+        result = parse_record(r.value)
+        assert isinstance(result, Rejected) and result.reason is r.reason, result
+        assert r.event_time is None and r.event_id is None and r.send_ms == r.true_time
+
+
+# --- every other record is the contract --------------------------------------------------------
+
+
+def test_events_parse_back_to_the_generated_fields(stream: list[Record]) -> None:
+    for r in of_kind(stream, "event", "duplicate"):
+        assert r.event_id is not None and r.event_time is not None and r.service is not None
+        expected = Event(
+            r.event_id, r.event_time, r.service, r.user_id, r.latency_ms, r.status, r.sent_time
+        )
+        assert parse_record(r.value) == expected
+        raw = json.loads(r.value)
+        if isinstance(raw["event_time"], str):
+            assert raw["event_time"] == to_iso(r.event_time)
+            assert raw["sent_time"] == to_iso(r.sent_time)  # type: ignore[arg-type]
+        else:
+            assert r.value == encode_event(expected)  # byte for byte the contract's encoding
+
+
+def test_keys_follow_the_contract(stream: list[Record]) -> None:
+    for r in of_kind(stream, "event", "duplicate", "malformed"):
+        if r.kind == "malformed":
+            continue
+        assert r.key == (r.user_id or r.service or "").encode()
+        assert r.partition is None  # the default partitioner picks from the key
+
+
+@pytest.mark.parametrize(
+    ("what", "share", "expected"),
+    [
+        ("anonymous", lambda r: r.user_id is None, ALL_KNOBS.anonymous_fraction),
+        ("iso", lambda r: b'"event_time":"' in r.value, ALL_KNOBS.iso_fraction),
+        ("errors", lambda r: r.status >= 500, ALL_KNOBS.error_rate),
+    ],
+)
+def test_event_fractions(stream: list[Record], what: str, share: Any, expected: float) -> None:
+    events = of_kind(stream, "event")
+    assert_fraction(sum(1 for r in events if share(r)), len(events), expected)
+
+
+def test_statuses_and_services(stream: list[Record]) -> None:
+    events = of_kind(stream, "event")
+    statuses = Counter(r.status for r in events)
+    assert set(statuses) <= {200, 201, 204, 304, 404, 500, 502, 503, 504}
+    assert statuses.most_common(1)[0][0] == 200
+    services = Counter(r.service for r in events)
+    total = sum(w for _, w in DEFAULT_SERVICES)
+    for name, weight in DEFAULT_SERVICES:
+        assert_fraction(services[name], len(events), weight / total)
+
+
+def test_users_are_zipf_popular(stream: list[Record]) -> None:
+    users = Counter(r.user_id for r in of_kind(stream, "event") if r.user_id)
+    ranked = [u for u, _ in users.most_common(3)]
+    assert ranked[0] == "u000001"
+    assert set(ranked) <= {"u000001", "u000002", "u000003", "u000004"}
+    assert all(u is not None and len(u) == 7 and u.startswith("u") for u in users)
+    assert len(users) <= ALL_KNOBS.users
+
+
+@pytest.mark.parametrize(
+    ("latency", "service", "median", "sigma"),
+    [
+        ((), "api", 40.0, 0.6),
+        ((), "payments", 200.0, 0.6),
+        ((("web", 10.0, 0.2),), "web", 10.0, 0.2),
+    ],
+)
+def test_latency_is_lognormal_per_service(
+    latency: tuple[tuple[str, float, float], ...], service: str, median: float, sigma: float
+) -> None:
+    cfg = fast(count=40_000, latency=latency)
+    values = np.array(
+        [r.latency_ms for r in of_kind(list(generate(cfg)), "event") if r.service == service]
+    )
+    logs = np.log(np.maximum(values, 1e-3))
+    assert abs(np.median(values) / median - 1) < 0.06
+    assert abs(logs.std() - sigma) < 0.05
+    assert (values >= 0).all()
+
+
+def test_unknown_service_gets_the_fallback_latency() -> None:
+    cfg = fast(count=10, services=(("billing", 1.0),))
+    assert cfg.latency_of("billing") == (50.0, 0.6)
+    assert {r.service for r in of_kind(list(generate(cfg)), "event")} == {"billing"}
+
+
+def test_non_ascii_service_round_trips() -> None:
+    cfg = fast(count=300, services=(("café-☕", 1.0), ('quo"te', 1.0)), anonymous_fraction=0.5)
+    for r in of_kind(list(generate(cfg)), "event"):
+        assert isinstance(parse_record(r.value), Event)
+        assert parse_record(r.value).service == r.service  # type: ignore[union-attr]
+
+
+def test_truth_line() -> None:
+    r = next(r for r in generate(fast(count=5)) if r.kind == "event")
+    line = r.truth(2, 17)
+    assert line["partition"] == 2 and line["offset"] == 17 and line["kind"] == "event"
+    assert set(line) == {
+        "seq", "kind", "partition", "offset", "key", "event_id", "event_time", "true_time",
+        "sent_time", "service", "user_id", "latency_ms", "status", "delay_ms", "intent",
+        "skew_ms", "reason",
+    }
+    json.dumps(line)
+
+
+# --- configuration -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "flag"),
+    [
+        ({"rate": 0}, "--rate"),
+        ({"seed": -1}, "--seed"),
+        ({"count": 0}, "--count"),
+        ({"duration_ms": 0}, "--duration"),
+        ({"count": 5, "duration_ms": 5}, "--duration or --count"),
+        ({"pace": "slow"}, "--pace"),
+        ({"pace": "realtime", "start_time_ms": T0}, "--start-time"),
+        ({"start_time_ms": 1_700_000_000}, "--start-time"),
+        ({"partitions": 0}, "--partitions"),
+        ({"services": ()}, "--services"),
+        ({"services": (("a", 1.0), ("a", 2.0))}, "--services"),
+        ({"services": (("a", 0.0),)}, "--services"),
+        ({"users": 0}, "--users"),
+        ({"zipf": -1}, "--zipf"),
+        ({"latency": (("nope", 1.0, 0.1),)}, "--latency"),
+        ({"latency": (("api", 0.0, 0.1),)}, "--latency"),
+        ({"latency": (("api", 1.0, -0.1),)}, "--latency"),
+        ({"anonymous_fraction": 1.5}, "--anonymous-fraction"),
+        ({"error_rate": -0.1}, "--error-rate"),
+        ({"iso_fraction": float("nan")}, "--iso-fraction"),
+        ({"out_of_order_fraction": 0.6, "late_fraction": 0.6}, "--late-fraction"),
+        ({"out_of_order_fraction": 0.1, "max_delay_ms": 0}, "--max-delay"),
+        ({"late_fraction": 0.1, "lateness_ms": 0}, "--lateness"),
+        ({"max_skew_ms": -1}, "--max-skew"),
+        ({"duplicate_fraction": 2}, "--duplicate-fraction"),
+        ({"malformed_fraction": -1}, "--malformed-fraction"),
+        ({"heartbeat_interval_ms": -1}, "--heartbeat-interval"),
+    ],
+)
+def test_config_rejects(kwargs: dict[str, Any], flag: str) -> None:
+    kwargs = {"pace": "fast", **kwargs}
+    with pytest.raises(ValueError, match=flag):
+        GeneratorConfig(**kwargs)
+
+
+def test_config_is_frozen() -> None:
+    cfg = GeneratorConfig()
+    with pytest.raises(AttributeError):
+        cfg.rate = 5  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("api:5,web:3", (("api", 5.0), ("web", 3.0))),
+        (" api : 2 , db", (("api", 2.0), ("db", 1.0))),
+    ],
+)
+def test_parse_services(text: str, expected: tuple[tuple[str, float], ...]) -> None:
+    assert parse_services(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "api:x", ","])
+def test_parse_services_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="--services"):
+        parse_services(text)
+
+
+def test_parse_latency() -> None:
+    assert parse_latency("api=40:0.6,web=120") == (("api", 40.0, 0.6), ("web", 120.0, 0.6))
+    for bad in ("api", "api=x", "api=1:y"):
+        with pytest.raises(ValueError, match="--latency"):
+            parse_latency(bad)
+
+
+def parse_cli(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_config_from_flags() -> None:
+    args = parse_cli(
+        "--pace", "fast", "--count", "100", "--seed", "3", "--max-delay", "2s",
+        "--lateness", "1m", "--late-fraction", "0.1", "--services", "a:1,b:2",
+        "--latency", "a=10:0.1", "--heartbeat-interval", "0", "--start-time",
+        "2027-01-15T08:00:00Z",
+    )
+    cfg = config_from_args(args, now_ms=T0 + 123_456)
+    assert cfg.start_time_ms == T0
+    assert (cfg.count, cfg.seed, cfg.max_delay_ms, cfg.lateness_ms) == (100, 3, 2_000, 60_000)
+    assert cfg.services == (("a", 1.0), ("b", 2.0))
+    assert cfg.latency_of("a") == (10.0, 0.1)
+    assert cfg.heartbeat_interval_ms == 0
+
+
+def test_fast_pace_defaults_to_now_rounded_down() -> None:
+    cfg = config_from_args(parse_cli("--pace", "fast"), now_ms=T0 + 1_234)
+    assert cfg.start_time_ms == T0 + 1_000
+    assert config_from_args(parse_cli(), now_ms=T0).start_time_ms is None  # realtime: at start
+
+
+def test_defaults_match_the_documented_flags() -> None:
+    cfg = config_from_args(parse_cli(), now_ms=T0)
+    assert cfg == GeneratorConfig()
+    assert (cfg.rate, cfg.users, cfg.zipf, cfg.partitions) == (200.0, 10_000, 1.1, 3)
+    assert (cfg.out_of_order_fraction, cfg.max_delay_ms, cfg.lateness_ms) == (0.05, 5_000, 30_000)
+    assert (cfg.iso_fraction, cfg.heartbeat_interval_ms, cfg.max_skew_ms) == (0.1, 1_000, 120_000)
+
+
+@pytest.mark.parametrize("argv", [["--max-delay", "5x"], ["--services", "api:x"]])
+def test_bad_flag_values_are_argparse_errors(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parse_cli(*argv)
+    err = capsys.readouterr().err
+    assert "not a duration" in err or "--services wants name:weight" in err

@@ -1,0 +1,312 @@
+"""The Kafka edge of `tidegauge produce`: send `generate()`'s records and write the ground truth.
+
+All decisions about the traffic live in the pure `tidegauge.generator`; this module only paces,
+sends, and records where every record landed (partition and offset from the broker's
+acknowledgement), so the ground-truth file can be checked against the topic record by record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+from kafka import KafkaProducer
+from kafka.errors import KafkaError
+from tqdm import tqdm
+
+from tidegauge.config import KafkaSettings
+from tidegauge.durations import format_duration, to_iso
+from tidegauge.generator import GeneratorConfig, Record, config_from_args, generate
+from tidegauge.topics import ensure_topic
+
+__all__ = ["ProduceError", "Summary", "produce", "run_cli"]
+
+# Batching matters: one record per request tops out near 17k records/s (see NOTES.md).
+_PRODUCER_CONFIG: dict[str, Any] = {
+    "acks": "all",
+    "retries": 5,
+    "linger_ms": 20,
+    "batch_size": 256 * 1024,
+    "client_id": "tidegauge-produce",
+}
+# Acknowledgements are collected in send order; at most this many records wait for theirs, so
+# memory stays bounded however long the run.
+_MAX_PENDING = 20_000
+_ACK_TIMEOUT_S = 60.0
+
+
+class ProduceError(RuntimeError):
+    """Sending failed (broker unreachable, record not acknowledged); the message says why."""
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What one run sent. Intents count events (originals, not their duplicates).
+
+    `start_ms`/`end_ms` are the generator clock (epoch ms, UTC) at the start and at the last
+    record sent; `elapsed_s` is wall time from the first send to the last acknowledgement.
+    """
+
+    topic: str
+    partitions: int
+    records: int
+    events: int
+    duplicates: int
+    malformed: int
+    heartbeats: int
+    in_order: int
+    out_of_order: int
+    late: int
+    elapsed_s: float
+    start_ms: int
+    end_ms: int
+    interrupted: bool = False
+
+    @property
+    def records_per_s(self) -> float:
+        """Records sent (all kinds) per second of wall time."""
+        return self.records / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def format(self) -> str:
+        """A few lines for the terminal."""
+        stopped = " (stopped early)" if self.interrupted else ""
+        lines = [
+            f"sent {self.records:,} records to {self.topic!r} ({self.partitions} partitions) in "
+            f"{self.elapsed_s:.2f} s, {self.records_per_s:,.0f} records/s{stopped}",
+            f"  events      {self.events:>10,}   in-order {self.in_order:,}, "
+            f"out-of-order {self.out_of_order:,}, late {self.late:,}",
+            f"  duplicates  {self.duplicates:>10,}",
+            f"  malformed   {self.malformed:>10,}",
+            f"  heartbeats  {self.heartbeats:>10,}",
+            f"  event time  {to_iso(self.start_ms)} .. {to_iso(self.end_ms)} "
+            f"({format_duration(self.end_ms - self.start_ms)})",
+        ]
+        return "\n".join(lines)
+
+
+def _connect(kafka: KafkaSettings, connect_timeout_ms: int) -> KafkaProducer:
+    try:
+        return KafkaProducer(
+            bootstrap_servers=kafka.bootstrap.split(","),
+            bootstrap_timeout_ms=connect_timeout_ms,
+            **_PRODUCER_CONFIG,
+        )
+    except KafkaError as e:
+        raise ProduceError(
+            f"cannot reach Kafka at {kafka.bootstrap} within "
+            f"{format_duration(connect_timeout_ms)}: {e}"
+        ) from None
+
+
+def produce(
+    config: GeneratorConfig,
+    kafka: KafkaSettings,
+    *,
+    truth_path: str | Path | None = None,
+    progress: bool = False,
+    stop: threading.Event | None = None,
+    clock: Callable[[], float] = time.time,
+    connect_timeout_ms: int = 5_000,
+) -> Summary:
+    """Send `config`'s stream to `kafka.topic` and return what was sent.
+
+    Creates the topic (`config.partitions`) if missing; heartbeats go to every partition the
+    topic really has. In realtime pace, event time starts at `clock()` (seconds, UTC) and each
+    record waits for its send time; in fast pace it starts at `config.start_time_ms` (default:
+    `clock()` rounded down to the second) and records go out as fast as the broker takes them.
+    Setting `stop` (or Ctrl-C) ends the run cleanly: pending records are flushed and
+    acknowledged, and the truth file is complete for everything sent.
+    Raises `ProduceError` when the broker cannot be reached or a record is not acknowledged.
+    """
+    if stop is None:
+        stop = threading.Event()
+    producer = _connect(kafka, connect_timeout_ms)
+    try:
+        try:
+            partitions = ensure_topic(kafka, config.partitions, timeout_s=connect_timeout_ms / 1000)
+        except (KafkaError, RuntimeError) as e:
+            raise ProduceError(
+                f"cannot create topic {kafka.topic!r} on {kafka.bootstrap}: {e}"
+            ) from None
+        if partitions != config.partitions:
+            config = replace(config, partitions=partitions)
+        now_ms = int(clock() * 1000)
+        start_ms = now_ms - now_ms % 1000
+        if config.pace == "realtime":
+            start_ms = now_ms
+        elif config.start_time_ms is not None:
+            start_ms = config.start_time_ms
+        with _truth_writer(truth_path) as write_truth:
+            return _send(config, kafka, producer, start_ms, write_truth, progress, stop)
+    finally:
+        producer.close(timeout=5)
+
+
+@contextmanager
+def _truth_writer(path: str | Path | None) -> Iterator[Callable[[Record, int, int], None] | None]:
+    if path is None:
+        yield None
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        yield _line_writer(f)
+
+
+def _line_writer(f: IO[str]) -> Callable[[Record, int, int], None]:
+    dumps = json.dumps
+
+    def write(record: Record, partition: int, offset: int) -> None:
+        f.write(dumps(record.truth(partition, offset), separators=(",", ":")) + "\n")
+
+    return write
+
+
+def _send(
+    config: GeneratorConfig,
+    kafka: KafkaSettings,
+    producer: KafkaProducer,
+    start_ms: int,
+    write_truth: Callable[[Record, int, int], None] | None,
+    progress: bool,
+    stop: threading.Event,
+) -> Summary:
+    counts = collections.Counter[str]()
+    intents = collections.Counter[str]()
+    pending: collections.deque[tuple[Record, Any]] = collections.deque()
+    expected = config.count
+    if expected is None and config.duration_ms is not None:
+        expected = round(config.rate * config.duration_ms / 1000)
+    bar = tqdm(
+        total=expected, unit="event", file=sys.stderr, dynamic_ncols=True,
+        disable=not progress or not sys.stderr.isatty(),
+    )
+
+    def settle(block: bool) -> None:
+        while pending and (block or pending[0][1].is_done):
+            record, future = pending.popleft()
+            try:
+                meta = future.get(timeout=_ACK_TIMEOUT_S)
+            except KafkaError as e:
+                raise ProduceError(
+                    f"record {record.seq} ({record.kind}) was not acknowledged: {e}"
+                ) from None
+            if write_truth is not None:
+                write_truth(record, meta.partition, meta.offset)
+
+    realtime = config.pace == "realtime"
+    topic = kafka.topic
+    send = producer.send
+    last_ms = start_ms
+    interrupted = False
+    unreported = 0
+    t_start = time.monotonic()
+    try:
+        for record in generate(config, start_ms):
+            if realtime:
+                wait_s = t_start + (record.send_ms - start_ms) / 1000 - time.monotonic()
+                if wait_s > 0 and stop.wait(wait_s):
+                    interrupted = True
+                    break
+            if stop.is_set():
+                interrupted = True
+                break
+            try:
+                future = send(topic, value=record.value, key=record.key, partition=record.partition)
+            except KafkaError as e:
+                raise ProduceError(f"sending to {topic!r} failed: {e}") from None
+            pending.append((record, future))
+            last_ms = record.send_ms
+            kind = record.kind
+            counts[kind] += 1
+            if kind == "event":
+                intents[record.intent or ""] += 1
+            if kind in ("event", "malformed"):
+                unreported += 1
+                if unreported >= 512:
+                    bar.update(unreported)
+                    unreported = 0
+            settle(block=len(pending) >= _MAX_PENDING)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        bar.update(unreported)
+        bar.close()
+    try:
+        producer.flush(timeout=_ACK_TIMEOUT_S)
+    except KafkaError as e:
+        raise ProduceError(f"flushing to {topic!r} failed: {e}") from None
+    settle(block=True)
+    return Summary(
+        topic=topic,
+        partitions=config.partitions,
+        records=sum(counts.values()),
+        events=counts["event"],
+        duplicates=counts["duplicate"],
+        malformed=counts["malformed"],
+        heartbeats=counts["heartbeat"],
+        in_order=intents["in_order"],
+        out_of_order=intents["out_of_order"],
+        late=intents["late"],
+        elapsed_s=time.monotonic() - t_start,
+        start_ms=start_ms,
+        end_ms=last_ms,
+        interrupted=interrupted,
+    )
+
+
+@contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """SIGINT/SIGTERM set `stop` (a second one aborts), so the demo can stop us cleanly."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Body of `tidegauge produce`.
+
+    Exit status: 0 when done or stopped by SIGINT/SIGTERM, 1 on Kafka errors, 2 on bad flags.
+    """
+    # Our own messages say what failed; kafka-python's log lines would only repeat it as noise.
+    logging.getLogger("kafka").addHandler(logging.NullHandler())
+    try:
+        kafka = KafkaSettings.from_env(bootstrap=args.bootstrap, topic=args.topic)
+        config = config_from_args(args)
+    except ValueError as e:
+        print(f"tidegauge produce: error: {e}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    try:
+        with _stop_on_signals(stop):
+            summary = produce(
+                config, kafka, truth_path=args.truth, progress=not args.quiet, stop=stop,
+                connect_timeout_ms=args.connect_timeout,
+            )
+    except (ProduceError, OSError) as e:
+        print(f"tidegauge produce: error: {e}", file=sys.stderr)
+        return 1
+    print(summary.format(), flush=True)
+    return 0
