@@ -1,0 +1,172 @@
+"""Exactly-once results in Redis: a replayed batch and a killed job leave the same state.
+
+Spark replays the last batch after a crash between the sink's write and the checkpoint's commit.
+The sink writes absolute values in one transaction, so a replay must not change a byte; a job
+killed with SIGKILL (JVM included) and restarted from its checkpoint must end where an
+uninterrupted run ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from tests.integration.helpers import tidegauge
+from tidegauge.store import Keys, read_batches
+
+MAX_PER_TRIGGER = 400
+EXCLUDED = {"tg:status", "tg:batches"}  # times of day live there
+
+
+def snapshot(r: redis.Redis) -> dict[str, Any]:
+    """Every key's full content, type-aware, except the status keys that record wall-clock times."""
+    out: dict[str, Any] = {}
+    for raw_key in sorted(r.keys("*")):
+        key = raw_key.decode()
+        if key in EXCLUDED:
+            continue
+        kind = r.type(key).decode()
+        if kind == "hash":
+            out[key] = sorted(r.hgetall(key).items())
+        elif kind == "zset":
+            out[key] = r.zrange(key, 0, -1, withscores=True)
+        elif kind == "set":
+            out[key] = sorted(r.smembers(key))
+        else:
+            out[key] = r.dump(key)
+    return out
+
+
+def job_args(bootstrap: str, topic: str, url: str, checkpoint: Path, trigger: str) -> list[str]:
+    return [
+        "job", "--bootstrap", bootstrap, "--topic", topic, "--redis", url,
+        "--checkpoint", str(checkpoint), "--window", "10s", "--allowed-lateness", "15s",
+        "--trigger", trigger, "--max-records-per-trigger", str(MAX_PER_TRIGGER),
+        "--master", "local[2]",
+    ]
+
+
+@pytest.fixture(scope="module")
+def stream(broker, redis_server, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    tmp = tmp_path_factory.mktemp("replay")
+    topic = "replay-events"
+    tidegauge("topic", "--bootstrap", broker.address, "--topic", topic)
+    tidegauge(
+        "produce", "--bootstrap", broker.address, "--topic", topic, "--pace", "fast",
+        "--start-time", "2026-03-01T12:00:00Z", "--count", "3000", "--rate", "50", "--seed", "11",
+        "--out-of-order-fraction", "0.1", "--max-delay", "6s", "--late-fraction", "0.05",
+        "--lateness", "15s", "--malformed-fraction", "0.02", "--duplicate-fraction", "0.02",
+        "--quiet",
+    )
+    url = f"redis://{redis_server.address}/13"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    checkpoint = tmp / "reference"
+    tidegauge(*job_args(broker.address, topic, url, checkpoint, "available-now"))
+    return {
+        "broker": broker.address, "topic": topic, "redis": redis_server.address, "tmp": tmp,
+        "url": url, "client": client, "checkpoint": checkpoint, "snapshot": snapshot(client),
+    }
+
+
+def test_replaying_the_last_batch_changes_nothing(stream: dict[str, Any]) -> None:
+    r, checkpoint = stream["client"], stream["checkpoint"]
+    before = stream["snapshot"]
+    assert any(k.startswith("tg:win:") for k in before) and "tg:dead:letters" in before
+    commits = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    last = commits[-1]
+    rows_in_last = {b["batch_id"]: b["input_rows"] for b in read_batches(r, Keys())}[last]
+    assert rows_in_last > 0, "the last batch must carry data for the replay to mean something"
+    # Crash between the sink's write and the commit: Spark must run batch `last` again.
+    (checkpoint / "commits" / str(last)).unlink()
+    (checkpoint / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    tidegauge(*job_args(stream["broker"], stream["topic"], stream["url"], checkpoint, "available-now"))
+    assert (checkpoint / "commits" / str(last)).exists(), "the batch was not run again"
+    replays = [b for b in read_batches(r, Keys()) if b["batch_id"] == last]
+    assert len(replays) == 1 and replays[0]["input_rows"] == rows_in_last
+    assert snapshot(r) == before
+
+
+def _tree(pid: int) -> set[int]:
+    """pid and all its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        out.add(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def _alive(pids: set[int]) -> list[int]:
+    out = []
+    for p in pids:
+        try:
+            state = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            out.append(p)
+    return out
+
+
+def test_killed_job_resumes_to_the_same_state(stream: dict[str, Any]) -> None:
+    url = f"redis://{stream['redis']}/12"
+    r = redis.Redis.from_url(url)
+    r.flushdb()
+    checkpoint = stream["tmp"] / "killed"
+    args = job_args(stream["broker"], stream["topic"], url, checkpoint, "500ms")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tidegauge.cli", *args],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            done = [b for b in read_batches(r, Keys()) if b["input_rows"]]
+            if len(done) >= 3:
+                break
+            assert proc.poll() is None, "job exited early"
+            time.sleep(0.2)
+        else:
+            pytest.fail("job made no progress")
+        tree = _tree(proc.pid)
+        os.killpg(proc.pid, signal.SIGKILL)  # no goodbye: JVM and Python workers die too
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    # PySpark's worker daemon runs in a process group of its own; it exits when the JVM's pipe
+    # closes, so give it a moment, then insist that nothing of the job is left.
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and _alive(tree):
+        time.sleep(0.2)
+    assert not _alive(tree), [Path(f"/proc/{p}/cmdline").read_bytes()[:120] for p in _alive(tree)]
+    total = sum(b["input_rows"] for b in read_batches(r, Keys()))
+    assert total < 3000, "the job finished before it was killed; the test proves nothing"
+    tidegauge(*job_args(stream["broker"], stream["topic"], url, checkpoint, "available-now"))
+    assert snapshot(r) == stream["snapshot"]
+    status = json.loads(tidegauge("query", "status", "--redis", url, "--json").stdout)
+    assert status["offsets"] == {
+        k: v for k, v in json.loads(
+            tidegauge("query", "status", "--redis", stream["url"], "--json").stdout
+        )["offsets"].items()
+    }
