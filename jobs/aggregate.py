@@ -1,4 +1,4 @@
-"""Per-service event-time windows kept in Spark state, with Spark's watermark rule applied to raw rows.
+"""Per-service event-time windows in Spark state; Spark's watermark rule applied to raw rows.
 
 Why `applyInPandasWithState` and not `groupBy(window(...)).count()`: the built-in aggregation drops
 late rows before any code of ours sees them, and one streaming query can only have one sink.
@@ -123,9 +123,13 @@ def _frame(rows: dict[str, list[Any]]) -> pd.DataFrame:
     return pd.DataFrame({c: rows.get(c, [None] * n) for c in _COLUMNS})
 
 
-def _events(service: str, pdfs: Iterator[pd.DataFrame], state: Any, size_ms: int) -> Iterator[pd.DataFrame]:
+def _events(
+    service: str, pdfs: Iterator[pd.DataFrame], state: Any, size_ms: int
+) -> Iterator[pd.DataFrame]:
     watermark = int(state.getCurrentWatermarkMs())
-    counts = WindowCounts.from_bytes(state.get[0], size_ms) if state.exists else WindowCounts(size_ms)
+    counts = (
+        WindowCounts.from_bytes(state.get[0], size_ms) if state.exists else WindowCounts(size_ms)
+    )
     updated: dict[int, int] = {}
     late: dict[int, int] = {}
     for pdf in pdfs:
@@ -163,10 +167,14 @@ def _dead(pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
     )
 
 
-def make_state_fn(size_ms: int) -> Callable[[tuple[Any, ...], Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
-    """The `applyInPandasWithState` function for tumbling windows of `size_ms`, grouped by (kind, service)."""
+def make_state_fn(
+    size_ms: int,
+) -> Callable[[tuple[Any, ...], Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
+    """The `applyInPandasWithState` function for `size_ms` tumbling windows, by (kind, service)."""
 
-    def fn(key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
+    def fn(
+        key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any
+    ) -> Iterator[pd.DataFrame]:
         kind, service = key
         if kind == KIND_EVENT:
             yield from _events(service, pdfs, state, size_ms)

@@ -58,10 +58,10 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
     if cfg.trigger == "available-now":
         reader = reader.option("endingOffsets", json.dumps(_current_end(cfg.kafka)))
     raw = reader.load()
-    parsed = raw.mapInArrow(parse_batches, PARSED_SCHEMA)
+    parsed = raw.mapInArrow(parse_batches, PARSED_SCHEMA)  # type: ignore[arg-type]
     watermarked = parsed.withWatermark("event_time", f"{cfg.allowed_lateness_ms} milliseconds")
     return watermarked.groupBy("kind", "service").applyInPandasWithState(
-        make_state_fn(cfg.window_ms),
+        make_state_fn(cfg.window_ms),  # type: ignore[arg-type]
         outputStructType=OUTPUT_SCHEMA,
         stateStructType=STATE_SCHEMA,
         outputMode="update",
@@ -71,7 +71,9 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
 
 def _current_end(kafka: KafkaSettings) -> dict[str, int]:
     """True end offsets now: what `available-now` processes before it stops."""
-    consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap, group_id=None, enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=kafka.bootstrap, group_id=None, enable_auto_commit=False
+    )
     try:
         parts = consumer.partitions_for_topic(kafka.topic)
         if not parts:
@@ -105,15 +107,27 @@ class _BatchWriter:
         for row in table.to_pylist():
             kind = row["kind"]
             if kind == "window":
-                windows.append(WindowUpdate(self.cfg.window_ms, row["window_start"], row["service"], row["count"]))
+                windows.append(
+                    WindowUpdate(
+                        self.cfg.window_ms, row["window_start"], row["service"], row["count"]
+                    )
+                )
             elif kind == "late":
-                late.append(WindowUpdate(self.cfg.window_ms, row["window_start"], row["service"], row["count"]))
+                late.append(
+                    WindowUpdate(
+                        self.cfg.window_ms, row["window_start"], row["service"], row["count"]
+                    )
+                )
             elif kind == "dead":
                 dead.append(
                     DeadLetter(
-                        partition=row["partition"], offset=row["offset"],
-                        kafka_timestamp=row["kafka_ms"] or 0, reason=row["reason"],
-                        detail=row["detail"], raw=row["raw"] or b"", raw_size=row["raw_size"] or 0,
+                        partition=row["partition"],
+                        offset=row["offset"],
+                        kafka_timestamp=row["kafka_ms"] or 0,
+                        reason=row["reason"],
+                        detail=row["detail"],
+                        raw=row["raw"] or b"",
+                        raw_size=row["raw_size"] or 0,
                         batch_id=batch_id,
                     )
                 )
@@ -121,15 +135,24 @@ class _BatchWriter:
                 dead_counts[row["reason"]] = row["count"]
         _retry(
             lambda: write_batch(
-                self._redis(), self.keys, batch_id, windows, dead, dead_counts,
-                dead_letter_max=self.cfg.dead_letter_max, late=late,
+                self._redis(),
+                self.keys,
+                batch_id,
+                windows,
+                dead,
+                dead_counts,
+                dead_letter_max=self.cfg.dead_letter_max,
+                late=late,
             ),
             what=f"writing batch {batch_id} to Redis",
         )
         if windows or dead or late:
             log.info(
                 "batch %d: %d window updates, %d late rows, %d dead letters",
-                batch_id, len(windows), sum(w.count for w in late), len(dead),
+                batch_id,
+                len(windows),
+                sum(w.count for w in late),
+                len(dead),
             )
 
 
@@ -222,7 +245,9 @@ class _StatusListener(StreamingQueryListener):
         if self.query_ids and str(p.get("id")) not in self.query_ids:
             return
         try:
-            write_progress(self.client, self.keys, progress_summary(p, self.cfg.allowed_lateness_ms))
+            write_progress(
+                self.client, self.keys, progress_summary(p, self.cfg.allowed_lateness_ms)
+            )
         except redis.RedisError as e:  # status is informational; never kill the query for it
             log.warning("could not write status: %s", e)
 
@@ -253,7 +278,9 @@ def start_query(spark: SparkSession, cfg: JobConfig) -> tuple[StreamingQuery, _S
     return query, listener
 
 
-def run_job(cfg: JobConfig, spark: SparkSession | None = None, stop: Callable[[], bool] | None = None) -> StreamingQuery:
+def run_job(
+    cfg: JobConfig, spark: SparkSession | None = None, stop: Callable[[], bool] | None = None
+) -> StreamingQuery:
     """Run the job until `available-now` has drained the topic, `stop()` says so, or it fails."""
     spark = spark or build_session(cfg.master, shuffle_partitions=cfg.shuffle_partitions)
     query, listener = start_query(spark, cfg)
@@ -264,7 +291,7 @@ def run_job(cfg: JobConfig, spark: SparkSession | None = None, stop: Callable[[]
             query.processAllAvailable()
         else:
             while query.isActive and not (stop and stop()):
-                query.awaitTermination(0.5)
+                query.awaitTermination(1)
     finally:
         if query.isActive:
             query.stop()
@@ -287,14 +314,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", default="10s", help="tumbling event-time window (default 10s)")
     p.add_argument("--allowed-lateness", default="30s", help="watermark delay (default 30s)")
     p.add_argument(
-        "--trigger", default="1s",
-        help="processing-time interval (default 1s) or 'available-now' (drain the topic, then exit)",
+        "--trigger",
+        default="1s",
+        help="processing-time interval (default 1s) or available-now (drain the topic, exit)",
     )
     p.add_argument("--starting-offsets", choices=["earliest", "latest"], default="earliest")
     p.add_argument("--max-records-per-trigger", type=int, default=None)
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     p.add_argument("--shuffle-partitions", type=int, default=4)
-    p.add_argument("--dead-letter-max", type=int, default=100_000, help="dead letters kept (newest)")
+    p.add_argument(
+        "--dead-letter-max", type=int, default=100_000, help="dead letters kept (newest)"
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log every batch")
 
 
@@ -317,6 +347,12 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
     )
 
 
+def _trigger_text(cfg: JobConfig) -> str:
+    if cfg.trigger == "available-now":
+        return cfg.trigger
+    return format_duration(cfg.trigger_interval_ms)
+
+
 def run(args: argparse.Namespace) -> int:
     """CLI entry: validate, connect, run until done or Ctrl-C/SIGTERM."""
     logging.basicConfig(
@@ -334,7 +370,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         connect(cfg.redis).ping()
     except redis.RedisError as e:
-        print(f"tidegauge job: cannot reach Redis at {redact_url(cfg.redis.url)}: {e}", file=sys.stderr)
+        print(
+            f"tidegauge job: cannot reach Redis at {redact_url(cfg.redis.url)}: {e}",
+            file=sys.stderr,
+        )
         return 1
     stopping = {"flag": False}
 
@@ -347,7 +386,7 @@ def run(args: argparse.Namespace) -> int:
         f"tidegauge job: {cfg.kafka.topic}@{cfg.kafka.bootstrap} -> {redact_url(cfg.redis.url)}; "
         f"window {format_duration(cfg.window_ms)}, allowed lateness "
         f"{format_duration(cfg.allowed_lateness_ms)}, trigger "
-        f"{cfg.trigger if cfg.trigger == 'available-now' else format_duration(cfg.trigger_interval_ms)}",
+        f"{_trigger_text(cfg)}",
         flush=True,
     )
     started = time.monotonic()

@@ -73,7 +73,9 @@ def split_limit(start: Mapping[str, int], end: Mapping[str, int], limit: int) ->
     return out
 
 
-def true_end_offsets(consumer: KafkaConsumer, tps: list[TopicPartition], timeout_s: float = 5.0) -> dict[TopicPartition, int]:
+def true_end_offsets(
+    consumer: KafkaConsumer, tps: list[TopicPartition], timeout_s: float = 5.0
+) -> dict[TopicPartition, int]:
     """The real high watermark of each partition.
 
     Some Kafka-protocol brokers (Tansu, see ../shared/NOTES.md) answer ListOffsets(latest) with
@@ -106,7 +108,12 @@ class KafkaPartition(InputPartition):
     """One Kafka partition's offset range [start, end) for one micro-batch (picklable)."""
 
     def __init__(
-        self, bootstrap: str, topic: str, partition: int, start: int, end: int,
+        self,
+        bootstrap: str,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
         poll_timeout_ms: int = 30_000,
     ) -> None:
         super().__init__(value=(partition, start, end))
@@ -206,7 +213,9 @@ class KafkaStreamReader(DataSourceStreamReader):
     def _client(self) -> KafkaConsumer:
         if self._consumer is None:
             self._consumer = KafkaConsumer(
-                bootstrap_servers=self.bootstrap, enable_auto_commit=False, group_id=None,
+                bootstrap_servers=self.bootstrap,
+                enable_auto_commit=False,
+                group_id=None,
                 client_id="tidegauge-planner",
             )
         return self._consumer
@@ -256,14 +265,18 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._pos = {p: int(v) for p, v in end.items()}
         return [
             KafkaPartition(
-                self.bootstrap, self.topic, int(p), int(start.get(p, 0)), int(e),
+                self.bootstrap,
+                self.topic,
+                int(p),
+                int(start.get(p, 0)),
+                int(e),
                 self.poll_timeout_ms,
             )
             for p, e in sorted(end.items(), key=lambda kv: int(kv[0]))
             if int(e) > int(start.get(p, 0))
         ]
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor side: the records of one partition range."""
         assert isinstance(partition, KafkaPartition)
         return _read_range(partition)

@@ -59,8 +59,18 @@ def _parse_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     cols["partition"] = batch.column("partition").to_pylist()
     cols["offset"] = batch.column("offset").to_pylist()
     cols["kafka_ms"] = [None if t is None else t // 1000 for t in ts]
-    kind, event_ms, service, user_id = cols["kind"], cols["event_ms"], cols["service"], cols["user_id"]
-    event_id, latency, status, sent = cols["event_id"], cols["latency_ms"], cols["status"], cols["sent_ms"]
+    kind, event_ms, service, user_id = (
+        cols["kind"],
+        cols["event_ms"],
+        cols["service"],
+        cols["user_id"],
+    )
+    event_id, latency, status, sent = (
+        cols["event_id"],
+        cols["latency_ms"],
+        cols["status"],
+        cols["sent_ms"],
+    )
     reason, detail, raw, raw_size = cols["reason"], cols["detail"], cols["raw"], cols["raw_size"]
     for i, value in enumerate(values):
         got = parse_record(value)

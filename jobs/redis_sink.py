@@ -74,7 +74,7 @@ def write_batch(
         counts.pop(ALL_SERVICES, None)
         fresh = by_window[(size, start)]
         counts.update(fresh)
-        mapping: dict[str, Any] = {s: _metrics(c, batch_id) for s, c in fresh.items()}
+        mapping: dict[Any, Any] = {s: _metrics(c, batch_id) for s, c in fresh.items()}
         mapping[ALL_SERVICES] = _metrics(sum(counts.values()), batch_id)
         tx.hset(keys.window(size, start), mapping=mapping)
         tx.zadd(keys.window_index(size), {str(start): start})

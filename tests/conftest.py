@@ -74,7 +74,7 @@ def redis_client(redis_settings: RedisSettings) -> Iterator[redis.Redis]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark tests by folder: tests/unit -> unit, tests/spark -> spark, tests/integration -> integration."""
+    """Mark tests by folder: tests/unit -> unit, tests/spark -> spark, and so on."""
     for item in items:
         parts = Path(str(item.fspath)).parts
         for tier in ("unit", "spark", "integration"):

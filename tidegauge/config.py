@@ -8,10 +8,10 @@ combination fails before Spark or Kafka is touched.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
-import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 __all__ = [
@@ -45,7 +45,9 @@ def redact_url(url: str) -> str:
     query = parts.query
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode([(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="*")
+        query = urlencode(
+            [(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="*"
+        )
     return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
@@ -67,10 +69,12 @@ class KafkaSettings:
 
     @classmethod
     def from_env(
-        cls, env: Mapping[str, str] | None = None, bootstrap: str | None = None,
+        cls,
+        env: Mapping[str, str] | None = None,
+        bootstrap: str | None = None,
         topic: str | None = None,
     ) -> KafkaSettings:
-        """Flags win over `TIDEGAUGE_KAFKA_BOOTSTRAP` / `TIDEGAUGE_TOPIC`, which win over defaults."""
+        """Flags win over TIDEGAUGE_KAFKA_BOOTSTRAP / TIDEGAUGE_TOPIC, which win over defaults."""
         env = os.environ if env is None else env
         return cls(
             bootstrap=bootstrap or env.get(ENV_BOOTSTRAP) or DEFAULT_BOOTSTRAP,
@@ -96,7 +100,9 @@ class RedisSettings:
 
     @classmethod
     def from_env(
-        cls, env: Mapping[str, str] | None = None, url: str | None = None,
+        cls,
+        env: Mapping[str, str] | None = None,
+        url: str | None = None,
         prefix: str | None = None,
     ) -> RedisSettings:
         """Flags win over `TIDEGAUGE_REDIS_URL`, which wins over the default."""
@@ -136,7 +142,9 @@ class JobConfig:
         if self.max_records_per_trigger is not None and self.max_records_per_trigger <= 0:
             raise ValueError("--max-records-per-trigger must be positive")
         if not self.checkpoint:
-            raise ValueError("--checkpoint is required (a directory Spark keeps offsets and state in)")
+            raise ValueError(
+                "--checkpoint is required (a directory Spark keeps offsets and state in)"
+            )
         if self.shuffle_partitions <= 0:
             raise ValueError("shuffle partitions must be positive")
         if self.dead_letter_max <= 0:

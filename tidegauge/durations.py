@@ -7,7 +7,7 @@ place where text becomes milliseconds, so CLI flags, environment variables and t
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 __all__ = ["format_duration", "parse_duration", "parse_instant", "to_iso"]
 
@@ -84,5 +84,5 @@ def parse_instant(text: str, now_ms: int) -> int:
 
 def to_iso(ms: int) -> str:
     """Epoch ms to an ISO-8601 UTC string with millisecond precision."""
-    dt = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
     return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -34,7 +34,7 @@ __all__ = [
 MIN_TIME_MS = 946_684_800_000
 MAX_TIME_MS = 4_102_444_800_000
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 _INT32 = 2**31
 
@@ -103,7 +103,9 @@ def parse_time(value: Any, field: str = "event_time") -> int:
     Raises `ContractError` with a reason; `parse_record` turns it into `Rejected`.
     """
     if isinstance(value, bool):
-        raise ContractError(Reason.WRONG_TYPE, f"{field} must be epoch ms or ISO-8601, got a boolean")
+        raise ContractError(
+            Reason.WRONG_TYPE, f"{field} must be epoch ms or ISO-8601, got a boolean"
+        )
     if isinstance(value, int):
         ms = value
     elif isinstance(value, float):
@@ -114,7 +116,9 @@ def parse_time(value: Any, field: str = "event_time") -> int:
         try:
             dt = datetime.fromisoformat(value)
         except ValueError:
-            raise ContractError(Reason.INVALID_TIME, f"{field} is not ISO-8601: {value[:64]!r}") from None
+            raise ContractError(
+                Reason.INVALID_TIME, f"{field} is not ISO-8601: {value[:64]!r}"
+            ) from None
         if dt.tzinfo is None:
             raise ContractError(Reason.INVALID_TIME, f"{field} has no time zone: {value[:64]!r}")
         ms = (dt - _EPOCH) // _MS  # floor: 09.9995 stays in the window that holds 09.999
@@ -138,7 +142,9 @@ def _string(obj: dict[str, Any], field: str, required: bool) -> str | None:
             raise ContractError(Reason.MISSING_FIELD, f"{field} is required")
         return None
     if not isinstance(value, str):
-        raise ContractError(Reason.WRONG_TYPE, f"{field} must be a string, got {type(value).__name__}")
+        raise ContractError(
+            Reason.WRONG_TYPE, f"{field} must be a string, got {type(value).__name__}"
+        )
     if required and not value:
         raise ContractError(Reason.INVALID_VALUE, f"{field} must not be empty")
     try:
@@ -171,11 +177,14 @@ def _event(obj: dict[str, Any]) -> Event:
             latency = math.inf
         if not math.isfinite(latency) or latency < 0:
             raise ContractError(
-                Reason.INVALID_VALUE, f"latency_ms must be a finite number >= 0: {str(latency)[:32]}"
+                Reason.INVALID_VALUE,
+                f"latency_ms must be a finite number >= 0: {str(latency)[:32]}",
             )
     status = obj.get("status")
     if status is not None and (isinstance(status, bool) or not isinstance(status, int)):
-        raise ContractError(Reason.WRONG_TYPE, f"status must be an integer, got {type(status).__name__}")
+        raise ContractError(
+            Reason.WRONG_TYPE, f"status must be an integer, got {type(status).__name__}"
+        )
     if status is not None and not -_INT32 <= status < _INT32:
         raise ContractError(Reason.INVALID_VALUE, "status must fit in 32 bits")
     assert event_id is not None and service is not None

@@ -387,8 +387,25 @@ def _generate(cfg: GeneratorConfig, t0: int) -> Iterator[Record]:
 
     def heartbeat(at: int, p: int) -> tuple[Any, ...]:
         value = encode_heartbeat(Heartbeat(event_time=at, partition=p, source=cfg.source))
-        return ("heartbeat", HEARTBEAT_KEY, value, p, at, None, at, at, at,
-                None, None, None, None, None, None, None, None)
+        return (
+            "heartbeat",
+            HEARTBEAT_KEY,
+            value,
+            p,
+            at,
+            None,
+            at,
+            at,
+            at,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
 
     done = False
     while not done:
@@ -447,8 +464,23 @@ def _generate(cfg: GeneratorConfig, t0: int) -> Iterator[Record]:
                 n_malformed += 1
                 obj = json.loads(encode_event(Event(eid, t, service, user_id, latency, status, t)))
                 payload: tuple[Any, ...] = (
-                    "malformed", key, build(obj), None, t, None, None, t, t,
-                    None, None, None, None, None, None, None, reason,
+                    "malformed",
+                    key,
+                    build(obj),
+                    None,
+                    t,
+                    None,
+                    None,
+                    t,
+                    t,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    reason,
                 )
                 push(heap, (t, 1, tiebreak, payload))
                 tiebreak += 1
@@ -476,8 +508,24 @@ def _generate(cfg: GeneratorConfig, t0: int) -> Iterator[Record]:
                 f'{user_json},"latency_ms":{latency!r},"status":{status},'
                 f'"sent_time":{times_json[1]}}}'
             ).encode()
-            fields = (key, value, None, send, eid, et, t, st, service, user_id,
-                      latency, status, delay, intent, skew, None)
+            fields = (
+                key,
+                value,
+                None,
+                send,
+                eid,
+                et,
+                t,
+                st,
+                service,
+                user_id,
+                latency,
+                status,
+                delay,
+                intent,
+                skew,
+                None,
+            )
             push(heap, (send, 1, tiebreak, ("event", *fields)))
             tiebreak += 1
             if duplicate[i]:
@@ -562,53 +610,135 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("kafka")
     g.add_argument("--bootstrap", help="Kafka HOST:PORT (env TIDEGAUGE_KAFKA_BOOTSTRAP)")
     g.add_argument("--topic", help="topic name (env TIDEGAUGE_TOPIC, default events)")
-    g.add_argument("--partitions", type=int, default=3,
-                   help="partitions of the topic if it is created (default 3)")
-    g.add_argument("--connect-timeout", type=d, default=parse_duration("5s"), metavar="DURATION",
-                   help="give up when the broker cannot be reached in this long (default 5s)")
+    g.add_argument(
+        "--partitions",
+        type=int,
+        default=3,
+        help="partitions of the topic if it is created (default 3)",
+    )
+    g.add_argument(
+        "--connect-timeout",
+        type=d,
+        default=parse_duration("5s"),
+        metavar="DURATION",
+        help="give up when the broker cannot be reached in this long (default 5s)",
+    )
     g = p.add_argument_group("volume and pace")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    g.add_argument("--rate", type=float, default=200.0,
-                   help="events per second of event time (default 200)")
+    g.add_argument(
+        "--rate", type=float, default=200.0, help="events per second of event time (default 200)"
+    )
     g.add_argument("--duration", type=d, metavar="DURATION", help="event time to cover")
     g.add_argument("--count", type=int, help="number of events (incl. malformed) to make")
-    g.add_argument("--pace", choices=("realtime", "fast"), default="realtime",
-                   help="realtime: send on the wall clock; fast: as fast as possible")
-    g.add_argument("--start-time", metavar="TIME",
-                   help="fast pace: event time of the start (epoch ms or ISO; default now)")
+    g.add_argument(
+        "--pace",
+        choices=("realtime", "fast"),
+        default="realtime",
+        help="realtime: send on the wall clock; fast: as fast as possible",
+    )
+    g.add_argument(
+        "--start-time",
+        metavar="TIME",
+        help="fast pace: event time of the start (epoch ms or ISO; default now)",
+    )
     g = p.add_argument_group("traffic shape")
-    g.add_argument("--services", type=_arg(parse_services), default=DEFAULT_SERVICES,
-                   metavar="NAME:WEIGHT,...",
-                   help="services and weights (default api:5,web:3,search:2,auth:1,payments:1)")
+    g.add_argument(
+        "--services",
+        type=_arg(parse_services),
+        default=DEFAULT_SERVICES,
+        metavar="NAME:WEIGHT,...",
+        help="services and weights (default api:5,web:3,search:2,auth:1,payments:1)",
+    )
     g.add_argument("--users", type=int, default=10_000, help="distinct users (default 10000)")
     g.add_argument("--zipf", type=float, default=1.1, help="user popularity exponent (default 1.1)")
-    g.add_argument("--anonymous-fraction", type=float, default=0.02, metavar="F",
-                   help="events without user_id (default 0.02)")
-    g.add_argument("--latency", type=_arg(parse_latency), default=(), metavar="NAME=MS[:SIGMA],...",
-                   help="lognormal latency median (ms) and sigma per service")
-    g.add_argument("--error-rate", type=float, default=0.01, metavar="F",
-                   help="5xx fraction (default 0.01)")
+    g.add_argument(
+        "--anonymous-fraction",
+        type=float,
+        default=0.02,
+        metavar="F",
+        help="events without user_id (default 0.02)",
+    )
+    g.add_argument(
+        "--latency",
+        type=_arg(parse_latency),
+        default=(),
+        metavar="NAME=MS[:SIGMA],...",
+        help="lognormal latency median (ms) and sigma per service",
+    )
+    g.add_argument(
+        "--error-rate", type=float, default=0.01, metavar="F", help="5xx fraction (default 0.01)"
+    )
     g = p.add_argument_group("disorder")
-    g.add_argument("--out-of-order-fraction", type=float, default=0.05, metavar="F",
-                   help="events sent up to --max-delay late (default 0.05)")
-    g.add_argument("--max-delay", type=d, default=parse_duration("5s"), metavar="DURATION",
-                   help="longest out-of-order delay (default 5s)")
-    g.add_argument("--late-fraction", type=float, default=0.0, metavar="F",
-                   help="events delayed by (lateness, 2*lateness] (default 0)")
-    g.add_argument("--lateness", type=d, default=parse_duration("30s"), metavar="DURATION",
-                   help="the allowed lateness late events exceed (default 30s)")
-    g.add_argument("--skew-fraction", type=float, default=0.0, metavar="F",
-                   help="users whose device clock is off by up to --max-skew (default 0)")
-    g.add_argument("--max-skew", type=d, default=parse_duration("2m"), metavar="DURATION",
-                   help="largest device clock offset, either way (default 2m)")
-    g.add_argument("--duplicate-fraction", type=float, default=0.0, metavar="F",
-                   help="events sent twice, as producer retries do (default 0)")
-    g.add_argument("--malformed-fraction", type=float, default=0.0, metavar="F",
-                   help="records that break the contract (default 0)")
-    g.add_argument("--iso-fraction", type=float, default=0.1, metavar="F",
-                   help="events with ISO-8601 times instead of epoch ms (default 0.1)")
-    g.add_argument("--heartbeat-interval", type=d, default=parse_duration("1s"), metavar="DURATION",
-                   help="event time between heartbeat rounds to every partition; 0 disables")
+    g.add_argument(
+        "--out-of-order-fraction",
+        type=float,
+        default=0.05,
+        metavar="F",
+        help="events sent up to --max-delay late (default 0.05)",
+    )
+    g.add_argument(
+        "--max-delay",
+        type=d,
+        default=parse_duration("5s"),
+        metavar="DURATION",
+        help="longest out-of-order delay (default 5s)",
+    )
+    g.add_argument(
+        "--late-fraction",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="events delayed by (lateness, 2*lateness] (default 0)",
+    )
+    g.add_argument(
+        "--lateness",
+        type=d,
+        default=parse_duration("30s"),
+        metavar="DURATION",
+        help="the allowed lateness late events exceed (default 30s)",
+    )
+    g.add_argument(
+        "--skew-fraction",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="users whose device clock is off by up to --max-skew (default 0)",
+    )
+    g.add_argument(
+        "--max-skew",
+        type=d,
+        default=parse_duration("2m"),
+        metavar="DURATION",
+        help="largest device clock offset, either way (default 2m)",
+    )
+    g.add_argument(
+        "--duplicate-fraction",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="events sent twice, as producer retries do (default 0)",
+    )
+    g.add_argument(
+        "--malformed-fraction",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="records that break the contract (default 0)",
+    )
+    g.add_argument(
+        "--iso-fraction",
+        type=float,
+        default=0.1,
+        metavar="F",
+        help="events with ISO-8601 times instead of epoch ms (default 0.1)",
+    )
+    g.add_argument(
+        "--heartbeat-interval",
+        type=d,
+        default=parse_duration("1s"),
+        metavar="DURATION",
+        help="event time between heartbeat rounds to every partition; 0 disables",
+    )
     g = p.add_argument_group("output")
     g.add_argument("--truth", metavar="PATH", help="write ground truth JSON lines here")
     g.add_argument("--quiet", action="store_true", help="no progress bar")

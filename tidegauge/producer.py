@@ -188,7 +188,10 @@ def _send(
     if expected is None and config.duration_ms is not None:
         expected = round(config.rate * config.duration_ms / 1000)
     bar = tqdm(
-        total=expected, unit="event", file=sys.stderr, dynamic_ncols=True,
+        total=expected,
+        unit="event",
+        file=sys.stderr,
+        dynamic_ncols=True,
         disable=not progress or not sys.stderr.isatty(),
     )
 
@@ -302,7 +305,11 @@ def run_cli(args: argparse.Namespace) -> int:
     try:
         with _stop_on_signals(stop):
             summary = produce(
-                config, kafka, truth_path=args.truth, progress=not args.quiet, stop=stop,
+                config,
+                kafka,
+                truth_path=args.truth,
+                progress=not args.quiet,
+                stop=stop,
                 connect_timeout_ms=args.connect_timeout,
             )
     except (ProduceError, OSError) as e:

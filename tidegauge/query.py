@@ -10,9 +10,9 @@ from typing import Any
 
 import redis
 
+from tidegauge import store
 from tidegauge.config import RedisSettings, redact_url
 from tidegauge.durations import format_duration, parse_duration, parse_instant, to_iso
-from tidegauge import store
 
 __all__ = ["add_arguments", "run"]
 
@@ -29,7 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w = sub.add_parser("windows", help="per-window metrics per service (and * for all)")
     common(w)
     w.add_argument("--service", help="one service, or * for the all-services totals")
-    w.add_argument("--since", help="windows ending after: epoch ms, ISO-8601, or a duration ago (15m)")
+    w.add_argument(
+        "--since", help="windows ending after: epoch ms, ISO-8601, or a duration ago (15m)"
+    )
     w.add_argument("--until", help="windows starting before (same forms)")
     w.add_argument("--window", help="window size, e.g. 10s (default: the smallest stored)")
 
@@ -69,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _windows(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int) -> int:
     rows = store.read_windows(
-        r, keys,
+        r,
+        keys,
         size_ms=parse_duration(args.window) if args.window else None,
         service=args.service,
         since_ms=parse_instant(args.since, now) if args.since else None,
@@ -101,9 +104,14 @@ def _status(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int
     if args.json:
         print(json.dumps(doc))
     else:
-        print(f"batch {status.batch_id} at {to_iso(status.batch_time)} "
-              f"({format_duration(max(age, 0))} ago), {status.input_rows} rows")
-        print(f"watermark {to_iso(status.watermark)} (delay {format_duration(now - status.watermark)})")
+        print(
+            f"batch {status.batch_id} at {to_iso(status.batch_time)} "
+            f"({format_duration(max(age, 0))} ago), {status.input_rows} rows"
+        )
+        print(
+            f"watermark {to_iso(status.watermark)} "
+            f"(delay {format_duration(now - status.watermark)})"
+        )
         print("offsets " + ", ".join(f"p{p}={o}" for p, o in sorted(status.offsets.items())))
     if args.max_age and age > parse_duration(args.max_age):
         return _fail(f"stale: last report {format_duration(age)} ago (> {args.max_age})")

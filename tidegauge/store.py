@@ -175,12 +175,12 @@ def _s(v: bytes | str) -> str:
 
 def read_window_sizes(r: redis.Redis, keys: Keys) -> list[int]:
     """Window sizes (ms) that have stored results, ascending."""
-    return sorted(int(_s(v)) for v in r.smembers(keys.window_sizes))  # type: ignore[union-attr]
+    return sorted(int(_s(v)) for v in r.smembers(keys.window_sizes))
 
 
 def read_services(r: redis.Redis, keys: Keys) -> list[str]:
     """Every service seen, sorted (without `*`)."""
-    return sorted(_s(v) for v in r.smembers(keys.services))  # type: ignore[union-attr]
+    return sorted(_s(v) for v in r.smembers(keys.services))
 
 
 def read_windows(
@@ -203,13 +203,11 @@ def read_windows(
         size_ms = sizes[0]
     lo = "-inf" if since_ms is None else since_ms - size_ms + 1
     hi = "+inf" if until_ms is None else until_ms - 1
-    starts = sorted(
-        {
-            int(_s(v))
-            for idx in (keys.window_index(size_ms), keys.late_index(size_ms))
-            for v in r.zrangebyscore(idx, lo, hi)  # type: ignore[union-attr]
-        }
-    )
+    found: set[int] = set()
+    for idx in (keys.window_index(size_ms), keys.late_index(size_ms)):
+        members: Any = r.zrangebyscore(idx, lo, hi)
+        found.update(int(_s(v)) for v in members)
+    starts = sorted(found)
     pipe = r.pipeline(transaction=False)
     for start in starts:
         pipe.hgetall(keys.window(size_ms, start))
@@ -246,7 +244,7 @@ def read_status(r: redis.Redis, keys: Keys) -> JobStatus | None:
     raw = r.hgetall(keys.status)
     if not raw:
         return None
-    d = {_s(k): _s(v) for k, v in raw.items()}  # type: ignore[union-attr]
+    d = {_s(k): _s(v) for k, v in raw.items()}
     return JobStatus(
         batch_id=int(d["batch_id"]),
         batch_time=int(d["batch_time"]),
@@ -263,15 +261,17 @@ def read_status(r: redis.Redis, keys: Keys) -> JobStatus | None:
 def read_batches(r: redis.Redis, keys: Keys, limit: int | None = None) -> list[dict[str, Any]]:
     """Per-batch summaries (oldest first): offsets before/after, rows, watermark, durations."""
     start = 0 if limit is None else -limit
-    return [json.loads(v) for v in r.zrange(keys.batches, start, -1)]  # type: ignore[union-attr]
+    members: Any = r.zrange(keys.batches, start, -1)
+    return [json.loads(v) for v in members]
 
 
 def read_dead_counts(r: redis.Redis, keys: Keys) -> dict[str, int]:
     """Dead letters ever seen, by reason (exact even when old records were trimmed)."""
-    return {_s(k): int(v) for k, v in r.hgetall(keys.dead_counts).items()}  # type: ignore[union-attr]
+    return {_s(k): int(v) for k, v in r.hgetall(keys.dead_counts).items()}
 
 
 def read_dead_letters(r: redis.Redis, keys: Keys, limit: int | None = None) -> list[DeadLetter]:
     """Kept dead letters, newest first (`limit` of them, or all)."""
     end = -1 if limit is None else limit - 1
-    return [DeadLetter.from_json(v) for v in r.zrevrange(keys.dead_letters, 0, end)]  # type: ignore[union-attr]
+    members: Any = r.zrevrange(keys.dead_letters, 0, end)
+    return [DeadLetter.from_json(v) for v in members]

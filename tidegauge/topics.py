@@ -15,7 +15,9 @@ __all__ = ["add_arguments", "ensure_topic", "run"]
 DEFAULT_PARTITIONS = 3
 
 
-def ensure_topic(kafka: KafkaSettings, partitions: int = DEFAULT_PARTITIONS, timeout_s: float = 30) -> int:
+def ensure_topic(
+    kafka: KafkaSettings, partitions: int = DEFAULT_PARTITIONS, timeout_s: float = 30
+) -> int:
     """Create `kafka.topic` if missing; return its partition count (existing topics are kept)."""
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None

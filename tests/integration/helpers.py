@@ -1,4 +1,4 @@
-"""Shared helpers for integration tests: run CLI commands, load ground truth, replay the watermark."""
+"""Integration test helpers: run the CLI, load ground truth, replay the watermark rule."""
 
 from __future__ import annotations
 
@@ -14,12 +14,17 @@ from typing import Any
 WINDOW_MS = 10_000
 
 
-def tidegauge(*args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
+def tidegauge(
+    *args: str, timeout: float = 300, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     """Run `tidegauge ARGS...` with this interpreter, as a user would."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.run(
         [sys.executable, "-m", "tidegauge.cli", *args],
-        capture_output=True, text=True, timeout=timeout, env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
     )
     if check and proc.returncode != 0:
         raise AssertionError(

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import redis
 
 from tests.integration.helpers import batch_rows, expected_windows, load_truth, tidegauge
-from tidegauge.config import RedisSettings
 from tidegauge.store import Keys, read_batches, read_dead_counts, read_dead_letters
 
 LATENESS_MS = 20_000
@@ -25,9 +23,7 @@ MAX_PER_TRIGGER = 1_000
 
 
 @pytest.fixture(scope="module")
-def run(
-    broker, redis_server, tmp_path_factory: pytest.TempPathFactory
-) -> dict:  # type: ignore[no-untyped-def]
+def run(broker, redis_server, tmp_path_factory: pytest.TempPathFactory) -> dict:  # type: ignore[no-untyped-def]
     """Produce once, run the job once; the tests below look at the result from several sides."""
     tmp = tmp_path_factory.mktemp("e2e")
     topic = "e2e-events"
@@ -36,23 +32,70 @@ def run(
     truth_path = tmp / "truth.jsonl"
     tidegauge("topic", "--bootstrap", broker.address, "--topic", topic, "--partitions", "3")
     produced = tidegauge(
-        "produce", "--bootstrap", broker.address, "--topic", topic, "--pace", "fast",
-        "--start-time", "2026-01-01T00:00:00Z", "--count", "6000", "--rate", "100",
-        "--seed", "7", "--out-of-order-fraction", "0.1", "--max-delay", "8s",
-        "--late-fraction", "0.03", "--lateness", "20s", "--malformed-fraction", "0.01",
-        "--duplicate-fraction", "0.01", "--iso-fraction", "0.1", "--heartbeat-interval", "1s",
-        "--truth", str(truth_path), "--quiet",
+        "produce",
+        "--bootstrap",
+        broker.address,
+        "--topic",
+        topic,
+        "--pace",
+        "fast",
+        "--start-time",
+        "2026-01-01T00:00:00Z",
+        "--count",
+        "6000",
+        "--rate",
+        "100",
+        "--seed",
+        "7",
+        "--out-of-order-fraction",
+        "0.1",
+        "--max-delay",
+        "8s",
+        "--late-fraction",
+        "0.03",
+        "--lateness",
+        "20s",
+        "--malformed-fraction",
+        "0.01",
+        "--duplicate-fraction",
+        "0.01",
+        "--iso-fraction",
+        "0.1",
+        "--heartbeat-interval",
+        "1s",
+        "--truth",
+        str(truth_path),
+        "--quiet",
     )
     job = tidegauge(
-        "job", "--bootstrap", broker.address, "--topic", topic, "--redis", url,
-        "--checkpoint", str(tmp / "checkpoint"), "--window", "10s",
-        "--allowed-lateness", "20s", "--trigger", "available-now",
-        "--starting-offsets", "earliest", "--max-records-per-trigger", str(MAX_PER_TRIGGER),
-        "--master", "local[2]",
+        "job",
+        "--bootstrap",
+        broker.address,
+        "--topic",
+        topic,
+        "--redis",
+        url,
+        "--checkpoint",
+        str(tmp / "checkpoint"),
+        "--window",
+        "10s",
+        "--allowed-lateness",
+        "20s",
+        "--trigger",
+        "available-now",
+        "--starting-offsets",
+        "earliest",
+        "--max-records-per-trigger",
+        str(MAX_PER_TRIGGER),
+        "--master",
+        "local[2]",
     )
     return {
-        "url": url, "truth": load_truth(truth_path), "produced": produced.stdout,
-        "job": job.stdout, "client": redis.Redis.from_url(url),
+        "url": url,
+        "truth": load_truth(truth_path),
+        "produced": produced.stdout,
+        "job": job.stdout,
+        "client": redis.Redis.from_url(url),
     }
 
 
@@ -107,8 +150,9 @@ def test_every_malformed_record_is_a_dead_letter_with_its_reason(run: dict) -> N
         assert d.raw_size >= len(d.raw)
     assert read_dead_counts(r, Keys()) == dict(Counter(t["reason"] for t in malformed.values()))
 
-    shown = json.loads(tidegauge("query", "dead-letters", "--redis", run["url"], "--json",
-                                 "--limit", "5").stdout)
+    shown = json.loads(
+        tidegauge("query", "dead-letters", "--redis", run["url"], "--json", "--limit", "5").stdout
+    )
     assert len(shown["letters"]) == 5
     assert sum(shown["counts"].values()) == len(malformed)
 

@@ -48,10 +48,25 @@ def snapshot(r: redis.Redis) -> dict[str, Any]:
 
 def job_args(bootstrap: str, topic: str, url: str, checkpoint: Path, trigger: str) -> list[str]:
     return [
-        "job", "--bootstrap", bootstrap, "--topic", topic, "--redis", url,
-        "--checkpoint", str(checkpoint), "--window", "10s", "--allowed-lateness", "15s",
-        "--trigger", trigger, "--max-records-per-trigger", str(MAX_PER_TRIGGER),
-        "--master", "local[2]",
+        "job",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--redis",
+        url,
+        "--checkpoint",
+        str(checkpoint),
+        "--window",
+        "10s",
+        "--allowed-lateness",
+        "15s",
+        "--trigger",
+        trigger,
+        "--max-records-per-trigger",
+        str(MAX_PER_TRIGGER),
+        "--master",
+        "local[2]",
     ]
 
 
@@ -61,10 +76,33 @@ def stream(broker, redis_server, tmp_path_factory: pytest.TempPathFactory) -> di
     topic = "replay-events"
     tidegauge("topic", "--bootstrap", broker.address, "--topic", topic)
     tidegauge(
-        "produce", "--bootstrap", broker.address, "--topic", topic, "--pace", "fast",
-        "--start-time", "2026-03-01T12:00:00Z", "--count", "3000", "--rate", "50", "--seed", "11",
-        "--out-of-order-fraction", "0.1", "--max-delay", "6s", "--late-fraction", "0.05",
-        "--lateness", "15s", "--malformed-fraction", "0.02", "--duplicate-fraction", "0.02",
+        "produce",
+        "--bootstrap",
+        broker.address,
+        "--topic",
+        topic,
+        "--pace",
+        "fast",
+        "--start-time",
+        "2026-03-01T12:00:00Z",
+        "--count",
+        "3000",
+        "--rate",
+        "50",
+        "--seed",
+        "11",
+        "--out-of-order-fraction",
+        "0.1",
+        "--max-delay",
+        "6s",
+        "--late-fraction",
+        "0.05",
+        "--lateness",
+        "15s",
+        "--malformed-fraction",
+        "0.02",
+        "--duplicate-fraction",
+        "0.02",
         "--quiet",
     )
     url = f"redis://{redis_server.address}/13"
@@ -73,8 +111,14 @@ def stream(broker, redis_server, tmp_path_factory: pytest.TempPathFactory) -> di
     checkpoint = tmp / "reference"
     tidegauge(*job_args(broker.address, topic, url, checkpoint, "available-now"))
     return {
-        "broker": broker.address, "topic": topic, "redis": redis_server.address, "tmp": tmp,
-        "url": url, "client": client, "checkpoint": checkpoint, "snapshot": snapshot(client),
+        "broker": broker.address,
+        "topic": topic,
+        "redis": redis_server.address,
+        "tmp": tmp,
+        "url": url,
+        "client": client,
+        "checkpoint": checkpoint,
+        "snapshot": snapshot(client),
     }
 
 
@@ -89,7 +133,9 @@ def test_replaying_the_last_batch_changes_nothing(stream: dict[str, Any]) -> Non
     # Crash between the sink's write and the commit: Spark must run batch `last` again.
     (checkpoint / "commits" / str(last)).unlink()
     (checkpoint / "commits" / f".{last}.crc").unlink(missing_ok=True)
-    tidegauge(*job_args(stream["broker"], stream["topic"], stream["url"], checkpoint, "available-now"))
+    tidegauge(
+        *job_args(stream["broker"], stream["topic"], stream["url"], checkpoint, "available-now")
+    )
     assert (checkpoint / "commits" / str(last)).exists(), "the batch was not run again"
     replays = [b for b in read_batches(r, Keys()) if b["batch_id"] == last]
     assert len(replays) == 1 and replays[0]["input_rows"] == rows_in_last
@@ -136,7 +182,9 @@ def test_killed_job_resumes_to_the_same_state(stream: dict[str, Any]) -> None:
     args = job_args(stream["broker"], stream["topic"], url, checkpoint, "500ms")
     proc = subprocess.Popen(
         [sys.executable, "-m", "tidegauge.cli", *args],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 180
@@ -166,7 +214,8 @@ def test_killed_job_resumes_to_the_same_state(stream: dict[str, Any]) -> None:
     assert snapshot(r) == stream["snapshot"]
     status = json.loads(tidegauge("query", "status", "--redis", url, "--json").stdout)
     assert status["offsets"] == {
-        k: v for k, v in json.loads(
+        k: v
+        for k, v in json.loads(
             tidegauge("query", "status", "--redis", stream["url"], "--json").stdout
         )["offsets"].items()
     }
