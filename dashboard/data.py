@@ -162,17 +162,19 @@ class StatusView:
 
 
 def status_view(status: JobStatus, now_ms: int, stale_after_ms: int) -> StatusView:
-    """Ages relative to `now_ms`; stale when the last batch is older than `stale_after_ms`.
+    """Ages relative to `now_ms`; stale when the job has not reported for `stale_after_ms`.
 
-    A watermark of 0 or less means "none yet" (Spark's watermark starts at 0 before any event).
+    The job reports after every batch and, while idle, every trigger interval (`status_time`),
+    so a quiet stream is not mistaken for a dead job. A watermark of 0 or less means "none yet" (Spark's watermark starts at 0 before any event).
     Ages are not clamped: a negative age means the dashboard's clock is behind the job's.
     """
     age = now_ms - status.batch_time
+    silent = now_ms - max(status.status_time, status.batch_time)
     has_wm = status.watermark > 0
     return StatusView(
         batch_id=status.batch_id,
         batch_age_ms=age,
-        stale=age > stale_after_ms,
+        stale=silent > stale_after_ms,
         watermark_ms=status.watermark if has_wm else None,
         watermark_delay_ms=now_ms - status.watermark if has_wm else None,
         input_rows=status.input_rows,

@@ -58,7 +58,7 @@ class DashboardSettings:
     def app_argv(self) -> list[str]:
         """The app's own flags (to pass after `--`); the Redis URL is left to the environment."""
         return [
-            f"--prefix={self.redis.prefix}",
+            f"--redis-prefix={self.redis.prefix}",
             f"--refresh={format_duration(self.refresh_ms)}",
             f"--window-range={format_duration(self.window_range_ms)}",
             f"--stale-after={format_duration(self.stale_after_ms)}",
@@ -80,7 +80,10 @@ def add_app_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"Redis URL (default: ${ENV_REDIS_URL} or redis://127.0.0.1:6379/0)",
     )
-    parser.add_argument("--prefix", default="tg", help="Redis key prefix (default: tg)")
+    parser.add_argument(
+        "--redis-prefix", "--prefix", dest="prefix", default="tg",
+        help="Redis key prefix (default: tg)",
+    )
     parser.add_argument(
         "--refresh",
         type=_duration,
