@@ -32,7 +32,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from jobs.aggregate import OUTPUT_SCHEMA, STATE_SCHEMA, make_state_fn
 from jobs.kafka_source import KafkaDataSource, true_end_offsets
 from jobs.parse import PARSED_SCHEMA, parse_batches
-from jobs.redis_sink import WindowUpdate, write_batch, write_progress
+from jobs.redis_sink import WindowUpdate, touch_status, write_batch, write_progress
 from jobs.spark import build_session
 from tidegauge.config import JobConfig, KafkaSettings, RedisSettings, redact_url
 from tidegauge.durations import format_duration, parse_duration
@@ -252,7 +252,13 @@ class _StatusListener(StreamingQueryListener):
             log.warning("could not write status: %s", e)
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: N802
-        """Idle triggers come with progress events too; nothing extra to do."""
+        """No new data: say we are alive, so a quiet stream does not look like a dead job."""
+        if self.query_ids and str(event.id) not in self.query_ids:
+            return
+        try:
+            touch_status(self.client, self.keys, round(time.time() * 1000))
+        except redis.RedisError as e:
+            log.warning("could not write status: %s", e)
 
     def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
         """Nothing to record."""

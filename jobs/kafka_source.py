@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import OffsetOutOfRangeError
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
@@ -134,6 +135,8 @@ def _read_range(part: KafkaPartition, chunk: int = 20_000) -> Iterator[pa.Record
         client_id=f"tidegauge-read-{part.partition}",
         max_partition_fetch_bytes=8 * 1024 * 1024,
         fetch_max_bytes=64 * 1024 * 1024,
+        # Never jump silently: offsets deleted by retention must fail the batch, not skip it.
+        auto_offset_reset="none",
     )
     tp = TopicPartition(part.topic, part.partition)
     try:
@@ -143,25 +146,32 @@ def _read_range(part: KafkaPartition, chunk: int = 20_000) -> Iterator[pa.Record
         pos = part.start
         quiet_since = time.monotonic()
         while pos < part.end:
-            records = consumer.poll(timeout_ms=500, max_records=chunk).get(tp, [])
-            if not records:
-                if time.monotonic() - quiet_since > part.poll_timeout_ms / 1000:
-                    raise RuntimeError(
-                        f"{part.topic}[{part.partition}]: offsets {pos}..{part.end} not readable "
-                        f"after {part.poll_timeout_ms} ms (deleted by retention, or broker down?)"
-                    )
-                continue
-            quiet_since = time.monotonic()
+            try:
+                records = consumer.poll(timeout_ms=500, max_records=chunk).get(tp, [])
+            except OffsetOutOfRangeError as e:
+                raise RuntimeError(
+                    f"{part.topic}[{part.partition}]: offset {pos} is out of range on the broker "
+                    "(deleted by retention?); the checkpoint points at data that no longer exists"
+                ) from e
             for rec in records:
                 if rec.offset >= part.end:
-                    pos = part.end
                     break
                 cols["partition"].append(part.partition)
                 cols["offset"].append(rec.offset)
                 cols["timestamp"].append(rec.timestamp * 1000 if rec.timestamp >= 0 else None)
                 cols["key"].append(rec.key)
                 cols["value"].append(rec.value)
-                pos = rec.offset + 1
+            # The position, not the last record, says how far we got: transaction markers take
+            # offsets but are never delivered as records, and the consumer steps over them.
+            reached = min(consumer.position(tp), part.end)
+            if reached > pos:
+                pos = reached
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since > part.poll_timeout_ms / 1000:
+                raise RuntimeError(
+                    f"{part.topic}[{part.partition}]: offsets {pos}..{part.end} not readable "
+                    f"after {part.poll_timeout_ms} ms (deleted by retention, or broker down?)"
+                )
             if len(cols["offset"]) >= chunk:
                 yield pa.RecordBatch.from_pydict(cols, schema=_ARROW_SCHEMA)
                 cols = {n: [] for n in _ARROW_SCHEMA.names}
@@ -185,12 +195,12 @@ def _checkpointed_end(checkpoint: str | None) -> Offsets | None:
     ids = [int(f.name) for f in log_dir.iterdir() if f.name.isdigit()]
     if not ids:
         return None
-    lines = (log_dir / str(max(ids))).read_text().splitlines()
     # v1 / metadata / one line per source; ours is the only source.
     try:
+        lines = (log_dir / str(max(ids))).read_text().splitlines()
         return {str(k): int(v) for k, v in json.loads(lines[2]).items()}
-    except (IndexError, ValueError, AttributeError):
-        return None
+    except (OSError, IndexError, ValueError, TypeError, AttributeError):
+        return None  # unreadable: fall back to initialOffset (Spark itself validates the log)
 
 
 class KafkaStreamReader(DataSourceStreamReader):

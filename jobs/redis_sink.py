@@ -18,7 +18,7 @@ import redis
 
 from tidegauge.store import ALL_SERVICES, DeadLetter, Keys
 
-__all__ = ["WindowUpdate", "write_batch", "write_progress"]
+__all__ = ["WindowUpdate", "touch_status", "write_batch", "write_progress"]
 
 #: How many per-batch summaries the `batches` sorted set keeps.
 BATCH_HISTORY = 2000
@@ -55,10 +55,10 @@ def write_batch(
     `late` holds this batch's late rows per (window, service); they are stored under a field
     named for the batch, so a replay overwrites instead of adding.
     """
+    if any(w.service == ALL_SERVICES for w in (*windows, *late)):
+        raise ValueError("'*' is computed by the sink, not sent to it")
     by_window: dict[tuple[int, int], dict[str, int]] = defaultdict(dict)
     for w in windows:
-        if w.service == ALL_SERVICES:
-            raise ValueError("'*' is computed by the sink, not sent to it")
         by_window[(w.size_ms, w.start_ms)][w.service] = w.count
 
     wins = sorted(by_window)
@@ -133,3 +133,9 @@ def _add_history(tx: Any, keys: Keys, batch_id: int, summary: Mapping[str, Any])
     tx.zremrangebyscore(keys.batches, batch_id, batch_id)
     tx.zadd(keys.batches, {json.dumps(dict(summary), sort_keys=True): batch_id})
     tx.zremrangebyrank(keys.batches, 0, -(BATCH_HISTORY + 1))
+
+
+def touch_status(r: redis.Redis, keys: Keys, now_ms: int) -> None:
+    """Record that the job is alive while idle (only once a status exists)."""
+    if r.hexists(keys.status, "batch_id"):
+        r.hset(keys.status, "status_time", str(now_ms))

@@ -1,0 +1,242 @@
+"""The pure parts of the Kafka source (jobs/kafka_source.py): batch sizing and the offset log.
+
+No broker here: `split_limit` is arithmetic on offset dicts and `_checkpointed_end` reads files
+laid out like Spark's offset log (`<checkpoint>/offsets/<batch id>`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from jobs.kafka_source import _checkpointed_end, split_limit
+
+# --- split_limit: table ---------------------------------------------------------------------
+#
+# Water-filling, visiting partitions from the least available data to the most (ties: lower
+# partition number first); each takes min(what it has, remaining // partitions left).
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "limit", "expected"),
+    [
+        pytest.param(
+            {"0": 0, "1": 0, "2": 0}, {"0": 5, "1": 3, "2": 0}, 100, {"0": 5, "1": 3, "2": 0},
+            id="limit-larger-than-available-takes-everything",
+        ),
+        pytest.param(
+            {"0": 0, "1": 0, "2": 0}, {"0": 8, "1": 3, "2": 0}, 11, {"0": 8, "1": 3, "2": 0},
+            id="limit-equal-to-available",
+        ),
+        pytest.param(
+            {"0": 0, "1": 0, "2": 0}, {"0": 100, "1": 100, "2": 100}, 30,
+            {"0": 10, "1": 10, "2": 10},
+            id="equal-shares",
+        ),
+        pytest.param(
+            # 10 // 3 = 3 for p0, 7 // 2 = 3 for p1, p2 (visited last) absorbs the remainder
+            {"0": 0, "1": 0, "2": 0}, {"0": 100, "1": 100, "2": 100}, 10,
+            {"0": 3, "1": 3, "2": 4},
+            id="remainder-goes-to-the-last-visited",
+        ),
+        pytest.param(
+            # p0 has only 2: it takes them and its unused share goes to the others (14 + 14)
+            {"0": 0, "1": 0, "2": 0}, {"0": 2, "1": 50, "2": 50}, 30,
+            {"0": 2, "1": 14, "2": 14},
+            id="uneven-partitions",
+        ),
+        pytest.param(
+            {"0": 7, "1": 7, "2": 7}, {"0": 7, "1": 57, "2": 107}, 40,
+            {"0": 7, "1": 27, "2": 27},
+            id="partition-with-nothing-new",
+        ),
+        pytest.param(
+            # shares 1 // 3 = 0, 1 // 2 = 0, then the last partition visited takes the one record
+            {"0": 0, "1": 0, "2": 0}, {"0": 5, "1": 5, "2": 5}, 1, {"0": 0, "1": 0, "2": 1},
+            id="limit-1",
+        ),
+        pytest.param(
+            {"0": 4, "1": 9}, {"0": 10, "1": 20}, 0, {"0": 4, "1": 9},
+            id="limit-0-stays-put",
+        ),
+        pytest.param(
+            # p2 appeared after `start` was taken: it starts at offset 0 with 4 records
+            # order: p2 (4 available) -> 9 // 3 = 3; p0 -> 6 // 2 = 3; p1 -> 3
+            {"0": 10, "1": 10}, {"0": 20, "1": 20, "2": 4}, 9, {"0": 13, "1": 13, "2": 3},
+            id="new-partition-missing-in-start",
+        ),
+        pytest.param(
+            {"0": 10, "1": 10}, {"0": 20, "1": 20, "2": 4}, 100, {"0": 20, "1": 20, "2": 4},
+            id="new-partition-missing-in-start-everything",
+        ),
+        pytest.param(
+            # ties are broken by partition NUMBER, not string order ("10" < "2" as strings)
+            {"2": 0, "10": 0}, {"2": 100, "10": 100}, 3, {"2": 1, "10": 2},
+            id="tie-break-numeric",
+        ),
+        pytest.param(
+            {"0": 1_000_000}, {"0": 1_000_500}, 100, {"0": 1_000_100},
+            id="single-partition-large-offsets",
+        ),
+        pytest.param({}, {}, 100, {}, id="no-partitions"),
+    ],
+)
+def test_split_limit_table(
+    start: dict[str, int], end: dict[str, int], limit: int, expected: dict[str, int]
+) -> None:
+    assert split_limit(start, end, limit) == expected
+
+
+# --- split_limit: properties ------------------------------------------------------------------
+
+
+def _random_case(rng: random.Random) -> tuple[dict[str, int], dict[str, int], int]:
+    n = rng.randint(1, 12)
+    start: dict[str, int] = {}
+    end: dict[str, int] = {}
+    for p in range(n):
+        s = rng.choice([0, rng.randint(0, 10_000)])
+        avail = rng.choice([0, 1, 2, rng.randint(0, 50), rng.randint(0, 5_000)])
+        end[str(p)] = s + avail
+        if rng.random() < 0.9:  # some partitions are new: missing in start
+            start[str(p)] = s
+        else:
+            end[str(p)] = avail
+    limit = rng.choice([1, 2, n, n + 1, rng.randint(0, 100), rng.randint(0, 20_000)])
+    return start, end, limit
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_split_limit_properties(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(50):
+        start, end, limit = _random_case(rng)
+        out = split_limit(start, end, limit)
+        assert set(out) == set(end)
+        base = {p: start.get(p, 0) for p in end}
+        for p in end:
+            assert out[p] <= end[p], "never past the end"
+            assert out[p] >= base[p], "never before the start"
+        taken = {p: out[p] - base[p] for p in end}
+        available = sum(end[p] - base[p] for p in end)
+        assert sum(taken.values()) == min(limit, available)
+        # fair: a partition left with data took at least (largest take - 1)
+        for p in end:
+            if out[p] < end[p]:
+                assert taken[p] >= max(taken.values()) - 1, (start, end, limit, out)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_split_limit_is_deterministic_and_order_free(seed: int) -> None:
+    rng = random.Random(seed)
+    start, end, limit = _random_case(rng)
+    first = split_limit(start, end, limit)
+    assert split_limit(start, end, limit) == first
+    # the same offsets given in another dict order give the same batch
+    items = list(end.items())
+    rng.shuffle(items)
+    assert split_limit(dict(reversed(list(start.items()))), dict(items), limit) == first
+
+
+def test_split_limit_does_not_mutate_inputs() -> None:
+    start, end = {"0": 1, "1": 2}, {"0": 10, "1": 20}
+    split_limit(start, end, 5)
+    assert start == {"0": 1, "1": 2}
+    assert end == {"0": 10, "1": 20}
+
+
+# --- _checkpointed_end: Spark's offset log --------------------------------------------------
+#
+# <checkpoint>/offsets/<batch id> holds three lines for a one-source query:
+#     v1
+#     {"batchWatermarkMs":...,"batchTimestampMs":...,"conf":{...}}
+#     {"0":123,"1":45}          <- our source's end offset for that batch
+
+_METADATA = json.dumps(
+    {
+        "batchWatermarkMs": 1_795_341_570_000,
+        "batchTimestampMs": 1_795_341_600_123,
+        "conf": {
+            "spark.sql.shuffle.partitions": "4",
+            "spark.sql.streaming.stateStore.providerClass": (
+                "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+            ),
+        },
+    },
+    separators=(",", ":"),
+)
+
+
+def _write_offsets(checkpoint: Path, batch_id: int, offsets: dict[str, int] | str) -> None:
+    d = checkpoint / "offsets"
+    d.mkdir(parents=True, exist_ok=True)
+    line = offsets if isinstance(offsets, str) else json.dumps(offsets, separators=(",", ":"))
+    (d / str(batch_id)).write_text(f"v1\n{_METADATA}\n{line}")
+
+
+def test_checkpointed_end_picks_the_highest_batch(tmp_path: Path) -> None:
+    _write_offsets(tmp_path, 0, {"0": 100, "1": 90, "2": 80})
+    _write_offsets(tmp_path, 1, {"0": 200, "1": 190, "2": 180})
+    # Spark's side files: checksums, temp files, the commit log; none of them is a batch
+    (tmp_path / "offsets" / ".1.crc").write_bytes(b"\x00garbage")
+    (tmp_path / "offsets" / ".2.tmp").write_text("v1\n{}\n{\"0\": 999}")
+    (tmp_path / "commits").mkdir()
+    (tmp_path / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}')
+    assert _checkpointed_end(str(tmp_path)) == {"0": 200, "1": 190, "2": 180}
+
+
+def test_checkpointed_end_orders_batch_ids_numerically(tmp_path: Path) -> None:
+    for i in range(11):  # 0..10: "9" > "10" as strings
+        _write_offsets(tmp_path, i, {"0": i * 10})
+    assert _checkpointed_end(str(tmp_path)) == {"0": 100}
+
+
+def test_checkpointed_end_normalises_keys_and_values(tmp_path: Path) -> None:
+    _write_offsets(tmp_path, 3, '{"0": 5, "1": 0, "12": 77}')
+    got = _checkpointed_end(str(tmp_path))
+    assert got == {"0": 5, "1": 0, "12": 77}
+    assert got is not None
+    assert all(isinstance(k, str) and isinstance(v, int) for k, v in got.items())
+
+
+def test_checkpointed_end_without_a_checkpoint(tmp_path: Path) -> None:
+    assert _checkpointed_end(None) is None
+    assert _checkpointed_end("") is None
+    assert _checkpointed_end(str(tmp_path / "does-not-exist")) is None
+    assert _checkpointed_end(str(tmp_path)) is None  # exists, but no offsets/ yet
+
+
+def test_checkpointed_end_offsets_is_a_file(tmp_path: Path) -> None:
+    (tmp_path / "offsets").write_text("not a directory")
+    assert _checkpointed_end(str(tmp_path)) is None
+
+
+def test_checkpointed_end_empty_offset_log(tmp_path: Path) -> None:
+    (tmp_path / "offsets").mkdir()
+    assert _checkpointed_end(str(tmp_path)) is None
+    (tmp_path / "offsets" / ".0.tmp").write_text("v1")  # only side files
+    assert _checkpointed_end(str(tmp_path)) is None
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        pytest.param(b"", id="empty-file"),
+        pytest.param(b"v1\n", id="version-only"),
+        pytest.param(f"v1\n{_METADATA}".encode(), id="no-source-line"),
+        pytest.param(f"v1\n{_METADATA}\n-".encode(), id="source-without-offset"),
+        pytest.param(f"v1\n{_METADATA}\n{{\"0\": 12".encode(), id="truncated-json"),
+        pytest.param(f"v1\n{_METADATA}\n[1, 2, 3]".encode(), id="json-list"),
+        pytest.param(f"v1\n{_METADATA}\n{{\"0\": \"twelve\"}}".encode(), id="non-numeric-offset"),
+        pytest.param(f"v1\n{_METADATA}\n{{\"0\": null}}".encode(), id="null-offset"),
+        pytest.param(f"v1\n{_METADATA}\n{{\"0\": [12]}}".encode(), id="list-offset"),
+        pytest.param(b"\xff\xfe\x00garbage\x80\n\x81\n\x82", id="binary-garbage"),
+    ],
+)
+def test_checkpointed_end_garbled_newest_entry(tmp_path: Path, content: bytes) -> None:
+    _write_offsets(tmp_path, 0, {"0": 1})
+    (tmp_path / "offsets" / "1").write_bytes(content)
+    assert _checkpointed_end(str(tmp_path)) is None
