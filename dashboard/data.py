@@ -165,7 +165,8 @@ def status_view(status: JobStatus, now_ms: int, stale_after_ms: int) -> StatusVi
     """Ages relative to `now_ms`; stale when the job has not reported for `stale_after_ms`.
 
     The job reports after every batch and, while idle, every trigger interval (`status_time`),
-    so a quiet stream is not mistaken for a dead job. A watermark of 0 or less means "none yet" (Spark's watermark starts at 0 before any event).
+    so a quiet stream is not mistaken for a dead job. A watermark of 0 or less means "none
+    yet" (Spark's watermark starts at 0 before any event).
     Ages are not clamped: a negative age means the dashboard's clock is behind the job's.
     """
     age = now_ms - status.batch_time
