@@ -47,7 +47,13 @@ from tidegauge.config import (
     RedisSettings,
     redact_url,
 )
-from tidegauge.services import Service, start_broker, start_redis, wait_for_port
+from tidegauge.services import (
+    Service,
+    parent_death_signal,
+    start_broker,
+    start_redis,
+    wait_for_port,
+)
 from tidegauge.store import Keys, connect, read_status
 from tidegauge.topics import DEFAULT_PARTITIONS, ensure_topic
 
@@ -66,21 +72,33 @@ LOG_TAIL_LINES = 20
 # the dashboard has something to show (lateness equals the job's allowed lateness: late events
 # arrive 30-60 s after their event time, i.e. after their window closed).
 _GENERATOR_KNOBS = (
-    "--out-of-order-fraction", "0.05",
-    "--max-delay", "5s",
-    "--late-fraction", "0.005",
-    "--lateness", "30s",
-    "--malformed-fraction", "0.002",
-    "--heartbeat-interval", "1s",
-    "--connect-timeout", "10s",
+    "--out-of-order-fraction",
+    "0.05",
+    "--max-delay",
+    "5s",
+    "--late-fraction",
+    "0.005",
+    "--lateness",
+    "30s",
+    "--malformed-fraction",
+    "0.002",
+    "--heartbeat-interval",
+    "1s",
+    "--connect-timeout",
+    "10s",
     "--quiet",
 )
 _JOB_KNOBS = (
-    "--trigger", "1s",
-    "--window", "10s",
-    "--allowed-lateness", "30s",
-    "--master", "local[2]",
-    "--shuffle-partitions", "2",
+    "--trigger",
+    "1s",
+    "--window",
+    "10s",
+    "--allowed-lateness",
+    "30s",
+    "--master",
+    "local[2]",
+    "--shuffle-partitions",
+    "2",
     "--verbose",
 )
 
@@ -126,28 +144,6 @@ class _Stack:
 
     services: list[Service] = field(default_factory=list)
     children: list[_Child] = field(default_factory=list)
-
-
-def _parent_death_signal() -> Callable[[], None] | None:
-    """A `preexec_fn` asking Linux to SIGTERM the child if this process dies without cleaning up.
-
-    The last line of defence against orphans when the demo itself is SIGKILLed: the child's
-    leader then stops as on Ctrl-C and takes its group (JVM, server) with it. None elsewhere.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before fork, called after
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig = 1
-
-    def preexec() -> None:
-        prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
-
-    return preexec
 
 
 def _group_members(pgid: int) -> list[int]:
@@ -314,9 +310,7 @@ class _Demo:
         try:
             svc = start_broker(log_path=log)
         except (RuntimeError, TimeoutError) as e:
-            raise DemoError(
-                f"the Kafka broker (Tansu) did not start: {e}{self._see(log)}"
-            ) from e
+            raise DemoError(f"the Kafka broker (Tansu) did not start: {e}{self._see(log)}") from e
         self.stack.services.append(svc)
         self.line("broker", "ready", f"{svc.address}  (Tansu, in memory, pid {svc.proc.pid})")
         return svc.address
@@ -370,8 +364,12 @@ class _Demo:
         with log_path.open("wb") as log:  # the child keeps its own copy of the descriptor
             proc = subprocess.Popen(
                 [sys.executable, "-m", "tidegauge.cli", *argv],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=env, start_new_session=True, preexec_fn=_parent_death_signal(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=parent_death_signal(),
             )
         child = _Child(name, proc, log_path)
         self.stack.children.append(child)
@@ -416,8 +414,10 @@ class _Demo:
         """Start everything and wait until it is ready; return (dashboard URL or '', Redis URL)."""
         args = self.args
         checkpoint = self.prepare_state_dir()
-        self.say(f"tidegauge demo: state in {self._rel(self.state_dir)}, "
-                 f"logs in {self._rel(self.log_dir)}/")
+        self.say(
+            f"tidegauge demo: state in {self._rel(self.state_dir)}, "
+            f"logs in {self._rel(self.log_dir)}/"
+        )
         # Fail before starting anything when the job could never run.
         from jobs.spark import ensure_java
 
@@ -438,20 +438,58 @@ class _Demo:
         before = read_status(status_client, keys)  # a reused Redis may hold an older run's status
         env = self.child_env(bootstrap, redis_url)
         rate = f"{args.rate:g}"
-        self.spawn("generator", ["produce", "--pace", "realtime", "--rate", rate,
-                                 "--topic", kafka.topic, "--partitions", str(DEFAULT_PARTITIONS),
-                                 *_GENERATOR_KNOBS], env)
+        self.spawn(
+            "generator",
+            [
+                "produce",
+                "--pace",
+                "realtime",
+                "--rate",
+                rate,
+                "--topic",
+                kafka.topic,
+                "--partitions",
+                str(DEFAULT_PARTITIONS),
+                *_GENERATOR_KNOBS,
+            ],
+            env,
+        )
         self.line("generator", "started", f"{rate} events/s of event time, now (realtime)")
-        self.spawn("job", ["job", "--topic", kafka.topic, "--checkpoint", str(checkpoint),
-                           "--starting-offsets", args.starting_offsets,
-                           "--redis-prefix", args.redis_prefix, *_JOB_KNOBS], env)
-        self.line("job", "started", f"Spark local[2] (java: {java}), checkpoint "
-                                    f"{self._rel(checkpoint)}")
+        self.spawn(
+            "job",
+            [
+                "job",
+                "--topic",
+                kafka.topic,
+                "--checkpoint",
+                str(checkpoint),
+                "--starting-offsets",
+                args.starting_offsets,
+                "--redis-prefix",
+                args.redis_prefix,
+                *_JOB_KNOBS,
+            ],
+            env,
+        )
+        self.line(
+            "job", "started", f"Spark local[2] (java: {java}), checkpoint {self._rel(checkpoint)}"
+        )
         url = ""
         if not args.no_dashboard:
             url = f"http://127.0.0.1:{args.port}"
-            self.spawn("dashboard", ["dashboard", "--port", str(args.port),
-                                     "--address", "127.0.0.1", "--prefix", args.redis_prefix], env)
+            self.spawn(
+                "dashboard",
+                [
+                    "dashboard",
+                    "--port",
+                    str(args.port),
+                    "--address",
+                    "127.0.0.1",
+                    "--prefix",
+                    args.redis_prefix,
+                ],
+                env,
+            )
 
             def healthy() -> bool:
                 try:
@@ -473,12 +511,19 @@ class _Demo:
         self.line("job", "waiting", "for its first micro-batch (Spark takes ~20-60 s to start)")
         remaining = max(5.0, args.ready_timeout - (time.monotonic() - self.started_at))
         try:
-            self.wait_until("the Spark job (no micro-batch status in Redis)", first_batch,
-                            remaining, interval_s=0.5)
+            self.wait_until(
+                "the Spark job (no micro-batch status in Redis)",
+                first_batch,
+                remaining,
+                interval_s=0.5,
+            )
         finally:
             status_client.close()
-        self.line("job", "ready", f"first micro-batch in Redis after "
-                                  f"{time.monotonic() - self.started_at:.1f}s")
+        self.line(
+            "job",
+            "ready",
+            f"first micro-batch in Redis after {time.monotonic() - self.started_at:.1f}s",
+        )
         return url, redis_url
 
     # -- watch and stop --------------------------------------------------------------------
@@ -489,8 +534,10 @@ class _Demo:
         if url:
             self.say(f"  Tidegauge dashboard:  {url}")
         else:
-            self.say("  Tidegauge is running (no dashboard).  Try: "
-                     f"TIDEGAUGE_REDIS_URL={redact_url(redis_url)} tidegauge query status")
+            self.say(
+                "  Tidegauge is running (no dashboard).  Try: "
+                f"TIDEGAUGE_REDIS_URL={redact_url(redis_url)} tidegauge query status"
+            )
         self.say(f"  Redis: {redact_url(redis_url)}   Logs: {self._rel(self.log_dir)}/")
         self.say("  Ctrl-C to stop.")
         self.say(rule)
@@ -526,8 +573,11 @@ class _Demo:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     child.proc.wait(5)
             else:
-                self.line(child.name, "stopped", f"exit {child.poll()} "
-                                                 f"({time.monotonic() - started:.1f}s)")
+                self.line(
+                    child.name,
+                    "stopped",
+                    f"exit {child.poll()} ({time.monotonic() - started:.1f}s)",
+                )
         # The rest of each group (the job's JVM and Python workers, the Streamlit server) exits
         # once its leader has: the JVM on EOF of its gateway pipe. Give it a moment, then kill.
         deadline = time.monotonic() + GROUP_GRACE_S
@@ -564,25 +614,53 @@ def _signals_to(handler: Callable[[int, FrameType | None], None]) -> Iterator[No
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of `tidegauge demo`."""
     p.add_argument("--port", type=int, default=8501, help="dashboard HTTP port (default 8501)")
-    p.add_argument("--rate", type=float, default=200.0,
-                   help="events per second the generator sends (default 200)")
-    p.add_argument("--bootstrap", metavar="HOST:PORT",
-                   help=f"use this Kafka instead of starting Tansu (env {ENV_BOOTSTRAP})")
-    p.add_argument("--redis", metavar="URL",
-                   help=f"use this Redis instead of starting redis-server (env {ENV_REDIS_URL})")
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=200.0,
+        help="events per second the generator sends (default 200)",
+    )
+    p.add_argument(
+        "--bootstrap",
+        metavar="HOST:PORT",
+        help=f"use this Kafka instead of starting Tansu (env {ENV_BOOTSTRAP})",
+    )
+    p.add_argument(
+        "--redis",
+        metavar="URL",
+        help=f"use this Redis instead of starting redis-server (env {ENV_REDIS_URL})",
+    )
     p.add_argument("--redis-prefix", default="tg", help="Redis key prefix (default tg)")
-    p.add_argument("--state-dir", default="./var/demo", metavar="DIR",
-                   help="logs and the Spark checkpoint go here (default ./var/demo)")
-    p.add_argument("--checkpoint", metavar="DIR",
-                   help="Spark checkpoint to use (and keep); default: a fresh one per run, "
-                        "under the state dir, removed on exit")
-    p.add_argument("--starting-offsets", choices=["earliest", "latest"], default="earliest",
-                   help="where a fresh checkpoint starts reading the topic (default earliest)")
-    p.add_argument("--no-dashboard", action="store_true",
-                   help="do not start the dashboard (headless runs, tests)")
-    p.add_argument("--ready-timeout", type=float, default=120.0, metavar="SECONDS",
-                   help="give up when the dashboard or the job's first batch takes longer "
-                        "(default 120)")
+    p.add_argument(
+        "--state-dir",
+        default="./var/demo",
+        metavar="DIR",
+        help="logs and the Spark checkpoint go here (default ./var/demo)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        help="Spark checkpoint to use (and keep); default: a fresh one per run, "
+        "under the state dir, removed on exit",
+    )
+    p.add_argument(
+        "--starting-offsets",
+        choices=["earliest", "latest"],
+        default="earliest",
+        help="where a fresh checkpoint starts reading the topic (default earliest)",
+    )
+    p.add_argument(
+        "--no-dashboard",
+        action="store_true",
+        help="do not start the dashboard (headless runs, tests)",
+    )
+    p.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="give up when the dashboard or the job's first batch takes longer (default 120)",
+    )
 
 
 def _validate(args: argparse.Namespace) -> str | None:
@@ -602,8 +680,9 @@ def _validate(args: argparse.Namespace) -> str | None:
     except ValueError as e:
         return str(e)
     if not args.no_dashboard and _port_in_use("127.0.0.1", args.port):
-        return (f"port {args.port} is in use (another dashboard or demo?): "
-                "pass --port to pick another")
+        return (
+            f"port {args.port} is in use (another dashboard or demo?): pass --port to pick another"
+        )
     return None
 
 
@@ -631,6 +710,9 @@ def run(args: argparse.Namespace) -> int:
             raise
         clean = demo.stop()
     if code == 0:
-        demo.say("tidegauge demo: stopped cleanly." if clean else
-                 "tidegauge demo: stopped (some processes had to be killed).")
+        demo.say(
+            "tidegauge demo: stopped cleanly."
+            if clean
+            else "tidegauge demo: stopped (some processes had to be killed)."
+        )
     return code
