@@ -157,6 +157,7 @@ def streamlit_command(settings: DashboardSettings, port: int, address: str) -> l
         f"--server.address={address}",
         "--server.headless=true",
         "--browser.gatherUsageStats=false",
+        "--client.toolbarMode=viewer",
         "--",
         *settings.app_argv(),
     ]
