@@ -18,13 +18,18 @@ them to compute expected answers, so all three agree by construction. The rules 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "WindowSpec",
     "advance_watermark",
+    "pane_size",
     "is_late",
     "tumbling_start",
     "tumbling_starts",
@@ -69,3 +74,80 @@ def advance_watermark(
     if latest is None:
         return watermark_ms
     return max(watermark_ms, latest - allowed_lateness_ms)
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """A window kind: tumbling (`slide` = `size`) or hopping (`slide` < `size`), in ms.
+
+    Hopping windows start at multiples of `slide` and last `size`; the job builds them by merging
+    panes (tumbling windows of `pane_size` of all specs), never by re-reading events:
+
+        size 30s, slide 10s, panes of 10s
+        panes    |p0 |p1 |p2 |p3 |p4 |
+        window   [p0  p1  p2]
+        window       [p1  p2  p3]
+        window           [p2  p3  p4]
+    """
+
+    size_ms: int
+    slide_ms: int
+
+    def __post_init__(self) -> None:
+        if self.size_ms <= 0:
+            raise ValueError("window size must be positive")
+        if not 0 < self.slide_ms <= self.size_ms:
+            raise ValueError(
+                f"slide must be in (0, size]: slide {self.slide_ms} ms, size {self.size_ms} ms"
+            )
+
+    @classmethod
+    def tumbling(cls, size_ms: int) -> WindowSpec:
+        """Windows of `size_ms` that do not overlap."""
+        return cls(size_ms, size_ms)
+
+    @classmethod
+    def parse(cls, text: str) -> WindowSpec:
+        """Parse "10s" (tumbling) or "60s/10s" (size/slide, hopping) with `parse_duration`."""
+        from tidegauge.durations import parse_duration
+
+        size, _, slide = text.partition("/")
+        size_ms = parse_duration(size)
+        return cls(size_ms, parse_duration(slide) if slide else size_ms)
+
+    @property
+    def kind(self) -> str:
+        """Either "tumbling" or "hopping"."""
+        return "tumbling" if self.slide_ms == self.size_ms else "hopping"
+
+    @property
+    def key(self) -> str:
+        """Identity in Redis keys: "10000" for tumbling, "60000-10000" for hopping."""
+        if self.kind == "tumbling":
+            return str(self.size_ms)
+        return f"{self.size_ms}-{self.slide_ms}"
+
+    @classmethod
+    def from_key(cls, key: str) -> WindowSpec:
+        """Inverse of `key`."""
+        if not re.fullmatch(r"\d+(-\d+)?", key):
+            raise ValueError(f"not a window key: {key!r}")
+        size, _, slide = key.partition("-")
+        return cls(int(size), int(slide) if slide else int(size))
+
+    def windows_containing(self, pane_start_ms: int, pane_ms: int) -> list[int]:
+        """Starts of the windows that contain the whole pane [pane_start, pane_start + pane_ms)."""
+        first = pane_start_ms + pane_ms - self.size_ms  # earliest start that still covers the pane
+        first = -(-first // self.slide_ms) * self.slide_ms  # round up to a multiple of slide
+        return list(range(first, pane_start_ms + 1, self.slide_ms))
+
+    def panes_of(self, window_start_ms: int, pane_ms: int) -> range:
+        """Pane starts that make up the window starting at `window_start_ms`."""
+        return range(window_start_ms, window_start_ms + self.size_ms, pane_ms)
+
+
+def pane_size(specs: Sequence[WindowSpec]) -> int:
+    """The largest pane every window of every spec is made of: gcd of all sizes and slides."""
+    if not specs:
+        raise ValueError("at least one window spec is needed")
+    return math.gcd(*[v for s in specs for v in (s.size_ms, s.slide_ms)])

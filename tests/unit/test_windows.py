@@ -79,7 +79,7 @@ def test_tumbling_starts_equals_scalar_version(seed: int, size: int) -> None:
     rng = np.random.default_rng(seed)
     ts = np.concatenate(
         [
-            rng.integers(-10**13, 10**13, size=500, dtype=np.int64),
+            rng.integers(-(10**13), 10**13, size=500, dtype=np.int64),
             rng.integers(-3 * size, 3 * size, size=200, dtype=np.int64),  # around the epoch
             np.arange(-2 * size, 2 * size + 1, max(size // 4, 1), dtype=np.int64),  # boundaries
         ]
@@ -210,3 +210,83 @@ def test_batch_sequence_max_lateness(event: int, late: bool) -> None:
     assert is_late(window_end(start, size), in_force) is late
     # The row itself does not move the watermark it is judged against.
     assert advance_watermark(in_force, [event], lateness) == in_force
+
+
+# --- window specs: tumbling and hopping windows built from panes -------------------------------
+
+from jobs.windows import WindowSpec, pane_size  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "kind"),
+    [
+        ("10s", "10000", "tumbling"),
+        ("60s/10s", "60000-10000", "hopping"),
+        ("1m/1m", "60000", "tumbling"),
+    ],
+)
+def test_spec_parse_and_key_round_trip(text: str, key: str, kind: str) -> None:
+    spec = WindowSpec.parse(text)
+    assert spec.key == key and spec.kind == kind
+    assert WindowSpec.from_key(key) == spec
+
+
+@pytest.mark.parametrize("bad", [(0, 0), (10, 0), (10, 20), (-10, -10)])
+def test_spec_rejects(bad: tuple[int, int]) -> None:
+    with pytest.raises(ValueError):
+        WindowSpec(*bad)
+
+
+def test_spec_from_key_rejects_garbage() -> None:
+    with pytest.raises(ValueError, match="not a window key"):
+        WindowSpec.from_key("10s")
+
+
+#   size 30, slide 10, panes of 10
+#   panes    |0  |10 |20 |30 |40 |
+#   windows  [0         30)
+#                [10        40)
+#                    [20        50)
+#   pane 20 is in the windows starting 0, 10 and 20.
+@pytest.mark.parametrize(
+    ("spec", "pane", "pane_ms", "starts"),
+    [
+        (WindowSpec(30, 10), 20, 10, [0, 10, 20]),
+        (WindowSpec(30, 10), 0, 10, [-20, -10, 0]),
+        (WindowSpec(10, 10), 20, 10, [20]),
+        (WindowSpec(20, 10), 15, 5, [0, 10]),
+        (WindowSpec(60, 20), 40, 20, [0, 20, 40]),
+        (WindowSpec(10, 10), -10, 10, [-10]),
+    ],
+)
+def test_windows_containing(spec: WindowSpec, pane: int, pane_ms: int, starts: list[int]) -> None:
+    assert spec.windows_containing(pane, pane_ms) == starts
+    for s in starts:
+        assert pane in spec.panes_of(s, pane_ms)
+
+
+def test_windows_containing_agrees_with_brute_force() -> None:
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        slide = int(rng.integers(1, 6)) * 5
+        spec = WindowSpec(slide * int(rng.integers(1, 5)), slide)
+        pane_ms = pane_size([spec])
+        pane = int(rng.integers(-20, 20)) * pane_ms
+        brute = [
+            s
+            for s in range(-2000, 2000)
+            if s % spec.slide_ms == 0 and s <= pane and pane + pane_ms <= s + spec.size_ms
+        ]
+        assert spec.windows_containing(pane, pane_ms) == brute
+
+
+@pytest.mark.parametrize(
+    ("specs", "pane"),
+    [
+        ([WindowSpec(10_000, 10_000)], 10_000),
+        ([WindowSpec(10_000, 10_000), WindowSpec(60_000, 10_000)], 10_000),
+        ([WindowSpec(15_000, 15_000), WindowSpec(60_000, 10_000)], 5_000),
+    ],
+)
+def test_pane_size_divides_every_size_and_slide(specs: list[WindowSpec], pane: int) -> None:
+    assert pane_size(specs) == pane
