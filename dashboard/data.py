@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 import redis
 
+from jobs.windows import WindowSpec
 from tidegauge.store import (
     ALL_SERVICES,
     DeadLetter,
@@ -23,7 +25,7 @@ from tidegauge.store import (
     read_dead_counts,
     read_dead_letters,
     read_status,
-    read_window_sizes,
+    read_window_specs,
     read_windows,
 )
 
@@ -52,13 +54,13 @@ WINDOW_COLUMNS = ["window_start", "window_end", "service", "count", "events_per_
 RAW_PREVIEW_CHARS = 80
 
 
-def read_newest_window_start(r: redis.Redis, keys: Keys, size_ms: int) -> int | None:
-    """Start (ms) of the newest stored window of `size_ms`, or None when there is none.
+def read_newest_window_start(r: redis.Redis, keys: Keys, spec: WindowSpec) -> int | None:
+    """Start (ms) of the newest stored window of `spec`, or None when there is none.
 
     One ZREVRANGE on the window index: the store's `read_windows` selects by time range, and
     the chart's range ends at the newest window, so this is read first.
     """
-    got = r.zrevrange(keys.window_index(size_ms), 0, 0)
+    got: Any = r.zrevrange(keys.window_index(spec.key), 0, 0)
     if not got:
         return None
     member = got[0]
@@ -98,13 +100,15 @@ def read_snapshot(
     (event time may lag or lead it). About seven round trips, independent of the window count.
     """
     status = read_status(r, keys)
-    sizes = read_window_sizes(r, keys)
-    size = sizes[0] if sizes else None
+    specs = read_window_specs(r, keys)
+    spec = specs[0] if specs else None
+    size = spec.size_ms if spec else None
     windows: list[WindowRow] = []
-    if size is not None:
-        newest = read_newest_window_start(r, keys, size)
+    if spec is not None:
+        newest = read_newest_window_start(r, keys, spec)
         if newest is not None:
-            windows = read_windows(r, keys, size, since_ms=newest + size - window_range_ms)
+            since = newest + spec.size_ms - window_range_ms
+            windows = read_windows(r, keys, spec, since_ms=since)
     return Snapshot(
         read_at_ms=now_ms,
         status=status,

@@ -15,86 +15,153 @@ letters, one for heartbeats (which only exist to move the watermark and produce 
 from __future__ import annotations
 
 import json
+import struct
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
+from jobs.metrics import WindowAgg
 from jobs.parse import KIND_DEAD, KIND_EVENT
-from jobs.windows import tumbling_starts
+from jobs.windows import WindowSpec, is_late, pane_size, tumbling_starts
 
 __all__ = [
     "OUTPUT_SCHEMA",
     "STATE_SCHEMA",
     "DeadCounts",
-    "WindowCounts",
+    "ServiceWindows",
     "make_state_fn",
 ]
 
 STATE_SCHEMA = "blob binary"
 
 #: One schema for every output kind (columns that do not apply are null):
-#: window     service, window_start, count  (absolute count of accepted rows so far)
-#: late       service, window_start, count  (late rows of this batch for that window)
+#: window     spec, service, window_start, count, metrics (JSON), agg (WindowAgg bytes): absolute
+#: late       spec, service, window_start, count   (late rows of this batch for that window)
 #: dead       partition, offset, kafka_ms, reason, detail, raw, raw_size
 #: dead_count reason, count                  (absolute count so far)
 OUTPUT_SCHEMA = (
-    "kind string, service string, window_start long, count long, partition int, offset long, "
-    "kafka_ms long, reason string, detail string, raw binary, raw_size int"
+    "kind string, spec string, service string, window_start long, count long, metrics string, "
+    "agg binary, partition int, offset long, kafka_ms long, reason string, detail string, "
+    "raw binary, raw_size int"
 )
 _COLUMNS = [c.strip().split(" ")[0] for c in OUTPUT_SCHEMA.split(",")]
 
-_STATE_VERSION = 1
+_STATE_MAGIC = b"TGSW"
+_STATE_VERSION = 2
+_PANE = struct.Struct("<qI")  # pane start (ms), length of its WindowAgg bytes
 
 
 @dataclass
-class WindowCounts:
-    """Open tumbling windows of one service: window start (ms) -> accepted events."""
+class ServiceWindows:
+    """One service's open panes (tumbling windows of `pane_ms`) and the window specs built on them.
 
-    size_ms: int
-    panes: dict[int, int] = field(default_factory=dict)
+    A row is added to its pane unless every window containing that pane (in every spec) has
+    already ended at or before the watermark; a window whose end <= watermark counts the row as
+    late instead. Windows with end > watermark that contain an updated pane are re-emitted.
+    """
 
-    def add(self, event_ms: np.ndarray, watermark_ms: int) -> tuple[dict[int, int], dict[int, int]]:
-        """Count a batch of event times; return (updated windows' new counts, late counts).
+    specs: tuple[WindowSpec, ...]
+    panes: dict[int, WindowAgg] = field(default_factory=dict)
 
-        A row is late when its window end <= `watermark_ms` (the watermark in force for this
-        batch); late rows are counted, never added to a window.
-        """
-        starts = tumbling_starts(event_ms, self.size_ms)
-        late_mask = starts + self.size_ms <= watermark_ms
-        late_starts, late_n = np.unique(starts[late_mask], return_counts=True)
-        ok_starts, ok_n = np.unique(starts[~late_mask], return_counts=True)
-        updated: dict[int, int] = {}
-        for s, n in zip(ok_starts.tolist(), ok_n.tolist(), strict=True):
-            self.panes[s] = self.panes.get(s, 0) + n
-            updated[s] = self.panes[s]
-        return updated, dict(zip(late_starts.tolist(), late_n.tolist(), strict=True))
+    def __post_init__(self) -> None:
+        self.pane_ms = pane_size(self.specs)
+
+    def _last_end(self, pane_start: int) -> int:
+        """End of the last window (any spec) that contains the pane."""
+        return max((pane_start // s.slide_ms) * s.slide_ms + s.size_ms for s in self.specs)
+
+    def add(
+        self,
+        event_ms: npt.NDArray[np.int64],
+        latency_ms: npt.NDArray[np.float64],
+        status: npt.NDArray[np.int64],
+        users: npt.NDArray[Any],
+        watermark_ms: int,
+    ) -> tuple[set[int], Counter[tuple[str, int]]]:
+        """Add a batch; return (updated pane starts, late rows per (spec key, window start))."""
+        late: Counter[tuple[str, int]] = Counter()
+        touched: set[int] = set()
+        starts = tumbling_starts(event_ms, self.pane_ms)
+        uniq, inverse = np.unique(starts, return_inverse=True)
+        for i, pane in enumerate(uniq.tolist()):
+            mask = inverse == i
+            n = int(np.count_nonzero(mask))
+            for spec in self.specs:
+                for w in spec.windows_containing(pane, self.pane_ms):
+                    if is_late(w + spec.size_ms, watermark_ms):
+                        late[(spec.key, w)] += n
+            if is_late(self._last_end(pane), watermark_ms):
+                continue
+            agg = self.panes.get(pane)
+            if agg is None:
+                agg = self.panes[pane] = WindowAgg()
+            agg.add(latency_ms[mask], status[mask], users[mask])
+            touched.add(pane)
+        return touched, late
+
+    def windows(
+        self, panes: set[int], watermark_ms: int
+    ) -> dict[tuple[WindowSpec, int], WindowAgg]:
+        """The still-open windows (end > watermark) containing any of `panes`, merged from panes."""
+        wanted = {
+            (spec, w)
+            for pane in panes
+            for spec in self.specs
+            for w in spec.windows_containing(pane, self.pane_ms)
+            if not is_late(w + spec.size_ms, watermark_ms)
+        }
+        out = {}
+        for spec, w in wanted:
+            parts = [self.panes[p] for p in spec.panes_of(w, self.pane_ms) if p in self.panes]
+            out[(spec, w)] = parts[0] if len(parts) == 1 else WindowAgg.merged(parts)
+        return out
 
     def evict(self, watermark_ms: int) -> list[int]:
-        """Forget windows that can no longer change (end <= watermark); return their starts."""
-        gone = [s for s in self.panes if s + self.size_ms <= watermark_ms]
-        for s in gone:
-            del self.panes[s]
+        """Forget panes no open window needs any more; return their starts."""
+        gone = [p for p in self.panes if is_late(self._last_end(p), watermark_ms)]
+        for p in gone:
+            del self.panes[p]
         return gone
 
     def to_bytes(self) -> bytes:
-        """Versioned state blob."""
-        return json.dumps({"v": _STATE_VERSION, "size": self.size_ms, "panes": self.panes}).encode()
+        """Versioned state blob: header (specs), then each pane's WindowAgg bytes."""
+        head = json.dumps({"specs": [s.key for s in self.specs]}).encode()
+        parts = [_STATE_MAGIC, struct.pack("<BI", _STATE_VERSION, len(head)), head]
+        for start, agg in sorted(self.panes.items()):
+            blob = agg.to_bytes()
+            parts += [_PANE.pack(start, len(blob)), blob]
+        return b"".join(parts)
 
     @classmethod
-    def from_bytes(cls, blob: bytes, size_ms: int) -> WindowCounts:
-        """Inverse of `to_bytes`; refuses state written for another window size."""
-        d = json.loads(blob)
-        if d.get("v") != _STATE_VERSION:
-            raise ValueError(f"window state version {d.get('v')} is not {_STATE_VERSION}")
-        if d["size"] != size_ms:
+    def from_bytes(cls, blob: bytes, specs: tuple[WindowSpec, ...]) -> ServiceWindows:
+        """Inverse of `to_bytes`; refuses state written for other window specs."""
+        if blob[:4] != _STATE_MAGIC:
             raise ValueError(
-                f"checkpoint holds {d['size']} ms windows but --window is {size_ms} ms: "
-                "use a new --checkpoint directory to change the window"
+                "the checkpoint holds window state from an older Tidegauge version: "
+                "use a new --checkpoint directory"
             )
-        return cls(size_ms, {int(k): int(v) for k, v in d["panes"].items()})
+        version, n_head = struct.unpack_from("<BI", blob, 4)
+        if version != _STATE_VERSION:
+            raise ValueError(f"window state version {version} is not {_STATE_VERSION}")
+        pos = 9 + n_head
+        stored = tuple(json.loads(blob[9:pos])["specs"])
+        if stored != tuple(s.key for s in specs):
+            raise ValueError(
+                f"checkpoint holds windows {list(stored)} but the job asks for "
+                f"{[s.key for s in specs]}: use a new --checkpoint directory to change --window"
+            )
+        panes = {}
+        while pos < len(blob):
+            start, n = _PANE.unpack_from(blob, pos)
+            pos += _PANE.size
+            panes[start] = WindowAgg.from_bytes(blob[pos : pos + n])
+            pos += n
+        return cls(specs, panes)
 
 
 @dataclass
@@ -110,7 +177,7 @@ class DeadCounts:
 
     def to_bytes(self) -> bytes:
         """Versioned state blob."""
-        return json.dumps({"v": _STATE_VERSION, "by_reason": self.by_reason}).encode()
+        return json.dumps({"v": 1, "by_reason": self.by_reason}).encode()
 
     @classmethod
     def from_bytes(cls, blob: bytes) -> DeadCounts:
@@ -124,30 +191,47 @@ def _frame(rows: dict[str, list[Any]]) -> pd.DataFrame:
 
 
 def _events(
-    service: str, pdfs: Iterator[pd.DataFrame], state: Any, size_ms: int
+    service: str, pdfs: Iterator[pd.DataFrame], state: Any, specs: tuple[WindowSpec, ...]
 ) -> Iterator[pd.DataFrame]:
     watermark = int(state.getCurrentWatermarkMs())
-    counts = (
-        WindowCounts.from_bytes(state.get[0], size_ms) if state.exists else WindowCounts(size_ms)
+    windows = (
+        ServiceWindows.from_bytes(state.get[0], specs) if state.exists else ServiceWindows(specs)
     )
-    updated: dict[int, int] = {}
-    late: dict[int, int] = {}
+    touched: set[int] = set()
+    late: Counter[tuple[str, int]] = Counter()
     for pdf in pdfs:
-        u, lt = counts.add(pdf["event_ms"].to_numpy(dtype=np.int64), watermark)
-        updated.update(u)
-        for s, n in lt.items():
-            late[s] = late.get(s, 0) + n
-    counts.evict(watermark)
-    state.update((counts.to_bytes(),))
-    kinds = ["window"] * len(updated) + ["late"] * len(late)
-    yield _frame(
-        {
-            "kind": kinds,
-            "service": [service] * len(kinds),
-            "window_start": list(updated) + list(late),
-            "count": list(updated.values()) + list(late.values()),
-        }
-    )
+        t, lt = windows.add(
+            pdf["event_ms"].to_numpy(dtype=np.int64),
+            pdf["latency_ms"].to_numpy(dtype=np.float64, na_value=np.nan),
+            pdf["status"].to_numpy(dtype=np.int64, na_value=-1),
+            pdf["user_id"].to_numpy(dtype=object),
+            watermark,
+        )
+        touched |= t
+        late.update(lt)
+    results = windows.windows(touched, watermark)
+    windows.evict(watermark)
+    state.update((windows.to_bytes(),))
+    rows: dict[str, list[Any]] = {c: [] for c in _COLUMNS}
+    for (spec, start), agg in sorted(results.items(), key=lambda kv: (kv[0][0].key, kv[0][1])):
+        _append(
+            rows,
+            kind="window",
+            spec=spec.key,
+            service=service,
+            window_start=start,
+            count=agg.count,
+            metrics=json.dumps(agg.metrics(spec.size_ms)),
+            agg=agg.to_bytes(),
+        )
+    for (key, start), n in sorted(late.items()):
+        _append(rows, kind="late", spec=key, service=service, window_start=start, count=n)
+    yield _frame(rows)
+
+
+def _append(rows: dict[str, list[Any]], **values: Any) -> None:
+    for c in _COLUMNS:
+        rows[c].append(values.get(c))
 
 
 def _dead(pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
@@ -168,16 +252,16 @@ def _dead(pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
 
 
 def make_state_fn(
-    size_ms: int,
+    specs: tuple[WindowSpec, ...],
 ) -> Callable[[tuple[Any, ...], Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
-    """The `applyInPandasWithState` function for `size_ms` tumbling windows, by (kind, service)."""
+    """The `applyInPandasWithState` function for these window specs, grouped by (kind, service)."""
 
     def fn(
         key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any
     ) -> Iterator[pd.DataFrame]:
         kind, service = key
         if kind == KIND_EVENT:
-            yield from _events(service, pdfs, state, size_ms)
+            yield from _events(service, pdfs, state, specs)
         elif kind == KIND_DEAD:
             yield from _dead(pdfs, state)
         else:  # heartbeats: they moved the watermark upstream; nothing to count

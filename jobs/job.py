@@ -32,8 +32,9 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from jobs.aggregate import OUTPUT_SCHEMA, STATE_SCHEMA, make_state_fn
 from jobs.kafka_source import KafkaDataSource, true_end_offsets
 from jobs.parse import PARSED_SCHEMA, parse_batches
-from jobs.redis_sink import WindowUpdate, touch_status, write_batch, write_progress
+from jobs.redis_sink import LateUpdate, WindowUpdate, touch_status, write_batch, write_progress
 from jobs.spark import build_session
+from jobs.windows import WindowSpec
 from tidegauge.config import JobConfig, KafkaSettings, RedisSettings, redact_url
 from tidegauge.durations import format_duration, parse_duration
 from tidegauge.store import DeadLetter, Keys, connect
@@ -61,7 +62,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
     parsed = raw.mapInArrow(parse_batches, PARSED_SCHEMA)  # type: ignore[arg-type]
     watermarked = parsed.withWatermark("event_time", f"{cfg.allowed_lateness_ms} milliseconds")
     return watermarked.groupBy("kind", "service").applyInPandasWithState(
-        make_state_fn(cfg.window_ms),  # type: ignore[arg-type]
+        make_state_fn(cfg.windows),  # type: ignore[arg-type]
         outputStructType=OUTPUT_SCHEMA,
         stateStructType=STATE_SCHEMA,
         outputMode="update",
@@ -103,20 +104,22 @@ class _BatchWriter:
         windows: list[WindowUpdate] = []
         dead: list[DeadLetter] = []
         dead_counts: dict[str, int] = {}
-        late: list[WindowUpdate] = []
+        late: list[LateUpdate] = []
         for row in table.to_pylist():
             kind = row["kind"]
             if kind == "window":
                 windows.append(
                     WindowUpdate(
-                        self.cfg.window_ms, row["window_start"], row["service"], row["count"]
+                        row["spec"],
+                        row["window_start"],
+                        row["service"],
+                        json.loads(row["metrics"]),
+                        row["agg"],
                     )
                 )
             elif kind == "late":
                 late.append(
-                    WindowUpdate(
-                        self.cfg.window_ms, row["window_start"], row["service"], row["count"]
-                    )
+                    LateUpdate(row["spec"], row["window_start"], row["service"], row["count"])
                 )
             elif kind == "dead":
                 dead.append(
@@ -317,7 +320,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--redis", help="Redis URL (env TIDEGAUGE_REDIS_URL)")
     p.add_argument("--redis-prefix", default="tg", help="key prefix in Redis (default tg)")
     p.add_argument("--checkpoint", required=True, help="directory for Spark offsets and state")
-    p.add_argument("--window", default="10s", help="tumbling event-time window (default 10s)")
+    p.add_argument(
+        "--window",
+        action="append",
+        metavar="SIZE[/SLIDE]",
+        help="event-time window: 10s tumbling, 60s/10s hopping; repeat for several (default 10s)",
+    )
+    p.add_argument("--slide", help="slide of the (single) --window: makes it hopping")
     p.add_argument("--allowed-lateness", default="30s", help="watermark delay (default 30s)")
     p.add_argument(
         "--trigger",
@@ -334,6 +343,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="log every batch")
 
 
+def _window_specs(texts: list[str], slide: str | None) -> tuple[WindowSpec, ...]:
+    specs = [WindowSpec.parse(t) for t in texts]
+    if slide is not None:
+        if len(specs) != 1 or specs[0].kind != "tumbling":
+            raise ValueError("--slide goes with exactly one --window SIZE (or write SIZE/SLIDE)")
+        specs = [WindowSpec(specs[0].size_ms, parse_duration(slide))]
+    return tuple(specs)
+
+
 def config_from_args(args: argparse.Namespace) -> JobConfig:
     """Build the one validated JobConfig from flags (and environment for connection settings)."""
     available_now = args.trigger.strip().lower() in ("available-now", "availablenow", "once")
@@ -341,7 +359,7 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         kafka=KafkaSettings.from_env(bootstrap=args.bootstrap, topic=args.topic),
         redis=RedisSettings.from_env(url=args.redis, prefix=args.redis_prefix),
         checkpoint=args.checkpoint,
-        window_ms=parse_duration(args.window),
+        windows=_window_specs(args.window or ["10s"], args.slide),
         allowed_lateness_ms=parse_duration(args.allowed_lateness),
         trigger="available-now" if available_now else "processing-time",
         trigger_interval_ms=1000 if available_now else parse_duration(args.trigger),
@@ -351,6 +369,12 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         shuffle_partitions=args.shuffle_partitions,
         dead_letter_max=args.dead_letter_max,
     )
+
+
+def _window_text(w: WindowSpec) -> str:
+    if w.kind == "tumbling":
+        return format_duration(w.size_ms)
+    return f"{format_duration(w.size_ms)}/{format_duration(w.slide_ms)}"
 
 
 def _trigger_text(cfg: JobConfig) -> str:
@@ -390,7 +414,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _stop)
     print(
         f"tidegauge job: {cfg.kafka.topic}@{cfg.kafka.bootstrap} -> {redact_url(cfg.redis.url)}; "
-        f"window {format_duration(cfg.window_ms)}, allowed lateness "
+        f"windows {', '.join(_window_text(w) for w in cfg.windows)}, allowed lateness "
         f"{format_duration(cfg.allowed_lateness_ms)}, trigger "
         f"{_trigger_text(cfg)}",
         flush=True,

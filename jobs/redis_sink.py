@@ -16,9 +16,11 @@ from typing import Any
 
 import redis
 
+from jobs.metrics import WindowAgg
+from jobs.windows import WindowSpec
 from tidegauge.store import ALL_SERVICES, DeadLetter, Keys
 
-__all__ = ["WindowUpdate", "touch_status", "write_batch", "write_progress"]
+__all__ = ["LateUpdate", "WindowUpdate", "touch_status", "write_batch", "write_progress"]
 
 #: How many per-batch summaries the `batches` sorted set keeps.
 BATCH_HISTORY = 2000
@@ -26,16 +28,31 @@ BATCH_HISTORY = 2000
 
 @dataclass(frozen=True)
 class WindowUpdate:
-    """The new absolute metrics of one (window, service) after a batch."""
+    """The new absolute state of one (window, service) after a batch.
 
-    size_ms: int
+    `spec` is the window spec's key (jobs/windows.WindowSpec.key), `agg` the serialised
+    WindowAgg (sketches included), `metrics` the numbers computed from it on the executor.
+    """
+
+    spec: str
+    start_ms: int
+    service: str
+    metrics: Mapping[str, Any]
+    agg: bytes
+
+
+@dataclass(frozen=True)
+class LateUpdate:
+    """Rows of one (window, service) that arrived late in this batch."""
+
+    spec: str
     start_ms: int
     service: str
     count: int
 
 
-def _metrics(count: int, batch_id: int) -> str:
-    return json.dumps({"count": count, "batch": batch_id}, separators=(",", ":"))
+def _doc(metrics: Mapping[str, Any], batch_id: int) -> str:
+    return json.dumps({**metrics, "batch": batch_id}, separators=(",", ":"), sort_keys=True)
 
 
 def write_batch(
@@ -46,46 +63,52 @@ def write_batch(
     dead: Iterable[DeadLetter] = (),
     dead_counts: Mapping[str, int] | None = None,
     dead_letter_max: int = 100_000,
-    late: Sequence[WindowUpdate] = (),
+    late: Sequence[LateUpdate] = (),
 ) -> None:
-    """Write one batch: window metrics (and the `*` totals they imply), late counts, dead letters.
+    """Write one batch: windows (and the `*` rows they imply), late counts, dead letters.
 
-    The `*` row of a window is the sum over every service stored for that window, read back
-    from Redis before the transaction, so it stays right when only some services changed.
-    `late` holds this batch's late rows per (window, service); they are stored under a field
-    named for the batch, so a replay overwrites instead of adding.
+    The `*` row of a window merges the aggregates (counts and sketches) of every service stored
+    for that window, read back from Redis before the transaction, so it stays right when only
+    some services changed. `late` rows are stored under a field named for the batch, so a replay
+    overwrites instead of adding.
     """
-    if any(w.service == ALL_SERVICES for w in (*windows, *late)):
+    if any(w.service == ALL_SERVICES for w in windows) or any(
+        lt.service == ALL_SERVICES for lt in late
+    ):
         raise ValueError("'*' is computed by the sink, not sent to it")
-    by_window: dict[tuple[int, int], dict[str, int]] = defaultdict(dict)
+    by_window: dict[tuple[str, int], dict[str, WindowUpdate]] = defaultdict(dict)
     for w in windows:
-        by_window[(w.size_ms, w.start_ms)][w.service] = w.count
+        by_window[(w.spec, w.start_ms)][w.service] = w
 
     wins = sorted(by_window)
     read = r.pipeline(transaction=False)
-    for size, start in wins:
-        read.hgetall(keys.window(size, start))
+    for spec, start in wins:
+        read.hgetall(keys.window_aggs(spec, start))
     stored = read.execute() if wins else []
 
     tx = r.pipeline(transaction=True)
     services: set[str] = set()
-    for (size, start), existing in zip(wins, stored, strict=True):
-        counts = {k.decode(): json.loads(v)["count"] for k, v in existing.items()}
-        counts.pop(ALL_SERVICES, None)
-        fresh = by_window[(size, start)]
-        counts.update(fresh)
-        mapping: dict[Any, Any] = {s: _metrics(c, batch_id) for s, c in fresh.items()}
-        mapping[ALL_SERVICES] = _metrics(sum(counts.values()), batch_id)
-        tx.hset(keys.window(size, start), mapping=mapping)
-        tx.zadd(keys.window_index(size), {str(start): start})
-        tx.sadd(keys.window_sizes, str(size))
+    for (spec, start), existing in zip(wins, stored, strict=True):
+        fresh = by_window[(spec, start)]
+        aggs = {k.decode(): v for k, v in existing.items()}
+        aggs.pop(ALL_SERVICES, None)
+        aggs.update({s: w.agg for s, w in fresh.items()})
+        total = WindowAgg.merged(WindowAgg.from_bytes(b) for _, b in sorted(aggs.items()))
+        docs: dict[Any, Any] = {s: _doc(w.metrics, batch_id) for s, w in fresh.items()}
+        docs[ALL_SERVICES] = _doc(total.metrics(WindowSpec.from_key(spec).size_ms), batch_id)
+        blobs: dict[Any, Any] = {s: w.agg for s, w in fresh.items()}
+        blobs[ALL_SERVICES] = total.to_bytes()
+        tx.hset(keys.window(spec, start), mapping=docs)
+        tx.hset(keys.window_aggs(spec, start), mapping=blobs)
+        tx.zadd(keys.window_index(spec), {str(start): start})
+        tx.sadd(keys.window_specs, spec)
         services.update(fresh)
     if services:
         tx.sadd(keys.services, *sorted(services))
-    for w in late:
-        tx.hset(keys.window_late(w.size_ms, w.start_ms), f"{w.service}|{batch_id}", str(w.count))
-        tx.zadd(keys.late_index(w.size_ms), {str(w.start_ms): w.start_ms})
-        tx.sadd(keys.window_sizes, str(w.size_ms))
+    for lt in late:
+        tx.hset(keys.window_late(lt.spec, lt.start_ms), f"{lt.service}|{batch_id}", str(lt.count))
+        tx.zadd(keys.late_index(lt.spec), {str(lt.start_ms): lt.start_ms})
+        tx.sadd(keys.window_specs, lt.spec)
     letters = {d.to_json(): d.kafka_timestamp for d in dead}
     if letters:
         tx.zadd(keys.dead_letters, letters)

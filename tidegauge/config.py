@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from jobs.windows import WindowSpec
+
 __all__ = [
     "DEFAULT_BOOTSTRAP",
     "DEFAULT_REDIS_URL",
@@ -120,7 +122,7 @@ class JobConfig:
     kafka: KafkaSettings
     redis: RedisSettings
     checkpoint: str
-    window_ms: int = 10_000
+    windows: tuple[WindowSpec, ...] = (WindowSpec.tumbling(10_000),)
     allowed_lateness_ms: int = 30_000
     trigger: TriggerKind = "processing-time"
     trigger_interval_ms: int = 1_000
@@ -131,8 +133,10 @@ class JobConfig:
     dead_letter_max: int = 100_000
 
     def __post_init__(self) -> None:
-        if self.window_ms <= 0:
-            raise ValueError("--window must be positive")
+        if not self.windows:
+            raise ValueError("at least one --window is needed")
+        if len({w.key for w in self.windows}) != len(self.windows):
+            raise ValueError("--window given twice with the same size and slide")
         if self.allowed_lateness_ms < 0:
             raise ValueError("--allowed-lateness must be >= 0")
         if self.trigger_interval_ms < 0:

@@ -10,9 +10,11 @@ from typing import Any
 
 import redis
 
+from jobs.windows import WindowSpec
 from tidegauge import store
 from tidegauge.config import RedisSettings, redact_url
 from tidegauge.durations import format_duration, parse_duration, parse_instant, to_iso
+from tidegauge.store import ALL_SERVICES
 
 __all__ = ["add_arguments", "run"]
 
@@ -33,7 +35,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--since", help="windows ending after: epoch ms, ISO-8601, or a duration ago (15m)"
     )
     w.add_argument("--until", help="windows starting before (same forms)")
-    w.add_argument("--window", help="window size, e.g. 10s (default: the smallest stored)")
+    w.add_argument(
+        "--window", help="window spec: 10s or 60s/10s (default: the smallest tumbling one stored)"
+    )
+
+    g = sub.add_parser("range", help="metrics of a time range, merged from its windows' sketches")
+    common(g)
+    g.add_argument("--from", dest="range_from", required=True, help="start: epoch ms, ISO, or 15m")
+    g.add_argument("--to", dest="range_to", help="end (default: now)")
+    g.add_argument("--service", default=ALL_SERVICES, help="one service (default: * = all)")
+    g.add_argument("--window", help="tumbling window spec to merge (default: smallest stored)")
 
     s = sub.add_parser("status", help="the job's latest batch: id, age, watermark, offsets")
     common(s)
@@ -62,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
             return _windows(r, keys, args, now)
         if args.view == "status":
             return _status(r, keys, args, now)
+        if args.view == "range":
+            return _range(r, keys, args, now)
         return _dead(r, keys, args)
     except redis.RedisError as e:
         return _fail(f"cannot read Redis at {redact_url(settings.url)}: {e}")
@@ -73,7 +86,7 @@ def _windows(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: in
     rows = store.read_windows(
         r,
         keys,
-        size_ms=parse_duration(args.window) if args.window else None,
+        spec=WindowSpec.parse(args.window) if args.window else None,
         service=args.service,
         since_ms=parse_instant(args.since, now) if args.since else None,
         until_ms=parse_instant(args.until, now) if args.until else None,
@@ -82,14 +95,58 @@ def _windows(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: in
         json.dump([row.to_dict() for row in rows], sys.stdout)
         print()
         return 0
-    print(f"{'window_start (UTC)':<26}{'service':<16}{'count':>10}{'events/s':>12}{'late':>8}")
+    print(
+        f"{'window_start (UTC)':<26}{'service':<12}{'count':>8}{'ev/s':>9}{'err%':>7}"
+        f"{'p50':>9}{'p99':>9}{'users':>8}{'late':>7}"
+    )
     for row in rows:
+        p50 = "-" if row.p50 is None else f"{row.p50:.1f}"
+        p99 = "-" if row.p99 is None else f"{row.p99:.1f}"
         print(
-            f"{to_iso(row.window_start):<26}{row.service:<16}{row.count:>10}"
-            f"{row.events_per_s:>12.1f}{row.late:>8}"
+            f"{to_iso(row.window_start):<26}{row.service:<12}{row.count:>8}"
+            f"{row.events_per_s:>9.1f}{100 * row.error_rate:>7.2f}{p50:>9}{p99:>9}"
+            f"{row.distinct_users:>8}{row.late:>7}"
         )
     if not rows:
         print("(no windows stored yet)")
+    return 0
+
+
+def _range(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int) -> int:
+    since = parse_instant(args.range_from, now)
+    until = parse_instant(args.range_to, now) if args.range_to else now
+    spec = WindowSpec.parse(args.window) if args.window else None
+    if spec is not None and spec.kind != "tumbling":
+        raise ValueError("range queries merge tumbling windows (hopping ones overlap)")
+    result = store.read_range(r, keys, since, until, args.service, spec)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+        return 0
+    m = result.metrics
+    if not result.windows:
+        print(f"no windows of {args.service} inside {to_iso(since)} .. {to_iso(until)}")
+        return 0
+    assert result.covered_from is not None and result.covered_to is not None
+    print(
+        f"{args.service}: {result.windows} windows, {to_iso(result.covered_from)} .. "
+        f"{to_iso(result.covered_to)}"
+    )
+    for name in (
+        "count",
+        "events_per_s",
+        "errors",
+        "error_rate",
+        "latency_mean",
+        "p50",
+        "p90",
+        "p95",
+        "p99",
+        "p999",
+        "distinct_users",
+    ):
+        value = m.get(name)
+        shown = "-" if value is None else (f"{value:.4g}" if isinstance(value, float) else value)
+        print(f"  {name:<16}{shown}")
     return 0
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import redis
 
+from jobs.metrics import WindowAgg
+from jobs.windows import WindowSpec
 from tidegauge.config import RedisSettings
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "DeadLetter",
     "JobStatus",
     "Keys",
+    "RangeResult",
     "WindowRow",
     "connect",
     "read_batches",
@@ -29,7 +32,8 @@ __all__ = [
     "read_dead_letters",
     "read_services",
     "read_status",
-    "read_window_sizes",
+    "read_range",
+    "read_window_specs",
     "read_windows",
 ]
 
@@ -43,26 +47,30 @@ class Keys:
 
     prefix: str = "tg"
 
-    def window(self, size_ms: int, start_ms: int) -> str:
-        """Hash: service -> JSON metrics of the window [start, start + size)."""
-        return f"{self.prefix}:win:{size_ms}:{start_ms}"
+    def window(self, spec: str, start_ms: int) -> str:
+        """Hash: service -> JSON metrics of the window of `spec` (a WindowSpec key) at start."""
+        return f"{self.prefix}:win:{spec}:{start_ms}"
 
-    def window_index(self, size_ms: int) -> str:
-        """Sorted set of window starts (member and score = start ms) for one window size."""
-        return f"{self.prefix}:win:{size_ms}:idx"
+    def window_aggs(self, spec: str, start_ms: int) -> str:
+        """Hash: service -> serialised WindowAgg (counts, t-digest, HyperLogLog) of the window."""
+        return f"{self.prefix}:agg:{spec}:{start_ms}"
 
-    def window_late(self, size_ms: int, start_ms: int) -> str:
+    def window_index(self, spec: str) -> str:
+        """Sorted set of window starts (member and score = start ms) of one window spec."""
+        return f"{self.prefix}:win:{spec}:idx"
+
+    def window_late(self, spec: str, start_ms: int) -> str:
         """Hash: "service|batch_id" -> rows of that window that arrived late in that batch."""
-        return f"{self.prefix}:late:{size_ms}:{start_ms}"
+        return f"{self.prefix}:late:{spec}:{start_ms}"
 
-    def late_index(self, size_ms: int) -> str:
+    def late_index(self, spec: str) -> str:
         """Sorted set of window starts that have late rows."""
-        return f"{self.prefix}:late:{size_ms}:idx"
+        return f"{self.prefix}:late:{spec}:idx"
 
     @property
-    def window_sizes(self) -> str:
-        """Set of window sizes (ms) that have data."""
-        return f"{self.prefix}:win:sizes"
+    def window_specs(self) -> str:
+        """Set of window spec keys ("10000" tumbling, "60000-10000" hopping) with data."""
+        return f"{self.prefix}:win:specs"
 
     @property
     def services(self) -> str:
@@ -105,6 +113,18 @@ class WindowRow:
     count: int
     events_per_s: float
     late: int = 0
+    errors: int = 0
+    error_rate: float = 0.0
+    latency_count: int = 0
+    latency_mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    p999: float | None = None
+    distinct_users: int = 0
+    spec: str = ""
+    kind: str = "tumbling"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
@@ -173,70 +193,165 @@ def _s(v: bytes | str) -> str:
     return v.decode() if isinstance(v, bytes) else v
 
 
-def read_window_sizes(r: redis.Redis, keys: Keys) -> list[int]:
-    """Window sizes (ms) that have stored results, ascending."""
-    return sorted(int(_s(v)) for v in r.smembers(keys.window_sizes))
+def read_window_specs(r: redis.Redis, keys: Keys) -> list[WindowSpec]:
+    """Window specs with stored results: tumbling first, then by size and slide."""
+    members: Any = r.smembers(keys.window_specs)
+    specs = [WindowSpec.from_key(_s(v)) for v in members]
+    return sorted(specs, key=lambda s: (s.kind != "tumbling", s.size_ms, s.slide_ms))
 
 
 def read_services(r: redis.Redis, keys: Keys) -> list[str]:
     """Every service seen, sorted (without `*`)."""
-    return sorted(_s(v) for v in r.smembers(keys.services))
+    members: Any = r.smembers(keys.services)
+    return sorted(_s(v) for v in members)
+
+
+def _starts(
+    r: redis.Redis,
+    keys: Keys,
+    spec: WindowSpec,
+    since_ms: int | None,
+    until_ms: int | None,
+    with_late: bool = True,
+) -> list[int]:
+    lo = "-inf" if since_ms is None else since_ms - spec.size_ms + 1
+    hi = "+inf" if until_ms is None else until_ms - 1
+    found: set[int] = set()
+    indexes = [keys.window_index(spec.key)] + ([keys.late_index(spec.key)] if with_late else [])
+    for idx in indexes:
+        members: Any = r.zrangebyscore(idx, lo, hi)
+        found.update(int(_s(v)) for v in members)
+    return sorted(found)
 
 
 def read_windows(
     r: redis.Redis,
     keys: Keys,
-    size_ms: int | None = None,
+    spec: WindowSpec | None = None,
     service: str | None = None,
     since_ms: int | None = None,
     until_ms: int | None = None,
 ) -> list[WindowRow]:
-    """Stored windows, ordered by start then service.
+    """Stored windows of one spec, ordered by start then service.
 
-    `size_ms` defaults to the smallest stored window size; `since_ms`/`until_ms` select windows
-    that end after `since_ms` and start before `until_ms`; `service` = `*` selects the totals.
+    `spec` defaults to the first stored spec (the smallest tumbling one); `since_ms`/`until_ms`
+    select windows that end after `since_ms` and start before `until_ms`; `service` = `*`
+    selects the all-services rows.
     """
-    if size_ms is None:
-        sizes = read_window_sizes(r, keys)
-        if not sizes:
+    if spec is None:
+        specs = read_window_specs(r, keys)
+        if not specs:
             return []
-        size_ms = sizes[0]
-    lo = "-inf" if since_ms is None else since_ms - size_ms + 1
-    hi = "+inf" if until_ms is None else until_ms - 1
-    found: set[int] = set()
-    for idx in (keys.window_index(size_ms), keys.late_index(size_ms)):
-        members: Any = r.zrangebyscore(idx, lo, hi)
-        found.update(int(_s(v)) for v in members)
-    starts = sorted(found)
+        spec = specs[0]
+    starts = _starts(r, keys, spec, since_ms, until_ms)
     pipe = r.pipeline(transaction=False)
     for start in starts:
-        pipe.hgetall(keys.window(size_ms, start))
-        pipe.hgetall(keys.window_late(size_ms, start))
+        pipe.hgetall(keys.window(spec.key, start))
+        pipe.hgetall(keys.window_late(spec.key, start))
     got = pipe.execute()
     rows: list[WindowRow] = []
     for i, start in enumerate(starts):
-        counts = {_s(k): int(json.loads(v)["count"]) for k, v in got[2 * i].items()}
+        docs = {_s(k): json.loads(v) for k, v in got[2 * i].items()}
         late: dict[str, int] = {}
         for k, v in got[2 * i + 1].items():
             svc = _s(k).rsplit("|", 1)[0]
             late[svc] = late.get(svc, 0) + int(v)
         if late:
             late[ALL_SERVICES] = sum(late.values())
-        for svc in sorted(set(counts) | set(late)):
+        for svc in sorted(set(docs) | set(late)):
             if service is not None and svc != service:
                 continue
-            n = counts.get(svc, 0)
-            rows.append(
-                WindowRow(
-                    window_start=start,
-                    window_end=start + size_ms,
-                    service=svc,
-                    count=n,
-                    events_per_s=n * 1000.0 / size_ms,
-                    late=late.get(svc, 0),
-                )
-            )
+            rows.append(_row(spec, start, svc, docs.get(svc, {}), late.get(svc, 0)))
     return rows
+
+
+_METRIC_FIELDS = (
+    "errors",
+    "error_rate",
+    "latency_count",
+    "latency_mean",
+    "p50",
+    "p90",
+    "p95",
+    "p99",
+    "p999",
+    "distinct_users",
+)
+
+
+def _row(spec: WindowSpec, start: int, service: str, doc: dict[str, Any], late: int) -> WindowRow:
+    n = int(doc.get("count", 0))
+    return WindowRow(
+        window_start=start,
+        window_end=start + spec.size_ms,
+        service=service,
+        count=n,
+        events_per_s=n * 1000.0 / spec.size_ms,
+        late=late,
+        spec=spec.key,
+        kind=spec.kind,
+        **{f: doc[f] for f in _METRIC_FIELDS if f in doc},
+    )
+
+
+@dataclass(frozen=True)
+class RangeResult:
+    """Metrics of a time range, merged from the stored windows that lie inside it."""
+
+    service: str
+    range_from: int
+    range_to: int
+    covered_from: int | None
+    covered_to: int | None
+    windows: int
+    metrics: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON output (metrics flattened in)."""
+        d = asdict(self)
+        d.update(d.pop("metrics"))
+        return d
+
+
+def read_range(
+    r: redis.Redis,
+    keys: Keys,
+    since_ms: int,
+    until_ms: int,
+    service: str = ALL_SERVICES,
+    spec: WindowSpec | None = None,
+) -> RangeResult:
+    """Merge the sketches of every window of `spec` lying inside [since, until) into one answer.
+
+    "p99 over the last 15 minutes" is the p99 of the merged t-digest of those windows, and the
+    distinct users the merged HyperLogLog: exact merges, not averages of window figures.
+    `spec` defaults to the smallest tumbling spec (non-overlapping, so nothing counts twice).
+    """
+    if until_ms <= since_ms:
+        raise ValueError("the range must end after it starts")
+    if spec is None:
+        tumbling = [s for s in read_window_specs(r, keys) if s.kind == "tumbling"]
+        if not tumbling:
+            return RangeResult(
+                service, since_ms, until_ms, None, None, 0, WindowAgg().metrics(until_ms - since_ms)
+            )
+        spec = tumbling[0]
+    starts = [
+        s
+        for s in _starts(r, keys, spec, since_ms, until_ms, with_late=False)
+        if s >= since_ms and s + spec.size_ms <= until_ms
+    ]
+    pipe = r.pipeline(transaction=False)
+    for start in starts:
+        pipe.hget(keys.window_aggs(spec.key, start), service)
+    blobs = [b for b in pipe.execute() if b is not None] if starts else []
+    agg = WindowAgg.merged(WindowAgg.from_bytes(b) for b in blobs)
+    if not starts:
+        return RangeResult(
+            service, since_ms, until_ms, None, None, 0, agg.metrics(until_ms - since_ms)
+        )
+    lo, hi = starts[0], starts[-1] + spec.size_ms
+    return RangeResult(service, since_ms, until_ms, lo, hi, len(blobs), agg.metrics(hi - lo))
 
 
 def read_status(r: redis.Redis, keys: Keys) -> JobStatus | None:

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from jobs.windows import WindowSpec
 from tidegauge.cli import _COMMANDS
 from tidegauge.config import JobConfig, KafkaSettings, RedisSettings
 from tidegauge.durations import parse_duration
@@ -373,7 +374,7 @@ def test_job_settings_are_valid(services: dict[str, dict[str, Any]]) -> None:
         kafka=KafkaSettings(bootstrap=_flag(argv, "--bootstrap"), topic=_flag(argv, "--topic")),  # type: ignore[arg-type]
         redis=RedisSettings(url=_flag(argv, "--redis")),  # type: ignore[arg-type]
         checkpoint=_flag(argv, "--checkpoint"),  # type: ignore[arg-type]
-        window_ms=parse_duration(_flag(argv, "--window")),  # type: ignore[arg-type]
+        windows=(WindowSpec.parse(_flag(argv, "--window")),),  # type: ignore[arg-type]
         allowed_lateness_ms=parse_duration(_flag(argv, "--allowed-lateness")),  # type: ignore[arg-type]
     )
 

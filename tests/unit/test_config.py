@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from jobs.windows import WindowSpec
 from tidegauge.config import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_REDIS_URL,
@@ -202,8 +203,10 @@ def test_redis_prefix_from_flag() -> None:
     [
         (f"redis://:{SECRET}@h:6379/0", "redis://:***@h:6379/0"),
         (f"redis://user:{SECRET}@h:6379/0", "redis://user:***@h:6379/0"),
-        (f"rediss://default:{SECRET}@cache.example.com:6380/1",
-         "rediss://default:***@cache.example.com:6380/1"),
+        (
+            f"rediss://default:{SECRET}@cache.example.com:6380/1",
+            "rediss://default:***@cache.example.com:6380/1",
+        ),
         ("redis://user:p%40ss@h/0", "redis://user:***@h/0"),  # percent-encoded
         ("redis://user:pa:ss@h/0", "redis://user:***@h/0"),  # ':' inside the password
         ("redis://user:@h/0", "redis://user:***@h/0"),
@@ -250,15 +253,15 @@ def test_password_in_query_string_is_hidden() -> None:
 
 def test_job_defaults_are_valid() -> None:
     cfg = job()
-    assert (cfg.window_ms, cfg.allowed_lateness_ms) == (10_000, 30_000)
+    assert (cfg.windows, cfg.allowed_lateness_ms) == ((WindowSpec(10_000, 10_000),), 30_000)
     assert cfg.trigger == "processing-time" and cfg.starting_offsets == "earliest"
 
 
 @pytest.mark.parametrize(
     ("overrides", "match"),
     [
-        ({"window_ms": 0}, "--window must be positive"),
-        ({"window_ms": -10_000}, "--window must be positive"),
+        ({"windows": ()}, "at least one --window"),
+        ({"windows": (WindowSpec.tumbling(10_000),) * 2}, "same size and slide"),
         ({"allowed_lateness_ms": -1}, "--allowed-lateness must be >= 0"),
         ({"trigger_interval_ms": -1}, "trigger interval"),
         ({"starting_offsets": "middle"}, "--starting-offsets"),
@@ -278,7 +281,8 @@ def test_job_rejects(overrides: dict[str, Any], match: str) -> None:
     "overrides",
     [
         {"allowed_lateness_ms": 0},  # no lateness: the watermark is the max event time
-        {"window_ms": 1},
+        {"windows": (WindowSpec.tumbling(1),)},
+        {"windows": (WindowSpec.tumbling(10_000), WindowSpec(60_000, 10_000))},
         {"trigger_interval_ms": 0},
         {"starting_offsets": "latest"},
         {"max_records_per_trigger": 1},
@@ -291,7 +295,7 @@ def test_job_accepts_edges(overrides: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(
     ("obj", "field"),
-    [(KafkaSettings(), "topic"), (RedisSettings(), "url"), (job(), "window_ms")],
+    [(KafkaSettings(), "topic"), (RedisSettings(), "url"), (job(), "windows")],
 )
 def test_frozen(obj: object, field: str) -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -1,0 +1,141 @@
+"""Windowed analytics end to end: counts, errors, latency percentiles, distinct users, ranges, hopping.
+
+One seeded stream goes through the real broker, `tidegauge job` (tumbling 10s and hopping 30s/10s
+windows at once) and Redis. Expected answers are computed here from the generator's ground truth
+and the job's recorded batch boundaries with the watermark rule spelled out in helpers.py:
+counts exactly, percentiles as rank error against exact numpy quantiles, distinct users within
+3 %, range queries equal to merging the stored windows, hopping windows equal to a direct
+computation over the same accepted events.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import pytest
+import redis
+
+from jobs.metrics import WindowAgg
+from jobs.windows import WindowSpec
+from tests.integration.helpers import batch_rows, load_truth, tidegauge
+from tidegauge.store import Keys, read_batches, read_range, read_windows
+
+LATENESS_MS = 15_000
+TUMBLING = WindowSpec.tumbling(10_000)
+HOPPING = WindowSpec(30_000, 10_000)
+
+
+def accepted_events(
+    batches_of_rows: list[list[dict[str, Any]]], spec: WindowSpec
+) -> dict[tuple[int, str], list[dict[str, Any]]]:
+    """Events each (window, service) accepted, per Spark's rule, windows of `spec` (`*` too).
+
+    A row belongs to every window [s, s + size) with s a multiple of slide that holds its
+    event time; for each such window it is accepted iff the window's end > the watermark in
+    force when its batch started (watermark: max event time so far - lateness, from 0).
+    """
+    out: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
+    watermark = 0
+    for rows in batches_of_rows:
+        seen = [t["event_time"] for t in rows if t["kind"] in ("event", "duplicate", "heartbeat")]
+        for t in rows:
+            if t["kind"] not in ("event", "duplicate"):
+                continue
+            et = t["event_time"]
+            last = et - et % spec.slide_ms
+            for start in range(last, et - spec.size_ms, -spec.slide_ms):
+                if start + spec.size_ms > watermark:
+                    out[(start, t["service"])].append(t)
+                    out[(start, "*")].append(t)
+        if seen:
+            watermark = max(watermark, max(seen) - LATENESS_MS)
+    return out
+
+
+def rank_error(values: np.ndarray, estimate: float, q: float) -> float:
+    data = np.sort(values)
+    lo = np.searchsorted(data, estimate, side="left") / len(data)
+    hi = np.searchsorted(data, estimate, side="right") / len(data)
+    return 0.0 if lo <= q <= hi else min(abs(lo - q), abs(hi - q))
+
+
+@pytest.fixture(scope="module")
+def run(broker, redis_server, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    tmp = tmp_path_factory.mktemp("analytics")
+    topic = "analytics-events"
+    url = f"redis://{redis_server.address}/14"
+    redis.Redis.from_url(url).flushdb()
+    truth_path = tmp / "truth.jsonl"
+    tidegauge("topic", "--bootstrap", broker.address, "--topic", topic)
+    tidegauge(
+        "produce", "--bootstrap", broker.address, "--topic", topic, "--pace", "fast",
+        "--start-time", "2026-02-01T00:00:00Z", "--count", "40000", "--rate", "200",
+        "--seed", "3", "--users", "3000", "--error-rate", "0.03",
+        "--out-of-order-fraction", "0.1", "--max-delay", "8s", "--late-fraction", "0.02",
+        "--lateness", "15s", "--malformed-fraction", "0.002", "--duplicate-fraction", "0.01",
+        "--truth", str(truth_path), "--quiet",
+    )
+    tidegauge(
+        "job", "--bootstrap", broker.address, "--topic", topic, "--redis", url,
+        "--checkpoint", str(tmp / "checkpoint"), "--window", "10s", "--window", "30s/10s",
+        "--allowed-lateness", "15s", "--trigger", "available-now",
+        "--max-records-per-trigger", "5000", "--master", "local[2]",
+    )
+    r = redis.Redis.from_url(url)
+    rows = batch_rows(load_truth(truth_path), read_batches(r, Keys()))
+    return {"url": url, "client": r, "batches": rows}
+
+
+@pytest.mark.parametrize("spec", [TUMBLING, HOPPING], ids=["tumbling-10s", "hopping-30s-10s"])
+def test_every_window_matches_a_direct_computation(run: dict[str, Any], spec: WindowSpec) -> None:
+    expected = accepted_events(run["batches"], spec)
+    stored = {(w.window_start, w.service): w for w in read_windows(run["client"], Keys(), spec)}
+    with_counts = {k for k, w in stored.items() if w.count}
+    assert with_counts == set(expected)
+    checked_percentiles = 0
+    for key, events in expected.items():
+        w = stored[key]
+        assert w.kind == spec.kind and w.window_end - w.window_start == spec.size_ms
+        assert w.count == len(events), key
+        assert w.errors == sum(1 for t in events if (t["status"] or 0) >= 500), key
+        assert w.error_rate == pytest.approx(w.errors / w.count)
+        lat = np.array([t["latency_ms"] for t in events if t["latency_ms"] is not None])
+        assert w.latency_count == len(lat)
+        assert w.latency_mean == pytest.approx(lat.mean(), rel=1e-9)
+        users = {t["user_id"] for t in events if t["user_id"] is not None}
+        assert abs(w.distinct_users - len(users)) <= max(0.03 * len(users), 1), key
+        if len(events) >= 1000:
+            checked_percentiles += 1
+            assert w.p50 is not None and w.p99 is not None
+            assert rank_error(lat, w.p50, 0.5) <= 0.01, key
+            assert rank_error(lat, w.p99, 0.99) <= 0.01, key
+            assert w.p50 <= w.p90 <= w.p95 <= w.p99 <= w.p999  # type: ignore[operator]
+    assert checked_percentiles >= 15
+
+
+def test_range_query_equals_merging_its_windows(run: dict[str, Any]) -> None:
+    r, url = run["client"], run["url"]
+    windows = [w for w in read_windows(r, Keys(), TUMBLING, service="api") if w.count]
+    since, until = windows[3].window_start, windows[12].window_end
+    inside = [w for w in windows if w.window_start >= since and w.window_end <= until]
+    keys = Keys()
+    merged = WindowAgg.merged(
+        WindowAgg.from_bytes(r.hget(keys.window_aggs(TUMBLING.key, w.window_start), "api"))
+        for w in inside
+    )
+    expected = merged.metrics(until - since)
+    shown = json.loads(
+        tidegauge("query", "range", "--redis", url, "--from", str(since), "--to", str(until),
+                  "--service", "api", "--json").stdout
+    )
+    assert shown["windows"] == len(inside)
+    assert shown["count"] == sum(w.count for w in inside) == expected["count"]
+    for name in ("p50", "p90", "p99", "p999", "distinct_users", "errors", "latency_mean"):
+        assert shown[name] == pytest.approx(expected[name]), name
+    # "*" over the whole stream: distinct users of the merged sketch, not a sum of windows.
+    everything = read_range(r, keys, windows[0].window_start, windows[-1].window_end)
+    per_window = sum(w.distinct_users for w in read_windows(r, keys, TUMBLING, service="*"))
+    assert everything.metrics["distinct_users"] < per_window
