@@ -28,6 +28,7 @@ import pandas as pd
 from jobs.metrics import WindowAgg
 from jobs.parse import KIND_DEAD, KIND_EVENT
 from jobs.windows import WindowSpec, is_late, pane_size, tumbling_starts
+from sketches.hll import hash32
 
 __all__ = [
     "OUTPUT_SCHEMA",
@@ -86,6 +87,8 @@ class ServiceWindows:
         """Add a batch; return (updated pane starts, late rows per (spec key, window start))."""
         late: Counter[tuple[str, int]] = Counter()
         touched: set[int] = set()
+        valid = pd.notna(users)
+        hashes = hash32(users[valid])  # once per batch; each pane takes its share
         starts = tumbling_starts(event_ms, self.pane_ms)
         uniq, inverse = np.unique(starts, return_inverse=True)
         for i, pane in enumerate(uniq.tolist()):
@@ -100,7 +103,7 @@ class ServiceWindows:
             agg = self.panes.get(pane)
             if agg is None:
                 agg = self.panes[pane] = WindowAgg()
-            agg.add(latency_ms[mask], status[mask], users[mask])
+            agg.add_hashed(latency_ms[mask], status[mask], hashes[mask[valid]])
             touched.add(pane)
         return touched, late
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from sketches.hll import HyperLogLog
+
+from sketches.hll import HyperLogLog, hash32
 from sketches.tdigest import TDigest
 
 __all__ = ["PERCENTILES", "WindowAgg"]
@@ -50,14 +51,26 @@ class WindowAgg:
         user_ids: npt.NDArray[Any] | None,
     ) -> None:
         """Add a batch of events (one entry per event; NaN latency / status < 0 = absent)."""
-        n = len(latency_ms)
-        self.count += n
+        hashes = hash32(user_ids) if user_ids is not None and len(user_ids) else None
+        self.add_hashed(latency_ms, status, hashes)
+
+    def add_hashed(
+        self,
+        latency_ms: npt.NDArray[np.float64],
+        status: npt.NDArray[np.int64],
+        user_hashes: npt.NDArray[np.uint32] | None,
+    ) -> None:
+        """`add` with user ids already hashed by `sketches.hll.hash32` (nulls dropped).
+
+        The job hashes a micro-batch's user column once and splits the hashes by pane.
+        """
+        self.count += len(latency_ms)
         self.errors += int(np.count_nonzero(status >= 500))
         lat = latency_ms[~np.isnan(latency_ms)]
         if len(lat):
             self.latency.update(lat)
-        if user_ids is not None and len(user_ids):
-            self.users.update(user_ids)
+        if user_hashes is not None and len(user_hashes):
+            self.users.update_hashes(user_hashes)
 
     def merge(self, *others: WindowAgg) -> None:
         """Fold other aggregates into this one (sketch parameters must match)."""
@@ -92,7 +105,7 @@ class WindowAgg:
             "error_rate": self.errors / self.count if self.count else 0.0,
             "latency_count": self.latency.count,
             "latency_mean": self.latency.mean if self.latency.count else None,
-            "distinct_users": round(self.users.count()),
+            "distinct_users": round(self.users.estimate()),
         }
         for i, name in enumerate(PERCENTILES):
             out[name] = None if q is None else _finite(float(q[i]))

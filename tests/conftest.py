@@ -77,7 +77,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark tests by folder: tests/unit -> unit, tests/spark -> spark, and so on."""
     for item in items:
         parts = Path(str(item.fspath)).parts
-        for tier in ("unit", "spark", "integration"):
+        for tier in ("unit", "accuracy", "spark", "integration"):
             if tier in parts:
                 item.add_marker(getattr(pytest.mark, tier))
 

@@ -1,0 +1,153 @@
+"""Job throughput: the sketch job vs a baseline of Spark built-ins, same Kafka input, one run.
+
+    .venv/bin/python benchmarks/bench_job.py [--events 300000] [--per-trigger 50000] [--rounds 2]
+
+Starts its own broker (Tansu) and redis-server, produces `--events` seeded events once, then runs
+in one SparkSession, alternating for `--rounds`:
+  * baseline: the same Kafka source and parse step, then
+    groupBy(window(event_time, 10s), service).agg(count, percentile_approx(latency, 5 quantiles),
+    approx_count_distinct(user_id)) with the same watermark, results collected to the driver;
+  * tidegauge: `jobs.job.run_job` (t-digest + HLL per pane in state, Redis sink, status).
+Both drain the topic in `available-now` mode with the same max records per trigger. Throughput is
+rows / sum of batch durations, without the first batch (Python worker start-up), and also
+including it. Prints the machine and the figures; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pyspark.sql import functions as F  # noqa: E402
+
+from jobs.job import _current_end, run_job  # noqa: E402
+from jobs.kafka_source import KafkaDataSource  # noqa: E402
+from jobs.parse import PARSED_SCHEMA, parse_batches  # noqa: E402
+from jobs.spark import build_session  # noqa: E402
+from tidegauge.config import JobConfig, KafkaSettings, RedisSettings  # noqa: E402
+from tidegauge.generator import GeneratorConfig  # noqa: E402
+from tidegauge.producer import produce  # noqa: E402
+from tidegauge.services import start_broker, start_redis  # noqa: E402
+from tidegauge.topics import ensure_topic  # noqa: E402
+
+
+def machine() -> str:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    py = platform.python_version()
+    return f"{platform.platform()}; {cpu}; {os.cpu_count()} cores; Python {py}"
+
+
+def throughput(progress: list[Any]) -> tuple[int, float, float]:
+    """(rows, rows/s over all batches, rows/s without the first data batch)."""
+    data = [p for p in progress if p.numInputRows]
+    rows = sum(p.numInputRows for p in data)
+    total = sum(p.batchDuration for p in progress) / 1000
+    steady = data[1:]
+    steady_rows = sum(p.numInputRows for p in steady)
+    steady_s = sum(p.batchDuration for p in steady) / 1000
+    return rows, rows / total if total else 0.0, steady_rows / steady_s if steady_s else 0.0
+
+
+def run_baseline(spark: Any, kafka: KafkaSettings, per_trigger: int, checkpoint: str) -> list[Any]:
+    raw = (
+        spark.readStream.format(KafkaDataSource.name())
+        .option("bootstrap", kafka.bootstrap)
+        .option("topic", kafka.topic)
+        .option("maxRecordsPerTrigger", str(per_trigger))
+        .option("endingOffsets", json.dumps(_current_end(kafka)))
+        .option("checkpoint", checkpoint)
+        .load()
+    )
+    events = raw.mapInArrow(parse_batches, PARSED_SCHEMA).where("kind = 'event'")
+    agg = (
+        events.withWatermark("event_time", "30 seconds")
+        .groupBy(F.window("event_time", "10 seconds"), "service")
+        .agg(
+            F.count("*").alias("count"),
+            F.percentile_approx("latency_ms", [0.5, 0.9, 0.95, 0.99, 0.999]).alias("latency"),
+            F.approx_count_distinct("user_id").alias("users"),
+        )
+    )
+    query = (
+        agg.writeStream.outputMode("update")
+        .foreachBatch(lambda df, _: df.collect())
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    query.processAllAvailable()
+    query.stop()
+    return list(query.recentProgress)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--events", type=int, default=300_000)
+    ap.add_argument("--per-trigger", type=int, default=50_000)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--master", default="local[2]")
+    args = ap.parse_args()
+    print(f"machine: {machine()}")
+    tmp = Path(tempfile.mkdtemp(prefix="tg-bench-"))
+    broker, redis_server = start_broker(), start_redis()
+    try:
+        kafka = KafkaSettings(bootstrap=broker.address, topic="bench")
+        ensure_topic(kafka, 3)
+        t = time.monotonic()
+        gen = GeneratorConfig(
+            seed=1, rate=2000.0, count=args.events, pace="fast", start_time_ms=1_780_000_000_000,
+            out_of_order_fraction=0.05, heartbeat_interval_ms=1000,
+        )
+        summary = produce(gen, kafka)
+        print(f"produced {summary.records:,} records in {time.monotonic() - t:.1f}s")
+        spark = build_session(args.master, shuffle_partitions=2, ui=False)
+        spark.dataSource.register(KafkaDataSource)
+        results: dict[str, list[tuple[int, float, float]]] = {"baseline": [], "tidegauge": []}
+        for rnd in range(args.rounds):
+            for name in ("baseline", "tidegauge"):
+                ck = str(tmp / f"{name}-{rnd}")
+                if name == "baseline":
+                    progress = run_baseline(spark, kafka, args.per_trigger, ck)
+                else:
+                    cfg = JobConfig(
+                        kafka=kafka,
+                        redis=RedisSettings(url=f"redis://{redis_server.address}/{rnd}"),
+                        checkpoint=ck, trigger="available-now",
+                        max_records_per_trigger=args.per_trigger, master=args.master,
+                        shuffle_partitions=2,
+                    )
+                    progress = list(run_job(cfg, spark=spark).recentProgress)
+                rows, overall, steady = throughput(progress)
+                results[name].append((rows, overall, steady))
+                print(f"round {rnd} {name:<10} rows {rows:,}  {overall:,.0f} rows/s overall, "
+                      f"{steady:,.0f} rows/s without the first batch")
+        best = {k: max(v, key=lambda x: x[2]) for k, v in results.items()}
+        ratio = best["tidegauge"][2] / best["baseline"][2]
+        print(f"best steady: baseline {best['baseline'][2]:,.0f} rows/s, tidegauge "
+              f"{best['tidegauge'][2]:,.0f} rows/s, ratio {ratio:.2f}")
+        spark.stop()
+    finally:
+        redis_server.stop()
+        broker.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
