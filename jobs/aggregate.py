@@ -27,6 +27,7 @@ import pandas as pd
 
 from jobs.metrics import WindowAgg
 from jobs.parse import KIND_DEAD, KIND_EVENT
+from jobs.sessions import Sessions
 from jobs.windows import WindowSpec, is_late, pane_size, tumbling_starts
 from sketches.hll import hash32
 
@@ -68,13 +69,21 @@ class ServiceWindows:
 
     specs: tuple[WindowSpec, ...]
     panes: dict[int, WindowAgg] = field(default_factory=dict)
+    sessions: Sessions | None = None
 
     def __post_init__(self) -> None:
-        self.pane_ms = pane_size(self.specs)
+        self.window_specs = tuple(s for s in self.specs if s.kind != "session")
+        session_specs = [s for s in self.specs if s.kind == "session"]
+        if len(session_specs) > 1:
+            raise ValueError("at most one --session-gap")
+        if session_specs and self.sessions is None:
+            self.sessions = Sessions(session_specs[0])
+        self.pane_ms = pane_size(self.window_specs)
+        self._sessions_touched: set[int] = set()
 
     def _last_end(self, pane_start: int) -> int:
         """End of the last window (any spec) that contains the pane."""
-        return max((pane_start // s.slide_ms) * s.slide_ms + s.size_ms for s in self.specs)
+        return max((pane_start // s.slide_ms) * s.slide_ms + s.size_ms for s in self.window_specs)
 
     def add(
         self,
@@ -87,6 +96,8 @@ class ServiceWindows:
         """Add a batch; return (updated pane starts, late rows per (spec key, window start))."""
         late: Counter[tuple[str, int]] = Counter()
         touched: set[int] = set()
+        if self.sessions is not None:
+            self._sessions_touched |= self.sessions.add(users, event_ms, watermark_ms)
         valid = pd.notna(users)
         hashes = hash32(users[valid])  # once per batch; each pane takes its share
         starts = tumbling_starts(event_ms, self.pane_ms)
@@ -94,7 +105,7 @@ class ServiceWindows:
         for i, pane in enumerate(uniq.tolist()):
             mask = inverse == i
             n = int(np.count_nonzero(mask))
-            for spec in self.specs:
+            for spec in self.window_specs:
                 for w in spec.windows_containing(pane, self.pane_ms):
                     if is_late(w + spec.size_ms, watermark_ms):
                         late[(spec.key, w)] += n
@@ -114,7 +125,7 @@ class ServiceWindows:
         wanted = {
             (spec, w)
             for pane in panes
-            for spec in self.specs
+            for spec in self.window_specs
             for w in spec.windows_containing(pane, self.pane_ms)
             if not is_late(w + spec.size_ms, watermark_ms)
         }
@@ -122,6 +133,10 @@ class ServiceWindows:
         for spec, w in wanted:
             parts = [self.panes[p] for p in spec.panes_of(w, self.pane_ms) if p in self.panes]
             out[(spec, w)] = parts[0] if len(parts) == 1 else WindowAgg.merged(parts)
+        if self.sessions is not None:
+            for b in self._sessions_touched:
+                out[(self.sessions.spec, b)] = self.sessions.buckets[b]
+            self._sessions_touched = set()
         return out
 
     def evict(self, watermark_ms: int) -> list[int]:
@@ -129,12 +144,20 @@ class ServiceWindows:
         gone = [p for p in self.panes if is_late(self._last_end(p), watermark_ms)]
         for p in gone:
             del self.panes[p]
+        if self.sessions is not None:
+            self.sessions.evict(watermark_ms)
         return gone
 
     def to_bytes(self) -> bytes:
         """Versioned state blob: header (specs), then each pane's WindowAgg bytes."""
-        head = json.dumps({"specs": [s.key for s in self.specs]}).encode()
-        parts = [_STATE_MAGIC, struct.pack("<BI", _STATE_VERSION, len(head)), head]
+        sessions = self.sessions.to_bytes() if self.sessions is not None else b""
+        head = json.dumps({"specs": [s.key for s in self.specs], "sessions": len(sessions)})
+        parts = [
+            _STATE_MAGIC,
+            struct.pack("<BI", _STATE_VERSION, len(head)),
+            head.encode(),
+            sessions,
+        ]
         for start, agg in sorted(self.panes.items()):
             blob = agg.to_bytes()
             parts += [_PANE.pack(start, len(blob)), blob]
@@ -152,19 +175,26 @@ class ServiceWindows:
         if version != _STATE_VERSION:
             raise ValueError(f"window state version {version} is not {_STATE_VERSION}")
         pos = 9 + n_head
-        stored = tuple(json.loads(blob[9:pos])["specs"])
+        head = json.loads(blob[9:pos])
+        stored = tuple(head["specs"])
         if stored != tuple(s.key for s in specs):
             raise ValueError(
                 f"checkpoint holds windows {list(stored)} but the job asks for "
                 f"{[s.key for s in specs]}: use a new --checkpoint directory to change --window"
             )
+        n_sessions = head.get("sessions", 0)
+        session_spec = next((s for s in specs if s.kind == "session"), None)
+        sessions = None
+        if n_sessions and session_spec is not None:
+            sessions = Sessions.from_bytes(blob[pos : pos + n_sessions], session_spec)
+        pos += n_sessions
         panes = {}
         while pos < len(blob):
             start, n = _PANE.unpack_from(blob, pos)
             pos += _PANE.size
             panes[start] = WindowAgg.from_bytes(blob[pos : pos + n])
             pos += n
-        return cls(specs, panes)
+        return cls(specs, panes, sessions)
 
 
 @dataclass

@@ -327,6 +327,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="event-time window: 10s tumbling, 60s/10s hopping; repeat for several (default 10s)",
     )
     p.add_argument("--slide", help="slide of the (single) --window: makes it hopping")
+    p.add_argument(
+        "--session-gap",
+        help="also track per-user sessions closed after this much silence (e.g. 30s); "
+        "sessions are reported per smallest tumbling window of their last event",
+    )
     p.add_argument("--allowed-lateness", default="30s", help="watermark delay (default 30s)")
     p.add_argument(
         "--trigger",
@@ -343,12 +348,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="log every batch")
 
 
-def _window_specs(texts: list[str], slide: str | None) -> tuple[WindowSpec, ...]:
+def _window_specs(
+    texts: list[str], slide: str | None, session_gap: str | None
+) -> tuple[WindowSpec, ...]:
     specs = [WindowSpec.parse(t) for t in texts]
     if slide is not None:
         if len(specs) != 1 or specs[0].kind != "tumbling":
             raise ValueError("--slide goes with exactly one --window SIZE (or write SIZE/SLIDE)")
         specs = [WindowSpec(specs[0].size_ms, parse_duration(slide))]
+    if session_gap is not None:
+        gap = parse_duration(session_gap)
+        if gap <= 0:
+            raise ValueError("--session-gap must be positive")
+        bucket = min((s.size_ms for s in specs if s.kind == "tumbling"), default=specs[0].slide_ms)
+        specs.append(WindowSpec.session(gap, bucket))
     return tuple(specs)
 
 
@@ -359,7 +372,7 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         kafka=KafkaSettings.from_env(bootstrap=args.bootstrap, topic=args.topic),
         redis=RedisSettings.from_env(url=args.redis, prefix=args.redis_prefix),
         checkpoint=args.checkpoint,
-        windows=_window_specs(args.window or ["10s"], args.slide),
+        windows=_window_specs(args.window or ["10s"], args.slide, args.session_gap),
         allowed_lateness_ms=parse_duration(args.allowed_lateness),
         trigger="available-now" if available_now else "processing-time",
         trigger_interval_ms=1000 if available_now else parse_duration(args.trigger),
@@ -372,6 +385,8 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
 
 
 def _window_text(w: WindowSpec) -> str:
+    if w.kind == "session":
+        return f"sessions (gap {format_duration(w.gap_ms)})"
     if w.kind == "tumbling":
         return format_duration(w.size_ms)
     return f"{format_duration(w.size_ms)}/{format_duration(w.slide_ms)}"

@@ -92,8 +92,15 @@ class WindowSpec:
 
     size_ms: int
     slide_ms: int
+    #: > 0 for session results: sessions (per user, closed after `gap_ms` of silence) counted
+    #: in tumbling buckets of `size_ms` by the time of their last event.
+    gap_ms: int = 0
 
     def __post_init__(self) -> None:
+        if self.gap_ms < 0:
+            raise ValueError("session gap must be positive")
+        if self.gap_ms and self.slide_ms != self.size_ms:
+            raise ValueError("session results are bucketed in tumbling windows")
         if self.size_ms <= 0:
             raise ValueError("window size must be positive")
         if not 0 < self.slide_ms <= self.size_ms:
@@ -107,6 +114,11 @@ class WindowSpec:
         return cls(size_ms, size_ms)
 
     @classmethod
+    def session(cls, gap_ms: int, bucket_ms: int) -> WindowSpec:
+        """Per-user sessions with this gap, reported per `bucket_ms` of session end time."""
+        return cls(bucket_ms, bucket_ms, gap_ms)
+
+    @classmethod
     def parse(cls, text: str) -> WindowSpec:
         """Parse "10s" (tumbling) or "60s/10s" (size/slide, hopping) with `parse_duration`."""
         from tidegauge.durations import parse_duration
@@ -117,12 +129,16 @@ class WindowSpec:
 
     @property
     def kind(self) -> str:
-        """Either "tumbling" or "hopping"."""
+        """Either "tumbling", "hopping" or "session"."""
+        if self.gap_ms:
+            return "session"
         return "tumbling" if self.slide_ms == self.size_ms else "hopping"
 
     @property
     def key(self) -> str:
-        """Identity in Redis keys: "10000" for tumbling, "60000-10000" for hopping."""
+        """Redis identity: "10000" tumbling, "60000-10000" hopping, "s30000-10000" sessions."""
+        if self.kind == "session":
+            return f"s{self.gap_ms}-{self.size_ms}"
         if self.kind == "tumbling":
             return str(self.size_ms)
         return f"{self.size_ms}-{self.slide_ms}"
@@ -130,6 +146,9 @@ class WindowSpec:
     @classmethod
     def from_key(cls, key: str) -> WindowSpec:
         """Inverse of `key`."""
+        m = re.fullmatch(r"s(\d+)-(\d+)", key)
+        if m:
+            return cls.session(int(m.group(1)), int(m.group(2)))
         if not re.fullmatch(r"\d+(-\d+)?", key):
             raise ValueError(f"not a window key: {key!r}")
         size, _, slide = key.partition("-")

@@ -4,6 +4,7 @@ Every sketch shares the verbs ``update``, ``merge``, ``copy``, ``to_bytes``/``fr
 refuses to merge with incompatible parameters (see docs/sketches.md).
 """
 
+from sketches.hll import DEFAULT_P, HyperLogLog, datasketch_hashfunc, hash32
 from sketches.tdigest import TDigest
 
-__all__ = ["TDigest"]
+__all__ = ["DEFAULT_P", "HyperLogLog", "TDigest", "datasketch_hashfunc", "hash32"]

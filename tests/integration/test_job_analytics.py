@@ -1,4 +1,4 @@
-"""Windowed analytics end to end: counts, errors, latency percentiles, distinct users, ranges, hopping.
+"""Windowed analytics end to end: counts, errors, percentiles, distinct users, ranges, hopping.
 
 One seeded stream goes through the real broker, `tidegauge job` (tumbling 10s and hopping 30s/10s
 windows at once) and Redis. Expected answers are computed here from the generator's ground truth
@@ -26,6 +26,7 @@ from tidegauge.store import Keys, read_batches, read_range, read_windows
 LATENESS_MS = 15_000
 TUMBLING = WindowSpec.tumbling(10_000)
 HOPPING = WindowSpec(30_000, 10_000)
+SESSIONS = WindowSpec.session(20_000, 10_000)
 
 
 def accepted_events(
@@ -71,18 +72,65 @@ def run(broker, redis_server, tmp_path_factory: pytest.TempPathFactory) -> dict[
     truth_path = tmp / "truth.jsonl"
     tidegauge("topic", "--bootstrap", broker.address, "--topic", topic)
     tidegauge(
-        "produce", "--bootstrap", broker.address, "--topic", topic, "--pace", "fast",
-        "--start-time", "2026-02-01T00:00:00Z", "--count", "40000", "--rate", "200",
-        "--seed", "3", "--users", "3000", "--error-rate", "0.03",
-        "--out-of-order-fraction", "0.1", "--max-delay", "8s", "--late-fraction", "0.02",
-        "--lateness", "15s", "--malformed-fraction", "0.002", "--duplicate-fraction", "0.01",
-        "--truth", str(truth_path), "--quiet",
+        "produce",
+        "--bootstrap",
+        broker.address,
+        "--topic",
+        topic,
+        "--pace",
+        "fast",
+        "--start-time",
+        "2026-02-01T00:00:00Z",
+        "--count",
+        "40000",
+        "--rate",
+        "200",
+        "--seed",
+        "3",
+        "--users",
+        "3000",
+        "--error-rate",
+        "0.03",
+        "--out-of-order-fraction",
+        "0.1",
+        "--max-delay",
+        "8s",
+        "--late-fraction",
+        "0.02",
+        "--lateness",
+        "15s",
+        "--malformed-fraction",
+        "0.002",
+        "--duplicate-fraction",
+        "0.01",
+        "--truth",
+        str(truth_path),
+        "--quiet",
     )
     tidegauge(
-        "job", "--bootstrap", broker.address, "--topic", topic, "--redis", url,
-        "--checkpoint", str(tmp / "checkpoint"), "--window", "10s", "--window", "30s/10s",
-        "--allowed-lateness", "15s", "--trigger", "available-now",
-        "--max-records-per-trigger", "5000", "--master", "local[2]",
+        "job",
+        "--bootstrap",
+        broker.address,
+        "--topic",
+        topic,
+        "--redis",
+        url,
+        "--checkpoint",
+        str(tmp / "checkpoint"),
+        "--window",
+        "10s",
+        "--window",
+        "30s/10s",
+        "--session-gap",
+        "20s",
+        "--allowed-lateness",
+        "15s",
+        "--trigger",
+        "available-now",
+        "--max-records-per-trigger",
+        "5000",
+        "--master",
+        "local[2]",
     )
     r = redis.Redis.from_url(url)
     rows = batch_rows(load_truth(truth_path), read_batches(r, Keys()))
@@ -128,8 +176,19 @@ def test_range_query_equals_merging_its_windows(run: dict[str, Any]) -> None:
     )
     expected = merged.metrics(until - since)
     shown = json.loads(
-        tidegauge("query", "range", "--redis", url, "--from", str(since), "--to", str(until),
-                  "--service", "api", "--json").stdout
+        tidegauge(
+            "query",
+            "range",
+            "--redis",
+            url,
+            "--from",
+            str(since),
+            "--to",
+            str(until),
+            "--service",
+            "api",
+            "--json",
+        ).stdout
     )
     assert shown["windows"] == len(inside)
     assert shown["count"] == sum(w.count for w in inside) == expected["count"]
@@ -139,3 +198,64 @@ def test_range_query_equals_merging_its_windows(run: dict[str, Any]) -> None:
     everything = read_range(r, keys, windows[0].window_start, windows[-1].window_end)
     per_window = sum(w.distinct_users for w in read_windows(r, keys, TUMBLING, service="*"))
     assert everything.metrics["distinct_users"] < per_window
+
+
+def closed_sessions(
+    batches_of_rows: list[list[dict[str, Any]]], gap: int, bucket: int
+) -> dict[tuple[int, str], list[tuple[str, int]]]:
+    """Sessions per (bucket of last event, service): (user, length ms), the rule spelled out.
+
+    Per service, whenever a batch holds events of that service: events whose own session is
+    already over (time + gap <= watermark in force) are ignored; the user's open sessions and
+    the new events are merged (points closer than or equal to `gap` join); sessions whose last
+    event + gap <= watermark close and count in the bucket of their last event.
+    """
+    open_: dict[str, dict[str, list[list[int]]]] = defaultdict(lambda: defaultdict(list))
+    out: dict[tuple[int, str], list[tuple[str, int]]] = defaultdict(list)
+    watermark = 0
+    for rows in batches_of_rows:
+        events = [t for t in rows if t["kind"] in ("event", "duplicate")]
+        for service in sorted({t["service"] for t in events}):
+            fresh: dict[str, list[int]] = defaultdict(list)
+            for t in events:
+                if t["service"] == service and t["user_id"] and t["event_time"] + gap > watermark:
+                    fresh[t["user_id"]].append(t["event_time"])
+            sessions = open_[service]
+            for user in set(sessions) | set(fresh):
+                spans = sorted([list(s) for s in sessions[user]] + [[x, x] for x in fresh[user]])
+                merged: list[list[int]] = []
+                for first, last in spans:
+                    if merged and first - merged[-1][1] <= gap:
+                        merged[-1][1] = max(merged[-1][1], last)
+                    else:
+                        merged.append([first, last])
+                still = []
+                for first, last in merged:
+                    if last + gap <= watermark:
+                        b = last - last % bucket
+                        out[(b, service)].append((user, last - first))
+                        out[(b, "*")].append((user, last - first))
+                    else:
+                        still.append([first, last])
+                sessions[user] = still
+        seen = [t["event_time"] for t in rows if t["kind"] in ("event", "duplicate", "heartbeat")]
+        if seen:
+            watermark = max(watermark, max(seen) - LATENESS_MS)
+    return out
+
+
+def test_sessions_match_a_direct_computation(run: dict[str, Any]) -> None:
+    expected = closed_sessions(run["batches"], SESSIONS.gap_ms, SESSIONS.size_ms)
+    stored = {(w.window_start, w.service): w for w in read_windows(run["client"], Keys(), SESSIONS)}
+    assert sum(len(v) for k, v in expected.items() if k[1] == "*") > 500
+    assert {k for k, w in stored.items() if w.count} == set(expected)
+    for key, sessions in expected.items():
+        w = stored[key]
+        assert w.kind == "session"
+        assert w.count == len(sessions), key
+        lengths = np.array([length for _, length in sessions], dtype=float)
+        assert w.latency_mean == pytest.approx(lengths.mean()), key
+        users = {u for u, _ in sessions}
+        assert abs(w.distinct_users - len(users)) <= max(0.03 * len(users), 1), key
+        if len(sessions) >= 200:
+            assert rank_error(lengths, w.p50, 0.5) <= 0.01, key  # type: ignore[arg-type]

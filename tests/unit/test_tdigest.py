@@ -1,0 +1,454 @@
+"""TDigest (sketches/tdigest.py) as a value object: edge cases, exact stats, merging, bytes.
+
+Accuracy on large data lives in tests/accuracy/test_tdigest_accuracy.py; these tests are fast.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import struct
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from sketches import TDigest
+from sketches.tdigest import DEFAULT_COMPRESSION, FORMAT_VERSION
+
+QS = np.linspace(0.0, 1.0, 101)
+
+
+def digest_of(values: object, compression: float = DEFAULT_COMPRESSION) -> TDigest:
+    d = TDigest(compression)
+    d.update(values)
+    return d
+
+
+def rank_error(sorted_data: np.ndarray, estimates: np.ndarray, qs: np.ndarray) -> np.ndarray:
+    """|F(estimate) - q|, zero when q falls anywhere within the estimate's rank range."""
+    n = sorted_data.shape[0]
+    lo = np.searchsorted(sorted_data, estimates, "left") / n
+    hi = np.searchsorted(sorted_data, estimates, "right") / n
+    return np.maximum(np.maximum(lo - qs, qs - hi), 0.0)
+
+
+# --- construction ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("compression", [0, 9.9, -1, math.nan, math.inf, 2e6])
+def test_compression_out_of_range_is_refused(compression: float) -> None:
+    with pytest.raises(ValueError, match="compression"):
+        TDigest(compression)
+
+
+def test_default_compression() -> None:
+    assert TDigest().compression == DEFAULT_COMPRESSION == 200.0
+
+
+# --- empty, one value, two values, all equal ---------------------------------------------------
+
+
+def test_empty_digest() -> None:
+    d = TDigest()
+    assert (d.count, d.nan_count, d.sum, len(d)) == (0, 0, 0.0, 0)
+    assert math.isnan(d.min) and math.isnan(d.max) and math.isnan(d.mean)
+    assert math.isnan(d.quantile(0.5))
+    assert np.isnan(d.quantile([0.0, 1.0])).all()
+    assert math.isnan(d.cdf(0.0))
+    assert np.isnan(d.cdf(np.array([1.0, 2.0]))).all()
+    assert "count=0" in repr(d)
+
+
+@pytest.mark.parametrize("batch", [[], np.array([]), np.empty((0, 3))])
+def test_empty_batch_changes_nothing(batch: object) -> None:
+    d = digest_of([1.0, 2.0])
+    before = d.copy()
+    d.update(batch)
+    assert d == before
+
+
+def test_single_value() -> None:
+    d = digest_of([7.5])
+    assert (d.count, d.sum, d.min, d.max, d.mean, len(d)) == (1, 7.5, 7.5, 7.5, 7.5, 1)
+    np.testing.assert_array_equal(d.quantile(QS), np.full(QS.shape, 7.5))
+    assert d.cdf(7.4) == 0.0
+    assert d.cdf(7.5) == 1.0
+
+
+def test_two_values() -> None:
+    d = digest_of([2.0, 1.0])
+    assert (d.min, d.max, d.sum, len(d)) == (1.0, 2.0, 3.0, 2)
+    # Inverse-CDF convention: F(1) = 0.5, so q <= 0.5 gives 1 and q > 0.5 gives 2.
+    assert d.quantile(0.0) == 1.0
+    assert d.quantile(0.25) == 1.0
+    assert d.quantile(0.5) == 1.0
+    assert d.quantile(0.75) == 2.0
+    assert d.quantile(1.0) == 2.0
+    #     1.0       2.0
+    # 0 --x---------x-- 1     CDF steps: 0 below 1, 1/2 from 1, 1 from 2
+    np.testing.assert_array_equal(d.cdf([0.5, 1.0, 1.5, 2.0, 3.0]), [0.0, 0.5, 0.5, 1.0, 1.0])
+
+
+def test_small_inputs_are_kept_exactly() -> None:
+    # A median centroid may hold 8 / compression = 4% of the data, so 25 values stay singletons.
+    values = np.arange(25.0)
+    d = digest_of(values)
+    means, weights = d.centroids
+    np.testing.assert_array_equal(means, values)
+    np.testing.assert_array_equal(weights, np.ones(25))
+
+
+@pytest.mark.parametrize("n", [2, 10, 1000, 100_000])
+def test_all_equal_values(n: int) -> None:
+    d = digest_of(np.full(n, 3.25))
+    np.testing.assert_array_equal(d.quantile(QS), np.full(QS.shape, 3.25))
+    np.testing.assert_array_equal(d.cdf([3.0, np.nextafter(3.25, 0.0), 3.25, 4.0]), [0, 0, 1, 1])
+    assert (d.count, d.min, d.max, d.mean) == (n, 3.25, 3.25, 3.25)
+
+
+# --- exact statistics --------------------------------------------------------------------------
+
+
+def test_count_sum_min_max_are_exact_through_updates_and_merges() -> None:
+    rng = np.random.default_rng(1)
+    chunks = [rng.integers(-1000, 1000, size=s).astype(np.float64) for s in (1, 500, 20_000, 3)]
+    digests = [digest_of(c) for c in chunks]
+    everything = np.concatenate(chunks)
+
+    merged = TDigest.merged(digests)
+    in_place = TDigest()
+    in_place.merge(*digests)
+    fed = TDigest()
+    for c in chunks:
+        fed.update(c)
+
+    for d in (merged, in_place, fed):
+        assert d.count == everything.size
+        assert d.sum == float(everything.sum())  # integers: float64 sums are exact
+        assert d.min == everything.min()
+        assert d.max == everything.max()
+        assert d.mean == pytest.approx(everything.mean(), rel=1e-15)
+        assert float(np.sum(d.centroids[1])) == d.count
+
+
+# --- merging -----------------------------------------------------------------------------------
+
+
+def test_merge_is_order_insensitive_within_tolerance() -> None:
+    rng = np.random.default_rng(2)
+    data = rng.lognormal(0.0, 1.0, 60_000)
+    a, b, c = (digest_of(part) for part in np.split(data, 3))
+    orders = [(a, b, c), (c, b, a), (b, a, c)]
+    results = [TDigest.merged(order) for order in orders]
+    pairwise = a.copy()
+    pairwise.merge(b)
+    pairwise.merge(c)
+    results.append(pairwise)
+
+    truth = np.sort(data)
+    qs = np.array([0.001, 0.01, 0.1, 0.5, 0.9, 0.99, 0.999])
+    estimates = [r.quantile(qs) for r in results]
+    for est in estimates:
+        assert rank_error(truth, est, qs).max() < 0.002
+    spread = rank_error(truth, estimates[0], qs) - rank_error(truth, estimates[1], qs)
+    assert np.abs(spread).max() < 0.002
+    for r in results:
+        assert r.count == data.size
+        assert r.sum == pytest.approx(data.sum(), rel=1e-12)  # float sums depend on order
+
+
+def test_merge_leaves_others_unchanged() -> None:
+    a, b = digest_of(np.arange(1000.0)), digest_of(np.arange(500.0, 3000.0))
+    b_before = b.copy()
+    a.merge(b)
+    assert b == b_before
+    assert a.count == 3500
+
+
+def test_merge_nothing_is_a_no_op() -> None:
+    d = digest_of(np.random.default_rng(3).random(10_000))
+    before = d.copy()
+    d.merge()
+    assert d == before
+
+
+def test_merge_with_empty_digests() -> None:
+    d = digest_of([1.0, 2.0, 3.0])
+    before = d.copy()
+    d.merge(TDigest(), TDigest())
+    assert d == before
+    assert TDigest.merged([TDigest(), TDigest()]) == TDigest()
+    assert TDigest.merged([]) == TDigest()
+
+
+def test_merge_refuses_other_compression() -> None:
+    d = TDigest(200)
+    with pytest.raises(ValueError, match="compression 100 into one with compression 200"):
+        d.merge(TDigest(100))
+    with pytest.raises(ValueError, match="compression"):
+        TDigest.merged([TDigest(200), TDigest(300)])
+
+
+def test_merge_refuses_non_digest() -> None:
+    with pytest.raises(TypeError, match="TDigest"):
+        TDigest().merge([1.0, 2.0])  # type: ignore[arg-type]
+
+
+def test_merged_does_not_mutate_inputs() -> None:
+    parts = [digest_of(np.arange(i, i + 100.0)) for i in range(5)]
+    snapshots = [p.copy() for p in parts]
+    TDigest.merged(parts)
+    assert parts == snapshots
+
+
+# --- bytes, pickle, copy, equality -------------------------------------------------------------
+
+
+def test_to_bytes_round_trip_is_exact() -> None:
+    d = TDigest(150)
+    d.update(np.random.default_rng(4).exponential(size=50_000))
+    d.update([math.nan])
+    data = d.to_bytes()
+    back = TDigest.from_bytes(data)
+    assert back == d
+    assert (back.count, back.nan_count, back.sum, back.min, back.max, back.compression) == (
+        d.count,
+        d.nan_count,
+        d.sum,
+        d.min,
+        d.max,
+        d.compression,
+    )
+    np.testing.assert_array_equal(back.centroids[0], d.centroids[0])
+    np.testing.assert_array_equal(back.centroids[1], d.centroids[1])
+    assert len(data) == 57 + 16 * len(d)
+    assert data[:4] == b"TDGT" and data[4] == FORMAT_VERSION
+    assert back.to_bytes() == data
+
+
+def test_empty_round_trip() -> None:
+    assert TDigest.from_bytes(TDigest().to_bytes()) == TDigest()
+    assert TDigest.from_bytes(bytearray(TDigest(50).to_bytes())).compression == 50
+
+
+def _valid() -> bytes:
+    return digest_of([1.0, 2.0, 3.0]).to_bytes()
+
+
+def _with_header(**fields: float) -> bytes:
+    """A valid encoding of [1, 2, 3] with some header fields replaced."""
+    data = _valid()
+    names = ("magic", "version", "compression", "count", "nan_count", "sum", "min", "max", "n")
+    header = struct.Struct("<4sBdQQdddI")
+    values = dict(zip(names, header.unpack_from(data), strict=True))
+    values.update(fields)
+    return header.pack(*values.values()) + data[header.size :]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"", "shorter than"),
+        (b"TDGT\x01", "shorter than"),
+        (b"\x00" * 200, "bad magic"),
+        (b"JUNK" + _valid()[4:], "bad magic"),
+        (_valid()[:4] + b"\x09" + _valid()[5:], "version 9"),
+        (_valid()[:-1], "expected"),
+        (_valid() + b"\x00", "expected"),
+        (_with_header(n=4), "expected"),
+        (_with_header(count=4), "inconsistent"),
+        (_with_header(min=1.5), "inconsistent"),
+        (_with_header(compression=1.0), "compression"),
+    ],
+)
+def test_from_bytes_rejects_garbage(data: bytes, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TDigest.from_bytes(data)
+
+
+def test_pickle_round_trip() -> None:
+    d = digest_of(np.random.default_rng(5).normal(size=5_000))
+    assert pickle.loads(pickle.dumps(d)) == d
+
+
+def test_copy_is_independent() -> None:
+    d = digest_of(np.arange(100.0))
+    c = d.copy()
+    assert c == d and c is not d
+    c.update([1e6])
+    assert c != d
+    assert d.max == 99.0
+
+
+def test_equality_is_structural_and_digests_are_unhashable() -> None:
+    assert digest_of([1.0, 2.0]) == digest_of([2.0, 1.0])
+    assert digest_of([1.0, 2.0]) != digest_of([1.0, 3.0])
+    assert TDigest(100) != TDigest(200)
+    assert TDigest() != "TDigest()"
+    with pytest.raises(TypeError):
+        hash(TDigest())
+
+
+def test_centroids_are_read_only_views() -> None:
+    means, _ = digest_of([1.0, 2.0]).centroids
+    with pytest.raises(ValueError):
+        means[0] = 5.0
+
+
+# --- input validation and NaN policy -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [math.inf, -math.inf])
+def test_infinity_is_rejected_and_nothing_changes(bad: float) -> None:
+    d = digest_of([1.0, 2.0])
+    before = d.copy()
+    with pytest.raises(ValueError, match="inf"):
+        d.update([3.0, bad, math.nan])
+    assert d == before
+
+
+def test_nan_is_skipped_and_counted() -> None:
+    d = digest_of([1.0, math.nan, 2.0, math.nan])
+    assert (d.count, d.nan_count, d.sum, d.min, d.max) == (2, 2, 3.0, 1.0, 2.0)
+    d.update([math.nan])
+    assert (d.count, d.nan_count, len(d)) == (2, 3, 2)
+    other = digest_of([math.nan])
+    assert (other.count, other.nan_count, len(other)) == (0, 1, 0)
+    assert TDigest.merged([d, other]).nan_count == 4
+    assert TDigest.from_bytes(d.to_bytes()).nan_count == 3
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.arange(10, dtype=np.int64),
+        np.arange(10, dtype=np.int32),
+        np.arange(10, dtype=np.float32),
+        list(range(10)),
+        pa.array(np.arange(10.0)),
+        pa.array(list(range(10)), type=pa.int64()),
+        pa.chunked_array([list(range(5)), list(range(5, 10))]),
+        np.arange(10.0).reshape(2, 5),
+        pd.Series(range(10)),
+    ],
+    ids=[
+        "int64",
+        "int32",
+        "float32",
+        "list",
+        "arrow-f64",
+        "arrow-i64",
+        "arrow-chunked",
+        "2d",
+        "pandas",
+    ],
+)
+def test_input_types(values: object) -> None:
+    d = digest_of(values)
+    assert (d.count, d.sum, d.min, d.max) == (10, 45.0, 0.0, 9.0)
+    assert d == digest_of(np.arange(10.0))
+
+
+def test_float32_values_are_taken_exactly() -> None:
+    values = np.array([0.1, 0.2, 0.3], dtype=np.float32)
+    d = digest_of(values)
+    assert d.min == float(values[0]) and d.max == float(values[2])
+
+
+def test_scalar_input() -> None:
+    d = TDigest()
+    d.update(3)
+    d.update(4.5)
+    assert (d.count, d.sum) == (2, 7.5)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [pa.array([1.0, None, 3.0]), pa.array([1, None, 3]), pd.Series([1, None, 3], dtype="Int64")],
+    ids=["arrow-f64", "arrow-i64", "pandas-Int64"],
+)
+def test_nulls_follow_the_nan_policy(values: object) -> None:
+    d = digest_of(values)
+    assert (d.count, d.nan_count, d.sum) == (2, 1, 4.0)
+
+
+def test_non_numeric_input_is_refused() -> None:
+    with pytest.raises((ValueError, TypeError)):
+        TDigest().update(["a", "b"])
+
+
+def test_values_near_float_max_do_not_overflow_means() -> None:
+    d = TDigest()
+    with np.errstate(over="ignore", invalid="ignore"):
+        d.update(np.tile([-1.7e308, 1.0e308, 1.7e308], 2000))
+    means, _ = d.centroids
+    assert np.isfinite(means).all()
+    assert d.quantile(0.0) == -1.7e308 and d.quantile(1.0) == 1.7e308
+    assert TDigest.from_bytes(d.to_bytes()) == d
+
+
+# --- quantile and cdf shape --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def skewed() -> TDigest:
+    d = TDigest()
+    rng = np.random.default_rng(6)
+    for _ in range(10):
+        d.update(rng.lognormal(0.0, 1.5, 10_000))
+    return d
+
+
+def test_quantile_is_monotone_and_hits_min_and_max(skewed: TDigest) -> None:
+    qs = np.linspace(0.0, 1.0, 10_001)
+    est = skewed.quantile(qs)
+    assert np.all(np.diff(est) >= 0)
+    assert skewed.quantile(0.0) == skewed.min
+    assert skewed.quantile(1.0) == skewed.max
+    assert est[0] == skewed.min and est[-1] == skewed.max
+    assert isinstance(skewed.quantile(0.5), float)
+    assert skewed.quantile(np.array([[0.1, 0.2]])).shape == (1, 2)
+
+
+def test_cdf_is_monotone_and_pinned_at_the_ends(skewed: TDigest) -> None:
+    xs = np.geomspace(skewed.min, skewed.max, 5_000)
+    f = skewed.cdf(xs)
+    assert np.all(np.diff(f) >= 0)
+    assert np.all((f >= 0) & (f <= 1))
+    assert skewed.cdf(skewed.min - 1) == 0.0
+    assert skewed.cdf(skewed.max) == 1.0
+    assert skewed.cdf(-math.inf) == 0.0 and skewed.cdf(math.inf) == 1.0
+    assert math.isnan(skewed.cdf(math.nan))
+    assert isinstance(skewed.cdf(1.0), float)
+
+
+def test_cdf_inverts_quantile(skewed: TDigest) -> None:
+    qs = np.linspace(0.01, 0.99, 99)
+    np.testing.assert_allclose(skewed.cdf(skewed.quantile(qs)), qs, atol=1e-9)
+
+
+@pytest.mark.parametrize("q", [-0.1, 1.1, math.nan])
+def test_quantile_outside_unit_interval_is_refused(skewed: TDigest, q: float) -> None:
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        skewed.quantile(q)
+
+
+# --- size --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("compression", [50.0, 100.0, 200.0, 333.0])
+def test_centroid_count_is_bounded_after_a_million_values(compression: float) -> None:
+    rng = np.random.default_rng(7)
+    d = TDigest(compression)
+    for _ in range(100):
+        d.update(rng.pareto(1.5, 10_000))
+    bound = 2 * math.ceil(compression / 2) + 1
+    assert len(d) <= bound
+    # In practice about compression / 2 (200 -> ~100 centroids, ~1.6 kB serialised).
+    assert len(d) <= 0.6 * compression + 5
+    single_shot = digest_of(rng.pareto(1.5, 1_000_000), compression)
+    assert len(single_shot) <= 0.6 * compression + 5
+    merged = TDigest.merged([d, single_shot])
+    assert len(merged) <= bound
