@@ -230,18 +230,19 @@ def _events(
     windows = (
         ServiceWindows.from_bytes(state.get[0], specs) if state.exists else ServiceWindows(specs)
     )
-    touched: set[int] = set()
-    late: Counter[tuple[str, int]] = Counter()
-    for pdf in pdfs:
-        t, lt = windows.add(
-            pdf["event_ms"].to_numpy(dtype=np.int64),
-            pdf["latency_ms"].to_numpy(dtype=np.float64, na_value=np.nan),
-            pdf["status"].to_numpy(dtype=np.int64, na_value=-1),
-            pdf["user_id"].to_numpy(dtype=object),
-            watermark,
-        )
-        touched |= t
-        late.update(lt)
+    # One add per batch, not per Arrow chunk: how Spark chunks a group depends on shuffle fetch
+    # order, and the sketches must depend only on the batch's rows so a replay is byte-identical.
+    frames = list(pdfs)
+    if not frames:
+        return
+    pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    touched, late = windows.add(
+        pdf["event_ms"].to_numpy(dtype=np.int64),
+        pdf["latency_ms"].to_numpy(dtype=np.float64, na_value=np.nan),
+        pdf["status"].to_numpy(dtype=np.int64, na_value=-1),
+        pdf["user_id"].to_numpy(dtype=object),
+        watermark,
+    )
     results = windows.windows(touched, watermark)
     windows.evict(watermark)
     state.update((windows.to_bytes(),))
