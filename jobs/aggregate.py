@@ -171,13 +171,15 @@ class ServiceWindows:
                 "the checkpoint holds window state from an older Tidegauge version: "
                 "use a new --checkpoint directory"
             )
+        if len(blob) < 9:
+            raise ValueError("window state is truncated: use a new --checkpoint directory")
         version, n_head = struct.unpack_from("<BI", blob, 4)
         if version != _STATE_VERSION:
             raise ValueError(f"window state version {version} is not {_STATE_VERSION}")
         pos = 9 + n_head
         head = json.loads(blob[9:pos])
         stored = tuple(head["specs"])
-        if stored != tuple(s.key for s in specs):
+        if sorted(stored) != sorted(s.key for s in specs):
             raise ValueError(
                 f"checkpoint holds windows {list(stored)} but the job asks for "
                 f"{[s.key for s in specs]}: use a new --checkpoint directory to change --window"
@@ -190,6 +192,8 @@ class ServiceWindows:
         pos += n_sessions
         panes = {}
         while pos < len(blob):
+            if pos + _PANE.size > len(blob):
+                raise ValueError("window state is truncated: use a new --checkpoint directory")
             start, n = _PANE.unpack_from(blob, pos)
             pos += _PANE.size
             panes[start] = WindowAgg.from_bytes(blob[pos : pos + n])

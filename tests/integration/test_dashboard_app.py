@@ -19,7 +19,10 @@ import pytest
 import redis
 from streamlit.testing.v1 import AppTest
 
+from dashboard import data
+from jobs.metrics import WindowAgg
 from jobs.redis_sink import WindowUpdate, write_batch, write_progress
+from jobs.windows import WindowSpec
 from tidegauge.config import ENV_REDIS_URL, RedisSettings
 from tidegauge.durations import to_iso
 from tidegauge.services import free_port
@@ -27,6 +30,7 @@ from tidegauge.store import DeadLetter, Keys
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
 W = 10_000
+SPEC = WindowSpec.tumbling(W)
 KEYS = Keys()
 
 
@@ -34,14 +38,27 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def window(
+    start: int, service: str, count: int, spec: WindowSpec = SPEC, seed: int = 0
+) -> WindowUpdate:
+    """What the job sends for `count` events of one service in one window: lognormal latencies
+    (a few absent), ~2 % 5xx, users from a pool of 200, and the metrics computed from them."""
+    rng = np.random.default_rng([start % 1_000_003, len(service), count, seed])
+    latency = rng.lognormal(np.log(40.0), 0.7, count)
+    latency[rng.random(count) < 0.03] = np.nan
+    status = rng.choice(np.array([200, 201, 404, 500, 503]), count, p=[0.8, 0.1, 0.08, 0.01, 0.01])
+    users = np.array([f"{service}-user-{u}" for u in rng.integers(0, 200, count)], dtype=object)
+    agg = WindowAgg()
+    agg.add(latency, status, users)
+    return WindowUpdate(spec.key, start, service, agg.metrics(spec.size_ms), agg.to_bytes())
+
+
 def seed(r: redis.Redis, batch_time: int) -> dict[str, int]:
     """Two batches of 10 s windows for three services, a status, and three dead letters."""
     newest = batch_time - batch_time % W - W
     starts = [newest - i * W for i in range(6)]
     counts = {"checkout": 120, "search": 340, "auth": 55}
-    write_batch(
-        r, KEYS, 1, [WindowUpdate(W, s, svc, c) for s in starts[3:] for svc, c in counts.items()]
-    )
+    write_batch(r, KEYS, 1, [window(s, svc, c) for s in starts[3:] for svc, c in counts.items()])
     letters = [
         DeadLetter(0, 17, batch_time - 3000, "invalid_json", "Expecting value", b"{oops", 5, 2),
         DeadLetter(2, 5, batch_time - 2000, "missing_field", "no 'service'", b'{"a":1}', 7, 2),
@@ -51,7 +68,7 @@ def seed(r: redis.Redis, batch_time: int) -> dict[str, int]:
         r,
         KEYS,
         2,
-        [WindowUpdate(W, s, svc, c) for s in starts[:3] for svc, c in counts.items()],
+        [window(s, svc, c) for s in starts[:3] for svc, c in counts.items()],
         dead=letters,
         dead_counts={"invalid_json": 2, "missing_field": 1},
     )
@@ -123,6 +140,26 @@ def test_seeded_redis_shows_status_chart_and_dead_letters(
     ]
     assert list(latest["partition:offset"]) == ["1:9", "2:5", "0:17"]
     assert list(latest["raw"]) == ['{"x', '{"a":1}', "{oops"]
+
+
+def test_snapshot_keeps_to_the_smallest_tumbling_spec(redis_client: redis.Redis) -> None:
+    now = now_ms()
+    newest = seed(redis_client, now)["newest"]
+    # the job also writes 60 s and 30 s/10 s windows: the chart keeps to the 10 s ones
+    write_batch(
+        redis_client,
+        KEYS,
+        3,
+        [
+            window(newest, "search", 999, WindowSpec(30_000, 10_000)),
+            window(newest - newest % 60_000, "search", 2000, WindowSpec.tumbling(60_000)),
+        ],
+    )
+    snap = data.read_snapshot(redis_client, KEYS, window_range_ms=60_000, now_ms=now)
+    assert snap.window_size_ms == W
+    assert {(r.spec, r.kind) for r in snap.windows} == {("10000", "tumbling")}
+    assert [r.count for r in snap.windows if r.service == "*"] == [120 + 340 + 55] * 6
+    assert all(r.p99 is not None and r.distinct_users > 0 for r in snap.windows)
 
 
 def test_total_line_can_be_switched_off(

@@ -1,7 +1,10 @@
 """The Redis sink (jobs/redis_sink.py) and the read API (tidegauge/store.py) on a real redis-server.
 
 The sink promises that each micro-batch is one transaction of absolute values, so a replayed
-batch leaves Redis exactly as it was; these tests replay batches and compare every key.
+batch leaves Redis exactly as it was; these tests replay batches and compare every key. The `*`
+row of a window is the merge of every stored service's WindowAgg (sketches included), and a
+range read is the merge of the windows inside it; expected answers are built with the same
+`WindowAgg.merged` from the aggregates the tests sent.
 """
 
 from __future__ import annotations
@@ -9,28 +12,36 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import pytest
 import redis
 
 import jobs.redis_sink as redis_sink
-from jobs.redis_sink import WindowUpdate, write_batch, write_progress
+from jobs.metrics import PERCENTILES, WindowAgg
+from jobs.redis_sink import LateUpdate, WindowUpdate, write_batch, write_progress
+from jobs.windows import WindowSpec
 from tidegauge.store import (
     DeadLetter,
     Keys,
+    RangeResult,
     WindowRow,
     read_batches,
     read_dead_counts,
     read_dead_letters,
+    read_range,
     read_services,
     read_status,
-    read_window_sizes,
+    read_window_specs,
     read_windows,
 )
 
 S = 1_000
 W = 10 * S
-T = 1_795_341_600_000  # a 10 s (and 60 s) window boundary
+T = 1_795_341_600_000  # a 10 s, 30 s and 60 s window boundary
 KEYS = Keys("tg")
+TUMBLING = WindowSpec.tumbling(W)
+MINUTE = WindowSpec.tumbling(60 * S)
+HOPPING = WindowSpec(30 * S, 10 * S)
 
 
 def snapshot(r: redis.Redis) -> dict[bytes, tuple[bytes, Any, int]]:
@@ -53,19 +64,68 @@ def snapshot(r: redis.Redis) -> dict[bytes, tuple[bytes, Any, int]]:
     return out
 
 
-def letter(partition: int, offset: int, ts: int, reason: str = "invalid_json",
-           batch_id: int = 1, raw: bytes = b"{oops") -> DeadLetter:
+def letter(
+    partition: int,
+    offset: int,
+    ts: int,
+    reason: str = "invalid_json",
+    batch_id: int = 1,
+    raw: bytes = b"{oops",
+) -> DeadLetter:
     return DeadLetter(
-        partition=partition, offset=offset, kafka_timestamp=ts, reason=reason,
-        detail=f"detail of {partition}:{offset}", raw=raw, raw_size=len(raw) + 10,
+        partition=partition,
+        offset=offset,
+        kafka_timestamp=ts,
+        reason=reason,
+        detail=f"detail of {partition}:{offset}",
+        raw=raw,
+        raw_size=len(raw) + 10,
         batch_id=batch_id,
     )
 
 
-def window_counts(r: redis.Redis, size: int, start: int) -> dict[str, int]:
-    return {
-        k.decode(): json.loads(v)["count"] for k, v in r.hgetall(KEYS.window(size, start)).items()
-    }
+def events(
+    n: int, seed: int, users: range | None = None, scale: float = 20.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """n events: lognormal latencies around `scale` ms (some absent), ~3 % 5xx, users drawn
+    from `users` (default: 100 users of their own). Seeded, so every call is reproducible."""
+    rng = np.random.default_rng(seed)
+    latency = rng.lognormal(np.log(scale), 0.6, n)
+    latency[rng.random(n) < 0.05] = np.nan
+    status = rng.choice(np.array([200, 404, 500, 503, -1]), n, p=[0.85, 0.07, 0.02, 0.01, 0.05])
+    pool = users if users is not None else range(seed * 1000, seed * 1000 + 100)
+    ids = np.array([f"user-{u}" for u in rng.choice(np.array(pool), n)], dtype=object)
+    return latency, status, ids
+
+
+def agg_of(n: int, seed: int, users: range | None = None, scale: float = 20.0) -> WindowAgg:
+    """The WindowAgg of `events(n, seed, users, scale)`."""
+    agg = WindowAgg()
+    agg.add(*events(n, seed, users, scale))
+    return agg
+
+
+def distinct(*calls: tuple[int, int, range]) -> int:
+    """Exact number of distinct users over several `events(n, seed, users)` calls."""
+    return len(set().union(*(set(events(n, seed, users)[2]) for n, seed, users in calls)))
+
+
+def update(spec: WindowSpec, start: int, service: str, agg: WindowAgg) -> WindowUpdate:
+    """What the job sends for one (window, service): metrics computed from the agg, its bytes."""
+    return WindowUpdate(spec.key, start, service, agg.metrics(spec.size_ms), agg.to_bytes())
+
+
+def stored_aggs(r: redis.Redis, spec: WindowSpec, start: int) -> dict[str, WindowAgg]:
+    raw = r.hgetall(KEYS.window_aggs(spec.key, start))
+    return {k.decode(): WindowAgg.from_bytes(v) for k, v in raw.items()}
+
+
+def stored_docs(r: redis.Redis, spec: WindowSpec, start: int) -> dict[str, dict[str, Any]]:
+    return {k.decode(): json.loads(v) for k, v in r.hgetall(KEYS.window(spec.key, start)).items()}
+
+
+def window_counts(r: redis.Redis, spec: WindowSpec, start: int) -> dict[str, int]:
+    return {k: d["count"] for k, d in stored_docs(r, spec, start).items()}
 
 
 # --- write_batch: idempotence ---------------------------------------------------------------
@@ -75,12 +135,18 @@ def _full_batch(batch_id: int) -> dict[str, Any]:
     return {
         "batch_id": batch_id,
         "windows": [
-            WindowUpdate(W, T, "api", 5),
-            WindowUpdate(W, T, "web", 2),
-            WindowUpdate(W, T + W, "api", 1),
-            WindowUpdate(60 * S, T, "db", 9),
+            update(TUMBLING, T, "api", agg_of(50, 1)),
+            update(TUMBLING, T, "web", agg_of(20, 2)),
+            update(TUMBLING, T + W, "api", agg_of(10, 3)),
+            update(MINUTE, T, "db", agg_of(90, 4)),
+            update(HOPPING, T - 20 * S, "api", agg_of(50, 1)),
+            update(HOPPING, T, "api", agg_of(60, 5)),
         ],
-        "late": [WindowUpdate(W, T - W, "api", 3), WindowUpdate(W, T - 2 * W, "web", 1)],
+        "late": [
+            LateUpdate(TUMBLING.key, T - W, "api", 3),
+            LateUpdate(TUMBLING.key, T - 2 * W, "web", 1),
+            LateUpdate(HOPPING.key, T - 40 * S, "api", 2),
+        ],
         "dead": [
             letter(0, 10, T + 5, batch_id=batch_id, raw=b"\xff\xfe binary \x00"),
             letter(1, 11, T + 3, "empty", batch_id=batch_id, raw=b""),
@@ -92,8 +158,14 @@ def _full_batch(batch_id: int) -> dict[str, Any]:
 
 def _write(r: redis.Redis, b: dict[str, Any], dead_letter_max: int = 100_000) -> None:
     write_batch(
-        r, KEYS, b["batch_id"], b["windows"], b["dead"], b["dead_counts"],
-        dead_letter_max=dead_letter_max, late=b["late"],
+        r,
+        KEYS,
+        b["batch_id"],
+        b["windows"],
+        b["dead"],
+        b["dead_counts"],
+        dead_letter_max=dead_letter_max,
+        late=b["late"],
     )
 
 
@@ -112,19 +184,24 @@ def test_replaying_a_batch_changes_nothing(redis_client: redis.Redis) -> None:
 def test_replaying_the_last_batch_after_earlier_batches_changes_nothing(
     redis_client: redis.Redis,
 ) -> None:
-    b1 = _full_batch(1)
-    _write(redis_client, b1)
+    _write(redis_client, _full_batch(1))
     b2 = {
         "batch_id": 2,
-        "windows": [WindowUpdate(W, T, "api", 8), WindowUpdate(W, T + 2 * W, "db", 1)],
-        "late": [WindowUpdate(W, T - W, "api", 2)],
+        "windows": [
+            update(TUMBLING, T, "api", agg_of(80, 6)),
+            update(TUMBLING, T + 2 * W, "db", agg_of(1, 7)),
+            update(HOPPING, T, "web", agg_of(30, 8)),
+        ],
+        "late": [LateUpdate(TUMBLING.key, T - W, "api", 2)],
         "dead": [letter(0, 20, T + 9, batch_id=2)],
         "dead_counts": {"invalid_json": 3, "empty": 1},
     }
     _write(redis_client, b2)
     after_b2 = snapshot(redis_client)
+    dumps = {k: redis_client.dump(k) for k in after_b2}
     _write(redis_client, b2)
     assert snapshot(redis_client) == after_b2
+    assert {k: redis_client.dump(k) for k in after_b2} == dumps
 
 
 def test_empty_batch_writes_nothing(redis_client: redis.Redis) -> None:
@@ -132,48 +209,97 @@ def test_empty_batch_writes_nothing(redis_client: redis.Redis) -> None:
     assert redis_client.dbsize() == 0
 
 
-# --- write_batch: the `*` totals --------------------------------------------------------------
+# --- write_batch: the `*` rows ------------------------------------------------------------------
 
 
-def test_star_is_the_sum_of_every_stored_service(redis_client: redis.Redis) -> None:
-    write_batch(redis_client, KEYS, 1, [WindowUpdate(W, T, "api", 3), WindowUpdate(W, T, "web", 2)])
-    assert window_counts(redis_client, W, T) == {"api": 3, "web": 2, "*": 5}
-    # batch 2 only updates api (absolute 4): web's 2 from batch 1 still counts
-    write_batch(redis_client, KEYS, 2, [WindowUpdate(W, T, "api", 4)])
-    assert window_counts(redis_client, W, T) == {"api": 4, "web": 2, "*": 6}
+def test_star_merges_every_stored_service(redis_client: redis.Redis) -> None:
+    # api and web share half their users; db has users of its own and much slower latencies
+    api1, web = agg_of(300, 1, range(0, 200)), agg_of(200, 2, range(100, 300))
+    write_batch(
+        redis_client, KEYS, 1, [update(TUMBLING, T, "api", api1), update(TUMBLING, T, "web", web)]
+    )
+    assert window_counts(redis_client, TUMBLING, T) == {"api": 300, "web": 200, "*": 500}
+
+    # batch 2 only updates api (absolute): web's aggregate from batch 1 still counts in `*`
+    api2 = agg_of(400, 3, range(0, 200))
+    write_batch(redis_client, KEYS, 2, [update(TUMBLING, T, "api", api2)])
+    assert window_counts(redis_client, TUMBLING, T) == {"api": 400, "web": 200, "*": 600}
+    assert stored_aggs(redis_client, TUMBLING, T)["*"] == WindowAgg.merged([api2, web])
+
     # batch 3 adds a new service to the window, and opens another window
-    write_batch(
-        redis_client, KEYS, 3, [WindowUpdate(W, T, "db", 10), WindowUpdate(W, T + W, "db", 1)]
+    db, db_next = agg_of(100, 4, range(1000, 1050), scale=400.0), agg_of(5, 5)
+    batch3 = [update(TUMBLING, T, "db", db), update(TUMBLING, T + W, "db", db_next)]
+    write_batch(redis_client, KEYS, 3, batch3)
+    assert window_counts(redis_client, TUMBLING, T) == {"api": 400, "web": 200, "db": 100, "*": 700}
+    assert window_counts(redis_client, TUMBLING, T + W) == {"db": 5, "*": 5}
+
+    total = WindowAgg.merged([api2, db, web])  # the sink merges in service order
+    aggs = stored_aggs(redis_client, TUMBLING, T)
+    assert aggs == {"api": api2, "web": web, "db": db, "*": total}
+    docs = stored_docs(redis_client, TUMBLING, T)
+    # each service's document is what the job sent, tagged with the batch that sent it
+    assert docs["api"] == {**api2.metrics(W), "batch": 2}
+    assert docs["web"] == {**web.metrics(W), "batch": 1}
+    assert docs["*"] == {**total.metrics(W), "batch": 3}
+    star = docs["*"]
+    # counts are exact sums
+    assert (star["count"], star["errors"], star["latency_count"]) == (
+        api2.count + web.count + db.count,
+        api2.errors + web.errors + db.errors,
+        api2.latency.count + web.latency.count + db.latency.count,
     )
-    assert window_counts(redis_client, W, T) == {"api": 4, "web": 2, "db": 10, "*": 16}
-    assert window_counts(redis_client, W, T + W) == {"db": 1, "*": 1}
-    stored = redis_client.hgetall(KEYS.window(W, T))
-    assert json.loads(stored[b"api"]) == {"count": 4, "batch": 2}
-    assert json.loads(stored[b"*"]) == {"count": 16, "batch": 3}
-    # replaying batch 3 keeps the totals
-    write_batch(
-        redis_client, KEYS, 3, [WindowUpdate(W, T, "db", 10), WindowUpdate(W, T + W, "db", 1)]
+    assert star["events_per_s"] == 70.0
+    # distinct users of the union (api and web share users 100..199), not the sum
+    union = distinct(
+        (400, 3, range(0, 200)), (200, 2, range(100, 300)), (100, 4, range(1000, 1050))
     )
-    assert window_counts(redis_client, W, T) == {"api": 4, "web": 2, "db": 10, "*": 16}
+    assert star["distinct_users"] == pytest.approx(union, rel=0.02)
+    per_service = sum(docs[s]["distinct_users"] for s in ("api", "web", "db"))
+    assert per_service - union > 40  # the services share users: a sum would count them twice
+    # percentiles of the merged digest: not an average of the services' percentiles
+    merged_digest = api2.latency.copy()
+    merged_digest.merge(db.latency, web.latency)
+    for name, q in PERCENTILES.items():
+        assert star[name] == pytest.approx(float(merged_digest.quantile(q)), rel=1e-9), name
+    assert star["p50"] != pytest.approx(np.mean([docs[s]["p50"] for s in ("api", "web", "db")]))
+
+    # replaying batch 3 keeps every byte, `*` included
+    before = snapshot(redis_client)
+    write_batch(redis_client, KEYS, 3, batch3)
+    assert snapshot(redis_client) == before
     assert read_services(redis_client, KEYS) == ["api", "db", "web"]
-    assert read_window_sizes(redis_client, KEYS) == [W]
+    assert read_window_specs(redis_client, KEYS) == [TUMBLING]
 
 
-def test_star_is_per_window_size(redis_client: redis.Redis) -> None:
+def test_star_is_per_window_spec(redis_client: redis.Redis) -> None:
+    a10, a30, a60 = agg_of(3, 1), agg_of(9, 2), agg_of(30, 3)
     write_batch(
-        redis_client, KEYS, 1,
-        [WindowUpdate(W, T, "api", 3), WindowUpdate(60 * S, T, "api", 30)],
+        redis_client,
+        KEYS,
+        1,
+        [
+            update(TUMBLING, T, "api", a10),
+            update(HOPPING, T, "api", a30),
+            update(MINUTE, T, "api", a60),
+        ],
     )
-    assert window_counts(redis_client, W, T) == {"api": 3, "*": 3}
-    assert window_counts(redis_client, 60 * S, T) == {"api": 30, "*": 30}
-    assert read_window_sizes(redis_client, KEYS) == [W, 60 * S]
+    assert window_counts(redis_client, TUMBLING, T) == {"api": 3, "*": 3}
+    assert window_counts(redis_client, HOPPING, T) == {"api": 9, "*": 9}
+    assert window_counts(redis_client, MINUTE, T) == {"api": 30, "*": 30}
+    # `*` metrics use the spec's own size: 9 events in 30 s
+    assert stored_docs(redis_client, HOPPING, T)["*"]["events_per_s"] == 0.3
+    # tumbling first (by size), then hopping
+    assert read_window_specs(redis_client, KEYS) == [TUMBLING, MINUTE, HOPPING]
 
 
 @pytest.mark.parametrize("where", ["windows", "late"])
 def test_write_batch_refuses_star(redis_client: redis.Redis, where: str) -> None:
-    star = [WindowUpdate(W, T, "*", 5)]
-    args: dict[str, Any] = {"windows": [WindowUpdate(W, T, "api", 1)], "late": []}
-    args[where] = args[where] + star
+    star: dict[str, list[Any]] = {
+        "windows": [update(TUMBLING, T, "*", agg_of(5, 1))],
+        "late": [LateUpdate(TUMBLING.key, T, "*", 5)],
+    }
+    args: dict[str, list[Any]] = {"windows": [update(TUMBLING, T, "api", agg_of(1, 2))], "late": []}
+    args[where] = args[where] + star[where]
     with pytest.raises(ValueError, match=r"'\*' is computed by the sink"):
         write_batch(redis_client, KEYS, 1, args["windows"], late=args["late"])
     assert redis_client.dbsize() == 0  # refused before anything was written
@@ -182,33 +308,48 @@ def test_write_batch_refuses_star(redis_client: redis.Redis, where: str) -> None
 # --- late counts ------------------------------------------------------------------------------
 
 
-def _late(r: redis.Redis, start: int) -> dict[str, int]:
-    return {row.service: row.late for row in read_windows(r, KEYS, W) if row.window_start == start}
+def _late(r: redis.Redis, start: int, spec: WindowSpec = TUMBLING) -> dict[str, int]:
+    return {
+        row.service: row.late for row in read_windows(r, KEYS, spec) if row.window_start == start
+    }
 
 
 def test_late_counts_replay_safe_but_add_across_batches(redis_client: redis.Redis) -> None:
-    write_batch(redis_client, KEYS, 5, [WindowUpdate(W, T + W, "api", 1)],
-                late=[WindowUpdate(W, T, "api", 2)])
+    tk = TUMBLING.key
+    b5 = [update(TUMBLING, T + W, "api", agg_of(1, 1))]
+    write_batch(redis_client, KEYS, 5, b5, late=[LateUpdate(tk, T, "api", 2)])
     assert _late(redis_client, T) == {"api": 2, "*": 2}
     # replay of batch 5: still 2
-    write_batch(redis_client, KEYS, 5, [WindowUpdate(W, T + W, "api", 1)],
-                late=[WindowUpdate(W, T, "api", 2)])
+    write_batch(redis_client, KEYS, 5, b5, late=[LateUpdate(tk, T, "api", 2)])
     assert _late(redis_client, T) == {"api": 2, "*": 2}
     # batch 6: 3 more late api rows and 1 late web row in the same window add up
-    write_batch(redis_client, KEYS, 6, [],
-                late=[WindowUpdate(W, T, "api", 3), WindowUpdate(W, T, "web", 1)])
+    b6 = [LateUpdate(tk, T, "api", 3), LateUpdate(tk, T, "web", 1)]
+    write_batch(redis_client, KEYS, 6, [], late=b6)
     assert _late(redis_client, T) == {"api": 5, "web": 1, "*": 6}
     # replay of batch 6
-    write_batch(redis_client, KEYS, 6, [],
-                late=[WindowUpdate(W, T, "api", 3), WindowUpdate(W, T, "web", 1)])
+    write_batch(redis_client, KEYS, 6, [], late=b6)
     assert _late(redis_client, T) == {"api": 5, "web": 1, "*": 6}
     # the window only has late rows: it is listed with count 0
-    rows = [r for r in read_windows(redis_client, KEYS, W) if r.window_start == T]
+    rows = [r for r in read_windows(redis_client, KEYS, TUMBLING) if r.window_start == T]
     assert {(r.service, r.count, r.late) for r in rows} == {
-        ("*", 0, 6), ("api", 0, 5), ("web", 0, 1),
+        ("*", 0, 6),
+        ("api", 0, 5),
+        ("web", 0, 1),
     }
     # the window with accepted rows has no late rows
     assert _late(redis_client, T + W) == {"api": 0, "*": 0}
+
+
+def test_late_counts_are_per_spec(redis_client: redis.Redis) -> None:
+    # one late row of the job is late for a tumbling and a hopping window at once
+    late = [LateUpdate(TUMBLING.key, T, "api", 1), LateUpdate(HOPPING.key, T - 20 * S, "api", 1)]
+    write_batch(redis_client, KEYS, 1, [update(HOPPING, T, "api", agg_of(4, 1))], late=late)
+    write_batch(redis_client, KEYS, 1, [update(HOPPING, T, "api", agg_of(4, 1))], late=late)
+    assert _late(redis_client, T) == {"api": 1, "*": 1}
+    assert _late(redis_client, T - 20 * S, HOPPING) == {"api": 1, "*": 1}
+    assert _late(redis_client, T, HOPPING) == {"api": 0, "*": 0}
+    # a spec known only from late rows is still listed
+    assert read_window_specs(redis_client, KEYS) == [TUMBLING, HOPPING]
 
 
 # --- dead letters ---------------------------------------------------------------------------
@@ -314,57 +455,126 @@ def test_history_is_trimmed_to_the_newest_batches(
 
 # --- read_windows filters -------------------------------------------------------------------
 
+#: The seeded windows: (spec, start) -> service -> WindowAgg (event counts in the table below).
+SEEDED: dict[tuple[WindowSpec, int], dict[str, WindowAgg]] = {
+    (TUMBLING, T): {"api": agg_of(1, 11), "web": agg_of(2, 12)},
+    (TUMBLING, T + W): {"api": agg_of(4, 13)},
+    (TUMBLING, T + 2 * W): {"web": agg_of(5, 14)},
+    (TUMBLING, T + 3 * W): {"api": agg_of(6, 15), "web": agg_of(7, 16)},
+    (MINUTE, T): {"api": agg_of(11, 17), "web": agg_of(7, 18)},
+    (HOPPING, T - 10 * S): {"api": agg_of(5, 19)},
+    (HOPPING, T): {"api": agg_of(5, 20), "web": agg_of(7, 21)},
+}
+#: Late rows: (spec, start) -> service -> count.
+SEEDED_LATE: dict[tuple[WindowSpec, int], dict[str, int]] = {
+    (TUMBLING, T + W): {"api": 1},
+    (TUMBLING, T + 4 * W): {"web": 2},
+    (HOPPING, T - 20 * S): {"web": 3},
+}
+
 
 @pytest.fixture
 def seeded(redis_client: redis.Redis) -> redis.Redis:
-    """Windows of 10 s at T..T+30s (api, web), a late-only window at T+40s, and 60 s windows.
+    """10 s windows at T..T+30s (api, web), a late-only window at T+40s, 60 s and 30 s/10 s ones.
 
-        start  api web  *   late
-        T       1   2   3
-        T+10    4   -   4   api 1
-        T+20    -   5   5
-        T+30    6   7  13
-        T+40    -   -   -   web 2
+        10 s   start  api web  *   late
+               T       1   2   3
+               T+10    4   -   4   api 1
+               T+20    -   5   5
+               T+30    6   7  13
+               T+40    -   -   -   web 2
+        60 s   T      11   7  18
+        30/10  T-20    -   -   -   web 3
+               T-10    5   -   5
+               T       5   7  12
+
+    Written in two batches, the second touching windows of the first (absolute updates).
     """
-    write_batch(
-        redis_client, KEYS, 1,
-        [
-            WindowUpdate(W, T, "api", 1), WindowUpdate(W, T, "web", 2),
-            WindowUpdate(W, T + W, "api", 4), WindowUpdate(W, T + 2 * W, "web", 5),
-            WindowUpdate(60 * S, T, "api", 11), WindowUpdate(60 * S, T, "web", 7),
-        ],
-    )
-    write_batch(
-        redis_client, KEYS, 2,
-        [WindowUpdate(W, T + 3 * W, "api", 6), WindowUpdate(W, T + 3 * W, "web", 7)],
-        late=[WindowUpdate(W, T + W, "api", 1), WindowUpdate(W, T + 4 * W, "web", 2)],
-    )
+    items = [
+        (spec, start, svc, agg) for (spec, start), d in SEEDED.items() for svc, agg in d.items()
+    ]
+    late = [
+        LateUpdate(spec.key, start, svc, n)
+        for (spec, start), d in SEEDED_LATE.items()
+        for svc, n in d.items()
+    ]
+    first = [update(spec, start, svc, agg) for spec, start, svc, agg in items if start < T + 3 * W]
+    second = [
+        update(spec, start, svc, agg) for spec, start, svc, agg in items if start >= T + 3 * W
+    ]
+    write_batch(redis_client, KEYS, 1, first)
+    write_batch(redis_client, KEYS, 2, second + first[:2], late=late)
     return redis_client
 
 
-def row(start: int, service: str, count: int, late: int = 0, size: int = W) -> WindowRow:
-    return WindowRow(start, start + size, service, count, count * 1000.0 / size, late)
+def row(spec: WindowSpec, start: int, service: str, late: int = 0) -> WindowRow:
+    """The row read_windows should return, from the aggregates that were written."""
+    aggs = SEEDED.get((spec, start), {})
+    agg = WindowAgg.merged(aggs.values()) if service == "*" else aggs.get(service)
+    m = agg.metrics(spec.size_ms) if agg is not None and aggs else {}
+    return WindowRow(
+        window_start=start,
+        window_end=start + spec.size_ms,
+        service=service,
+        count=m.get("count", 0),
+        events_per_s=m.get("count", 0) * 1000.0 / spec.size_ms,
+        late=late,
+        spec=spec.key,
+        kind=spec.kind,
+        **{k: v for k, v in m.items() if k not in ("count", "events_per_s")},
+    )
 
 
 ALL_ROWS = [
-    row(T, "*", 3), row(T, "api", 1), row(T, "web", 2),
-    row(T + W, "*", 4, 1), row(T + W, "api", 4, 1),
-    row(T + 2 * W, "*", 5), row(T + 2 * W, "web", 5),
-    row(T + 3 * W, "*", 13), row(T + 3 * W, "api", 6), row(T + 3 * W, "web", 7),
-    row(T + 4 * W, "*", 0, 2), row(T + 4 * W, "web", 0, 2),
+    row(TUMBLING, T, "*"),
+    row(TUMBLING, T, "api"),
+    row(TUMBLING, T, "web"),
+    row(TUMBLING, T + W, "*", 1),
+    row(TUMBLING, T + W, "api", 1),
+    row(TUMBLING, T + 2 * W, "*"),
+    row(TUMBLING, T + 2 * W, "web"),
+    row(TUMBLING, T + 3 * W, "*"),
+    row(TUMBLING, T + 3 * W, "api"),
+    row(TUMBLING, T + 3 * W, "web"),
+    row(TUMBLING, T + 4 * W, "*", 2),
+    row(TUMBLING, T + 4 * W, "web", 2),
 ]
+HOPPING_ROWS = [
+    row(HOPPING, T - 20 * S, "*", 3),
+    row(HOPPING, T - 20 * S, "web", 3),
+    row(HOPPING, T - 10 * S, "*"),
+    row(HOPPING, T - 10 * S, "api"),
+    row(HOPPING, T, "*"),
+    row(HOPPING, T, "api"),
+    row(HOPPING, T, "web"),
+]
+
+
+def test_seeded_rows_carry_every_metric() -> None:
+    r = ALL_ROWS[0]
+    assert (r.count, r.spec, r.kind, r.events_per_s) == (3, "10000", "tumbling", 0.3)
+    assert r.p99 is not None and r.latency_count > 0 and r.distinct_users > 0
+    assert HOPPING_ROWS[-1].kind == "hopping" and HOPPING_ROWS[-1].window_end == T + 30 * S
 
 
 @pytest.mark.parametrize(
     ("kwargs", "expected"),
     [
-        pytest.param({}, ALL_ROWS, id="everything-smallest-size-by-default"),
-        pytest.param({"size_ms": W}, ALL_ROWS, id="explicit-size"),
+        pytest.param({}, ALL_ROWS, id="everything-smallest-tumbling-by-default"),
+        pytest.param({"spec": TUMBLING}, ALL_ROWS, id="explicit-spec"),
         pytest.param(
-            {"size_ms": 60 * S},
-            [row(T, "*", 18, size=60 * S), row(T, "api", 11, size=60 * S),
-             row(T, "web", 7, size=60 * S)],
+            {"spec": MINUTE},
+            [row(MINUTE, T, "*"), row(MINUTE, T, "api"), row(MINUTE, T, "web")],
             id="other-size",
+        ),
+        pytest.param({"spec": HOPPING}, HOPPING_ROWS, id="hopping"),
+        # hopping windows overlap: since/until still select by each window's own end and start
+        pytest.param({"spec": HOPPING, "since_ms": T + 20 * S}, HOPPING_ROWS[4:], id="hop-since"),
+        pytest.param({"spec": HOPPING, "until_ms": T - 10 * S}, HOPPING_ROWS[:2], id="hop-until"),
+        pytest.param(
+            {"spec": HOPPING, "service": "*", "since_ms": T + 10 * S - 1},
+            [HOPPING_ROWS[0], HOPPING_ROWS[2], HOPPING_ROWS[4]],
+            id="hop-star-since",
         ),
         # since: windows that END after since_ms
         pytest.param({"since_ms": T + W}, ALL_ROWS[3:], id="since-at-a-window-end"),
@@ -385,11 +595,12 @@ ALL_ROWS = [
         ),
         pytest.param(
             {"service": "web", "since_ms": T + 25 * S},
-            [row(T + 2 * W, "web", 5), row(T + 3 * W, "web", 7), row(T + 4 * W, "web", 0, 2)],
+            [row(TUMBLING, T + 2 * W, "web"), row(TUMBLING, T + 3 * W, "web"), ALL_ROWS[-1]],
             id="service-and-since",
         ),
         pytest.param({"service": "nope"}, [], id="unknown-service"),
-        pytest.param({"size_ms": 5 * S}, [], id="unknown-size"),
+        pytest.param({"spec": WindowSpec.tumbling(5 * S)}, [], id="unknown-size"),
+        pytest.param({"spec": WindowSpec(60 * S, 10 * S)}, [], id="unknown-slide"),
     ],
 )
 def test_read_windows_filters(
@@ -398,8 +609,13 @@ def test_read_windows_filters(
     assert read_windows(seeded, KEYS, **kwargs) == expected
 
 
+def test_read_window_specs_of_the_seeded_store(seeded: redis.Redis) -> None:
+    assert read_window_specs(seeded, KEYS) == [TUMBLING, MINUTE, HOPPING]
+
+
 def test_read_windows_on_an_empty_store(redis_client: redis.Redis) -> None:
     assert read_windows(redis_client, KEYS) == []
+    assert read_window_specs(redis_client, KEYS) == []
     assert read_status(redis_client, KEYS) is None
     assert read_batches(redis_client, KEYS) == []
     assert read_dead_counts(redis_client, KEYS) == {}
@@ -407,6 +623,132 @@ def test_read_windows_on_an_empty_store(redis_client: redis.Redis) -> None:
 
 def test_prefixes_are_separate(redis_client: redis.Redis) -> None:
     other = Keys("other")
-    write_batch(redis_client, other, 1, [WindowUpdate(W, T, "api", 3)])
+    agg = agg_of(3, 1)
+    write_batch(redis_client, other, 1, [update(TUMBLING, T, "api", agg)])
     assert read_windows(redis_client, KEYS) == []
-    assert read_windows(redis_client, other) == [row(T, "*", 3), row(T, "api", 3)]
+    rows = read_windows(redis_client, other)
+    assert [(r.service, r.count) for r in rows] == [("*", 3), ("api", 3)]
+    assert rows[0].p50 == rows[1].p50 == agg.metrics(W)["p50"]
+
+
+# --- read_range -----------------------------------------------------------------------------
+
+
+def _merged(spec: WindowSpec, starts: list[int], service: str) -> WindowAgg:
+    parts = []
+    for s in starts:
+        aggs = SEEDED.get((spec, s), {})
+        if service == "*" and aggs:
+            parts.append(WindowAgg.merged(aggs.values()))
+        elif service in aggs:
+            parts.append(aggs[service])
+    return WindowAgg.merged(parts)
+
+
+@pytest.mark.parametrize(
+    ("since", "until", "service", "inside", "covered"),
+    [
+        #   T         T+10s     T+20s     T+30s     T+40s     T+50s
+        #   [ api web )[ api    )[   web  )[ api web )[ late    )
+        pytest.param(T, T + 4 * W, "*", [0, 1, 2, 3], (T, T + 4 * W), id="all-star"),
+        pytest.param(T - W, T + 6 * W, "*", [0, 1, 2, 3], (T, T + 4 * W), id="wider-than-data"),
+        pytest.param(T, T + 4 * W, "api", [0, 1, 2, 3], (T, T + 4 * W), id="one-service"),
+        pytest.param(T, T + 4 * W, "web", [0, 1, 2, 3], (T, T + 4 * W), id="other-service"),
+        # windows only partly inside the range are left out, at either end
+        pytest.param(T + 5 * S, T + 4 * W, "*", [1, 2, 3], (T + W, T + 4 * W), id="cut-start"),
+        pytest.param(T, T + 35 * S, "*", [0, 1, 2], (T, T + 3 * W), id="cut-end"),
+        pytest.param(T + 1, T + 4 * W - 1, "*", [1, 2], (T + W, T + 3 * W), id="cut-both"),
+        pytest.param(T + W, T + 2 * W, "api", [1], (T + W, T + 2 * W), id="exactly-one"),
+    ],
+)
+def test_read_range_merges_the_windows_inside(
+    seeded: redis.Redis,
+    since: int,
+    until: int,
+    service: str,
+    inside: list[int],
+    covered: tuple[int, int],
+) -> None:
+    starts = [T + i * W for i in inside]
+    got = read_range(seeded, KEYS, since, until, service=service)
+    expected = _merged(TUMBLING, starts, service)
+    with_service = [s for s in starts if service == "*" or service in SEEDED[(TUMBLING, s)]]
+    duration = covered[1] - covered[0]
+    assert got == RangeResult(
+        service, since, until, covered[0], covered[1], len(with_service), expected.metrics(duration)
+    )
+    assert got.metrics["count"] == sum(
+        a.count for s in starts for svc, a in SEEDED[(TUMBLING, s)].items() if service in ("*", svc)
+    )
+
+
+def test_read_range_distinct_users_and_percentiles_merge(redis_client: redis.Redis) -> None:
+    # the same 100 users in every window; latencies get slower window by window
+    aggs = [agg_of(500, 40 + i, range(100), scale=10.0 * (i + 1)) for i in range(6)]
+    write_batch(
+        redis_client, KEYS, 1, [update(TUMBLING, T + i * W, "api", a) for i, a in enumerate(aggs)]
+    )
+    got = read_range(redis_client, KEYS, T, T + 6 * W)
+    assert got.metrics["count"] == 3000
+    assert got.metrics["events_per_s"] == 50.0
+    union = distinct(*((500, 40 + i, range(100)) for i in range(6)))
+    assert got.metrics["distinct_users"] == pytest.approx(union, abs=1)  # not 6 times as many
+    merged = WindowAgg.merged(aggs)
+    assert got.metrics == merged.metrics(6 * W)
+    window_p99s = [a.metrics(W)["p99"] for a in aggs]
+    assert min(window_p99s) < got.metrics["p99"] < max(window_p99s)
+
+
+def test_read_range_with_another_spec(seeded: redis.Redis) -> None:
+    got = read_range(seeded, KEYS, T - 10 * S, T + 30 * S, spec=HOPPING)
+    # [T-10s, T+20s) and [T, T+30s) are inside; [T-20s, T+10s) starts before the range
+    expected = _merged(HOPPING, [T - 10 * S, T], "*")
+    assert got == RangeResult(
+        "*", T - 10 * S, T + 30 * S, T - 10 * S, T + 30 * S, 2, expected.metrics(40 * S)
+    )
+    minute = read_range(seeded, KEYS, T, T + 60 * S, "web", spec=MINUTE)
+    assert minute.metrics == SEEDED[(MINUTE, T)]["web"].metrics(60 * S)
+
+
+@pytest.mark.parametrize(
+    ("since", "until", "service"),
+    [
+        pytest.param(T + 5 * S, T + 15 * S, "*", id="shorter-than-a-window"),
+        pytest.param(T + 4 * W, T + 5 * W, "*", id="late-rows-only"),
+        pytest.param(T + 10 * W, T + 11 * W, "*", id="after-everything"),
+        pytest.param(T, T + 4 * W, "nope", id="unknown-service"),
+    ],
+)
+def test_read_range_with_nothing_inside(
+    seeded: redis.Redis, since: int, until: int, service: str
+) -> None:
+    got = read_range(seeded, KEYS, since, until, service=service)
+    assert got.windows == 0
+    assert got.metrics == WindowAgg().metrics(until - since)
+    if service == "*":
+        assert (got.covered_from, got.covered_to) == (None, None)
+
+
+def test_read_range_on_an_empty_store_and_bad_ranges(redis_client: redis.Redis) -> None:
+    got = read_range(redis_client, KEYS, T, T + W)
+    assert got == RangeResult("*", T, T + W, None, None, 0, WindowAgg().metrics(W))
+    for until in (T, T - 1):
+        with pytest.raises(ValueError, match="end after it starts"):
+            read_range(redis_client, KEYS, T, until)
+
+
+def test_range_result_to_dict_flattens_the_metrics(seeded: redis.Redis) -> None:
+    got = read_range(seeded, KEYS, T, T + 2 * W, service="api")
+    d = got.to_dict()
+    assert "metrics" not in d
+    assert d == {
+        "service": "api",
+        "range_from": T,
+        "range_to": T + 2 * W,
+        "covered_from": T,
+        "covered_to": T + 2 * W,
+        "windows": 2,
+        **got.metrics,
+    }
+    assert set(got.metrics) <= set(d)
+    json.dumps(d, allow_nan=False)  # ready for `tidegauge query --json`

@@ -1,29 +1,40 @@
 """Per-service window state and the `applyInPandasWithState` function (jobs/aggregate.py), no Spark.
 
-`make_state_fn` is driven directly with pandas frames and `FakeGroupState`, a stand-in that
-implements the part of `pyspark.sql.streaming.state.GroupState` the function relies on
-(`exists`, `get`, `update`, `getCurrentWatermarkMs`): that is the function's contract with Spark.
+`ServiceWindows` keeps one WindowAgg per pane (a tumbling window of the gcd of every spec's size
+and slide) and builds tumbling and hopping windows by merging panes. `make_state_fn` is driven
+directly with pandas frames and `FakeGroupState`, a stand-in that implements the part of
+`pyspark.sql.streaming.state.GroupState` the function relies on (`exists`, `get`, `update`,
+`getCurrentWatermarkMs`): that is the function's contract with Spark.
 
-Timelines in the comments: `[` / `)` the closed start and open end of a window, `x` an event,
-`W` the watermark in force for the batch. Windows are 10 s long and start at T.
+Timelines in the comments: `[` / `)` the closed start and open end of a window, `|` a pane
+boundary, `x` an event, `W` the watermark in force for the batch. Tumbling windows are 10 s
+long (spec key "10000"); hopping windows are 30 s long every 10 s (spec key "30000-10000"),
+so both are made of 10 s panes. T is a boundary of every window here.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import struct
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from jobs.aggregate import OUTPUT_SCHEMA, DeadCounts, WindowCounts, make_state_fn
+from jobs.aggregate import OUTPUT_SCHEMA, DeadCounts, ServiceWindows, make_state_fn
+from jobs.metrics import PERCENTILES, WindowAgg
 from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT
+from jobs.windows import WindowSpec
 
 S = 1_000
 SIZE = 10 * S
-T = 1_795_341_600_000  # a window boundary: T % SIZE == 0
+T = 1_795_341_600_000  # a boundary of 10 s, 30 s and 60 s windows
+TUMBLING = WindowSpec.tumbling(SIZE)
+HOPPING = WindowSpec(30 * S, 10 * S)
+TK, HK = TUMBLING.key, HOPPING.key  # "10000", "30000-10000"
 OUTPUT_COLUMNS = [c.strip().split(" ")[0] for c in OUTPUT_SCHEMA.split(",")]
 
 
@@ -31,7 +42,67 @@ def ms(*values: int) -> np.ndarray:
     return np.array(values, dtype=np.int64)
 
 
-# --- WindowCounts.add: the watermark rule ---------------------------------------------------
+def add(
+    sw: ServiceWindows,
+    times: Sequence[int],
+    watermark: int,
+    latency: Sequence[float] | None = None,
+    status: Sequence[int] | None = None,
+    users: Sequence[str | None] | None = None,
+) -> tuple[set[int], Counter[tuple[str, int]]]:
+    """`sw.add` with defaults for the columns a test does not care about."""
+    n = len(times)
+    return sw.add(
+        ms(*times),
+        np.array(latency if latency is not None else [1.0] * n, dtype=np.float64),
+        np.array(status if status is not None else [200] * n, dtype=np.int64),
+        np.array(users if users is not None else ["u"] * n, dtype=object),
+        watermark,
+    )
+
+
+def counts(sw: ServiceWindows) -> dict[int, int]:
+    """Pane start -> events in it."""
+    return {p: a.count for p, a in sw.panes.items()}
+
+
+def filled(specs: tuple[WindowSpec, ...], panes: dict[int, int]) -> ServiceWindows:
+    """ServiceWindows whose panes hold these event counts (one event per ms from the start).
+
+    Added with a watermark before every window (0 would already close windows before the epoch).
+    """
+    sw = ServiceWindows(specs)
+    for start, n in panes.items():
+        add(sw, [start + i for i in range(n)], -(2**62))
+    assert counts(sw) == panes
+    return sw
+
+
+def late_of(spec: WindowSpec, *starts: int, n: int = 1) -> Counter[tuple[str, int]]:
+    return Counter({(spec.key, s): n for s in starts})
+
+
+# --- ServiceWindows: pane size --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("specs", "pane_ms"),
+    [
+        ((TUMBLING,), 10 * S),
+        ((HOPPING,), 10 * S),
+        ((TUMBLING, HOPPING), 10 * S),
+        ((WindowSpec.tumbling(60 * S), WindowSpec(60 * S, 15 * S)), 15 * S),
+        ((TUMBLING, WindowSpec(60 * S, 15 * S)), 5 * S),
+        ((WindowSpec(45 * S, 20 * S),), 5 * S),
+    ],
+)
+def test_panes_are_the_gcd_of_every_size_and_slide(
+    specs: tuple[WindowSpec, ...], pane_ms: int
+) -> None:
+    assert ServiceWindows(specs).pane_ms == pane_ms
+
+
+# --- ServiceWindows.add: the watermark rule, tumbling -----------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -60,120 +131,432 @@ def ms(*values: int) -> np.ndarray:
         (T, T + 10 * SIZE, True),
     ],
 )
-def test_add_applies_the_watermark_rule(event: int, watermark: int, late: bool) -> None:
-    counts = WindowCounts(SIZE)
-    updated, late_counts = counts.add(ms(event), watermark)
+def test_tumbling_watermark_rule(event: int, watermark: int, late: bool) -> None:
+    sw = ServiceWindows((TUMBLING,))
+    touched, late_counts = add(sw, [event], watermark)
     start = event - event % SIZE
     if late:
-        assert updated == {}
-        assert late_counts == {start: 1}
-        assert counts.panes == {}  # late rows never reach a window
+        assert touched == set()
+        assert late_counts == late_of(TUMBLING, start)
+        assert sw.panes == {}  # late rows never reach a pane
     else:
-        assert updated == {start: 1}
-        assert late_counts == {}
-        assert counts.panes == {start: 1}
+        assert touched == {start}
+        assert late_counts == Counter()
+        assert counts(sw) == {start: 1}
 
 
 def test_add_splits_one_batch_into_accepted_and_late() -> None:
     #   T        T+10s     T+20s     T+30s
     #   [x-x----x)[x-------x)[-x------)
-    #                      W = T+10s: window T is late, T+10s and T+20s are open
-    counts = WindowCounts(SIZE)
-    updated, late = counts.add(
-        ms(T, T + 3 * S, T + SIZE - 1, T + SIZE, T + 2 * SIZE - 1, T + 2 * SIZE + 1), T + SIZE
+    #             W = T+10s: window T is late, T+10s and T+20s are open
+    sw = ServiceWindows((TUMBLING,))
+    touched, late = add(
+        sw, [T, T + 3 * S, T + SIZE - 1, T + SIZE, T + 2 * SIZE - 1, T + 2 * SIZE + 1], T + SIZE
     )
-    assert late == {T: 3}
-    assert updated == {T + SIZE: 2, T + 2 * SIZE: 1}
-    assert counts.panes == {T + SIZE: 2, T + 2 * SIZE: 1}
-    assert all(isinstance(k, int) and isinstance(v, int) for k, v in updated.items())
-    assert all(isinstance(k, int) and isinstance(v, int) for k, v in late.items())
+    assert late == Counter({(TK, T): 3})
+    assert touched == {T + SIZE, T + 2 * SIZE}
+    assert counts(sw) == {T + SIZE: 2, T + 2 * SIZE: 1}
+    assert all(type(p) is int for p in touched)
+    assert all(type(k) is str and type(s) is int and type(n) is int for (k, s), n in late.items())
 
 
-def test_add_accumulates_across_calls_and_reports_absolute_counts() -> None:
-    counts = WindowCounts(SIZE)
-    assert counts.add(ms(T + 1, T + 2, T + SIZE), 0) == ({T: 2, T + SIZE: 1}, {})
-    # second call: only the touched window is reported, with its absolute count (2 + 3)
-    assert counts.add(ms(T + 3, T + 4, T + 5), 0) == ({T: 5}, {})
-    assert counts.panes == {T: 5, T + SIZE: 1}
-    # duplicate timestamps are separate rows (nothing is de-duplicated here)
-    assert counts.add(ms(T + SIZE, T + SIZE), 0) == ({T + SIZE: 3}, {})
-
-
-def test_add_empty_batch() -> None:
-    counts = WindowCounts(SIZE, {T: 4})
-    assert counts.add(ms(), T) == ({}, {})
-    assert counts.panes == {T: 4}
-
-
-def test_add_late_rows_do_not_touch_an_open_pane_of_the_same_window() -> None:
-    # the pane was opened in an earlier batch; now the watermark has passed its end
-    counts = WindowCounts(SIZE, {T: 7})
-    assert counts.add(ms(T + 1, T + 2), T + SIZE) == ({}, {T: 2})
-    assert counts.panes == {T: 7}
-
-
-def test_add_before_the_epoch_floors() -> None:
-    counts = WindowCounts(SIZE)
-    assert counts.add(ms(-1, -SIZE), -2 * SIZE) == ({-SIZE: 2}, {})
-
-
-# --- WindowCounts.evict ---------------------------------------------------------------------
-
-
-def test_evict_removes_only_windows_that_ended_at_or_before_the_watermark() -> None:
-    #   T         T+10s     T+20s     T+30s
-    #   [---------)[--------)[--------)
-    #                       W          T and T+10s end <= W: gone; T+20s stays
-    counts = WindowCounts(SIZE, {T: 1, T + SIZE: 2, T + 2 * SIZE: 3})
-    assert sorted(counts.evict(T + 2 * SIZE)) == [T, T + SIZE]
-    assert counts.panes == {T + 2 * SIZE: 3}
-    #                              W       one ms before T+20s's end: stays
-    assert counts.evict(T + 3 * SIZE - 1) == []
-    assert counts.panes == {T + 2 * SIZE: 3}
-    #                               W      at its end: gone
-    assert counts.evict(T + 3 * SIZE) == [T + 2 * SIZE]
-    assert counts.panes == {}
-    assert counts.evict(T + 10 * SIZE) == []
-
-
-def test_evict_with_initial_watermark_keeps_everything() -> None:
-    counts = WindowCounts(SIZE, {T: 1})
-    assert counts.evict(0) == []
-    assert counts.panes == {T: 1}
-
-
-# --- serialisation --------------------------------------------------------------------------
+# --- ServiceWindows.add: the watermark rule, hopping ------------------------------------------
+#
+#   T-20s     T-10s     T         T+10s     T+20s     T+30s
+#   [-----------------------------)                            window T-20s, ends T+10s
+#             [-----------------------------)                  window T-10s, ends T+20s
+#                       [-----------------------------)        window T,     ends T+30s
+#                       |x--------|                            the event's pane [T, T+10s)
+#
+# A row is late for each window that has ended (end <= W) and counted in the others; its pane
+# is dropped only when every window containing it has ended.
 
 
 @pytest.mark.parametrize(
-    "panes",
+    ("event", "watermark", "late_starts", "accepted"),
     [
-        {},
-        {T: 1},
-        {T: 3, T + SIZE: 10**12, -SIZE: 2, 0: 5},
+        (T + S, 0, [], True),
+        #                         W one ms before the first window's end: nothing late
+        (T + S, T + 10 * S - 1, [], True),
+        #                         W at T+10s: late for window T-20s, accepted for the other two
+        (T + S, T + 10 * S, [T - 20 * S], True),
+        (T, T + 10 * S, [T - 20 * S], True),  # the pane's first ms
+        (T + 10 * S - 1, T + 10 * S, [T - 20 * S], True),  # and its last
+        #                         W at T+20s: late for two windows, still in window T
+        (T + S, T + 20 * S, [T - 20 * S, T - 10 * S], True),
+        (T + S, T + 30 * S - 1, [T - 20 * S, T - 10 * S], True),
+        #                         W at T+30s: every window containing the pane has ended
+        (T + S, T + 30 * S, [T - 20 * S, T - 10 * S, T], False),
+        (T + S, T + 100 * S, [T - 20 * S, T - 10 * S, T], False),
     ],
 )
-def test_window_counts_round_trip(panes: dict[int, int]) -> None:
-    counts = WindowCounts(SIZE, dict(panes))
-    back = WindowCounts.from_bytes(counts.to_bytes(), SIZE)
-    assert back == counts
-    assert back.panes == panes
-    assert all(isinstance(k, int) for k in back.panes)  # JSON keys are strings on the wire
-    # and it keeps working after the round trip
-    assert back.add(ms(T + 1), 0)[0] == {T: panes.get(T, 0) + 1}
+def test_hopping_watermark_rule(
+    event: int, watermark: int, late_starts: list[int], accepted: bool
+) -> None:
+    sw = ServiceWindows((HOPPING,))
+    touched, late = add(sw, [event], watermark)
+    assert late == late_of(HOPPING, *late_starts)
+    if accepted:
+        assert touched == {T}
+        assert counts(sw) == {T: 1}
+        # the window(s) it was accepted for are the open ones
+        assert {w for _, w in sw.windows(touched, watermark)} == {
+            s for s in (T - 20 * S, T - 10 * S, T) if s not in late_starts
+        }
+    else:
+        assert touched == set()
+        assert sw.panes == {}
 
 
-def test_window_counts_refuse_another_window_size() -> None:
-    blob = WindowCounts(10 * S, {T: 1}).to_bytes()
-    with pytest.raises(ValueError, match=r"10000 ms windows but --window is 5000 ms") as e:
-        WindowCounts.from_bytes(blob, 5 * S)
-    assert "--checkpoint" in str(e.value)  # says how to fix it
+def test_tumbling_and_hopping_together_a_row_late_for_one_spec_counts_in_the_other() -> None:
+    #   T         T+10s     T+20s     T+30s
+    #   [-x-------)                             tumbling T: ended at W -> late
+    #   [-x---------------------------)         hopping T: open -> the pane is kept
+    #             W = T+10s
+    sw = ServiceWindows((TUMBLING, HOPPING))
+    touched, late = add(sw, [T + S], T + 10 * S)
+    assert late == Counter({(TK, T): 1, (HK, T - 20 * S): 1})
+    assert touched == {T}
+    assert counts(sw) == {T: 1}
+    windows = sw.windows(touched, T + 10 * S)
+    assert {(spec.key, w): a.count for (spec, w), a in windows.items()} == {
+        (HK, T - 10 * S): 1,
+        (HK, T): 1,
+    }
 
 
-def test_window_counts_refuse_another_state_version() -> None:
-    blob = json.dumps({"v": 99, "size": SIZE, "panes": {}}).encode()
+def _windows_of(t: int, spec: WindowSpec) -> list[int]:
+    """Starts of the windows holding event time t, straight from the definition (no panes)."""
+    first = (t - spec.size_ms) // spec.slide_ms + 1  # smallest k with k * slide + size > t
+    return [k * spec.slide_ms for k in range(first, t // spec.slide_ms + 1)]
+
+
+SPEC_SETS = [
+    (TUMBLING,),
+    (HOPPING,),
+    (TUMBLING, HOPPING),
+    (WindowSpec.tumbling(60 * S), WindowSpec(60 * S, 15 * S)),
+    (WindowSpec(45 * S, 20 * S), WindowSpec.tumbling(4 * S)),
+]
+
+
+@pytest.mark.parametrize("specs", SPEC_SETS, ids=lambda specs: "+".join(s.key for s in specs))
+@pytest.mark.parametrize("seed", range(5))
+def test_add_and_windows_agree_with_the_definition(
+    specs: tuple[WindowSpec, ...], seed: int
+) -> None:
+    """Random batches: late counts, kept panes and window counts against a brute-force model."""
+    rng = np.random.default_rng(seed)
+    sw = ServiceWindows(specs)
+    watermark = 0
+    seen: list[int] = []  # every event accepted so far
+    for _ in range(6):
+        times = (T + rng.integers(-60 * S, 180 * S, int(rng.integers(0, 40)))).tolist()
+        touched, late = add(sw, times, watermark)
+
+        expected_late: Counter[tuple[str, int]] = Counter()
+        accepted = []
+        for t in times:
+            ends = []
+            for spec in specs:
+                for w in _windows_of(t, spec):
+                    ends.append(w + spec.size_ms)
+                    if w + spec.size_ms <= watermark:
+                        expected_late[(spec.key, w)] += 1
+            if max(ends) > watermark:  # some window still open: the row is kept
+                accepted.append(t)
+        assert late == expected_late
+        assert touched == {t - t % sw.pane_ms for t in accepted}
+        seen += accepted
+
+        # every open window containing a touched pane, counted from the events themselves
+        got = {(spec.key, w): a.count for (spec, w), a in sw.windows(touched, watermark).items()}
+        expected = {
+            (spec.key, w): sum(w <= e < w + spec.size_ms for e in seen)
+            for t in accepted
+            for spec in specs
+            for w in _windows_of(t, spec)
+            if w + spec.size_ms > watermark
+        }
+        assert got == expected
+
+        sw.evict(watermark)
+        watermark = max(watermark, max(times, default=watermark) - int(rng.integers(0, 40 * S)))
+
+
+# --- ServiceWindows.add: accumulation ---------------------------------------------------------
+
+
+def test_add_accumulates_across_calls() -> None:
+    sw = ServiceWindows((TUMBLING,))
+    assert add(sw, [T + 1, T + 2, T + SIZE], 0) == ({T, T + SIZE}, Counter())
+    # second call: only the touched pane is reported; the pane holds every row so far
+    assert add(sw, [T + 3, T + 4, T + 5], 0) == ({T}, Counter())
+    assert counts(sw) == {T: 5, T + SIZE: 1}
+    # duplicate timestamps are separate rows (nothing is de-duplicated here)
+    assert add(sw, [T + SIZE, T + SIZE], 0) == ({T + SIZE}, Counter())
+    assert counts(sw) == {T: 5, T + SIZE: 3}
+
+
+def test_add_fills_each_pane_as_if_its_rows_were_added_alone() -> None:
+    # two batches, rows of two panes interleaved; latency NaN / status -1 / user None = absent
+    batches = [
+        ([T + 1, T + SIZE + 1, T + 2], [5.0, 7.5, np.nan], [200, 503, -1], ["a", None, "b"]),
+        ([T + SIZE + 2, T + 3], [2.25, 9.0], [500, 404], ["c", "a"]),
+    ]
+    sw = ServiceWindows((TUMBLING,))
+    direct = {T: WindowAgg(), T + SIZE: WindowAgg()}
+    for times, lat, st, us in batches:
+        add(sw, times, 0, lat, st, us)
+        for pane, agg in direct.items():
+            rows = [i for i, t in enumerate(times) if pane <= t < pane + SIZE]
+            agg.add(
+                np.array(lat)[rows], np.array(st, dtype=np.int64)[rows], np.array(us, object)[rows]
+            )
+    assert sw.panes == direct
+    assert (sw.panes[T].count, sw.panes[T].errors, sw.panes[T].latency.count) == (3, 0, 2)
+    assert (sw.panes[T + SIZE].count, sw.panes[T + SIZE].errors) == (2, 2)
+
+
+def test_add_empty_batch() -> None:
+    sw = filled((TUMBLING,), {T: 4})
+    assert add(sw, [], T) == (set(), Counter())
+    assert counts(sw) == {T: 4}
+
+
+def test_add_late_rows_do_not_touch_an_open_pane_of_the_same_window() -> None:
+    # the pane was filled in an earlier batch; now the watermark has passed its window's end
+    sw = filled((TUMBLING,), {T: 7})
+    assert add(sw, [T + 1, T + 2], T + SIZE) == (set(), Counter({(TK, T): 2}))
+    assert counts(sw) == {T: 7}
+
+
+def test_add_before_the_epoch_floors() -> None:
+    sw = ServiceWindows((TUMBLING,))
+    assert add(sw, [-1, -SIZE], -2 * SIZE) == ({-SIZE}, Counter())
+    assert counts(sw) == {-SIZE: 2}
+
+
+# --- ServiceWindows.windows: merging panes ----------------------------------------------------
+
+
+def _rows(seed: int, n: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    latency = rng.integers(1, 2000, n) / 4.0  # quarters: float sums are exact in any order
+    latency[rng.random(n) < 0.1] = np.nan
+    users = np.array([f"user-{k}" for k in rng.integers(0, n, n)], dtype=object)
+    users[rng.random(n) < 0.1] = None
+    return {
+        "times": T + rng.integers(lo, hi, n),
+        "latency": latency,
+        "status": rng.choice(np.array([200, 404, 500, 503, -1]), n),
+        "users": users,
+    }
+
+
+def _direct(rows: dict[str, np.ndarray], start: int, end: int) -> WindowAgg:
+    """A WindowAgg fed the rows of [start, end) directly, with no panes in between."""
+    sel = (rows["times"] >= start) & (rows["times"] < end)
+    agg = WindowAgg()
+    agg.add(rows["latency"][sel], rows["status"][sel], rows["users"][sel])
+    return agg
+
+
+@pytest.mark.parametrize("specs", [(TUMBLING,), (HOPPING,), (TUMBLING, HOPPING)])
+def test_windows_merged_from_panes_equal_an_aggregate_of_the_same_rows(
+    specs: tuple[WindowSpec, ...],
+) -> None:
+    # about 15 rows per window: the digests keep every latency, so the merge is exact
+    rows = _rows(seed=1, n=40, lo=0, hi=40 * S)
+    sw = ServiceWindows(specs)
+    touched, late = sw.add(rows["times"], rows["latency"], rows["status"], rows["users"], 0)
+    assert late == Counter()
+    windows = sw.windows(touched, 0)
+    assert windows, "the batch opened windows"
+    for (spec, w), agg in windows.items():
+        expected = _direct(rows, w, w + spec.size_ms)
+        assert agg == expected, (spec.key, w - T)
+        assert agg.metrics(spec.size_ms) == expected.metrics(spec.size_ms)
+
+
+def test_windows_merged_from_many_rows_agree_within_the_sketch_tolerance() -> None:
+    rows = _rows(seed=2, n=30_000, lo=0, hi=30 * S)  # one hopping window: [T, T+30s)
+    sw = ServiceWindows((HOPPING,))
+    touched, _ = sw.add(rows["times"], rows["latency"], rows["status"], rows["users"], 0)
+    got = sw.windows(touched, 0)[(HOPPING, T)]
+    expected = _direct(rows, T, T + 30 * S)
+    assert (got.count, got.errors, got.latency.count) == (
+        expected.count,
+        expected.errors,
+        expected.latency.count,
+    )
+    assert got.users == expected.users  # HyperLogLog merge is exact
+    truth = np.sort(rows["latency"][~np.isnan(rows["latency"])])
+    m = got.metrics(30 * S)
+    for name, q in PERCENTILES.items():
+        rank = np.searchsorted(truth, m[name], "right") / len(truth)
+        assert abs(rank - q) <= 0.01, name
+
+
+def test_windows_only_the_open_ones_containing_the_given_panes() -> None:
+    #   T-20s     T-10s     T         T+10s     T+20s     T+30s     T+40s
+    #             |  x      |  x      |  x      |
+    #                                 W = T+20s
+    #   windows containing pane T+10s: T-10s (ended), T, T+10s
+    sw = filled((HOPPING,), {T - 10 * S: 1, T: 2, T + 10 * S: 4})
+    got = sw.windows({T + 10 * S}, T + 20 * S)
+    assert {(spec, w): a.count for (spec, w), a in got.items()} == {
+        (HOPPING, T): 2 + 4,  # panes T, T+10s (T+20s is empty)
+        (HOPPING, T + 10 * S): 4,
+    }
+    assert sw.windows(set(), 0) == {}
+    # nothing is mutated: asking again gives the same
+    assert {k: a.count for k, a in sw.windows({T + 10 * S}, T + 20 * S).items()} == {
+        k: a.count for k, a in got.items()
+    }
+    assert counts(sw) == {T - 10 * S: 1, T: 2, T + 10 * S: 4}
+
+
+# --- ServiceWindows.evict ---------------------------------------------------------------------
+
+
+def test_evict_tumbling_removes_panes_whose_window_ended_at_or_before_the_watermark() -> None:
+    #   T         T+10s     T+20s     T+30s
+    #   [---------)[--------)[--------)
+    #                       W          T and T+10s end <= W: gone; T+20s stays
+    sw = filled((TUMBLING,), {T: 1, T + SIZE: 2, T + 2 * SIZE: 3})
+    assert sorted(sw.evict(T + 2 * SIZE)) == [T, T + SIZE]
+    assert counts(sw) == {T + 2 * SIZE: 3}
+    #                              W       one ms before T+20s's end: stays
+    assert sw.evict(T + 3 * SIZE - 1) == []
+    assert counts(sw) == {T + 2 * SIZE: 3}
+    #                               W      at its end: gone
+    assert sw.evict(T + 3 * SIZE) == [T + 2 * SIZE]
+    assert sw.panes == {}
+    assert sw.evict(T + 10 * SIZE) == []
+
+
+def test_evict_hopping_keeps_a_pane_until_its_last_window_ended() -> None:
+    #   T         T+10s     T+20s     T+30s     T+40s
+    #   |x--------|x--------|x--------|
+    #   [-----------------------------)                 last window of pane T ends T+30s
+    #             [-----------------------------)       last window of pane T+10s ends T+40s
+    sw = filled((HOPPING,), {T: 1, T + 10 * S: 2, T + 20 * S: 3})
+    assert sw.evict(T + 30 * S - 1) == []
+    assert sw.evict(T + 30 * S) == [T]
+    assert counts(sw) == {T + 10 * S: 2, T + 20 * S: 3}
+    assert sorted(sw.evict(T + 50 * S)) == [T + 10 * S, T + 20 * S]
+
+
+@pytest.mark.parametrize(
+    ("specs", "kept_until"),
+    [
+        ((TUMBLING, HOPPING), T + 30 * S),  # the hopping window T needs pane T after T+10s
+        ((TUMBLING, WindowSpec.tumbling(60 * S)), T + 60 * S),
+    ],
+)
+def test_evict_keeps_a_pane_any_spec_still_needs(
+    specs: tuple[WindowSpec, ...], kept_until: int
+) -> None:
+    sw = filled(specs, {T: 1})
+    assert sw.evict(T + SIZE) == []  # the 10 s window T has ended, the longer one has not
+    assert sw.evict(kept_until - 1) == []
+    assert sw.evict(kept_until) == [T]
+
+
+def test_evict_with_initial_watermark_keeps_everything() -> None:
+    sw = filled((TUMBLING, HOPPING), {T: 1})
+    assert sw.evict(0) == []
+    assert counts(sw) == {T: 1}
+
+
+@pytest.mark.parametrize("specs", SPEC_SETS, ids=lambda specs: "+".join(s.key for s in specs))
+def test_evict_never_removes_a_pane_an_open_window_needs(specs: tuple[WindowSpec, ...]) -> None:
+    rng = np.random.default_rng(7)
+    pane = ServiceWindows(specs).pane_ms
+    starts = sorted({T + pane * int(k) for k in rng.integers(-20, 40, 30)})
+    for watermark in [T + k * 5 * S for k in range(-5, 40, 3)]:
+        sw = filled(specs, {p: 1 + i for i, p in enumerate(starts)})
+        before = {k: a.count for k, a in sw.windows(set(starts), watermark).items()}
+        gone = sw.evict(watermark)
+        # an evicted pane is in no open window of any spec
+        for p in gone:
+            for spec in specs:
+                assert all(w + spec.size_ms <= watermark for w in _windows_of(p, spec))
+        # every open window still merges to the same aggregate
+        after = {k: a.count for k, a in sw.windows(set(starts), watermark).items()}
+        assert after == before
+        assert set(sw.panes) | set(gone) == set(starts)
+
+
+# --- ServiceWindows: serialisation ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("specs", [(TUMBLING,), (HOPPING,), (TUMBLING, HOPPING)])
+@pytest.mark.parametrize("panes", [{}, {T: 1}, {T: 3, T + SIZE: 25, -SIZE: 2, 0: 5}])
+def test_service_windows_round_trip(specs: tuple[WindowSpec, ...], panes: dict[int, int]) -> None:
+    sw = filled(specs, panes)
+    blob = sw.to_bytes()
+    back = ServiceWindows.from_bytes(blob, specs)
+    assert back.specs == specs
+    assert back.panes == sw.panes  # every WindowAgg, sketches included
+    assert all(type(p) is int for p in back.panes)
+    assert back.to_bytes() == blob
+    # and it keeps working after the round trip, exactly as the original
+    assert add(back, [T + 1], 0) == add(sw, [T + 1], 0)
+    assert back.panes == sw.panes
+
+
+def test_service_windows_round_trip_keeps_sketches() -> None:
+    sw = ServiceWindows((HOPPING,))
+    add(sw, [T + 1, T + 2, T + 11 * S], 0, [3.5, np.nan, 80.0], [500, -1, 200], ["a", None, "b"])
+    back = ServiceWindows.from_bytes(sw.to_bytes(), (HOPPING,))
+    got = back.windows({T}, 0)[(HOPPING, T)]
+    assert got.metrics(30 * S) == sw.windows({T}, 0)[(HOPPING, T)].metrics(30 * S)
+    assert (got.count, got.errors, got.latency.count, round(got.users.estimate())) == (3, 1, 2, 2)
+
+
+@pytest.mark.parametrize(
+    ("written", "asked"),
+    [
+        ((TUMBLING,), (WindowSpec.tumbling(5 * S),)),
+        ((TUMBLING,), (HOPPING,)),
+        ((TUMBLING,), (TUMBLING, HOPPING)),
+        ((TUMBLING, HOPPING), (TUMBLING,)),
+    ],
+)
+def test_service_windows_refuse_other_window_specs(
+    written: tuple[WindowSpec, ...], asked: tuple[WindowSpec, ...]
+) -> None:
+    blob = filled(written, {T: 1}).to_bytes()
+    with pytest.raises(ValueError, match="checkpoint holds windows") as e:
+        ServiceWindows.from_bytes(blob, asked)
+    message = str(e.value)
+    assert str([s.key for s in written]) in message and str([s.key for s in asked]) in message
+    assert "--checkpoint" in message and "--window" in message  # says how to fix it
+
+
+@pytest.mark.parametrize(
+    "blob",
+    [
+        # what WindowCounts (state version 1) wrote: JSON
+        json.dumps({"v": 1, "size": SIZE, "panes": {str(T): 3}}).encode(),
+        json.dumps({"v": 1, "size": SIZE, "panes": {}}).encode(),
+        b"",
+    ],
+    ids=["window-counts", "window-counts-empty", "empty"],
+)
+def test_service_windows_refuse_old_format_state(blob: bytes) -> None:
+    with pytest.raises(ValueError, match="older Tidegauge version") as e:
+        ServiceWindows.from_bytes(blob, (TUMBLING,))
+    assert "new --checkpoint directory" in str(e.value)
+
+
+def test_service_windows_refuse_another_state_version() -> None:
+    head = json.dumps({"specs": [TK], "sessions": 0}).encode()
+    blob = b"TGSW" + struct.pack("<BI", 99, len(head)) + head
     with pytest.raises(ValueError, match="version 99"):
-        WindowCounts.from_bytes(blob, SIZE)
+        ServiceWindows.from_bytes(blob, (TUMBLING,))
 
 
 def test_dead_counts_add_and_round_trip() -> None:
@@ -217,8 +600,17 @@ class FakeGroupState:
         return self.watermark_ms
 
 
-def event_frame(service: str, times: list[int]) -> pd.DataFrame:
-    """Parsed rows of one service as Spark hands them over (only the columns that matter)."""
+def event_frame(
+    service: str,
+    times: list[int],
+    latency: list[float] | None = None,
+    status: list[int | None] | None = None,
+    users: list[str | None] | None = None,
+) -> pd.DataFrame:
+    """Parsed rows of one service as Spark hands them over (the columns that matter).
+
+    latency_ms is a double (NaN = absent), status a nullable int, user_id a string or None.
+    """
     n = len(times)
     return pd.DataFrame(
         {
@@ -229,8 +621,24 @@ def event_frame(service: str, times: list[int]) -> pd.DataFrame:
             "event_time": pd.to_datetime(np.array(times, dtype=np.int64), unit="ms", utc=True),
             "event_ms": np.array(times, dtype=np.int64),
             "service": [service] * n,
+            "user_id": pd.Series(users if users is not None else [f"u{i}" for i in range(n)]),
+            "latency_ms": np.array(latency if latency is not None else [10.0] * n, np.float64),
+            "status": pd.array(status if status is not None else [200] * n, dtype="Int32"),
         }
     )
+
+
+def _agg_of(frames: list[pd.DataFrame], start: int, end: int) -> WindowAgg:
+    """What a window should hold: the frames' rows of [start, end), added frame by frame."""
+    agg = WindowAgg()
+    for f in frames:
+        sel = f[(f["event_ms"] >= start) & (f["event_ms"] < end)]
+        agg.add(
+            sel["latency_ms"].to_numpy(np.float64),
+            sel["status"].to_numpy(np.int64, na_value=-1),
+            sel["user_id"].to_numpy(object),
+        )
+    return agg
 
 
 DEAD_COLUMNS = ["partition", "offset", "kafka_ms", "reason", "detail", "raw", "raw_size"]
@@ -245,9 +653,12 @@ def dead_frame(rows: list[tuple[int, int, int, str, str, bytes, int]]) -> pd.Dat
 
 
 def run(
-    key: tuple[Any, ...], frames: list[pd.DataFrame], state: FakeGroupState, size: int = SIZE
+    key: tuple[Any, ...],
+    frames: list[pd.DataFrame],
+    state: FakeGroupState,
+    specs: tuple[WindowSpec, ...] = (TUMBLING,),
 ) -> pd.DataFrame:
-    out = list(make_state_fn(size)(key, iter(frames), state))
+    out = list(make_state_fn(specs)(key, iter(frames), state))
     for f in out:
         assert list(f.columns) == OUTPUT_COLUMNS
     if not out:
@@ -260,73 +671,169 @@ def rows_of(out: pd.DataFrame, kind: str, *cols: str) -> set[tuple[Any, ...]]:
     return {tuple(r) for r in sel[list(cols)].itertuples(index=False, name=None)}
 
 
+def window_aggs(out: pd.DataFrame) -> dict[tuple[str, int], WindowAgg]:
+    """(spec key, start) -> the window's WindowAgg, after checking each row is self-consistent."""
+    found = {}
+    for r in out[out["kind"] == "window"].to_dict("records"):
+        agg = WindowAgg.from_bytes(r["agg"])
+        size = WindowSpec.from_key(r["spec"]).size_ms
+        assert r["count"] == agg.count
+        assert json.loads(r["metrics"]) == agg.metrics(size)  # metrics computed from the agg
+        for c in ("partition", "offset", "reason", "raw"):
+            assert r[c] is None or pd.isna(r[c])
+        found[(r["spec"], int(r["window_start"]))] = agg
+    return found
+
+
+def state_counts(state: FakeGroupState, specs: tuple[WindowSpec, ...]) -> dict[int, int]:
+    return counts(ServiceWindows.from_bytes(state.get[0], specs))
+
+
 def test_state_fn_events_first_batch() -> None:
     #   T         T+10s     T+20s
     #   [x-x--x---)[x-------)        W = 0: nothing late
+    frames = [
+        event_frame(
+            "api",
+            [T + 1 * S, T + 2 * S, T + 11 * S],
+            latency=[12.5, np.nan, 40.0],
+            status=[200, 503, None],
+            users=["alice", "bob", None],
+        ),
+        event_frame("api", [T + 5 * S], latency=[7.25], status=[500], users=["alice"]),
+    ]
     state = FakeGroupState(0)
-    out = run(
-        (KIND_EVENT, "api"),
-        [event_frame("api", [T + 1 * S, T + 2 * S, T + 11 * S]), event_frame("api", [T + 5 * S])],
-        state,
-    )
-    assert rows_of(out, "window", "service", "window_start", "count") == {
-        ("api", T, 3),
-        ("api", T + SIZE, 1),
+    out = run((KIND_EVENT, "api"), frames, state)
+    assert rows_of(out, "window", "spec", "service", "window_start", "count") == {
+        (TK, "api", T, 3),
+        (TK, "api", T + SIZE, 1),
     }
     assert set(out["kind"]) == {"window"}
-    assert out["partition"].isna().all() and out["reason"].isna().all()
-    assert state.updates == 1
-    assert WindowCounts.from_bytes(state.get[0], SIZE).panes == {T: 3, T + SIZE: 1}
-
-
-def test_state_fn_events_next_batch_counts_late_rows_per_window_and_evicts() -> None:
-    # state from batch 1: {T: 3, T+10s: 1}; watermark in force for batch 2 is T+15s
-    #   T         T+10s     T+20s     T+30s
-    #   [x-x------)[-x--W---)[----x---)
-    #    late: 2    +1 -> 2    new -> 1
-    state = FakeGroupState(T + 15 * S, (WindowCounts(SIZE, {T: 3, T + SIZE: 1}).to_bytes(),))
-    out = run(
-        (KIND_EVENT, "api"),
-        [event_frame("api", [T + 1 * S, T + 12 * S]), event_frame("api", [T + 3 * S, T + 25 * S])],
-        state,
-    )
-    # window rows: absolute counts of the windows this batch touched
-    assert rows_of(out, "window", "service", "window_start", "count") == {
-        ("api", T + SIZE, 2),
-        ("api", T + 2 * SIZE, 1),
+    aggs = window_aggs(out)
+    assert aggs == {
+        (TK, T): _agg_of(frames, T, T + SIZE),
+        (TK, T + SIZE): _agg_of(frames, T + SIZE, T + 2 * SIZE),
     }
-    # late rows: this batch's late rows per window, summed over the frames of the group
-    assert rows_of(out, "late", "service", "window_start", "count") == {("api", T, 2)}
-    assert len(out) == 3
-    # window T ended at or before the watermark: evicted from state
-    assert WindowCounts.from_bytes(state.get[0], SIZE).panes == {T + SIZE: 2, T + 2 * SIZE: 1}
+    m = json.loads(out[out["window_start"] == T]["metrics"].iloc[0])
+    assert (m["count"], m["errors"], m["latency_count"], m["distinct_users"]) == (3, 2, 2, 2)
+    assert m["events_per_s"] == 0.3 and m["latency_mean"] == pytest.approx((12.5 + 7.25) / 2)
+    assert state.updates == 1
+    assert state_counts(state, (TUMBLING,)) == {T: 3, T + SIZE: 1}
+
+
+def test_state_fn_tumbling_and_hopping_across_batches() -> None:
+    specs = (TUMBLING, HOPPING)
+    # batch 1, W = 0:
+    #   T         T+10s     T+20s
+    #   |x-x------|x--------|
+    state = FakeGroupState(0)
+    first = [event_frame("api", [T + 1 * S, T + 2 * S, T + 11 * S])]
+    out1 = run((KIND_EVENT, "api"), first, state, specs)
+    assert rows_of(out1, "window", "spec", "window_start", "count") == {
+        (TK, T, 2),
+        (TK, T + SIZE, 1),
+        (HK, T - 20 * S, 2),
+        (HK, T - 10 * S, 3),
+        (HK, T, 3),
+        (HK, T + 10 * S, 1),
+    }
+    assert rows_of(out1, "late", "spec", "window_start") == set()
+
+    # batch 2, W = T+15s:
+    #   T-20s     T-10s     T         T+10s     T+20s     T+30s     T+40s
+    #                       |--x------|-x---W---|----x----|
+    #   tumbling            [--x------)                     T ended: late
+    #   hopping   [------------x------)                     T-20s ended: late
+    #             [------------x--------x-------)           T-10s open: pane T keeps the row
+    state.watermark_ms = T + 15 * S
+    second = [event_frame("api", [T + 3 * S, T + 12 * S]), event_frame("api", [T + 25 * S])]
+    out2 = run((KIND_EVENT, "api"), second, state, specs)
+    assert rows_of(out2, "late", "spec", "service", "window_start", "count") == {
+        (TK, "api", T, 1),
+        (HK, "api", T - 20 * S, 1),
+    }
+    # absolute counts of every open window containing a touched pane; tumbling T is closed
+    assert rows_of(out2, "window", "spec", "window_start", "count") == {
+        (TK, T + SIZE, 2),
+        (TK, T + 2 * SIZE, 1),
+        (HK, T - 10 * S, 3 + 2),
+        (HK, T, 3 + 2 + 1),
+        (HK, T + 10 * S, 2 + 1),
+        (HK, T + 20 * S, 1),
+    }
+    both = first + second
+    for (key, start), agg in window_aggs(out2).items():
+        size = WindowSpec.from_key(key).size_ms
+        assert agg == _agg_of(both, start, start + size), (key, start - T)
+    # window rows come sorted by spec key then start, late rows after them
+    kinds = list(out2["kind"])
+    assert kinds == ["window"] * 6 + ["late"] * 2
+    windows = out2[out2["kind"] == "window"]
+    assert list(zip(windows["spec"], windows["window_start"], strict=True)) == sorted(
+        zip(windows["spec"], windows["window_start"], strict=True)
+    )
+    assert out2[out2["kind"] == "late"][["metrics", "agg"]].isna().all().all()
+    # pane T stays: hopping window T (until T+30s) still needs it
+    assert state_counts(state, specs) == {T: 3, T + SIZE: 2, T + 2 * SIZE: 1}
+
+    # batch 3, W = T+30s: a row at T+5s is late for all four windows holding it; pane T goes
+    state.watermark_ms = T + 30 * S
+    out3 = run((KIND_EVENT, "api"), [event_frame("api", [T + 5 * S])], state, specs)
+    assert rows_of(out3, "late", "spec", "window_start", "count") == {
+        (TK, T, 1),
+        (HK, T - 20 * S, 1),
+        (HK, T - 10 * S, 1),
+        (HK, T, 1),
+    }
+    assert rows_of(out3, "window", "spec", "window_start") == set()
+    assert state_counts(state, specs) == {T + SIZE: 2, T + 2 * SIZE: 1}
 
 
 def test_state_fn_events_late_only_batch() -> None:
-    state = FakeGroupState(T + 3 * SIZE, (WindowCounts(SIZE, {T + 3 * SIZE: 4}).to_bytes(),))
+    state = FakeGroupState(T + 3 * SIZE, (filled((TUMBLING,), {T + 3 * SIZE: 4}).to_bytes(),))
     out = run(
         (KIND_EVENT, "web"), [event_frame("web", [T, T + 1, T + SIZE, T + 3 * SIZE - 1])], state
     )
-    assert rows_of(out, "late", "service", "window_start", "count") == {
-        ("web", T, 2),
-        ("web", T + SIZE, 1),
-        ("web", T + 2 * SIZE, 1),
+    assert rows_of(out, "late", "spec", "service", "window_start", "count") == {
+        (TK, "web", T, 2),
+        (TK, "web", T + SIZE, 1),
+        (TK, "web", T + 2 * SIZE, 1),
     }
     assert rows_of(out, "window", "window_start") == set()
-    assert WindowCounts.from_bytes(state.get[0], SIZE).panes == {T + 3 * SIZE: 4}
+    assert state_counts(state, (TUMBLING,)) == {T + 3 * SIZE: 4}
 
 
 def test_state_fn_events_empty_frame_emits_nothing_but_keeps_state() -> None:
-    state = FakeGroupState(0, (WindowCounts(SIZE, {T: 3}).to_bytes(),))
+    state = FakeGroupState(0, (filled((TUMBLING,), {T: 3}).to_bytes(),))
     out = run((KIND_EVENT, "api"), [event_frame("api", [])], state)
     assert len(out) == 0
-    assert WindowCounts.from_bytes(state.get[0], SIZE).panes == {T: 3}
+    assert state_counts(state, (TUMBLING,)) == {T: 3}
 
 
-def test_state_fn_refuses_state_of_another_window_size() -> None:
-    state = FakeGroupState(0, (WindowCounts(5 * S, {T: 3}).to_bytes(),))
+@pytest.mark.parametrize(
+    ("status", "users"),
+    [
+        (pd.array([200, None, 503], dtype="Int32"), pd.Series(["a", None, "a"], dtype=object)),
+        (pd.Series([200.0, np.nan, 503.0]), pd.Series(["a", np.nan, "a"], dtype=object)),
+        (pd.Series([200, None, 503], dtype=object), pd.array(["a", None, "a"], dtype="string")),
+    ],
+    ids=["Int32-None", "float-NaN", "object-None+string-NA"],
+)
+def test_state_fn_missing_status_and_user_in_any_pandas_form(status: Any, users: Any) -> None:
+    # Arrow -> pandas may give a nullable int column as Int32 or as float64 with NaN, and a
+    # string column with None or NA; every form means "absent", never an error or a user
+    frame = event_frame("api", [T + 1, T + 2, T + 3], latency=[1.0, np.nan, 3.0])
+    frame["status"] = status
+    frame["user_id"] = users
+    out = run((KIND_EVENT, "api"), [frame], FakeGroupState(0))
+    ((_, agg),) = window_aggs(out).items()
+    assert (agg.count, agg.errors, agg.latency.count, round(agg.users.estimate())) == (3, 1, 2, 1)
+
+
+def test_state_fn_refuses_state_of_other_window_specs() -> None:
+    state = FakeGroupState(0, (filled((WindowSpec.tumbling(5 * S),), {T: 3}).to_bytes(),))
     with pytest.raises(ValueError, match="--checkpoint"):
-        run((KIND_EVENT, "api"), [event_frame("api", [T])], state, size=SIZE)
+        run((KIND_EVENT, "api"), [event_frame("api", [T])], state, (TUMBLING,))
 
 
 def test_state_fn_dead_letters_pass_through_with_absolute_counts() -> None:
@@ -346,6 +853,7 @@ def test_state_fn_dead_letters_pass_through_with_absolute_counts() -> None:
         (2, 12, T + 3, "invalid_json", "not JSON: x", b"x" * 4096, 10_000),
     ]
     assert dead["service"].isna().all() and dead["window_start"].isna().all()
+    assert dead["spec"].isna().all() and dead["agg"].isna().all()
     assert rows_of(out, "dead_count", "reason", "count") == {("invalid_json", 2), ("empty", 1)}
     assert out[out["kind"] == "dead_count"]["partition"].isna().all()
 
@@ -366,7 +874,7 @@ def test_state_fn_heartbeats_produce_nothing() -> None:
     )
     frames: Iterator[pd.DataFrame] = iter([hb, hb])
     state = FakeGroupState(T)
-    out = list(make_state_fn(SIZE)((KIND_HEARTBEAT, None), frames, state))
+    out = list(make_state_fn((TUMBLING, HOPPING))((KIND_HEARTBEAT, None), frames, state))
     assert out == []
     assert next(frames, None) is None  # the frames were consumed
     assert not state.exists and state.updates == 0

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import datetime
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
 from dashboard import data, figures
 from dashboard.run import DashboardSettings, app_settings, streamlit_command
+from jobs.metrics import WindowAgg
+from jobs.windows import WindowSpec
 from tidegauge.config import RedisSettings
 from tidegauge.store import DeadLetter, JobStatus, WindowRow
 
@@ -18,7 +22,25 @@ W = 10_000
 
 
 def row(start: int, service: str, count: int, size: int = W) -> WindowRow:
-    return WindowRow(start, start + size, service, count, count * 1000.0 / size)
+    """A row as `read_windows` returns it: every metric of a WindowAgg of `count` events."""
+    spec = WindowSpec.tumbling(size)
+    rng = np.random.default_rng([start % 1_000_003, count, len(service)])
+    agg = WindowAgg()
+    agg.add(
+        rng.lognormal(np.log(30.0), 0.5, count),
+        rng.choice(np.array([200, 404, 503]), count, p=[0.9, 0.08, 0.02]),
+        np.array([f"{service}-{u}" for u in rng.integers(0, 50, count)], dtype=object),
+    )
+    metrics = agg.metrics(size)
+    names = {f.name for f in fields(WindowRow)}
+    return WindowRow(
+        window_start=start,
+        window_end=start + size,
+        service=service,
+        spec=spec.key,
+        kind=spec.kind,
+        **{k: v for k, v in metrics.items() if k in names},
+    )
 
 
 def rows_for(services: dict[str, list[int]], t0: int = T0) -> list[WindowRow]:
@@ -64,6 +86,14 @@ def test_windows_frame_columns_types_and_order() -> None:
     assert df.loc[0, "window_end"] == pd.Timestamp("2026-11-18T11:06:50")
     assert list(df[df["service"] == "web"]["events_per_s"]) == [1.0, 2.0]
     assert df["count"].dtype == "int64"
+
+
+def test_windows_frame_leaves_out_the_other_metrics() -> None:
+    rows = rows_for({"web": [10, 20]})
+    assert rows[0].p99 is not None and rows[0].spec == "10000"  # the rows carry them...
+    df = data.windows_frame(rows)
+    assert list(df.columns) == data.WINDOW_COLUMNS  # ...the chart's frame does not
+    assert list(df["count"]) == [10, 20, 10, 20]  # `*` then web
 
 
 def test_windows_frame_empty_keeps_columns() -> None:

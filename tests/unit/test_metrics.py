@@ -1,0 +1,371 @@
+"""WindowAgg (jobs/metrics.py): adding events, the metrics it reports, merging, bytes.
+
+One window's aggregate is exact counts plus two sketches (latency t-digest, users HyperLogLog).
+Executors merge panes into windows, the sink merges services into `*` and the read API merges
+windows into ranges, all with `merge`/`merged`; these tests pin that a merge of parts agrees with
+one aggregate fed every row: counts exactly, HyperLogLog registers exactly (merge is an
+element-wise max), quantiles within the t-digest's stated rank-error bounds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from typing import Any
+
+import numpy as np
+import pytest
+
+from jobs.metrics import PERCENTILES, WindowAgg
+from sketches.hll import HyperLogLog, hash32
+from sketches.tdigest import TDigest
+
+NAN = math.nan
+METRIC_KEYS = {
+    "count",
+    "events_per_s",
+    "errors",
+    "error_rate",
+    "latency_count",
+    "latency_mean",
+    "distinct_users",
+    "p50",
+    "p90",
+    "p95",
+    "p99",
+    "p999",
+}
+#: Rank-error bounds of the t-digest (docs/sketches.md, tests/accuracy): quantile -> bound.
+#: p90/p95 have no documented bound; they get one between the p50 and p99 bounds.
+RANK_BOUNDS = {0.5: 0.01, 0.9: 0.005, 0.95: 0.005, 0.99: 0.002, 0.999: 0.0005}
+
+
+def f64(*values: float) -> np.ndarray:
+    return np.array(values, dtype=np.float64)
+
+
+def i64(*values: int) -> np.ndarray:
+    return np.array(values, dtype=np.int64)
+
+
+def users(*values: str | None) -> np.ndarray:
+    return np.array(values, dtype=object)
+
+
+def agg_of(latency: np.ndarray, status: np.ndarray, user_ids: np.ndarray | None) -> WindowAgg:
+    a = WindowAgg()
+    a.add(latency, status, user_ids)
+    return a
+
+
+def random_rows(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Realistic rows: lognormal latencies (5 % absent), mostly 2xx (some 5xx, some absent),
+    users from a pool of 3000 (10 % anonymous). Seeded, so every run sees the same rows."""
+    rng = np.random.default_rng(seed)
+    latency = rng.lognormal(3.0, 1.0, n)
+    latency[rng.random(n) < 0.05] = NAN
+    status = rng.choice(i64(200, 201, 404, 500, 503, -1), n, p=[0.7, 0.1, 0.1, 0.04, 0.03, 0.03])
+    user_ids = np.array([f"user-{k}" for k in rng.integers(0, 3000, n)], dtype=object)
+    user_ids[rng.random(n) < 0.1] = None
+    return latency, status, user_ids
+
+
+def rank_error(sorted_data: np.ndarray, estimate: float, q: float) -> float:
+    """|F(estimate) - q| against the exact empirical CDF (0 within the estimate's rank range)."""
+    n = sorted_data.shape[0]
+    lo = np.searchsorted(sorted_data, estimate, "left") / n
+    hi = np.searchsorted(sorted_data, estimate, "right") / n
+    return max(lo - q, q - hi, 0.0)
+
+
+# --- add ----------------------------------------------------------------------------------------
+
+
+def test_add_counts_every_event_and_skips_what_is_absent() -> None:
+    # 4 events: one without a latency (NaN), one without a status (-1), one without a user
+    a = agg_of(f64(12.5, NAN, 30.0, 7.5), i64(200, 503, -1, 200), users("u1", None, "u2", "u1"))
+    assert a.count == 4  # every event counts, whatever is missing
+    assert a.errors == 1
+    assert a.latency.count == 3  # NaN is no latency, not a zero
+    assert a.latency.nan_count == 0  # dropped before the digest, not counted as bad data there
+    assert (a.latency.min, a.latency.max, a.latency.sum) == (7.5, 30.0, 50.0)
+    assert round(a.users.estimate()) == 2  # None is not a user; duplicates count once
+
+
+@pytest.mark.parametrize(
+    ("status", "errors"),
+    [
+        (i64(200, 201, 302, 404, 499), 0),  # 4xx are the client's problem, not errors
+        (i64(500), 1),  # the boundary is an error
+        (i64(499, 500, 501, 503, 599), 4),
+        (i64(-1, -1), 0),  # absent status: unknown, not an error
+        (i64(), 0),
+    ],
+)
+def test_errors_are_status_500_and_above(status: np.ndarray, errors: int) -> None:
+    a = agg_of(np.full(len(status), 1.0), status, None)
+    assert (a.count, a.errors) == (len(status), errors)
+
+
+@pytest.mark.parametrize(
+    "user_ids",
+    [None, users(), users(None, None, None)],
+    ids=["no-column", "empty-column", "all-anonymous"],
+)
+def test_add_without_users_leaves_the_hll_empty(user_ids: np.ndarray | None) -> None:
+    n = 0 if user_ids is not None and len(user_ids) == 0 else 3
+    a = agg_of(np.full(n, 1.0), np.full(n, 200), user_ids)
+    assert a.count == n
+    assert a.users.is_empty()
+    assert a.metrics(1000)["distinct_users"] == 0
+
+
+def test_add_with_only_absent_latencies_keeps_the_digest_empty() -> None:
+    a = agg_of(f64(NAN, NAN), i64(500, 200), users("u", "v"))
+    assert (a.count, a.errors, a.latency.count) == (2, 1, 0)
+    assert a.latency == TDigest()
+
+
+def test_add_hashed_is_add_with_users_hashed_once() -> None:
+    latency, status, user_ids = random_rows(500, seed=3)
+    valid = np.array([u is not None for u in user_ids])
+    by_ids = agg_of(latency, status, user_ids)
+    by_hashes = WindowAgg()
+    by_hashes.add_hashed(latency, status, hash32(user_ids[valid]))
+    assert by_hashes == by_ids
+
+
+def test_add_accumulates_across_calls() -> None:
+    a = agg_of(f64(1.0, 2.0), i64(200, 500), users("a", "b"))
+    a.add(f64(3.0), i64(502), users("a"))
+    assert (a.count, a.errors, a.latency.count, a.latency.sum) == (3, 2, 3, 6.0)
+    assert round(a.users.estimate()) == 2
+
+
+# --- metrics --------------------------------------------------------------------------------
+
+
+def test_metrics_fields_and_values() -> None:
+    # 5 events in a 10 s window; latencies kept exactly (a handful of values are singletons)
+    a = agg_of(
+        f64(10.0, 20.0, NAN, 40.0, 50.0),
+        i64(200, 500, 200, 503, -1),
+        users("alice", "bob", "alice", None, "carol"),
+    )
+    m = a.metrics(10_000)
+    assert set(m) == METRIC_KEYS
+    assert set(PERCENTILES) == {"p50", "p90", "p95", "p99", "p999"}
+    assert m["count"] == 5
+    assert m["events_per_s"] == 0.5
+    assert m["errors"] == 2
+    assert m["error_rate"] == 0.4
+    assert m["latency_count"] == 4
+    assert m["latency_mean"] == 30.0
+    assert m["distinct_users"] == 3
+    # the percentiles are the digest's, in order, inside [min, max]
+    expected = a.latency.quantile(np.array(list(PERCENTILES.values())))
+    assert [m[k] for k in PERCENTILES] == pytest.approx(list(expected))
+    values = [m[k] for k in PERCENTILES]
+    assert values == sorted(values)
+    assert 10.0 <= values[0] and values[-1] <= 50.0
+    # the sink stores metrics as JSON: plain, finite numbers (or null)
+    back = json.loads(json.dumps(m, allow_nan=False))
+    assert back == m
+    assert all(type(m[k]) is int for k in ("count", "errors", "latency_count", "distinct_users"))
+
+
+@pytest.mark.parametrize(
+    ("duration_ms", "events_per_s"),
+    [(1_000, 30.0), (10_000, 3.0), (30_000, 1.0), (60_000, 0.5), (7, 30 * 1000 / 7)],
+)
+def test_events_per_second_is_count_over_the_duration(
+    duration_ms: int, events_per_s: float
+) -> None:
+    a = agg_of(np.full(30, 5.0), np.full(30, 200), None)
+    assert a.metrics(duration_ms)["events_per_s"] == pytest.approx(events_per_s)
+
+
+def test_metrics_without_latencies_has_no_percentiles() -> None:
+    m = agg_of(f64(NAN, NAN, NAN), i64(200, 500, 200), users("u1", "u2", "u1")).metrics(10_000)
+    assert m["count"] == 3 and m["errors"] == 1 and m["distinct_users"] == 2
+    assert m["latency_count"] == 0
+    assert m["latency_mean"] is None
+    assert {k: m[k] for k in PERCENTILES} == dict.fromkeys(PERCENTILES)
+    json.dumps(m, allow_nan=False)
+
+
+def test_metrics_of_an_empty_aggregate() -> None:
+    m = WindowAgg().metrics(10_000)
+    assert m == {
+        "count": 0,
+        "events_per_s": 0.0,
+        "errors": 0,
+        "error_rate": 0.0,  # not 0/0
+        "latency_count": 0,
+        "latency_mean": None,
+        "distinct_users": 0,
+        **dict.fromkeys(PERCENTILES),
+    }
+
+
+def test_one_latency_is_every_percentile() -> None:
+    m = agg_of(f64(42.0), i64(200), users("u")).metrics(10_000)
+    assert [m[k] for k in PERCENTILES] == [42.0] * len(PERCENTILES)
+    assert m["latency_mean"] == 42.0
+
+
+# --- merge / merged -------------------------------------------------------------------------
+
+
+def _split(n: int, parts: int, seed: int) -> list[np.ndarray]:
+    """Random, uneven index groups (one may be empty), as panes or services split rows."""
+    rng = np.random.default_rng(seed)
+    owner = rng.integers(0, parts, n)
+    owner[: n // 10] = 0  # part 0 is large...
+    owner[owner == parts - 1] = 0  # ...and the last part empty
+    return [np.flatnonzero(owner == k) for k in range(parts)]
+
+
+@pytest.mark.parametrize("how", ["merged", "merge-in-place", "merge-one-by-one"])
+def test_merge_of_parts_equals_one_aggregate_of_all_rows(how: str) -> None:
+    latency, status, user_ids = random_rows(20_000, seed=11)
+    whole = agg_of(latency, status, user_ids)
+    parts = [agg_of(latency[i], status[i], user_ids[i]) for i in _split(20_000, 5, seed=12)]
+    assert parts[-1].count == 0
+    if how == "merged":
+        got = WindowAgg.merged(parts)
+    elif how == "merge-in-place":
+        got = WindowAgg()
+        got.merge(*parts)
+    else:
+        got = WindowAgg()
+        for p in parts:
+            got.merge(p)
+    # counts exact
+    assert (got.count, got.errors) == (whole.count, whole.errors) == (20_000, whole.errors)
+    assert got.latency.count == whole.latency.count
+    assert (got.latency.min, got.latency.max) == (whole.latency.min, whole.latency.max)
+    assert got.latency.sum == pytest.approx(whole.latency.sum, rel=1e-12)
+    # HyperLogLog merge is an element-wise max: exactly the registers of one sketch of all rows
+    assert got.users == whole.users
+    assert got.metrics(10_000)["distinct_users"] == whole.metrics(10_000)["distinct_users"]
+    # quantiles: within the t-digest's bounds of the exact ones
+    truth = np.sort(latency[~np.isnan(latency)])
+    for name, q in PERCENTILES.items():
+        assert rank_error(truth, got.metrics(10_000)[name], q) <= RANK_BOUNDS[q], name
+
+
+def test_merge_and_merged_agree_exactly_and_leave_inputs_unchanged() -> None:
+    latency, status, user_ids = random_rows(3000, seed=21)
+    parts = [agg_of(latency[i], status[i], user_ids[i]) for i in _split(3000, 3, seed=22)]
+    before = [p.to_bytes() for p in parts]
+    in_place = WindowAgg.from_bytes(parts[0].to_bytes())
+    in_place.merge(*parts[1:])
+    assert WindowAgg.merged(parts) == in_place
+    assert [p.to_bytes() for p in parts] == before
+
+
+def test_merge_of_small_parts_is_exact() -> None:
+    # a few values stay singleton centroids, so even the digest is the same as one of all rows
+    latency = f64(3.5, 1.0, 8.0, 2.5, 9.0, 4.0, 7.5)
+    status = i64(200, 500, 200, 200, 503, -1, 200)
+    user_ids = users("a", "b", None, "a", "c", "d", "b")
+    whole = agg_of(latency, status, user_ids)
+    parts = [agg_of(latency[s], status[s], user_ids[s]) for s in (slice(0, 3), slice(3, 7))]
+    assert WindowAgg.merged(parts) == whole
+    assert WindowAgg.merged(parts).metrics(10_000) == whole.metrics(10_000)
+
+
+def test_merged_of_nothing_and_of_one() -> None:
+    assert WindowAgg.merged([]) == WindowAgg()
+    one = agg_of(f64(1.0, 2.0), i64(200, 500), users("a", "b"))
+    copy = WindowAgg.merged([one])
+    assert copy == one
+    copy.add(f64(3.0), i64(200), users("z"))  # a new object: the input is not aliased
+    assert one.count == 2 and round(one.users.estimate()) == 2
+
+
+def test_merge_with_empty_aggregates_changes_nothing() -> None:
+    a = agg_of(f64(1.0, 2.0, 3.0), i64(200, 500, 200), users("a", "b", "c"))
+    expected = a.to_bytes()
+    a.merge(WindowAgg(), WindowAgg())
+    a.merge()
+    assert a.to_bytes() == expected
+
+
+def test_merge_distinct_users_is_the_union_not_the_sum() -> None:
+    a = agg_of(np.ones(100), np.full(100, 200), np.array([f"u{i}" for i in range(100)], object))
+    b = agg_of(np.ones(100), np.full(100, 200), np.array([f"u{i}" for i in range(50, 150)], object))
+    m = WindowAgg.merged([a, b]).metrics(10_000)
+    assert m["count"] == 200
+    assert m["distinct_users"] == pytest.approx(150, abs=2)
+
+
+def test_merge_refuses_sketches_with_other_parameters() -> None:
+    a = agg_of(f64(1.0), i64(200), users("a"))
+    other_digest = WindowAgg(1, 0, TDigest(compression=100), HyperLogLog())
+    other_hll = WindowAgg(1, 0, TDigest(), HyperLogLog(p=10))
+    with pytest.raises(ValueError, match="compression"):
+        WindowAgg.merged([a, other_digest])
+    with pytest.raises(ValueError, match="p=10"):
+        WindowAgg.merged([a, other_hll])
+
+
+# --- to_bytes / from_bytes ------------------------------------------------------------------
+
+
+def _cases() -> dict[str, WindowAgg]:
+    big = random_rows(50_000, seed=31)  # enough users for a dense HyperLogLog encoding
+    return {
+        "empty": WindowAgg(),
+        "no-latency": agg_of(f64(NAN), i64(500), users("u")),
+        "one-event": agg_of(f64(12.25), i64(200), users("u")),
+        "no-users": agg_of(f64(1.0, 2.0), i64(200, 404), None),
+        "many": agg_of(*big),
+    }
+
+
+@pytest.mark.parametrize("name", list(_cases()))
+def test_bytes_round_trip_is_exact(name: str) -> None:
+    a = _cases()[name]
+    blob = a.to_bytes()
+    back = WindowAgg.from_bytes(blob)
+    assert back == a
+    assert back.to_bytes() == blob
+    assert back.metrics(10_000) == a.metrics(10_000)
+    assert WindowAgg.from_bytes(bytearray(blob)) == a  # Redis and Arrow may hand out copies
+
+
+def _good() -> bytes:
+    return agg_of(f64(1.0, 2.0), i64(200, 500), users("a", "b")).to_bytes()
+
+
+def _with_header(**changes: Any) -> bytes:
+    good = _good()
+    header = struct.Struct("<4sBqqII")
+    names = ["magic", "version", "count", "errors", "n_td", "n_hll"]
+    fields = dict(zip(names, header.unpack_from(good), strict=True))
+    fields.update(changes)
+    return header.pack(*fields.values()) + good[header.size :]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b"", id="empty"),
+        pytest.param(b"TGWA", id="magic-only"),
+        pytest.param(b"\x00" * 64, id="zeros"),
+        pytest.param(json.dumps({"count": 3}).encode(), id="json"),
+        pytest.param(_with_header(magic=b"XXXX"), id="bad-magic"),
+        pytest.param(_with_header(version=2), id="other-version"),
+        pytest.param(_good()[:-1], id="truncated"),
+        pytest.param(_good() + b"\x00", id="trailing-byte"),
+        pytest.param(_with_header(n_td=1), id="lengths-disagree"),
+        pytest.param(_good()[:29] + b"XXXX" + _good()[33:], id="corrupt-digest-magic"),
+        pytest.param(_good()[:-4] + b"\xff" * 4, id="corrupt-hll-body"),
+    ],
+)
+def test_from_bytes_refuses_garbage(data: bytes) -> None:
+    with pytest.raises(ValueError):
+        WindowAgg.from_bytes(data)
