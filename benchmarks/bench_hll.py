@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 import warnings
 from collections.abc import Callable
-from importlib.metadata import version
 from typing import Any
 
 import datasketch
@@ -25,24 +23,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sketches.hll import HyperLogLog, _index_rank, datasketch_hashfunc, hash32
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.machine import describe  # noqa: E402
+from sketches.hll import HyperLogLog, _index_rank, datasketch_hashfunc, hash32  # noqa: E402
 
 
 def machine() -> str:
-    cpu = "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    libs = ", ".join(
-        f"{name} {version(name)}" for name in ("numpy", "pandas", "pyarrow", "datasketch")
-    )
-    return (
-        f"{platform.platform()} | Python {platform.python_version()} | CPU: {cpu} | "
-        f"nproc {usable}\n{libs}"
-    )
+    return describe(('numpy', 'pandas', 'pyarrow', 'datasketch'))
 
 
 def ids(n: int) -> pa.Array:

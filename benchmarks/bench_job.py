@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -30,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pyspark.sql import functions as F  # noqa: E402
 
+from benchmarks.machine import describe  # noqa: E402
 from jobs.job import _current_end, run_job  # noqa: E402
 from jobs.kafka_source import KafkaDataSource  # noqa: E402
 from jobs.parse import PARSED_SCHEMA, parse_batches  # noqa: E402
@@ -42,16 +41,7 @@ from tidegauge.topics import ensure_topic  # noqa: E402
 
 
 def machine() -> str:
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    py = platform.python_version()
-    return f"{platform.platform()}; {cpu}; {os.cpu_count()} cores; Python {py}"
+    return describe(('pyspark', 'numpy', 'kafka-python'))
 
 
 def throughput(progress: list[Any]) -> tuple[int, float, float]:

@@ -20,7 +20,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
-import platform  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
@@ -30,6 +29,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.machine import describe  # noqa: E402
 from sketches.tdigest import DEFAULT_COMPRESSION, TDigest  # noqa: E402
 
 QS = np.array([0.5, 0.99, 0.999])
@@ -46,22 +46,7 @@ def best_of(fn: Callable[[], object], repeat: int) -> float:
 
 
 def machine() -> str:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (
-        f"platform: {platform.platform()}\n"
-        f"python:   {platform.python_version()} ({platform.python_implementation()})\n"
-        f"cpu:      {cpu}\n"
-        f"nproc:    {usable} usable of {os.cpu_count()}\n"
-        f"numpy:    {np.__version__}"
-    )
+    return describe(('numpy', 'fastdigest', 'tdigest'))
 
 
 def rank_errors(sorted_data: np.ndarray, estimates: np.ndarray) -> np.ndarray:

@@ -131,19 +131,7 @@ def _range(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int)
         f"{args.service}: {result.windows} windows, {to_iso(result.covered_from)} .. "
         f"{to_iso(result.covered_to)}"
     )
-    for name in (
-        "count",
-        "events_per_s",
-        "errors",
-        "error_rate",
-        "latency_mean",
-        "p50",
-        "p90",
-        "p95",
-        "p99",
-        "p999",
-        "distinct_users",
-    ):
+    for name in ("count", "events_per_s", *store.METRIC_FIELDS):
         value = m.get(name)
         shown = "-" if value is None else (f"{value:.4g}" if isinstance(value, float) else value)
         print(f"  {name:<16}{shown}")

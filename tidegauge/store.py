@@ -22,6 +22,7 @@ from tidegauge.config import RedisSettings
 __all__ = [
     "ALL_SERVICES",
     "DeadLetter",
+    "METRIC_FIELDS",
     "JobStatus",
     "Keys",
     "RangeResult",
@@ -265,7 +266,8 @@ def read_windows(
     return rows
 
 
-_METRIC_FIELDS = (
+#: Window metrics beyond count and events/s, as stored and shown (jobs/metrics.WindowAgg.metrics).
+METRIC_FIELDS = (
     "errors",
     "error_rate",
     "latency_count",
@@ -290,7 +292,7 @@ def _row(spec: WindowSpec, start: int, service: str, doc: dict[str, Any], late: 
         late=late,
         spec=spec.key,
         kind=spec.kind,
-        **{f: doc[f] for f in _METRIC_FIELDS if f in doc},
+        **{f: doc[f] for f in METRIC_FIELDS if f in doc},
     )
 
 
