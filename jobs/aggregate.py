@@ -151,7 +151,13 @@ class ServiceWindows:
     def to_bytes(self) -> bytes:
         """Versioned state blob: header (specs), then each pane's WindowAgg bytes."""
         sessions = self.sessions.to_bytes() if self.sessions is not None else b""
-        head = json.dumps({"specs": [s.key for s in self.specs], "sessions": len(sessions)})
+        head = json.dumps(
+            {
+                "specs": [s.key for s in self.specs],
+                "sessions": len(sessions),
+                "panes": len(self.panes),
+            }
+        )
         parts = [
             _STATE_MAGIC,
             struct.pack("<BI", _STATE_VERSION, len(head)),
@@ -198,6 +204,8 @@ class ServiceWindows:
             pos += _PANE.size
             panes[start] = WindowAgg.from_bytes(blob[pos : pos + n])
             pos += n
+        if len(panes) != head.get("panes", len(panes)):
+            raise ValueError("window state is truncated: use a new --checkpoint directory")
         return cls(specs, panes, sessions)
 
 

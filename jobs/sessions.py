@@ -137,6 +137,8 @@ class Sessions:
     @classmethod
     def from_bytes(cls, data: bytes, spec: WindowSpec) -> Sessions:
         """Inverse of `to_bytes`; refuses state written for another gap or bucket."""
+        if len(data) < _HEAD.size:
+            raise ValueError("session state is truncated: use a new --checkpoint directory")
         magic, version, gap, size, n, n_buckets = _HEAD.unpack_from(data)
         if magic != _MAGIC or version != 1:
             raise ValueError("session state: bad magic/version")
@@ -145,21 +147,26 @@ class Sessions:
                 f"checkpoint holds sessions with gap {gap} ms in {size} ms buckets, the job asks "
                 f"for {spec.gap_ms}/{spec.size_ms}: use a new --checkpoint directory"
             )
-        pos = _HEAD.size
-        (n_names,) = struct.unpack_from("<I", data, pos)
-        pos += 4
-        names = json.loads(data[pos : pos + n_names])
-        pos += n_names
-        users = np.empty(len(names), dtype=object)
-        users[:] = names
-        arrays = []
-        for _ in range(3):
-            arrays.append(np.frombuffer(data, "<i8", n, pos).astype(np.int64))
-            pos += 8 * n
-        buckets = {}
-        for _ in range(n_buckets):
-            b, m = struct.unpack_from("<qI", data, pos)
-            pos += 12
-            buckets[b] = WindowAgg.from_bytes(data[pos : pos + m])
-            pos += m
+        try:
+            pos = _HEAD.size
+            (n_names,) = struct.unpack_from("<I", data, pos)
+            pos += 4
+            names = json.loads(data[pos : pos + n_names])
+            pos += n_names
+            users = np.empty(len(names), dtype=object)
+            users[:] = names
+            arrays = []
+            for _ in range(3):
+                arrays.append(np.frombuffer(data, "<i8", n, pos).astype(np.int64))
+                pos += 8 * n
+            buckets = {}
+            for _ in range(n_buckets):
+                b, m = struct.unpack_from("<qI", data, pos)
+                pos += 12
+                buckets[b] = WindowAgg.from_bytes(data[pos : pos + m])
+                pos += m
+        except (struct.error, ValueError, IndexError) as e:
+            raise ValueError("session state is truncated: use a new --checkpoint directory") from e
+        if pos != len(data):
+            raise ValueError("session state has trailing bytes: use a new --checkpoint directory")
         return cls(spec, users, arrays[0], arrays[1], arrays[2], buckets)
