@@ -21,24 +21,31 @@ from tidegauge.store import (
     DeadLetter,
     JobStatus,
     Keys,
+    RangeResult,
     WindowRow,
     read_dead_counts,
     read_dead_letters,
+    read_range,
     read_status,
     read_window_specs,
     read_windows,
 )
 
 __all__ = [
+    "METRIC_COLUMNS",
+    "RECENT_RANGE_MS",
     "WINDOW_COLUMNS",
     "Snapshot",
     "StatusView",
     "dead_counts_frame",
     "dead_letters_frame",
     "format_age",
+    "metrics_frame",
     "offsets_frame",
     "offsets_summary",
+    "range_figures",
     "read_newest_window_start",
+    "read_recent",
     "read_snapshot",
     "services_in",
     "stable_order",
@@ -49,6 +56,22 @@ __all__ = [
 
 #: Columns of `windows_frame`, in order.
 WINDOW_COLUMNS = ["window_start", "window_end", "service", "count", "events_per_s"]
+
+#: Columns of `metrics_frame`, in order: latencies in ms (NaN for a window without latencies).
+METRIC_COLUMNS = [
+    "window_start",
+    "window_end",
+    "service",
+    "count",
+    "latency_count",
+    "p50",
+    "p95",
+    "p99",
+    "distinct_users",
+]
+
+#: The range (ms of event time, ending at the newest window) of the "last 15 minutes" figures.
+RECENT_RANGE_MS = 15 * 60_000
 
 #: How many characters of a dead letter's raw bytes the table shows.
 RAW_PREVIEW_CHARS = 80
@@ -79,6 +102,9 @@ class Snapshot:
     windows: list[WindowRow] = field(default_factory=list)
     dead_counts: dict[str, int] = field(default_factory=dict)
     dead_letters: list[DeadLetter] = field(default_factory=list)
+    #: The window spec `windows` are of, and the start (ms) of its newest stored window.
+    spec: WindowSpec | None = None
+    newest_start_ms: int | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -104,6 +130,7 @@ def read_snapshot(
     spec = specs[0] if specs else None
     size = spec.size_ms if spec else None
     windows: list[WindowRow] = []
+    newest = None
     if spec is not None:
         newest = read_newest_window_start(r, keys, spec)
         if newest is not None:
@@ -116,7 +143,51 @@ def read_snapshot(
         windows=windows,
         dead_counts=read_dead_counts(r, keys),
         dead_letters=read_dead_letters(r, keys, limit=dead_letter_limit),
+        spec=spec,
+        newest_start_ms=newest,
     )
+
+
+def read_recent(
+    r: redis.Redis,
+    keys: Keys,
+    snap: Snapshot,
+    service: str = ALL_SERVICES,
+    range_ms: int = RECENT_RANGE_MS,
+) -> RangeResult | None:
+    """Metrics of `service` over the last `range_ms` of event time, from merged window sketches.
+
+    One `read_range` (one ZRANGEBYSCORE and one pipeline): the range ends at the end of the
+    snapshot's newest window, like the charts, and its percentiles and distinct users come from
+    the merged t-digests and HyperLogLogs, not from averaging window figures. Only a tumbling
+    spec is merged (hopping windows overlap and would count events twice); None when the
+    snapshot has no tumbling windows.
+    """
+    spec, newest = snap.spec, snap.newest_start_ms
+    if spec is None or newest is None or spec.kind != "tumbling":
+        return None
+    until = newest + spec.size_ms
+    return read_range(r, keys, until - range_ms, until, service=service, spec=spec)
+
+
+def _ms(v: Any) -> str:
+    return "–" if v is None else f"{v:,.1f} ms"
+
+
+def range_figures(result: RangeResult) -> dict[str, str]:
+    """The "last 15 minutes" row as label -> display text: count, error rate, p50, p99, users.
+
+    Latencies in ms with one decimal ("–" when the range holds no latency), the error rate
+    (status >= 500) in percent with two decimals, distinct users as the HyperLogLog estimate.
+    """
+    m = result.metrics
+    return {
+        "Events": f"{int(m['count']):,}",
+        "Error rate": f"{100.0 * float(m['error_rate']):.2f} %",
+        "p50 latency": _ms(m.get("p50")),
+        "p99 latency": _ms(m.get("p99")),
+        "Distinct users": f"{int(m['distinct_users']):,}",
+    }
 
 
 def to_utc(ms: pd.Series | Sequence[int]) -> pd.Series:
@@ -149,6 +220,29 @@ def windows_frame(rows: Sequence[WindowRow]) -> pd.DataFrame:
     df["window_end"] = to_utc(df["window_end"])
     df["count"] = df["count"].astype("int64")
     df["events_per_s"] = df["events_per_s"].astype("float64")
+    return df.sort_values(["service", "window_start"], kind="stable").reset_index(drop=True)
+
+
+def metrics_frame(rows: Sequence[WindowRow]) -> pd.DataFrame:
+    """One row per (window, service) with latency percentiles (ms) and distinct users.
+
+    Same times and order as `windows_frame`; a window without latencies has NaN percentiles,
+    so its line has a gap rather than a fake zero.
+    """
+    df = pd.DataFrame([r.to_dict() for r in rows], columns=METRIC_COLUMNS)
+    df["window_start"] = to_utc(df["window_start"])
+    df["window_end"] = to_utc(df["window_end"])
+    df = df.astype(
+        {
+            "service": "object",
+            "count": "int64",
+            "latency_count": "int64",
+            "p50": "float64",
+            "p95": "float64",
+            "p99": "float64",
+            "distinct_users": "int64",
+        }
+    )
     return df.sort_values(["service", "window_start"], kind="stable").reset_index(drop=True)
 
 

@@ -17,13 +17,24 @@ import plotly.graph_objects as go
 from tidegauge.durations import format_duration
 from tidegauge.store import ALL_SERVICES
 
-__all__ = ["TOTAL_NAME", "UIREVISION", "empty_figure", "events_per_second"]
+__all__ = [
+    "LATENCY_PERCENTILES",
+    "TOTAL_NAME",
+    "UIREVISION",
+    "distinct_users",
+    "empty_figure",
+    "events_per_second",
+    "latency_percentiles",
+]
 
 #: Constant, so user interactions survive every refresh.
 UIREVISION = "tidegauge"
 
 #: Legend name of the all-services line.
 TOTAL_NAME = "all services (*)"
+
+#: Percentile columns of the latency chart, in trace order, with their line colours.
+LATENCY_PERCENTILES = {"p50": "#2ca02c", "p95": "#ff7f0e", "p99": "#d62728"}
 
 _HEIGHT = 420
 _TOTAL_COLOR = "#7f7f7f"
@@ -57,6 +68,52 @@ def empty_figure(message: str) -> go.Figure:
     return fig
 
 
+def _time_title(window_size_ms: int | None) -> str:
+    title = "event time (UTC), window start"
+    if window_size_ms:
+        title += f"; {format_duration(window_size_ms)} windows"
+    return title
+
+
+def _service_lines(
+    fig: go.Figure,
+    frame: pd.DataFrame,
+    column: str,
+    services: Sequence[str],
+    show_total: bool,
+    *,
+    customdata: str | None,
+    hovertemplate: str,
+) -> None:
+    """One line of `column` per service: the `*` total first, then `services`, then the rest.
+
+    The stable order is what keeps legend toggles on the right line (see `events_per_second`).
+    """
+    present = {s for s in frame["service"].unique() if s != ALL_SERVICES}
+    order = [s for s in services if s != ALL_SERVICES]
+    order += sorted(present - set(order))
+    for svc in [ALL_SERVICES, *order]:
+        part = frame[frame["service"] == svc]
+        total = svc == ALL_SERVICES
+        fig.add_trace(
+            go.Scatter(
+                x=part["window_start"],
+                y=part[column],
+                customdata=None if customdata is None else part[[customdata]].to_numpy(),
+                name=TOTAL_NAME if total else svc,
+                mode="lines+markers",
+                marker={"size": 4},
+                line=(
+                    {"width": 3.5, "dash": "dash", "color": _TOTAL_COLOR}
+                    if total
+                    else {"width": 1.8}
+                ),
+                visible=show_total if total else True,
+                hovertemplate=hovertemplate,
+            )
+        )
+
+
 def events_per_second(
     frame: pd.DataFrame,
     *,
@@ -79,33 +136,16 @@ def events_per_second(
         return empty_figure("No windows yet: waiting for the job to write results")
     fig = go.Figure()
     _base_layout(fig)
-    present = {s for s in frame["service"].unique() if s != ALL_SERVICES}
-    order = [s for s in services if s != ALL_SERVICES]
-    order += sorted(present - set(order))
-    for svc in [ALL_SERVICES, *order]:
-        part = frame[frame["service"] == svc]
-        total = svc == ALL_SERVICES
-        fig.add_trace(
-            go.Scatter(
-                x=part["window_start"],
-                y=part["events_per_s"],
-                customdata=part[["count"]].to_numpy(),
-                name=TOTAL_NAME if total else svc,
-                mode="lines+markers",
-                marker={"size": 4},
-                line=(
-                    {"width": 3.5, "dash": "dash", "color": _TOTAL_COLOR}
-                    if total
-                    else {"width": 1.8}
-                ),
-                visible=show_total if total else True,
-                hovertemplate="%{y:,.1f} events/s (%{customdata[0]:,} events)",
-            )
-        )
-    xtitle = "event time (UTC), window start"
-    if window_size_ms:
-        xtitle += f"; {format_duration(window_size_ms)} windows"
-    fig.update_xaxes(title_text=xtitle, type="date")
+    _service_lines(
+        fig,
+        frame,
+        "events_per_s",
+        services,
+        show_total,
+        customdata="count",
+        hovertemplate="%{y:,.1f} events/s (%{customdata[0]:,} events)",
+    )
+    fig.update_xaxes(title_text=_time_title(window_size_ms), type="date")
     fig.update_yaxes(title_text="events/s", rangemode="tozero")
     if watermark is not None and window_size_ms:
         newest_end = frame["window_end"].max()
@@ -123,3 +163,76 @@ def events_per_second(
                 annotation_position="top left",
             )
     return fig
+
+
+def latency_percentiles(
+    frame: pd.DataFrame,
+    service: str = ALL_SERVICES,
+    *,
+    window_size_ms: int | None = None,
+) -> go.Figure:
+    """p50, p95 and p99 latency (ms) of one service's windows over event time.
+
+    `frame` is a `dashboard.data.metrics_frame`; `service` may be `*` (all services, whose
+    percentiles come from the merged t-digest, not from averaging services). Always three
+    traces in the order of `LATENCY_PERCENTILES`, so legend toggles stay put across refreshes
+    and service changes. A window without latencies leaves a gap (NaN), not a zero.
+    """
+    part = frame[frame["service"] == service] if not frame.empty else frame
+    if part.empty:
+        return empty_figure(f"No windows for {_service_label(service)} yet")
+    fig = go.Figure()
+    _base_layout(fig)
+    for name, color in LATENCY_PERCENTILES.items():
+        fig.add_trace(
+            go.Scatter(
+                x=part["window_start"],
+                y=part[name],
+                customdata=part[["latency_count"]].to_numpy(),
+                name=name,
+                mode="lines+markers",
+                marker={"size": 4},
+                line={"width": 1.8, "color": color},
+                connectgaps=False,
+                hovertemplate=f"{name} %{{y:,.1f}} ms (%{{customdata[0]:,}} latencies)",
+            )
+        )
+    fig.update_xaxes(title_text=_time_title(window_size_ms), type="date")
+    fig.update_yaxes(title_text="latency (ms)", rangemode="tozero")
+    return fig
+
+
+def distinct_users(
+    frame: pd.DataFrame,
+    *,
+    services: Sequence[str] = (),
+    window_size_ms: int | None = None,
+    show_total: bool = True,
+) -> go.Figure:
+    """Distinct users per window and service over event time (HyperLogLog estimates).
+
+    `frame` is a `dashboard.data.metrics_frame`. Same trace order and total handling as
+    `events_per_second`. The `*` line is the distinct users across all services (the merged
+    HyperLogLog), which is less than the sum of the services' lines when users overlap.
+    """
+    if frame.empty:
+        return empty_figure("No windows yet: waiting for the job to write results")
+    fig = go.Figure()
+    _base_layout(fig)
+    _service_lines(
+        fig,
+        frame,
+        "distinct_users",
+        services,
+        show_total,
+        customdata=None,
+        hovertemplate="%{y:,} users",
+    )
+    xtitle = _time_title(window_size_ms)
+    fig.update_xaxes(title_text=xtitle, type="date")
+    fig.update_yaxes(title_text="distinct users per window (users)", rangemode="tozero")
+    return fig
+
+
+def _service_label(service: str) -> str:
+    return TOTAL_NAME if service == ALL_SERVICES else service
