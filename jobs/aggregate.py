@@ -8,8 +8,15 @@ counting the late rows instead of hiding them, and (b) pass dead letters through
 sink. The watermark itself is still Spark's (`withWatermark` upstream, read here through
 `GroupState.getCurrentWatermarkMs`), checkpointed with the state. See docs/architecture.md.
 
-Runs on executors. Groups are (kind, service): one group per service for events, one for dead
-letters, one for heartbeats (which only exist to move the watermark and produce no output).
+Runs on executors. Groups are (group, shard): event groups ("event", shard) each hold the
+services that hash to that shard, and every heartbeat is copied into every shard, so a batch of
+heartbeats alone still calls every event group: that is how a quiet stream's sessions close and
+its state is evicted (Spark's own event-time timeouts would make Spark drop rows older than the
+watermark before we can count them as late). Dead letters form one group ("dead", 0).
+
+Besides window results, each batch emits what it decided about time (docs/time.md): late rows
+per window (count and lateness digests), stragglers per window, per-event arrival counts in
+processing-time and broker-time windows, and the late events themselves (capped).
 """
 
 from __future__ import annotations
@@ -25,25 +32,48 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from jobs.metrics import WindowAgg
+from jobs.metrics import LateAgg, WindowAgg
 from jobs.parse import KIND_DEAD, KIND_EVENT
 from jobs.sessions import Sessions
-from jobs.windows import WindowSpec, is_late, pane_size, tumbling_starts
+from jobs.windows import (
+    LATE,
+    STRAGGLER,
+    WindowSpec,
+    classify,
+    frontier,
+    is_late,
+    pane_size,
+    primary_size,
+    tumbling_starts,
+)
 from sketches.hll import hash32
 
 __all__ = [
+    "DOMAINS",
     "OUTPUT_SCHEMA",
     "STATE_SCHEMA",
+    "Added",
     "DeadCounts",
     "ServiceWindows",
+    "ShardState",
+    "StateConfig",
+    "arrival_counts",
     "make_state_fn",
 ]
+
+#: Time domains of the arrival series, beside event time: when the job processed an event
+#: (its micro-batch's timestamp) and when the broker received it (the Kafka record timestamp).
+DOMAINS = ("processing", "broker")
 
 STATE_SCHEMA = "blob binary"
 
 #: One schema for every output kind (columns that do not apply are null):
 #: window     spec, service, window_start, count, metrics (JSON), agg (WindowAgg bytes): absolute
-#: late       spec, service, window_start, count   (late rows of this batch for that window)
+#: late       spec, service, window_start, count, agg (LateAgg bytes): late rows of this batch
+#: straggler  spec, service, window_start, count   (stragglers of this batch for that window)
+#: arrivals   spec (a DOMAIN), service, window_start, count, metrics (JSON: late, stragglers,
+#:            proc_ms): events of this batch by processing-time or broker-time window
+#: late_event service, window_start, partition, offset, kafka_ms, metrics (JSON: the event)
 #: dead       partition, offset, kafka_ms, reason, detail, raw, raw_size
 #: dead_count reason, count                  (absolute count so far)
 OUTPUT_SCHEMA = (
@@ -56,6 +86,22 @@ _COLUMNS = [c.strip().split(" ")[0] for c in OUTPUT_SCHEMA.split(",")]
 _STATE_MAGIC = b"TGSW"
 _STATE_VERSION = 2
 _PANE = struct.Struct("<qI")  # pane start (ms), length of its WindowAgg bytes
+
+
+@dataclass
+class Added:
+    """What one batch of one service did to its windows (see `ServiceWindows.add`)."""
+
+    #: Pane starts that received events.
+    touched: set[int] = field(default_factory=set)
+    #: (spec key, window start) -> the late events of that window in this batch.
+    late: dict[tuple[str, int], LateAgg] = field(default_factory=dict)
+    #: (spec key, window start) -> stragglers of that window in this batch.
+    stragglers: Counter[tuple[str, int]] = field(default_factory=Counter)
+
+    def late_counts(self) -> Counter[tuple[str, int]]:
+        """Late events per (spec key, window start)."""
+        return Counter({k: v.count for k, v in self.late.items()})
 
 
 @dataclass
@@ -92,31 +138,57 @@ class ServiceWindows:
         status: npt.NDArray[np.int64],
         users: npt.NDArray[Any],
         watermark_ms: int,
-    ) -> tuple[set[int], Counter[tuple[str, int]]]:
-        """Add a batch; return (updated pane starts, late rows per (spec key, window start))."""
-        late: Counter[tuple[str, int]] = Counter()
-        touched: set[int] = set()
+        arrival_ms: npt.NDArray[np.float64] | None = None,
+        frontier_ms: int | None = None,
+    ) -> Added:
+        """Add a batch (watermark in force, frontier = max event time seen before it).
+
+        `arrival_ms` is each event's broker timestamp (NaN when unknown); lateness is
+        arrival - event time. Every (window, event) pair is classified by `classify`: late
+        pairs go to the result's `late` (never to a pane), stragglers are counted per window.
+        """
+        added = Added()
         if self.sessions is not None:
             self._sessions_touched |= self.sessions.add(users, event_ms, watermark_ms)
+        if not len(event_ms):
+            return added
         valid = pd.notna(users)
         hashes = hash32(users[valid])  # once per batch; each pane takes its share
+        lateness = None
+        if arrival_ms is not None:
+            lateness = np.asarray(arrival_ms, dtype=np.float64) - event_ms
         starts = tumbling_starts(event_ms, self.pane_ms)
         uniq, inverse = np.unique(starts, return_inverse=True)
         for i, pane in enumerate(uniq.tolist()):
             mask = inverse == i
             n = int(np.count_nonzero(mask))
+            pane_lateness = np.full(n, np.nan) if lateness is None else lateness[mask]
             for spec in self.window_specs:
                 for w in spec.windows_containing(pane, self.pane_ms):
-                    if is_late(w + spec.size_ms, watermark_ms):
-                        late[(spec.key, w)] += n
+                    end = w + spec.size_ms
+                    kind = classify(end, watermark_ms, frontier_ms)
+                    if kind == LATE:
+                        overdue = 0 if frontier_ms is None else frontier_ms - end
+                        added.late.setdefault((spec.key, w), LateAgg()).add(pane_lateness, overdue)
+                    elif kind == STRAGGLER:
+                        added.stragglers[(spec.key, w)] += n
             if is_late(self._last_end(pane), watermark_ms):
                 continue
             agg = self.panes.get(pane)
             if agg is None:
                 agg = self.panes[pane] = WindowAgg()
-            agg.add_hashed(latency_ms[mask], status[mask], hashes[mask[valid]])
-            touched.add(pane)
-        return touched, late
+            overdue_ms = None
+            if frontier_ms is not None and frontier_ms >= pane + self.pane_ms:
+                overdue_ms = np.full(n, float(frontier_ms - pane - self.pane_ms))
+            agg.add_hashed(
+                latency_ms[mask],
+                status[mask],
+                hashes[mask[valid]],
+                None if lateness is None else pane_lateness,
+                overdue_ms,
+            )
+            added.touched.add(pane)
+        return added
 
     def windows(
         self, panes: set[int], watermark_ms: int
@@ -131,8 +203,13 @@ class ServiceWindows:
         }
         out = {}
         for spec, w in wanted:
-            parts = [self.panes[p] for p in spec.panes_of(w, self.pane_ms) if p in self.panes]
-            out[(spec, w)] = parts[0] if len(parts) == 1 else WindowAgg.merged(parts)
+            have = [p for p in spec.panes_of(w, self.pane_ms) if p in self.panes]
+            if len(have) == 1 and have[0] + self.pane_ms == w + spec.size_ms:
+                out[(spec, w)] = self.panes[have[0]]
+                continue
+            # Overdue is measured against each pane's end; re-base it on the window's end.
+            shifts = [float(p + self.pane_ms - w - spec.size_ms) for p in have]
+            out[(spec, w)] = WindowAgg.merged((self.panes[p] for p in have), shifts)
         if self.sessions is not None:
             for b in self._sessions_touched:
                 out[(self.sessions.spec, b)] = self.sessions.buckets[b]
@@ -147,6 +224,12 @@ class ServiceWindows:
         if self.sessions is not None:
             self.sessions.evict(watermark_ms)
         return gone
+
+    @property
+    def is_empty(self) -> bool:
+        """Nothing left to keep: no pane, no open session, no session bucket."""
+        s = self.sessions
+        return not self.panes and (s is None or (not len(s.users) and not s.buckets))
 
     def to_bytes(self) -> bytes:
         """Versioned state blob: header (specs), then each pane's WindowAgg bytes."""
@@ -235,30 +318,133 @@ def _frame(rows: dict[str, list[Any]]) -> pd.DataFrame:
     return pd.DataFrame({c: rows.get(c, [None] * n) for c in _COLUMNS})
 
 
-def _events(
-    service: str, pdfs: Iterator[pd.DataFrame], state: Any, specs: tuple[WindowSpec, ...]
-) -> Iterator[pd.DataFrame]:
-    watermark = int(state.getCurrentWatermarkMs())
-    windows = (
-        ServiceWindows.from_bytes(state.get[0], specs) if state.exists else ServiceWindows(specs)
-    )
-    # One add per batch, not per Arrow chunk: how Spark chunks a group depends on shuffle fetch
-    # order, and the sketches must depend only on the batch's rows so a replay is byte-identical.
-    frames = list(pdfs)
-    if not frames:
-        return
-    pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-    touched, late = windows.add(
-        pdf["event_ms"].to_numpy(dtype=np.int64),
+@dataclass(frozen=True)
+class StateConfig:
+    """What the state function needs from the job's configuration (pickled to executors)."""
+
+    specs: tuple[WindowSpec, ...]
+    allowed_lateness_ms: int = 0
+    #: Late events kept per group and batch for the late store (the store itself is capped too).
+    late_events_max: int = 1_000
+    #: Event groups; fixed for a checkpoint (services are hashed onto shards).
+    shards: int = 1
+
+    def __post_init__(self) -> None:
+        if self.allowed_lateness_ms < 0:
+            raise ValueError("allowed lateness must be >= 0")
+        if self.shards < 1:
+            raise ValueError("shards must be >= 1")
+        if self.late_events_max < 0:
+            raise ValueError("late_events_max must be >= 0")
+
+    @property
+    def primary_ms(self) -> int:
+        """Window size of the per-event views (`jobs.windows.primary_size`)."""
+        return primary_size(self.specs)
+
+
+_SHARD_MAGIC = b"TGSH"
+_SHARD_HEAD = struct.Struct("<4sBII")  # magic, version, shards, services
+_SERVICE = struct.Struct("<II")  # len(name), len(ServiceWindows bytes)
+
+
+@dataclass
+class ShardState:
+    """The state of one event group: the windows of every service hashed onto the shard."""
+
+    shards: int
+    services: dict[str, ServiceWindows] = field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        """Versioned blob: header, then (name, ServiceWindows bytes) per service, sorted."""
+        parts = [_SHARD_HEAD.pack(_SHARD_MAGIC, 1, self.shards, len(self.services))]
+        for name, sw in sorted(self.services.items()):
+            raw_name, blob = name.encode(), sw.to_bytes()
+            parts += [_SERVICE.pack(len(raw_name), len(blob)), raw_name, blob]
+        return b"".join(parts)
+
+    @classmethod
+    def from_bytes(cls, blob: bytes, cfg: StateConfig) -> ShardState:
+        """Inverse of `to_bytes`; refuses state of another shard count or window specs."""
+        if blob[:4] != _SHARD_MAGIC or len(blob) < _SHARD_HEAD.size:
+            raise ValueError(
+                "the checkpoint holds window state from an older Tidegauge version: "
+                "use a new --checkpoint directory"
+            )
+        _, version, shards, n = _SHARD_HEAD.unpack_from(blob)
+        if shards != cfg.shards:
+            raise ValueError(
+                f"checkpoint state was written with {shards} state shards, the job has "
+                f"{cfg.shards}: keep --state-shards or use a new --checkpoint directory"
+            )
+        pos = _SHARD_HEAD.size
+        services = {}
+        try:
+            for _ in range(n):
+                n_name, n_blob = _SERVICE.unpack_from(blob, pos)
+                pos += _SERVICE.size
+                name = blob[pos : pos + n_name].decode()
+                pos += n_name
+                services[name] = ServiceWindows.from_bytes(blob[pos : pos + n_blob], cfg.specs)
+                pos += n_blob
+        except struct.error as e:
+            raise ValueError("window state is truncated: use a new --checkpoint directory") from e
+        if pos != len(blob):
+            raise ValueError("window state is truncated: use a new --checkpoint directory")
+        return cls(shards, services)
+
+
+def arrival_counts(
+    bucket_ms: npt.NDArray[np.int64], kinds: npt.NDArray[np.int64]
+) -> dict[int, tuple[int, int, int]]:
+    """Window start -> (events, late, stragglers) of one batch, from per-event buckets/classes."""
+    out: dict[int, tuple[int, int, int]] = {}
+    if not len(bucket_ms):
+        return out
+    uniq, inverse = np.unique(bucket_ms, return_inverse=True)
+    n = np.bincount(inverse)
+    late = np.bincount(inverse, weights=kinds == LATE).astype(np.int64)
+    strag = np.bincount(inverse, weights=kinds == STRAGGLER).astype(np.int64)
+    for i, b in enumerate(uniq.tolist()):
+        out[b] = (int(n[i]), int(late[i]), int(strag[i]))
+    return out
+
+
+def _classes(
+    event_ms: npt.NDArray[np.int64], size_ms: int, watermark: int, front: int | None
+) -> npt.NDArray[np.int64]:
+    """Vectorised `classify` for tumbling windows of `size_ms`."""
+    ends = tumbling_starts(event_ms, size_ms) + size_ms
+    out = np.zeros(len(event_ms), dtype=np.int64)
+    if front is not None:
+        out[ends <= front] = STRAGGLER
+    out[ends <= watermark] = LATE
+    return out
+
+
+def _service_batch(
+    rows: dict[str, list[Any]],
+    service: str,
+    sw: ServiceWindows,
+    pdf: pd.DataFrame,
+    watermark: int,
+    front: int | None,
+    proc_ms: int | None,
+    cfg: StateConfig,
+) -> None:
+    """Add one service's events of the batch and append every output row they cause."""
+    event_ms = pdf["event_ms"].to_numpy(dtype=np.int64)
+    arrival = pdf["kafka_ms"].to_numpy(dtype=np.float64, na_value=np.nan)
+    added = sw.add(
+        event_ms,
         pdf["latency_ms"].to_numpy(dtype=np.float64, na_value=np.nan),
         pdf["status"].to_numpy(dtype=np.int64, na_value=-1),
         pdf["user_id"].to_numpy(dtype=object),
         watermark,
+        arrival_ms=arrival,
+        frontier_ms=front,
     )
-    results = windows.windows(touched, watermark)
-    windows.evict(watermark)
-    state.update((windows.to_bytes(),))
-    rows: dict[str, list[Any]] = {c: [] for c in _COLUMNS}
+    results = sw.windows(added.touched, watermark)
     for (spec, start), agg in sorted(results.items(), key=lambda kv: (kv[0][0].key, kv[0][1])):
         _append(
             rows,
@@ -270,8 +456,123 @@ def _events(
             metrics=json.dumps(agg.metrics(spec.size_ms)),
             agg=agg.to_bytes(),
         )
-    for (key, start), n in sorted(late.items()):
-        _append(rows, kind="late", spec=key, service=service, window_start=start, count=n)
+    for (key, start), late in sorted(added.late.items()):
+        _append(
+            rows,
+            kind="late",
+            spec=key,
+            service=service,
+            window_start=start,
+            count=late.count,
+            agg=late.to_bytes(),
+        )
+    for (key, start), n in sorted(added.stragglers.items()):
+        _append(rows, kind="straggler", spec=key, service=service, window_start=start, count=n)
+    if not len(event_ms):
+        return
+    size = cfg.primary_ms
+    classes = _classes(event_ms, size, watermark, front)
+    buckets = {}
+    if proc_ms is not None:
+        buckets["processing"] = np.full(len(event_ms), proc_ms - proc_ms % size, dtype=np.int64)
+    known = ~np.isnan(arrival)
+    if known.any():
+        buckets["broker"] = tumbling_starts(arrival[known].astype(np.int64), size)
+    for domain, starts in buckets.items():
+        kinds = classes if domain == "processing" else classes[known]
+        for start, (n, n_late, n_strag) in sorted(arrival_counts(starts, kinds).items()):
+            _append(
+                rows,
+                kind="arrivals",
+                spec=domain,
+                service=service,
+                window_start=start,
+                count=n,
+                metrics=json.dumps(
+                    {"late": n_late, "stragglers": n_strag, "proc_ms": proc_ms},
+                    sort_keys=True,
+                ),
+            )
+    late_idx = np.flatnonzero(classes == LATE)[: cfg.late_events_max]
+    if len(late_idx):
+        part = pdf.iloc[late_idx]
+        for i, (p, o, k, e, eid) in enumerate(
+            zip(
+                part["partition"].tolist(),
+                part["offset"].tolist(),
+                part["kafka_ms"].tolist(),
+                part["event_ms"].tolist(),
+                part["event_id"].tolist(),
+                strict=True,
+            )
+        ):
+            start = e - e % size
+            k = None if k is None or k != k else int(k)
+            _append(
+                rows,
+                kind="late_event",
+                service=service,
+                window_start=start,
+                partition=p,
+                offset=o,
+                kafka_ms=k,
+                metrics=json.dumps(
+                    {
+                        "event_id": eid,
+                        "event_time": int(e),
+                        "window_end": start + size,
+                        "watermark": watermark,
+                        "behind_ms": watermark - start - size,
+                        "lateness_ms": None if k is None else k - int(e),
+                        "clock_offset_ms": _int_or_none(part["clock_offset_ms"].iloc[i])
+                        if "clock_offset_ms" in part
+                        else None,
+                    },
+                    sort_keys=True,
+                ),
+            )
+
+
+def _int_or_none(v: Any) -> int | None:
+    return None if v is None or pd.isna(v) else int(v)
+
+
+def _events(pdfs: Iterator[pd.DataFrame], state: Any, cfg: StateConfig) -> Iterator[pd.DataFrame]:
+    watermark = int(state.getCurrentWatermarkMs())
+    front = frontier(watermark, cfg.allowed_lateness_ms)
+    shard = ShardState.from_bytes(state.get[0], cfg) if state.exists else ShardState(cfg.shards)
+    # One add per batch, not per Arrow chunk: how Spark chunks a group depends on shuffle fetch
+    # order, and the sketches must depend only on the batch's rows so a replay is byte-identical.
+    frames = list(pdfs)
+    if not frames:
+        return
+    pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    proc_ms = None
+    if "proc_ms" in pdf and len(pdf):
+        proc_ms = _int_or_none(pdf["proc_ms"].iloc[0])
+    events = pdf[pdf["kind"] == KIND_EVENT]
+    if len(events):
+        # A stable order of rows inside a batch (Kafka position), whatever the shuffle did.
+        events = events.sort_values(["partition", "offset"], kind="stable")
+    by_service = {str(k): g for k, g in events.groupby("service", sort=True)} if len(events) else {}
+    rows: dict[str, list[Any]] = {c: [] for c in _COLUMNS}
+    empty = (
+        events.iloc[0:0] if len(events) else pdf.iloc[0:0].assign(event_ms=pd.Series(dtype="int64"))
+    )
+    for service in sorted(set(by_service) | set(shard.services)):
+        sw = shard.services.get(service)
+        if sw is None:
+            sw = shard.services[service] = ServiceWindows(cfg.specs)
+        # A service without events in this batch is still called: its sessions may close.
+        part = by_service.get(service, empty)
+        _service_batch(rows, service, sw, part, watermark, front, proc_ms, cfg)
+        sw.evict(watermark)
+        if sw.is_empty:
+            del shard.services[service]
+    if shard.services:
+        state.update((shard.to_bytes(),))
+    elif state.exists:
+        state.remove()
     yield _frame(rows)
 
 
@@ -298,19 +599,24 @@ def _dead(pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
 
 
 def make_state_fn(
-    specs: tuple[WindowSpec, ...],
+    cfg: StateConfig | tuple[WindowSpec, ...],
 ) -> Callable[[tuple[Any, ...], Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
-    """The `applyInPandasWithState` function for these window specs, grouped by (kind, service)."""
+    """The `applyInPandasWithState` function, grouped by (group, shard).
+
+    Group "event" holds events and heartbeats (copied into every shard), "dead" dead letters;
+    anything else is drained and ignored.
+    """
+    config = cfg if isinstance(cfg, StateConfig) else StateConfig(cfg)
 
     def fn(
         key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any
     ) -> Iterator[pd.DataFrame]:
-        kind, service = key
-        if kind == KIND_EVENT:
-            yield from _events(service, pdfs, state, specs)
-        elif kind == KIND_DEAD:
+        group = key[0]
+        if group == KIND_EVENT:
+            yield from _events(pdfs, state, config)
+        elif group == KIND_DEAD:
             yield from _dead(pdfs, state)
-        else:  # heartbeats: they moved the watermark upstream; nothing to count
+        else:
             for _ in pdfs:
                 pass
 

@@ -1,9 +1,11 @@
 """`tidegauge job`: Kafka -> parse -> watermark -> per-service windows in state -> Redis.
 
     tidegauge-kafka source        (jobs/kafka_source.py, offsets in the checkpoint)
-      -> mapInArrow(parse)        (jobs/parse.py: event | heartbeat | dead, nothing dropped)
+      -> mapInArrow(parse)        (jobs/parse.py: event | heartbeat | dead, nothing dropped;
+                                   optional clock-skew correction)
       -> withWatermark(event_time, allowed lateness)
-      -> groupBy(kind, service).applyInPandasWithState   (jobs/aggregate.py)
+      -> + proc_ms (the batch's timestamp), shard (heartbeats copied to every shard)
+      -> groupBy(group, shard).applyInPandasWithState    (jobs/aggregate.py)
       -> foreachBatch: one Redis transaction per batch   (jobs/redis_sink.py)
 
 A StreamingQueryListener writes the job's status after every batch (and every idle interval), so
@@ -26,15 +28,25 @@ from typing import Any
 import redis
 from kafka import KafkaConsumer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from pyspark.sql.streaming.state import GroupStateTimeout
 
-from jobs.aggregate import OUTPUT_SCHEMA, STATE_SCHEMA, make_state_fn
+from jobs.aggregate import OUTPUT_SCHEMA, STATE_SCHEMA, StateConfig, make_state_fn
 from jobs.kafka_source import KafkaDataSource, true_end_offsets
-from jobs.parse import PARSED_SCHEMA, parse_batches
-from jobs.redis_sink import LateUpdate, WindowUpdate, touch_status, write_batch, write_progress
+from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT, PARSED_SCHEMA, make_parser
+from jobs.redis_sink import (
+    ArrivalUpdate,
+    LateEvent,
+    LateUpdate,
+    StragglerUpdate,
+    WindowUpdate,
+    touch_status,
+    write_batch,
+    write_progress,
+)
 from jobs.spark import build_session
-from jobs.windows import WindowSpec
+from jobs.windows import WindowSpec, primary_size
 from tidegauge.config import JobConfig, KafkaSettings, RedisSettings, redact_url
 from tidegauge.durations import format_duration, parse_duration
 from tidegauge.store import DeadLetter, Keys, connect
@@ -53,16 +65,40 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         .option("topic", cfg.kafka.topic)
         .option("startingOffsets", cfg.starting_offsets)
         .option("checkpoint", cfg.checkpoint)
+        .option("controlRedis", cfg.redis.url)
+        .option("controlKey", Keys(cfg.redis.prefix).control)
     )
     if cfg.max_records_per_trigger:
         reader = reader.option("maxRecordsPerTrigger", str(cfg.max_records_per_trigger))
     if cfg.trigger == "available-now":
         reader = reader.option("endingOffsets", json.dumps(_current_end(cfg.kafka)))
     raw = reader.load()
-    parsed = raw.mapInArrow(parse_batches, PARSED_SCHEMA)  # type: ignore[arg-type]
+    parser = make_parser(cfg.correct_clock_skew)
+    parsed = raw.mapInArrow(parser, PARSED_SCHEMA)  # type: ignore[arg-type]
     watermarked = parsed.withWatermark("event_time", f"{cfg.allowed_lateness_ms} milliseconds")
-    return watermarked.groupBy("kind", "service").applyInPandasWithState(
-        make_state_fn(cfg.windows),  # type: ignore[arg-type]
+    n = cfg.state_shards
+    kind = F.col("kind")
+    # current_timestamp() is the micro-batch's timestamp, fixed for the batch and restored from
+    # the offset log on a replay: the processing time of every event of the batch.
+    routed = watermarked.withColumn("proc_ms", F.unix_millis(F.current_timestamp())).withColumn(
+        "shard",
+        F.explode(
+            F.when(kind == KIND_HEARTBEAT, F.sequence(F.lit(0), F.lit(n - 1)))
+            .when(kind == KIND_EVENT, F.array(F.pmod(F.hash("service"), F.lit(n))))
+            .otherwise(F.array(F.lit(0)))
+        ),
+    )
+    routed = routed.withColumn(
+        "group", F.when(kind == KIND_DEAD, F.lit(KIND_DEAD)).otherwise(F.lit(KIND_EVENT))
+    )
+    state_cfg = StateConfig(
+        cfg.windows,
+        allowed_lateness_ms=cfg.allowed_lateness_ms,
+        late_events_max=cfg.late_events_max,
+        shards=n,
+    )
+    return routed.groupBy("group", "shard").applyInPandasWithState(
+        make_state_fn(state_cfg),  # type: ignore[arg-type]
         outputStructType=OUTPUT_SCHEMA,
         stateStructType=STATE_SCHEMA,
         outputMode="update",
@@ -92,6 +128,7 @@ class _BatchWriter:
     def __init__(self, cfg: JobConfig) -> None:
         self.cfg = cfg
         self.keys = Keys(cfg.redis.prefix)
+        self.primary_ms = primary_size(cfg.windows)
         self._client: redis.Redis | None = None
 
     def _redis(self) -> redis.Redis:
@@ -105,6 +142,9 @@ class _BatchWriter:
         dead: list[DeadLetter] = []
         dead_counts: dict[str, int] = {}
         late: list[LateUpdate] = []
+        stragglers: list[StragglerUpdate] = []
+        arrivals: list[ArrivalUpdate] = []
+        late_events: list[LateEvent] = []
         for row in table.to_pylist():
             kind = row["kind"]
             if kind == "window":
@@ -119,7 +159,35 @@ class _BatchWriter:
                 )
             elif kind == "late":
                 late.append(
-                    LateUpdate(row["spec"], row["window_start"], row["service"], row["count"])
+                    LateUpdate(
+                        row["spec"], row["window_start"], row["service"], row["count"], row["agg"]
+                    )
+                )
+            elif kind == "straggler":
+                stragglers.append(
+                    StragglerUpdate(row["spec"], row["window_start"], row["service"], row["count"])
+                )
+            elif kind == "arrivals":
+                arrivals.append(
+                    ArrivalUpdate(
+                        row["spec"],
+                        row["window_start"],
+                        row["service"],
+                        row["count"],
+                        json.loads(row["metrics"]),
+                    )
+                )
+            elif kind == "late_event":
+                late_events.append(
+                    LateEvent(
+                        service=row["service"],
+                        partition=row["partition"],
+                        offset=row["offset"],
+                        kafka_timestamp=row["kafka_ms"],
+                        window_start=row["window_start"],
+                        details=json.loads(row["metrics"]),
+                        batch_id=batch_id,
+                    )
                 )
             elif kind == "dead":
                 dead.append(
@@ -146,15 +214,21 @@ class _BatchWriter:
                 dead_counts,
                 dead_letter_max=self.cfg.dead_letter_max,
                 late=late,
+                stragglers=stragglers,
+                arrivals=arrivals,
+                arrival_window_ms=self.primary_ms,
+                late_events=late_events,
+                late_events_max=self.cfg.late_events_max,
             ),
             what=f"writing batch {batch_id} to Redis",
         )
         if windows or dead or late:
             log.info(
-                "batch %d: %d window updates, %d late rows, %d dead letters",
+                "batch %d: %d window updates, %d late rows, %d stragglers, %d dead letters",
                 batch_id,
                 len(windows),
                 sum(w.count for w in late),
+                sum(s.count for s in stragglers),
                 len(dead),
             )
 
@@ -213,6 +287,11 @@ def progress_summary(progress: Mapping[str, Any], allowed_lateness_ms: int) -> d
         "offsets": offsets(src.get("endOffset")),
         "latest_offsets": offsets(src.get("latestOffset")),
         "state_rows": sum(op.get("numRowsTotal", 0) for op in progress.get("stateOperators", [])),
+        # Spark's own count of rows its stateful operators dropped as late (docs/time.md: 0 for
+        # this job, which counts late rows itself instead of letting Spark drop them).
+        "spark_rows_dropped_by_watermark": sum(
+            op.get("numRowsDroppedByWatermark", 0) for op in progress.get("stateOperators", [])
+        ),
         "query_id": str(progress.get("id")),
     }
 
@@ -345,6 +424,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dead-letter-max", type=int, default=100_000, help="dead letters kept (newest)"
     )
+    p.add_argument(
+        "--late-events-max",
+        type=int,
+        default=10_000,
+        help="late events kept in the late store (newest by broker time; default 10000)",
+    )
+    p.add_argument(
+        "--correct-clock-skew",
+        action="store_true",
+        help="estimate each device's clock offset (broker receive time - sent_time) and move "
+        "event times onto the broker's clock before windowing (off by default; docs/time.md)",
+    )
+    p.add_argument(
+        "--state-shards",
+        type=int,
+        default=4,
+        help="groups the services are hashed onto in Spark state (default 4; fixed for a "
+        "checkpoint)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log every batch")
 
 
@@ -381,6 +479,9 @@ def config_from_args(args: argparse.Namespace) -> JobConfig:
         master=args.master,
         shuffle_partitions=args.shuffle_partitions,
         dead_letter_max=args.dead_letter_max,
+        correct_clock_skew=args.correct_clock_skew,
+        late_events_max=args.late_events_max,
+        state_shards=args.state_shards,
     )
 
 
@@ -431,7 +532,8 @@ def run(args: argparse.Namespace) -> int:
         f"tidegauge job: {cfg.kafka.topic}@{cfg.kafka.bootstrap} -> {redact_url(cfg.redis.url)}; "
         f"windows {', '.join(_window_text(w) for w in cfg.windows)}, allowed lateness "
         f"{format_duration(cfg.allowed_lateness_ms)}, trigger "
-        f"{_trigger_text(cfg)}",
+        f"{_trigger_text(cfg)}"
+        f"{', clock-skew correction on' if cfg.correct_clock_skew else ''}",
         flush=True,
     )
     started = time.monotonic()

@@ -5,7 +5,9 @@ nothing beyond the wheels. It behaves like Spark's: offsets are `{"<partition>":
 dicts kept in the query checkpoint (so a restart resumes exactly), one Spark partition per Kafka
 partition offset range (read in parallel), `startingOffsets` earliest|latest,
 `maxRecordsPerTrigger`, and an optional `endingOffsets` at which the stream stops growing (that is
-how `--trigger available-now` is made deterministic, see jobs/job.py).
+how `--trigger available-now` is made deterministic, see jobs/job.py). With `controlRedis` and
+`controlKey` it obeys a pause request (`--scenario backlog`): until the wall clock reaches the
+hash field `pause_until` (epoch ms), it reports no new data, so a backlog builds up in Kafka.
 
 Where code runs: `KafkaStreamReader` methods except `read` run on the driver (in Spark's Python
 planner process, one long-lived reader per query); `read` runs on executors and must only use
@@ -219,6 +221,9 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._consumer: KafkaConsumer | None = None
         self._pos: Offsets | None = None
         self._initial: Offsets | None = None
+        self.control_url = options.get("controlRedis")
+        self.control_key = options.get("controlKey")
+        self._redis: Any = None
 
     def _client(self) -> KafkaConsumer:
         if self._consumer is None:
@@ -257,14 +262,35 @@ class KafkaStreamReader(DataSourceStreamReader):
                 self._initial = {str(tp.partition): begin[tp] for tp in tps}
         return dict(self._initial)
 
+    def paused_until(self) -> int | None:
+        """Epoch ms until which a pause was requested through Redis, if it is still ahead."""
+        if not (self.control_url and self.control_key):
+            return None
+        try:
+            if self._redis is None:
+                import redis
+
+                self._redis = redis.Redis.from_url(self.control_url, socket_timeout=2)
+            raw = self._redis.hget(self.control_key, "pause_until")
+        except Exception as e:  # control is best effort: never stop the stream for it
+            log.warning("cannot read the pause request from Redis: %s", e)
+            return None
+        until = int(raw) if raw else 0
+        return until if until > time.time() * 1000 else None
+
     def latestOffset(self) -> dict:
-        """The end of the next batch: the true end, capped by endingOffsets and the rate limit."""
+        """The end of the next batch: the true end, capped by endingOffsets and the rate limit.
+
+        While a pause is requested, the end is where the last batch ended: no new data.
+        """
         end = self._true_end()
         if self.ending is not None:
             end = {p: min(v, self.ending.get(p, v)) for p, v in end.items()}
         if self._pos is None:
             self._pos = _checkpointed_end(self.checkpoint) or self.initialOffset()
         base = {p: self._pos.get(p, 0) for p in end}
+        if self.paused_until() is not None:
+            return base
         end = {p: max(v, base[p]) for p, v in end.items()}
         if self.limit is not None:
             end = split_limit(base, end, self.limit)
@@ -307,7 +333,8 @@ class KafkaDataSource(DataSource):
     """`spark.readStream.format("tidegauge-kafka").option("bootstrap", ...).option("topic", ...)`.
 
     Options: bootstrap, topic, startingOffsets (earliest|latest), maxRecordsPerTrigger,
-    endingOffsets (JSON offsets dict), pollTimeoutMs, checkpoint (the query's checkpoint dir).
+    endingOffsets (JSON offsets dict), pollTimeoutMs, checkpoint (the query's checkpoint dir),
+    controlRedis and controlKey (where pause requests are read, see `paused_until`).
     """
 
     @classmethod

@@ -8,14 +8,24 @@ reason and raw bytes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from statistics import median_low
 from typing import Any
 
 import pyarrow as pa
 
 from tidegauge.events import DEAD_LETTER_RAW_CAP, Event, Heartbeat, parse_record
 
-__all__ = ["PARSED_SCHEMA", "KIND_DEAD", "KIND_EVENT", "KIND_HEARTBEAT", "parse_batches"]
+__all__ = [
+    "PARSED_SCHEMA",
+    "KIND_DEAD",
+    "KIND_EVENT",
+    "KIND_HEARTBEAT",
+    "clock_offsets",
+    "make_parser",
+    "parse_batches",
+]
 
 KIND_EVENT = "event"
 KIND_HEARTBEAT = "heartbeat"
@@ -26,7 +36,8 @@ KIND_DEAD = "dead"
 PARSED_SCHEMA = (
     "partition int, offset long, kafka_ms long, kind string, event_time timestamp, "
     "event_ms long, service string, user_id string, event_id string, latency_ms double, "
-    "status int, sent_ms long, reason string, detail string, raw binary, raw_size int"
+    "status int, sent_ms long, reason string, detail string, raw binary, raw_size int, "
+    "clock_offset_ms long"
 )
 
 _ARROW = pa.schema(
@@ -47,11 +58,34 @@ _ARROW = pa.schema(
         ("detail", pa.string()),
         ("raw", pa.binary()),
         ("raw_size", pa.int32()),
+        ("clock_offset_ms", pa.int64()),
     ]
 )
 
 
-def _parse_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+def clock_offsets(
+    devices: list[str | None], sent_ms: list[int | None], receive_ms: list[int | None]
+) -> list[int | None]:
+    """Each event's estimated device clock offset (ms): what to add to its device times.
+
+    An event that carries its device's send time, received at the broker's `receive_ms`, shows
+    the offset `receive - sent` (device clock behind: positive), plus the network delay. A
+    device's offset is taken as the median (low) of its events' offsets in the batch, which
+    is robust to a few slow deliveries; an event without a device uses its own. None where
+    the event has no send time or no receive time. Pure; order-preserving.
+    """
+    own: list[int | None] = [
+        None if s is None or r is None else r - s for s, r in zip(sent_ms, receive_ms, strict=True)
+    ]
+    per_device: dict[str, list[int]] = defaultdict(list)
+    for d, o in zip(devices, own, strict=True):
+        if d is not None and o is not None:
+            per_device[d].append(o)
+    estimate = {d: median_low(v) for d, v in per_device.items()}
+    return [o if o is None or d is None else estimate[d] for d, o in zip(devices, own, strict=True)]
+
+
+def _parse_batch(batch: pa.RecordBatch, correct_clock_skew: bool = False) -> pa.RecordBatch:
     n = batch.num_rows
     values = batch.column("value").to_pylist()
     ts = batch.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds
@@ -93,6 +127,19 @@ def _parse_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
             body = value or b""
             raw[i] = body[:DEAD_LETTER_RAW_CAP]
             raw_size[i] = len(body)
+    if correct_clock_skew:
+        # Device = user: the generator (and a typical client SDK) has one clock per user device.
+        is_event = [k == KIND_EVENT for k in kind]
+        offsets = clock_offsets(
+            [u if e else None for u, e in zip(user_id, is_event, strict=True)],
+            [t if e else None for t, e in zip(sent, is_event, strict=True)],
+            [k if e else None for k, e in zip(cols["kafka_ms"], is_event, strict=True)],
+        )
+        cols["clock_offset_ms"] = offsets
+        for i, off in enumerate(offsets):
+            if off is not None and event_ms[i] is not None:
+                event_ms[i] += off
+                sent[i] += off
     cols["event_time"] = [None if m is None else m * 1000 for m in event_ms]
     arrays = [
         pa.array(cols[f.name], type=pa.int64()).cast(f.type)
@@ -108,3 +155,25 @@ def parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
     for batch in batches:
         if batch.num_rows:
             yield _parse_batch(batch)
+
+
+def make_parser(
+    correct_clock_skew: bool = False,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The `mapInArrow` function, correcting device clocks when asked.
+
+    With `correct_clock_skew`, device times are moved onto the broker's clock (`clock_offsets`)
+    before anything looks at event time, watermark included. Each Arrow batch holds records of
+    one Kafka partition (the source reads per partition, and the key, the user, picks the
+    partition), so a device's offset is estimated from its own records of that batch,
+    deterministically for a given offset range.
+    """
+    if not correct_clock_skew:
+        return parse_batches
+
+    def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows:
+                yield _parse_batch(batch, correct_clock_skew=True)
+
+    return parse

@@ -16,11 +16,20 @@ from typing import Any
 
 import redis
 
-from jobs.metrics import WindowAgg
+from jobs.metrics import LateAgg, WindowAgg
 from jobs.windows import WindowSpec
 from tidegauge.store import ALL_SERVICES, DeadLetter, Keys
 
-__all__ = ["LateUpdate", "WindowUpdate", "touch_status", "write_batch", "write_progress"]
+__all__ = [
+    "ArrivalUpdate",
+    "LateEvent",
+    "LateUpdate",
+    "StragglerUpdate",
+    "WindowUpdate",
+    "touch_status",
+    "write_batch",
+    "write_progress",
+]
 
 #: How many per-batch summaries the `batches` sorted set keeps.
 BATCH_HISTORY = 2000
@@ -43,12 +52,62 @@ class WindowUpdate:
 
 @dataclass(frozen=True)
 class LateUpdate:
-    """Rows of one (window, service) that arrived late in this batch."""
+    """Rows of one (window, service) that arrived late in this batch; `agg` is LateAgg bytes."""
 
     spec: str
     start_ms: int
     service: str
     count: int
+    agg: bytes = b""
+
+
+@dataclass(frozen=True)
+class StragglerUpdate:
+    """Rows of one (window, service) accepted in this batch after the window was emitted."""
+
+    spec: str
+    start_ms: int
+    service: str
+    count: int
+
+
+@dataclass(frozen=True)
+class ArrivalUpdate:
+    """A batch's events of one service in one processing- or broker-time window."""
+
+    domain: str
+    start_ms: int
+    service: str
+    count: int
+    #: late, stragglers (ints) and proc_ms (the batch's timestamp).
+    metrics: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class LateEvent:
+    """One event the watermark had already passed, kept for people to look at."""
+
+    service: str
+    partition: int
+    offset: int
+    kafka_timestamp: int | None
+    window_start: int
+    #: event_id, event_time, window_end, watermark, behind_ms, lateness_ms, clock_offset_ms.
+    details: Mapping[str, Any]
+    batch_id: int
+
+    def to_json(self) -> str:
+        """Stored form: one flat JSON object, keys sorted (a replay writes the same member)."""
+        d = {
+            **self.details,
+            "service": self.service,
+            "partition": self.partition,
+            "offset": self.offset,
+            "kafka_timestamp": self.kafka_timestamp,
+            "window_start": self.window_start,
+            "batch_id": self.batch_id,
+        }
+        return json.dumps(d, separators=(",", ":"), sort_keys=True)
 
 
 def _doc(metrics: Mapping[str, Any], batch_id: int) -> str:
@@ -64,18 +123,27 @@ def write_batch(
     dead_counts: Mapping[str, int] | None = None,
     dead_letter_max: int = 100_000,
     late: Sequence[LateUpdate] = (),
+    stragglers: Sequence[StragglerUpdate] = (),
+    arrivals: Sequence[ArrivalUpdate] = (),
+    arrival_window_ms: int | None = None,
+    late_events: Sequence[LateEvent] = (),
+    late_events_max: int = 10_000,
 ) -> None:
-    """Write one batch: windows (and the `*` rows they imply), late counts, dead letters.
+    """Write one batch: windows (and the `*` rows they imply), corrections, arrivals, letters.
 
     The `*` row of a window merges the aggregates (counts and sketches) of every service stored
     for that window, read back from Redis before the transaction, so it stays right when only
-    some services changed. `late` rows are stored under a field named for the batch, so a replay
-    overwrites instead of adding.
+    some services changed. Late rows, stragglers and arrivals are per-batch facts: they are
+    stored under a field named "service|batch", so a replay overwrites instead of adding, and
+    a window's revision is the number of batches that brought it stragglers.
     """
-    if any(w.service == ALL_SERVICES for w in windows) or any(
-        lt.service == ALL_SERVICES for lt in late
-    ):
+    named: list[str] = [x.service for x in windows]
+    named += [x.service for x in late] + [x.service for x in stragglers]
+    named += [x.service for x in arrivals] + [x.service for x in late_events]
+    if ALL_SERVICES in named:
         raise ValueError("'*' is computed by the sink, not sent to it")
+    if arrivals and not arrival_window_ms:
+        raise ValueError("arrivals need arrival_window_ms")
     by_window: dict[tuple[str, int], dict[str, WindowUpdate]] = defaultdict(dict)
     for w in windows:
         by_window[(w.spec, w.start_ms)][w.service] = w
@@ -106,9 +174,27 @@ def write_batch(
     if services:
         tx.sadd(keys.services, *sorted(services))
     for lt in late:
-        tx.hset(keys.window_late(lt.spec, lt.start_ms), f"{lt.service}|{batch_id}", str(lt.count))
+        blob = lt.agg or LateAgg(lt.count).to_bytes()
+        tx.hset(keys.window_late(lt.spec, lt.start_ms), f"{lt.service}|{batch_id}", blob)
         tx.zadd(keys.late_index(lt.spec), {str(lt.start_ms): lt.start_ms})
         tx.sadd(keys.window_specs, lt.spec)
+    for st in stragglers:
+        field = f"{st.service}|{batch_id}"
+        tx.hset(keys.window_stragglers(st.spec, st.start_ms), field, str(st.count))
+    if arrivals:
+        assert arrival_window_ms is not None
+        size = arrival_window_ms
+        tx.sadd(keys.arrival_sizes, str(size))
+        for a in arrivals:
+            doc = json.dumps(
+                {**a.metrics, "events": a.count}, separators=(",", ":"), sort_keys=True
+            )
+            tx.hset(keys.arrivals(a.domain, size, a.start_ms), f"{a.service}|{batch_id}", doc)
+            tx.zadd(keys.arrivals_index(a.domain, size), {str(a.start_ms): a.start_ms})
+    kept = {e.to_json(): e.kafka_timestamp or 0 for e in late_events}
+    if kept:
+        tx.zadd(keys.late_events, kept)
+        tx.zremrangebyrank(keys.late_events, 0, -(late_events_max + 1))
     letters = {d.to_json(): d.kafka_timestamp for d in dead}
     if letters:
         tx.zadd(keys.dead_letters, letters)

@@ -10,6 +10,12 @@ them to compute expected answers, so all three agree by construction. The rules 
 
     a row is late (dropped):                window end <= watermark in force for its batch
 
+    the frontier of a batch:                max event time seen before it = watermark + L
+                                            (unknown before the first watermark)
+
+    a row is a straggler (accepted, but     watermark < window end <= frontier
+    its window was already emitted):
+
           window [10s, 20s)                     watermark in force = 26s
     ----|=========|---------------------------------|-------> event time
        10s       20s                               26s
@@ -27,9 +33,15 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "LATE",
+    "ON_TIME",
+    "STRAGGLER",
     "WindowSpec",
     "advance_watermark",
+    "classify",
+    "frontier",
     "pane_size",
+    "primary_size",
     "is_late",
     "tumbling_start",
     "tumbling_starts",
@@ -64,6 +76,42 @@ def is_late(window_end_ms: int, watermark_ms: int) -> bool:
     batches before it), not one that the row itself moves.
     """
     return window_end_ms <= watermark_ms
+
+
+#: Arrival classes of an event for one window (see `classify`).
+ON_TIME, STRAGGLER, LATE = 0, 1, 2
+
+
+def frontier(watermark_ms: int, allowed_lateness_ms: int) -> int | None:
+    """Max event time seen before a batch, from the watermark in force for it (None before any).
+
+    Spark's watermark is max event time seen - allowed lateness, and starts at 0 before the
+    first batch with data: a watermark of 0 means nothing has been seen yet.
+    """
+    if watermark_ms <= 0:
+        return None
+    return watermark_ms + allowed_lateness_ms
+
+
+def classify(window_end_ms: int, watermark_ms: int, frontier_ms: int | None) -> int:
+    """ON_TIME, STRAGGLER or LATE for an event of the window ending at `window_end_ms`.
+
+    Late: the watermark in force has passed the window end (the window is closed, the event is
+    dropped from it). Straggler: accepted, but the frontier (max event time seen before the
+    batch) had already passed the window end, so the window was emitted without it and this
+    batch corrects it. On time: neither.
+
+        window [10s, 20s)
+        ----|=========|----------|------------|---> event time
+           10s       20s     watermark    frontier
+                      ^ end <= watermark: late
+        watermark < end <= frontier: straggler; end > frontier: on time
+    """
+    if is_late(window_end_ms, watermark_ms):
+        return LATE
+    if frontier_ms is not None and window_end_ms <= frontier_ms:
+        return STRAGGLER
+    return ON_TIME
 
 
 def advance_watermark(
@@ -163,6 +211,18 @@ class WindowSpec:
     def panes_of(self, window_start_ms: int, pane_ms: int) -> range:
         """Pane starts that make up the window starting at `window_start_ms`."""
         return range(window_start_ms, window_start_ms + self.size_ms, pane_ms)
+
+
+def primary_size(specs: Sequence[WindowSpec]) -> int:
+    """Window size (ms) of the event-level views: the smallest tumbling spec, else the pane.
+
+    Per-event figures that need one window per event (the late-event store, the processing-time
+    and broker-time series, their late and straggler counts) use tumbling windows of this size.
+    """
+    tumbling = [s.size_ms for s in specs if s.kind == "tumbling"]
+    if tumbling:
+        return min(tumbling)
+    return pane_size([s for s in specs if s.kind != "session"] or specs)
 
 
 def pane_size(specs: Sequence[WindowSpec]) -> int:

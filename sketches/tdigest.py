@@ -424,6 +424,24 @@ class TDigest:
         other._max = self._max
         return other
 
+    def shifted(self, delta: float) -> TDigest:
+        """A copy with every value moved by `delta`: quantiles move by `delta`, ranks stay.
+
+        Exact (centroids keep their weights), so a digest of "x relative to point A" becomes one
+        of "x relative to point B" by adding A - B; the job uses it to re-base lateness measured
+        against a pane's end onto the end of each window the pane belongs to.
+        """
+        delta = float(delta)
+        if not math.isfinite(delta):
+            raise ValueError(f"shift must be finite, got {delta!r}")
+        other = self.copy()
+        if self._count:
+            other._means = self._means + delta
+            other._sum = self._sum + delta * self._count
+            other._min = self._min + delta
+            other._max = self._max + delta
+        return other
+
     # --- queries ----------------------------------------------------------------------------
 
     @overload

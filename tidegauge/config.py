@@ -131,6 +131,12 @@ class JobConfig:
     master: str = "local[*]"
     shuffle_partitions: int = 4
     dead_letter_max: int = 100_000
+    #: Move device times onto the broker's clock (receive - sent) before windowing.
+    correct_clock_skew: bool = False
+    #: Late events kept in the late store (newest by broker time).
+    late_events_max: int = 10_000
+    #: Event-state groups: services are hashed onto this many; fixed for a checkpoint.
+    state_shards: int = 4
 
     def __post_init__(self) -> None:
         if not self.windows:
@@ -153,3 +159,7 @@ class JobConfig:
             raise ValueError("shuffle partitions must be positive")
         if self.dead_letter_max <= 0:
             raise ValueError("--dead-letter-max must be positive")
+        if self.late_events_max < 0:
+            raise ValueError("--late-events-max must be >= 0")
+        if not 1 <= self.state_shards <= 1024:
+            raise ValueError("--state-shards must be between 1 and 1024")

@@ -15,7 +15,7 @@ from typing import Any
 
 import redis
 
-from jobs.metrics import WindowAgg
+from jobs.metrics import LateAgg, WindowAgg
 from jobs.windows import WindowSpec
 from tidegauge.config import RedisSettings
 
@@ -61,8 +61,33 @@ class Keys:
         return f"{self.prefix}:win:{spec}:idx"
 
     def window_late(self, spec: str, start_ms: int) -> str:
-        """Hash: "service|batch_id" -> rows of that window that arrived late in that batch."""
+        """Hash: "service|batch_id" -> LateAgg bytes of the window's late rows in that batch."""
         return f"{self.prefix}:late:{spec}:{start_ms}"
+
+    def window_stragglers(self, spec: str, start_ms: int) -> str:
+        """Hash: "service|batch_id" -> stragglers of that window in that batch (one revision)."""
+        return f"{self.prefix}:strag:{spec}:{start_ms}"
+
+    def arrivals(self, domain: str, size_ms: int, start_ms: int) -> str:
+        """Hash: "service|batch_id" -> JSON {events, late, stragglers, proc_ms}.
+
+        The batch's events of one service in this processing-time or broker-time window.
+        """
+        return f"{self.prefix}:arr:{domain}:{size_ms}:{start_ms}"
+
+    def arrivals_index(self, domain: str, size_ms: int) -> str:
+        """Sorted set of window starts with arrivals in `domain`."""
+        return f"{self.prefix}:arr:{domain}:{size_ms}:idx"
+
+    @property
+    def arrival_sizes(self) -> str:
+        """Set of window sizes (ms) the arrival series are stored in."""
+        return f"{self.prefix}:arr:sizes"
+
+    @property
+    def late_events(self) -> str:
+        """Sorted set of late events (JSON members), score = broker timestamp (ms); capped."""
+        return f"{self.prefix}:late:events"
 
     def late_index(self, spec: str) -> str:
         """Sorted set of window starts that have late rows."""
@@ -92,6 +117,15 @@ class Keys:
     def dead_letters(self) -> str:
         """Sorted set of dead letters (JSON members), score = Kafka timestamp (ms); capped."""
         return f"{self.prefix}:dead:letters"
+
+    @property
+    def control(self) -> str:
+        """Hash of demo/scenario commands for the job; field `pause_until` = epoch ms.
+
+        While the wall clock is before `pause_until`, the job's Kafka source reports no new
+        data, so the topic builds a backlog the job then catches up on (`--scenario backlog`).
+        """
+        return f"{self.prefix}:control"
 
     @property
     def dead_counts(self) -> str:
@@ -126,6 +160,16 @@ class WindowRow:
     distinct_users: int = 0
     spec: str = ""
     kind: str = "tumbling"
+    #: Accepted after the window was emitted (its end <= the frontier), and the number of
+    #: batches that brought such corrections (revision 0 = never corrected).
+    stragglers: int = 0
+    revision: int = 0
+    #: Arrival (broker time) - event time of the accepted events, ms.
+    lateness_p50: float | None = None
+    lateness_p99: float | None = None
+    lateness_max: float | None = None
+    #: The job's watermark has passed the window's end: no event can change it any more.
+    closed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
@@ -246,24 +290,58 @@ def read_windows(
         spec = specs[0]
     starts = _starts(r, keys, spec, since_ms, until_ms)
     pipe = r.pipeline(transaction=False)
+    pipe.hget(keys.status, "watermark")
     for start in starts:
         pipe.hgetall(keys.window(spec.key, start))
         pipe.hgetall(keys.window_late(spec.key, start))
+        pipe.hgetall(keys.window_stragglers(spec.key, start))
     got = pipe.execute()
+    watermark = int(got[0]) if got[0] is not None else None
     rows: list[WindowRow] = []
     for i, start in enumerate(starts):
-        docs = {_s(k): json.loads(v) for k, v in got[2 * i].items()}
-        late: dict[str, int] = {}
-        for k, v in got[2 * i + 1].items():
-            svc = _s(k).rsplit("|", 1)[0]
-            late[svc] = late.get(svc, 0) + int(v)
-        if late:
-            late[ALL_SERVICES] = sum(late.values())
+        docs = {_s(k): json.loads(v) for k, v in got[1 + 3 * i].items()}
+        late = _per_service(got[2 + 3 * i], LateAgg.count_of)
+        strag = _per_service(got[3 + 3 * i], lambda v: int(v))
+        revisions = _revisions(got[3 + 3 * i])
+        closed = watermark is not None and start + spec.size_ms <= watermark
         for svc in sorted(set(docs) | set(late)):
             if service is not None and svc != service:
                 continue
-            rows.append(_row(spec, start, svc, docs.get(svc, {}), late.get(svc, 0)))
+            rows.append(
+                _row(
+                    spec,
+                    start,
+                    svc,
+                    docs.get(svc, {}),
+                    late.get(svc, 0),
+                    stragglers=strag.get(svc, 0),
+                    revision=revisions.get(svc, 0),
+                    closed=closed,
+                )
+            )
     return rows
+
+
+def _per_service(fields: dict[Any, Any], value: Any) -> dict[str, int]:
+    """Sum "service|batch" fields per service, and over all services as `*`."""
+    out: dict[str, int] = {}
+    for k, v in fields.items():
+        svc = _s(k).rsplit("|", 1)[0]
+        out[svc] = out.get(svc, 0) + value(v)
+    if out:
+        out[ALL_SERVICES] = sum(out.values())
+    return out
+
+
+def _revisions(fields: dict[Any, Any]) -> dict[str, int]:
+    """Batches that corrected each service's window; `*` counts distinct batches."""
+    pairs = [_s(k).rsplit("|", 1) for k in fields]
+    out: dict[str, int] = {}
+    for svc, _ in pairs:
+        out[svc] = out.get(svc, 0) + 1
+    if pairs:
+        out[ALL_SERVICES] = len({b for _, b in pairs})
+    return out
 
 
 #: Window metrics beyond count and events/s, as stored and shown (jobs/metrics.WindowAgg.metrics).
@@ -278,10 +356,22 @@ METRIC_FIELDS = (
     "p99",
     "p999",
     "distinct_users",
+    "lateness_p50",
+    "lateness_p99",
+    "lateness_max",
 )
 
 
-def _row(spec: WindowSpec, start: int, service: str, doc: dict[str, Any], late: int) -> WindowRow:
+def _row(
+    spec: WindowSpec,
+    start: int,
+    service: str,
+    doc: dict[str, Any],
+    late: int,
+    stragglers: int = 0,
+    revision: int = 0,
+    closed: bool = False,
+) -> WindowRow:
     n = int(doc.get("count", 0))
     return WindowRow(
         window_start=start,
@@ -290,6 +380,9 @@ def _row(spec: WindowSpec, start: int, service: str, doc: dict[str, Any], late: 
         count=n,
         events_per_s=n * 1000.0 / spec.size_ms,
         late=late,
+        stragglers=stragglers,
+        revision=revision,
+        closed=closed,
         spec=spec.key,
         kind=spec.kind,
         **{f: doc[f] for f in METRIC_FIELDS if f in doc},

@@ -24,8 +24,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jobs.aggregate import OUTPUT_SCHEMA, DeadCounts, ServiceWindows, make_state_fn
-from jobs.metrics import PERCENTILES, WindowAgg
+from jobs.aggregate import (
+    OUTPUT_SCHEMA,
+    DeadCounts,
+    ServiceWindows,
+    ShardState,
+    StateConfig,
+    make_state_fn,
+)
+from jobs.metrics import PERCENTILES, LateAgg, WindowAgg
 from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT
 from jobs.windows import WindowSpec
 
@@ -52,13 +59,14 @@ def add(
 ) -> tuple[set[int], Counter[tuple[str, int]]]:
     """`sw.add` with defaults for the columns a test does not care about."""
     n = len(times)
-    return sw.add(
+    added = sw.add(
         ms(*times),
         np.array(latency if latency is not None else [1.0] * n, dtype=np.float64),
         np.array(status if status is not None else [200] * n, dtype=np.int64),
         np.array(users if users is not None else ["u"] * n, dtype=object),
         watermark,
     )
+    return added.touched, added.late_counts()
 
 
 def counts(sw: ServiceWindows) -> dict[int, int]:
@@ -369,8 +377,9 @@ def test_windows_merged_from_panes_equal_an_aggregate_of_the_same_rows(
     # about 15 rows per window: the digests keep every latency, so the merge is exact
     rows = _rows(seed=1, n=40, lo=0, hi=40 * S)
     sw = ServiceWindows(specs)
-    touched, late = sw.add(rows["times"], rows["latency"], rows["status"], rows["users"], 0)
-    assert late == Counter()
+    added = sw.add(rows["times"], rows["latency"], rows["status"], rows["users"], 0)
+    touched = added.touched
+    assert added.late_counts() == Counter()
     windows = sw.windows(touched, 0)
     assert windows, "the batch opened windows"
     for (spec, w), agg in windows.items():
@@ -382,7 +391,7 @@ def test_windows_merged_from_panes_equal_an_aggregate_of_the_same_rows(
 def test_windows_merged_from_many_rows_agree_within_the_sketch_tolerance() -> None:
     rows = _rows(seed=2, n=30_000, lo=0, hi=30 * S)  # one hopping window: [T, T+30s)
     sw = ServiceWindows((HOPPING,))
-    touched, _ = sw.add(rows["times"], rows["latency"], rows["status"], rows["users"], 0)
+    touched = sw.add(rows["times"], rows["latency"], rows["status"], rows["users"], 0).touched
     got = sw.windows(touched, 0)[(HOPPING, T)]
     expected = _direct(rows, T, T + 30 * S)
     assert (got.count, got.errors, got.latency.count) == (
@@ -599,6 +608,9 @@ class FakeGroupState:
     def getCurrentWatermarkMs(self) -> int:  # noqa: N802 (Spark's name)
         return self.watermark_ms
 
+    def remove(self) -> None:
+        self._value = None
+
 
 def event_frame(
     service: str,
@@ -624,6 +636,7 @@ def event_frame(
             "user_id": pd.Series(users if users is not None else [f"u{i}" for i in range(n)]),
             "latency_ms": np.array(latency if latency is not None else [10.0] * n, np.float64),
             "status": pd.array(status if status is not None else [200] * n, dtype="Int32"),
+            "event_id": [f"e{i}" for i in range(n)],
         }
     )
 
@@ -638,6 +651,7 @@ def _agg_of(frames: list[pd.DataFrame], start: int, end: int) -> WindowAgg:
             sel["status"].to_numpy(np.int64, na_value=-1),
             sel["user_id"].to_numpy(object),
         )
+        agg.lateness.update((sel["kafka_ms"] - sel["event_ms"]).to_numpy(np.float64))
     return agg
 
 
@@ -658,7 +672,9 @@ def run(
     state: FakeGroupState,
     specs: tuple[WindowSpec, ...] = (TUMBLING,),
 ) -> pd.DataFrame:
-    out = list(make_state_fn(specs)(key, iter(frames), state))
+    if key[0] == KIND_EVENT:
+        key = (KIND_EVENT, 0)
+    out = list(make_state_fn(StateConfig(specs))(key, iter(frames), state))
     for f in out:
         assert list(f.columns) == OUTPUT_COLUMNS
     if not out:
@@ -685,8 +701,16 @@ def window_aggs(out: pd.DataFrame) -> dict[tuple[str, int], WindowAgg]:
     return found
 
 
-def state_counts(state: FakeGroupState, specs: tuple[WindowSpec, ...]) -> dict[int, int]:
-    return counts(ServiceWindows.from_bytes(state.get[0], specs))
+def shard_blob(service: str, sw: ServiceWindows) -> bytes:
+    """State of the one-shard event group holding `service`'s windows."""
+    return ShardState(1, {service: sw}).to_bytes()
+
+
+def state_counts(
+    state: FakeGroupState, specs: tuple[WindowSpec, ...], service: str = "api"
+) -> dict[int, int]:
+    shard = ShardState.from_bytes(state.get[0], StateConfig(specs))
+    return counts(shard.services[service]) if service in shard.services else {}
 
 
 def test_state_fn_events_first_batch() -> None:
@@ -708,7 +732,7 @@ def test_state_fn_events_first_batch() -> None:
         (TK, "api", T, 3),
         (TK, "api", T + SIZE, 1),
     }
-    assert set(out["kind"]) == {"window"}
+    assert set(out["kind"]) == {"window", "arrivals"}
     aggs = window_aggs(out)
     assert aggs == {
         (TK, T): _agg_of(frames, T, T + SIZE),
@@ -764,15 +788,21 @@ def test_state_fn_tumbling_and_hopping_across_batches() -> None:
     both = first + second
     for (key, start), agg in window_aggs(out2).items():
         size = WindowSpec.from_key(key).size_ms
-        assert agg == _agg_of(both, start, start + size), (key, start - T)
+        expected = _agg_of(both, start, start + size)
+        expected.overdue = agg.overdue  # overdue has its own tests (test_overdue_*)
+        assert agg == expected, (key, start - T)
     # window rows come sorted by spec key then start, late rows after them
-    kinds = list(out2["kind"])
+    kinds = [k for k in out2["kind"] if k in ("window", "late")]
     assert kinds == ["window"] * 6 + ["late"] * 2
     windows = out2[out2["kind"] == "window"]
     assert list(zip(windows["spec"], windows["window_start"], strict=True)) == sorted(
         zip(windows["spec"], windows["window_start"], strict=True)
     )
-    assert out2[out2["kind"] == "late"][["metrics", "agg"]].isna().all().all()
+    late_rows = out2[out2["kind"] == "late"]
+    assert late_rows["metrics"].isna().all()
+    # a late row carries the LateAgg of its window's late events in this batch
+    for r in late_rows.to_dict("records"):
+        assert LateAgg.from_bytes(r["agg"]).count == r["count"]
     # pane T stays: hopping window T (until T+30s) still needs it
     assert state_counts(state, specs) == {T: 3, T + SIZE: 2, T + 2 * SIZE: 1}
 
@@ -790,7 +820,9 @@ def test_state_fn_tumbling_and_hopping_across_batches() -> None:
 
 
 def test_state_fn_events_late_only_batch() -> None:
-    state = FakeGroupState(T + 3 * SIZE, (filled((TUMBLING,), {T + 3 * SIZE: 4}).to_bytes(),))
+    state = FakeGroupState(
+        T + 3 * SIZE, (shard_blob("web", filled((TUMBLING,), {T + 3 * SIZE: 4})),)
+    )
     out = run(
         (KIND_EVENT, "web"), [event_frame("web", [T, T + 1, T + SIZE, T + 3 * SIZE - 1])], state
     )
@@ -800,11 +832,11 @@ def test_state_fn_events_late_only_batch() -> None:
         (TK, "web", T + 2 * SIZE, 1),
     }
     assert rows_of(out, "window", "window_start") == set()
-    assert state_counts(state, (TUMBLING,)) == {T + 3 * SIZE: 4}
+    assert state_counts(state, (TUMBLING,), "web") == {T + 3 * SIZE: 4}
 
 
 def test_state_fn_events_empty_frame_emits_nothing_but_keeps_state() -> None:
-    state = FakeGroupState(0, (filled((TUMBLING,), {T: 3}).to_bytes(),))
+    state = FakeGroupState(0, (shard_blob("api", filled((TUMBLING,), {T: 3})),))
     out = run((KIND_EVENT, "api"), [event_frame("api", [])], state)
     assert len(out) == 0
     assert state_counts(state, (TUMBLING,)) == {T: 3}

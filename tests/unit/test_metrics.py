@@ -23,6 +23,9 @@ from sketches.tdigest import TDigest
 
 NAN = math.nan
 METRIC_KEYS = {
+    "lateness_p50",
+    "lateness_p99",
+    "lateness_max",
     "count",
     "events_per_s",
     "errors",
@@ -206,6 +209,9 @@ def test_metrics_of_an_empty_aggregate() -> None:
         "latency_mean": None,
         "distinct_users": 0,
         **dict.fromkeys(PERCENTILES),
+        "lateness_p50": None,
+        "lateness_p99": None,
+        "lateness_max": None,
     }
 
 
@@ -343,8 +349,8 @@ def _good() -> bytes:
 
 def _with_header(**changes: Any) -> bytes:
     good = _good()
-    header = struct.Struct("<4sBqqII")
-    names = ["magic", "version", "count", "errors", "n_td", "n_hll"]
+    header = struct.Struct("<4sBqqIIII")
+    names = ["magic", "version", "count", "errors", "n_td", "n_hll", "n_late", "n_over"]
     fields = dict(zip(names, header.unpack_from(good), strict=True))
     fields.update(changes)
     return header.pack(*fields.values()) + good[header.size :]
@@ -358,7 +364,7 @@ def _with_header(**changes: Any) -> bytes:
         pytest.param(b"\x00" * 64, id="zeros"),
         pytest.param(json.dumps({"count": 3}).encode(), id="json"),
         pytest.param(_with_header(magic=b"XXXX"), id="bad-magic"),
-        pytest.param(_with_header(version=2), id="other-version"),
+        pytest.param(_with_header(version=1), id="other-version"),
         pytest.param(_good()[:-1], id="truncated"),
         pytest.param(_good() + b"\x00", id="trailing-byte"),
         pytest.param(_with_header(n_td=1), id="lengths-disagree"),

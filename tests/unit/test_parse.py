@@ -47,6 +47,7 @@ EXPECTED_TYPES = {
     "detail": pa.string(),
     "raw": pa.binary(),
     "raw_size": pa.int32(),
+    "clock_offset_ms": pa.int64(),
 }
 
 
@@ -69,8 +70,13 @@ RECORDS: list[tuple[bytes | None, int | None]] = [
     (
         js(
             {
-                "event_id": "e1", "event_time": T + 1, "service": "api", "user_id": "u1",
-                "latency_ms": 12.5, "status": 200, "sent_time": T + 5,
+                "event_id": "e1",
+                "event_time": T + 1,
+                "service": "api",
+                "user_id": "u1",
+                "latency_ms": 12.5,
+                "status": 200,
+                "sent_time": T + 5,
             }
         ),
         T + 10,
@@ -79,8 +85,12 @@ RECORDS: list[tuple[bytes | None, int | None]] = [
     (
         js(
             {
-                "event_id": "e3", "event_time": ISO_ZONE, "service": "api", "status": -(2**31),
-                "latency_ms": 0, "sent_time": ISO_ZONE,
+                "event_id": "e3",
+                "event_time": ISO_ZONE,
+                "service": "api",
+                "status": -(2**31),
+                "latency_ms": 0,
+                "sent_time": ISO_ZONE,
             }
         ),
         None,  # no Kafka timestamp
@@ -195,8 +205,17 @@ def test_every_reason_is_reported(parsed: list[dict[str, Any]]) -> None:
     dead = [r for r in parsed if r["kind"] == KIND_DEAD]
     assert {r["reason"] for r in dead} == {reason.value for reason in Reason}
     assert [r["reason"] for r in dead] == [
-        "empty", "empty", "invalid_utf8", "invalid_json", "not_an_object", "missing_field",
-        "wrong_type", "invalid_time", "invalid_value", "invalid_json", "invalid_json",
+        "empty",
+        "empty",
+        "invalid_utf8",
+        "invalid_json",
+        "not_an_object",
+        "missing_field",
+        "wrong_type",
+        "invalid_time",
+        "invalid_value",
+        "invalid_json",
+        "invalid_json",
         "invalid_json",
     ]
     for r in dead:
@@ -217,7 +236,8 @@ def test_dead_letter_raw_is_capped_and_size_is_full(parsed: list[dict[str, Any]]
     assert big["raw"] == b"x" * DEAD_LETTER_RAW_CAP
     assert (parsed[-2]["raw_size"], len(parsed[-2]["raw"])) == (DEAD_LETTER_RAW_CAP,) * 2
     assert (parsed[-1]["raw_size"], len(parsed[-1]["raw"])) == (
-        DEAD_LETTER_RAW_CAP + 1, DEAD_LETTER_RAW_CAP,
+        DEAD_LETTER_RAW_CAP + 1,
+        DEAD_LETTER_RAW_CAP,
     )
     # a tombstone (null value) is stored as empty bytes, not null
     assert parsed[7]["raw"] == b"" and parsed[7]["raw_size"] == 0

@@ -639,14 +639,13 @@ def sw_add(
     sw: ServiceWindows, times: Sequence[int], users: Sequence[str | None], watermark: int
 ) -> set[int]:
     n = len(times)
-    touched, _ = sw.add(
+    return sw.add(
         np.array(times, dtype=np.int64),
         np.full(n, 1.0),
         np.full(n, 200, dtype=np.int64),
         np.array(users, dtype=object),
         watermark,
-    )
-    return touched
+    ).touched
 
 
 def test_service_windows_build_sessions_from_the_session_spec() -> None:
