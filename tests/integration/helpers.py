@@ -90,3 +90,41 @@ def expected_windows(
         if max_seen is not None:
             watermark = max(watermark, max_seen - lateness_ms)
     return accepted, late
+
+
+def expected_corrections(
+    batches_of_rows: Sequence[Sequence[dict[str, Any]]], window_ms: int, lateness_ms: int
+) -> tuple[Counter[tuple[int, str]], Counter[tuple[int, str]]]:
+    """Stragglers and revisions per (window start, service), `*` included, replayed independently.
+
+    The frontier of a batch is the max event time (events and heartbeats) of all batches before
+    it; the watermark in force is frontier - allowed lateness (0 before any batch had rows).
+    An accepted event (window end > watermark) is a straggler when its window end <= frontier:
+    the window had been emitted without it. A window's revision is the number of batches that
+    brought it at least one straggler (for `*`: batches with a straggler of any service).
+    """
+    stragglers: Counter[tuple[int, str]] = Counter()
+    revisions: Counter[tuple[int, str]] = Counter()
+    frontier: int | None = None
+    watermark = 0
+    for rows in batches_of_rows:
+        max_seen = frontier
+        touched: set[tuple[int, str]] = set()
+        for t in rows:
+            if t["kind"] in ("event", "duplicate", "heartbeat"):
+                et = t["event_time"]
+                max_seen = et if max_seen is None else max(max_seen, et)
+            if t["kind"] not in ("event", "duplicate"):
+                continue
+            end = t["event_time"] - t["event_time"] % window_ms + window_ms
+            if end <= watermark or frontier is None or end > frontier:
+                continue
+            for svc in (t["service"], "*"):
+                stragglers[(end - window_ms, svc)] += 1
+                touched.add((end - window_ms, svc))
+        for key in touched:
+            revisions[key] += 1
+        if max_seen is not None:
+            frontier = max_seen
+            watermark = max(watermark, max_seen - lateness_ms)
+    return stragglers, revisions

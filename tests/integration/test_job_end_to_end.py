@@ -15,7 +15,13 @@ from collections import Counter
 import pytest
 import redis
 
-from tests.integration.helpers import batch_rows, expected_windows, load_truth, tidegauge
+from tests.integration.helpers import (
+    batch_rows,
+    expected_corrections,
+    expected_windows,
+    load_truth,
+    tidegauge,
+)
 from tidegauge.store import Keys, read_batches, read_dead_counts, read_dead_letters
 
 LATENESS_MS = 20_000
@@ -135,6 +141,25 @@ def test_window_counts_equal_ground_truth(run: dict) -> None:
     for row in rows:
         assert row["window_end"] - row["window_start"] == 10_000
         assert row["events_per_s"] == pytest.approx(row["count"] / 10)
+
+
+def test_stragglers_and_revisions_equal_an_independent_replay(run: dict) -> None:
+    truth, r = run["truth"], run["client"]
+    batches = read_batches(r, Keys())
+    stragglers, revisions = expected_corrections(batch_rows(truth, batches), 10_000, LATENESS_MS)
+    # The stream must exercise corrections: several windows revised, some more than once.
+    assert sum(stragglers.values()) > 50
+    assert max(revisions.values()) >= 2
+
+    rows = json.loads(tidegauge("query", "windows", "--redis", run["url"], "--json").stdout)
+    got = {(w["window_start"], w["service"]): w["stragglers"] for w in rows if w["stragglers"]}
+    got_rev = {(w["window_start"], w["service"]): w["revision"] for w in rows if w["revision"]}
+    assert got == dict(stragglers)
+    assert got_rev == dict(revisions)
+    # Every window is closed once the topic is drained and the watermark passed its end.
+    status = json.loads(tidegauge("query", "status", "--redis", run["url"], "--json").stdout)
+    for w in rows:
+        assert w["closed"] == (w["window_end"] <= status["watermark"])
 
 
 def test_every_malformed_record_is_a_dead_letter_with_its_reason(run: dict) -> None:
