@@ -52,6 +52,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-age", help="exit 1 unless the job reported within this long (health checks)"
     )
 
+    lt = sub.add_parser(
+        "lateness",
+        help="lateness of a time range, and what fraction would be late with other allowed "
+        "lateness values (what-if)",
+    )
+    common(lt)
+    lt.add_argument("--from", dest="range_from", required=True, help="start: epoch ms, ISO, 15m")
+    lt.add_argument("--to", dest="range_to", help="end (default: now)")
+    lt.add_argument("--service", default=ALL_SERVICES, help="one service (default: * = all)")
+    lt.add_argument("--window", help="window spec (default: the smallest stored)")
+    lt.add_argument(
+        "--allowed-lateness",
+        action="append",
+        metavar="DURATION",
+        help="what-if values (repeat; default 0s 1s 5s 10s 30s 1m 5m 15m 1h)",
+    )
+
+    a = sub.add_parser(
+        "arrivals", help="events per window by event, processing or broker time (late/stragglers)"
+    )
+    common(a)
+    a.add_argument("--domain", choices=store.TIME_DOMAINS, default="processing")
+    a.add_argument("--service", help="one service, or * for the totals")
+    a.add_argument("--since", help="windows ending after (epoch ms, ISO, or 15m)")
+    a.add_argument("--until", help="windows starting before")
+
+    le = sub.add_parser("late-events", help="events the watermark had passed, newest first")
+    common(le)
+    le.add_argument("--limit", type=int, default=20)
+
     d = sub.add_parser("dead-letters", help="malformed records by reason, newest first")
     common(d)
     d.add_argument("--limit", type=int, default=20)
@@ -75,6 +105,12 @@ def run(args: argparse.Namespace) -> int:
             return _status(r, keys, args, now)
         if args.view == "range":
             return _range(r, keys, args, now)
+        if args.view == "lateness":
+            return _lateness(r, keys, args, now)
+        if args.view == "arrivals":
+            return _arrivals(r, keys, args, now)
+        if args.view == "late-events":
+            return _late_events(r, keys, args)
         return _dead(r, keys, args)
     except redis.RedisError as e:
         return _fail(f"cannot read Redis at {redact_url(settings.url)}: {e}")
@@ -135,6 +171,77 @@ def _range(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int)
         value = m.get(name)
         shown = "-" if value is None else (f"{value:.4g}" if isinstance(value, float) else value)
         print(f"  {name:<16}{shown}")
+    return 0
+
+
+#: Allowed lateness values of the what-if table when none are given.
+WHAT_IF_DEFAULTS = ("0s", "1s", "5s", "10s", "30s", "1m", "5m", "15m", "1h")
+
+
+def _lateness(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int) -> int:
+    since = parse_instant(args.range_from, now)
+    until = parse_instant(args.range_to, now) if args.range_to else now
+    spec = WindowSpec.parse(args.window) if args.window else None
+    values = [parse_duration(v) for v in (args.allowed_lateness or WHAT_IF_DEFAULTS)]
+    result = store.read_lateness(r, keys, since, until, args.service, spec)
+    doc = result.to_dict(values)
+    if args.json:
+        print(json.dumps(doc))
+        return 0
+    if not result.events:
+        print(f"no events of {args.service} in windows inside {to_iso(since)} .. {to_iso(until)}")
+        return 0
+    print(
+        f"{args.service}: {result.events:,} events in {result.windows} windows; "
+        f"{result.late:,} late, {result.stragglers:,} stragglers"
+    )
+    for name in ("lateness_p50", "lateness_p90", "lateness_p99", "lateness_max"):
+        v = doc[name]
+        print(f"  {name:<14}{'-' if v is None else format_duration(max(round(v), 0))}")
+    print(f"  {'allowed lateness':<18}{'late':>9}{'stragglers':>12}")
+    for row in doc["what_if"]:
+        print(
+            f"  {format_duration(row['allowed_lateness_ms']):<18}"
+            f"{100 * row['fraction_late']:>8.2f}%{100 * row['fraction_stragglers']:>11.2f}%"
+        )
+    return 0
+
+
+def _arrivals(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int) -> int:
+    rows = store.read_arrivals(
+        r,
+        keys,
+        args.domain,
+        since_ms=parse_instant(args.since, now) if args.since else None,
+        until_ms=parse_instant(args.until, now) if args.until else None,
+        service=args.service,
+    )
+    if args.json:
+        json.dump([row.to_dict() for row in rows], sys.stdout)
+        print()
+        return 0
+    print(
+        f"{'window_start (UTC)':<26}{'service':<12}{'events':>8}{'ev/s':>9}{'late':>7}{'strag':>7}"
+    )
+    for row in rows:
+        print(
+            f"{to_iso(row.window_start):<26}{row.service:<12}{row.events:>8}"
+            f"{row.events_per_s:>9.1f}{row.late:>7}{row.stragglers:>7}"
+        )
+    return 0
+
+
+def _late_events(r: redis.Redis, keys: store.Keys, args: argparse.Namespace) -> int:
+    events = store.read_late_events(r, keys, limit=args.limit)
+    if args.json:
+        print(json.dumps(events))
+        return 0
+    for e in events:
+        print(
+            f"{e['service']:<12} event {to_iso(e['event_time'])}  window ends "
+            f"{to_iso(e['window_end'])}, {format_duration(max(e['behind_ms'], 0))} behind the "
+            f"watermark  ({e['partition']}:{e['offset']}, {e['event_id']})"
+        )
     return 0
 
 

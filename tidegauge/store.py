@@ -10,17 +10,27 @@ hash per window, one field per service plus `*` (all services).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 import redis
 
-from jobs.metrics import LateAgg, WindowAgg
+from jobs.metrics import LateAgg, WindowAgg, fraction_at_least
 from jobs.windows import WindowSpec
+from sketches.tdigest import TDigest
 from tidegauge.config import RedisSettings
 
 __all__ = [
     "ALL_SERVICES",
+    "TIME_DOMAINS",
+    "ArrivalRow",
+    "LatenessResult",
+    "read_arrivals",
+    "read_late_events",
+    "read_lateness",
+    "read_watermarks",
     "DeadLetter",
     "METRIC_FIELDS",
     "JobStatus",
@@ -485,3 +495,233 @@ def read_dead_letters(r: redis.Redis, keys: Keys, limit: int | None = None) -> l
     end = -1 if limit is None else limit - 1
     members: Any = r.zrevrange(keys.dead_letters, 0, end)
     return [DeadLetter.from_json(v) for v in members]
+
+
+@dataclass(frozen=True)
+class LatenessResult:
+    """Lateness of the events whose event time lies in a range of windows (accepted and late).
+
+    `lateness` is arrival (broker time) - event time; `overdue` holds, per event that arrived
+    after the event-time frontier had passed its window's end, by how much (ms). An event would
+    have been late with allowed lateness L exactly when its overdue is >= L (docs/time.md).
+    """
+
+    service: str
+    spec: str
+    range_from: int
+    range_to: int
+    windows: int
+    events: int
+    late: int
+    stragglers: int
+    lateness: TDigest
+    overdue: TDigest
+
+    def fraction_late(self, allowed_lateness_ms: int) -> float:
+        """Share of the events that would have been late with this allowed lateness."""
+        return fraction_at_least(self.overdue, allowed_lateness_ms, self.events)
+
+    def fraction_stragglers(self, allowed_lateness_ms: int) -> float:
+        """Share that would have been stragglers (accepted after their window was emitted)."""
+        return max(
+            0.0,
+            fraction_at_least(self.overdue, 0, self.events)
+            - self.fraction_late(allowed_lateness_ms),
+        )
+
+    def to_dict(self, allowed_lateness_ms: Sequence[int] = ()) -> dict[str, Any]:
+        """Plain dict for JSON: counts, lateness percentiles, and the what-if table."""
+        q = (
+            [float(v) for v in self.lateness.quantile(np.array([0.5, 0.9, 0.99]))]
+            if self.lateness.count
+            else [None, None, None]
+        )
+        return {
+            "service": self.service,
+            "spec": self.spec,
+            "range_from": self.range_from,
+            "range_to": self.range_to,
+            "windows": self.windows,
+            "events": self.events,
+            "late": self.late,
+            "stragglers": self.stragglers,
+            "lateness_p50": q[0],
+            "lateness_p90": q[1],
+            "lateness_p99": q[2],
+            "lateness_max": float(self.lateness.max) if self.lateness.count else None,
+            "what_if": [
+                {
+                    "allowed_lateness_ms": int(v),
+                    "fraction_late": self.fraction_late(v),
+                    "fraction_stragglers": self.fraction_stragglers(v),
+                }
+                for v in allowed_lateness_ms
+            ],
+        }
+
+
+def read_lateness(
+    r: redis.Redis,
+    keys: Keys,
+    since_ms: int,
+    until_ms: int,
+    service: str = ALL_SERVICES,
+    spec: WindowSpec | None = None,
+) -> LatenessResult:
+    """Merge the lateness of every window of `spec` inside [since, until): accepted + late."""
+    if until_ms <= since_ms:
+        raise ValueError("the range must end after it starts")
+    if spec is None:
+        specs = [s for s in read_window_specs(r, keys) if s.kind != "session"]
+        spec = specs[0] if specs else WindowSpec.tumbling(10_000)
+    starts = [
+        s
+        for s in _starts(r, keys, spec, since_ms, until_ms)
+        if s >= since_ms and s + spec.size_ms <= until_ms
+    ]
+    pipe = r.pipeline(transaction=False)
+    for start in starts:
+        pipe.hget(keys.window_aggs(spec.key, start), service)
+        pipe.hgetall(keys.window_late(spec.key, start))
+        pipe.hgetall(keys.window_stragglers(spec.key, start))
+    got = pipe.execute() if starts else []
+    aggs: list[WindowAgg] = []
+    lates: list[LateAgg] = []
+    stragglers = 0
+    for i in range(len(starts)):
+        blob, late_fields, strag_fields = got[3 * i : 3 * i + 3]
+        if blob is not None:
+            aggs.append(WindowAgg.from_bytes(blob))
+        for k, v in late_fields.items():
+            if service == ALL_SERVICES or _s(k).rsplit("|", 1)[0] == service:
+                lates.append(LateAgg.from_bytes(v))
+        for k, v in strag_fields.items():
+            if service == ALL_SERVICES or _s(k).rsplit("|", 1)[0] == service:
+                stragglers += int(v)
+    late = sum(x.count for x in lates)
+    return LatenessResult(
+        service=service,
+        spec=spec.key,
+        range_from=since_ms,
+        range_to=until_ms,
+        windows=len(starts),
+        events=sum(a.count for a in aggs) + late,
+        late=late,
+        stragglers=stragglers,
+        lateness=TDigest.merged([a.lateness for a in aggs] + [x.lateness for x in lates]),
+        overdue=TDigest.merged([a.overdue for a in aggs] + [x.overdue for x in lates]),
+    )
+
+
+@dataclass(frozen=True)
+class ArrivalRow:
+    """Events of one service (`*` = all) in one window of a time domain, classified."""
+
+    domain: str
+    window_start: int
+    window_end: int
+    service: str
+    events: int
+    late: int
+    stragglers: int
+
+    @property
+    def events_per_s(self) -> float:
+        """Events per second of the window."""
+        return self.events * 1000.0 / (self.window_end - self.window_start)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON output."""
+        return {**asdict(self), "events_per_s": self.events_per_s}
+
+
+#: The three clocks an event can be counted by (docs/time.md).
+TIME_DOMAINS = ("event", "processing", "broker")
+
+
+def read_arrivals(
+    r: redis.Redis,
+    keys: Keys,
+    domain: str,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    service: str | None = None,
+) -> list[ArrivalRow]:
+    """Events per window by event time, processing time or broker time, ordered by start.
+
+    All three count every event once (late ones included) in tumbling windows of the job's
+    primary size, so the series can be drawn on one axis. "event" is read from the windows
+    (count + late of the primary tumbling spec); the other two from the arrival series.
+    """
+    if domain not in TIME_DOMAINS:
+        raise ValueError(f"domain must be one of {', '.join(TIME_DOMAINS)}, got {domain!r}")
+    sizes: Any = r.smembers(keys.arrival_sizes)
+    size = min((int(_s(v)) for v in sizes), default=None)
+    if domain == "event":
+        tumbling = [s for s in read_window_specs(r, keys) if s.kind == "tumbling"]
+        spec = next((s for s in tumbling if s.size_ms == size), tumbling[0] if tumbling else None)
+        if spec is None:
+            return []
+        return [
+            ArrivalRow(
+                "event",
+                w.window_start,
+                w.window_end,
+                w.service,
+                w.count + w.late,
+                w.late,
+                w.stragglers,
+            )
+            for w in read_windows(r, keys, spec, service, since_ms, until_ms)
+        ]
+    if size is None:
+        return []
+    lo = "-inf" if since_ms is None else since_ms - size + 1
+    hi = "+inf" if until_ms is None else until_ms - 1
+    members: Any = r.zrangebyscore(keys.arrivals_index(domain, size), lo, hi)
+    starts = sorted(int(_s(v)) for v in members)
+    pipe = r.pipeline(transaction=False)
+    for start in starts:
+        pipe.hgetall(keys.arrivals(domain, size, start))
+    rows: list[ArrivalRow] = []
+    for start, fields in zip(starts, pipe.execute() if starts else [], strict=True):
+        sums: dict[str, list[int]] = {}
+        for k, v in fields.items():
+            svc = _s(k).rsplit("|", 1)[0]
+            doc = json.loads(v)
+            for name in (svc, ALL_SERVICES):
+                acc = sums.setdefault(name, [0, 0, 0])
+                acc[0] += int(doc["events"])
+                acc[1] += int(doc["late"])
+                acc[2] += int(doc["stragglers"])
+        for svc in sorted(sums):
+            if service is None or svc == service:
+                n, late, strag = sums[svc]
+                rows.append(ArrivalRow(domain, start, start + size, svc, n, late, strag))
+    return rows
+
+
+def read_late_events(r: redis.Redis, keys: Keys, limit: int | None = None) -> list[dict[str, Any]]:
+    """Kept late events, newest broker time first (`limit` of them, or all)."""
+    end = -1 if limit is None else limit - 1
+    members: Any = r.zrevrange(keys.late_events, 0, end)
+    return [json.loads(v) for v in members]
+
+
+def read_watermarks(
+    r: redis.Redis, keys: Keys, limit: int | None = None
+) -> list[dict[str, int | None]]:
+    """The watermark after each recent batch with the batch's processing time (oldest first).
+
+    Each entry: batch_id, batch_time (ms, when the batch ran), watermark (ms, after the batch)
+    and max_event_time (ms, or None before any event): what the dashboard draws as a line.
+    """
+    return [
+        {
+            "batch_id": int(b["batch_id"]),
+            "batch_time": int(b["batch_time"]),
+            "watermark": int(b["watermark"]),
+            "max_event_time": b.get("max_event_time"),
+        }
+        for b in read_batches(r, keys, limit)
+    ]

@@ -193,3 +193,93 @@ def test_status_reports_last_batch_watermark_and_offsets(run: dict) -> None:
     assert status["offsets"] == ends
     max_time = max(t["event_time"] for t in truth if t["kind"] != "malformed")
     assert status["watermark"] == max_time - LATENESS_MS
+
+
+def _replay_overdue(truth: list[dict], batches: list[dict]) -> list[int | None]:
+    """Per event: frontier before its batch - its window end (None before any frontier)."""
+    out: list[int | None] = []
+    frontier = None
+    for rows in batch_rows(truth, batches):
+        max_seen = frontier
+        for t in rows:
+            if t["kind"] in ("event", "duplicate", "heartbeat"):
+                max_seen = t["event_time"] if max_seen is None else max(max_seen, t["event_time"])
+            if t["kind"] in ("event", "duplicate"):
+                end = t["event_time"] - t["event_time"] % 10_000 + 10_000
+                out.append(None if frontier is None else frontier - end)
+        frontier = max_seen
+    return out
+
+
+def test_what_if_lateness_matches_an_independent_replay(run: dict) -> None:
+    truth, r = run["truth"], run["client"]
+    overdue = _replay_overdue(truth, read_batches(r, Keys()))
+    values = [0, 1_000, 5_000, 10_000, 20_000, 30_000, 60_000]
+    doc = json.loads(
+        tidegauge(
+            "query",
+            "lateness",
+            "--redis",
+            run["url"],
+            "--json",
+            "--from",
+            "2025-12-31T00:00:00Z",
+            "--to",
+            "2026-01-02T00:00:00Z",
+            *[a for v in values for a in ("--allowed-lateness", f"{v}ms")],
+        ).stdout
+    )
+    assert doc["events"] == len(overdue)
+    assert doc["late"] == sum(1 for y in overdue if y is not None and y >= LATENESS_MS)
+    for row in doc["what_if"]:
+        lateness = row["allowed_lateness_ms"]
+        expected = sum(1 for y in overdue if y is not None and y >= lateness) / len(overdue)
+        assert row["fraction_late"] == pytest.approx(expected, abs=0.01), lateness
+    # With the job's own allowed lateness the answer is the late share it really saw.
+    actual = next(w for w in doc["what_if"] if w["allowed_lateness_ms"] == LATENESS_MS)
+    assert actual["fraction_late"] == pytest.approx(doc["late"] / doc["events"], abs=0.005)
+
+
+def test_time_domains_count_every_event_once(run: dict) -> None:
+    truth, r = run["truth"], run["client"]
+    batches = read_batches(r, Keys())
+    events = [t for t in truth if t["kind"] in ("event", "duplicate")]
+
+    def series(domain: str) -> list[dict]:
+        out = tidegauge("query", "arrivals", "--redis", run["url"], "--json", "--domain", domain)
+        return [row for row in json.loads(out.stdout) if row["service"] == "*"]
+
+    for domain in ("event", "processing", "broker"):
+        rows = series(domain)
+        assert sum(row["events"] for row in rows) == len(events), domain
+    # Broker time: the Kafka record timestamp of each event, counted by its tumbling window.
+    expected = Counter(t["receive_ms"] - t["receive_ms"] % 10_000 for t in events)
+    assert {row["window_start"]: row["events"] for row in series("broker")} == dict(expected)
+    # Processing time: a batch's events all land in the window of the batch's timestamp.
+    per_batch = [
+        sum(1 for t in rows if t["kind"] in ("event", "duplicate"))
+        for rows in batch_rows(truth, batches)
+    ]
+    got = {row["window_start"]: row["events"] for row in series("processing")}
+    assert sorted(got.values()) != [] and sum(got.values()) == sum(per_batch)
+
+
+def test_late_events_are_kept_with_how_late_they_were(run: dict) -> None:
+    truth, r = run["truth"], run["client"]
+    batches = read_batches(r, Keys())
+    _, late = expected_windows(batch_rows(truth, batches), 10_000, LATENESS_MS)
+    kept = json.loads(
+        tidegauge(
+            "query", "late-events", "--redis", run["url"], "--json", "--limit", "100000"
+        ).stdout
+    )
+    assert len(kept) == sum(n for (_, svc), n in late.items() if svc == "*")
+    by_pos = {(t["partition"], t["offset"]): t for t in truth}
+    for e in kept:
+        t = by_pos[(e["partition"], e["offset"])]
+        assert (e["event_id"], e["event_time"], e["service"]) == (
+            t["event_id"],
+            t["event_time"],
+            t["service"],
+        )
+        assert e["window_end"] <= e["watermark"] and e["behind_ms"] >= 0
