@@ -1,8 +1,9 @@
 """Synthetic traffic for Tidegauge: a pure, seeded generator of Kafka records in send order.
 
 The generator is the pipeline's ground truth. It decides every record's event time, the instant it
-is sent and the disorder it carries (out-of-order, late, skewed, duplicated, malformed), so a test
-can compute the exact answer the job should give. Everything here is pure: no Kafka, no wall
+is sent, the instant the broker receives it and the disorder it carries (out-of-order, late,
+skewed, duplicated, malformed, buffered), so a test can compute the exact answer the job should
+give. Everything here is pure: no Kafka, no wall
 clock. The start of event time is passed in, and the randomness comes from a numpy `Generator`
 seeded by `GeneratorConfig.seed`. `tidegauge.producer` is the thin I/O edge that sends the
 records and writes the ground truth file; this module also holds the `tidegauge produce` flags.
@@ -10,6 +11,11 @@ records and writes the ground truth file; this module also holds the `tidegauge 
 Time is epoch milliseconds (UTC) everywhere. The generator keeps a clock: the instant (in event
 time) at which the simulated devices send each record. In `--pace realtime` that clock is pinned
 to the wall clock; in `--pace fast` it only exists in the records.
+
+Scenarios (`--scenario`) are named presets that stage one lesson each for demos and tests:
+`skewed-clocks` (device clocks that lie), `late-burst` (a device back online with an hour of
+buffered events) and `backlog` (the job pauses, then catches up). The last one is not traffic but
+a *control* record: the pure generator says when and for how long; the producer carries it out.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -38,16 +44,20 @@ from tidegauge.events import (
 
 __all__ = [
     "DEFAULT_LATENCY",
+    "CONTROL_KEY",
     "DEFAULT_SERVICES",
     "HEARTBEAT_KEY",
     "HEARTBEAT_SOURCE",
     "MALFORMED_KINDS",
+    "SCENARIOS",
+    "SKEWED_CLOCKS_FRACTION",
     "GeneratorConfig",
     "Intent",
     "Kind",
     "Pace",
     "Record",
     "add_arguments",
+    "burst_event_id",
     "config_from_args",
     "event_id",
     "generate",
@@ -57,8 +67,13 @@ __all__ = [
 ]
 
 Pace = Literal["realtime", "fast"]
-Kind = Literal["event", "duplicate", "malformed", "heartbeat"]
-Intent = Literal["in_order", "out_of_order", "late"]
+Kind = Literal["event", "duplicate", "malformed", "heartbeat", "control"]
+Intent = Literal["in_order", "out_of_order", "late", "buffered"]
+
+#: The names `--scenario` accepts, in the order the docs describe them.
+SCENARIOS: tuple[str, ...] = ("skewed-clocks", "late-burst", "backlog")
+#: --skew-fraction under `--scenario skewed-clocks` unless the flag is given.
+SKEWED_CLOCKS_FRACTION = 0.3
 
 #: name -> relative weight of its traffic (the `--services` default).
 DEFAULT_SERVICES: tuple[tuple[str, float], ...] = (
@@ -80,6 +95,13 @@ _FALLBACK_LATENCY = (50.0, 0.6)
 
 HEARTBEAT_KEY = b"__heartbeat__"
 HEARTBEAT_SOURCE = "tidegauge-produce"
+#: Key of control records. They never reach Kafka (the producer executes them), but the key keeps
+#: their truth lines shaped like every other record's.
+CONTROL_KEY = b"__control__"
+
+# The late-burst device is never one of this many most popular users: a burst from u000001
+# would hide in its ordinary traffic instead of standing out.
+_BURST_TOP_USERS = 100
 
 # Status mix: success codes (mostly 200) and, with probability --error-rate, a 5xx.
 _OK_CODES = (200, 201, 204, 304, 404)
@@ -87,17 +109,27 @@ _OK_WEIGHTS = (0.86, 0.05, 0.03, 0.04, 0.02)
 _ERROR_CODES = (500, 502, 503, 504)
 _ERROR_WEIGHTS = (0.55, 0.2, 0.15, 0.1)
 
+_T = TypeVar("_T")
+
 # Random numbers are drawn this many arrivals at a time: vectorised, and independent of the
 # config, so the same seed gives the same stream whatever --count or --duration says.
 _CHUNK = 4096
+
+# Runs of None for the Record fields a kind does not use.
+_NONE7: tuple[None, ...] = (None,) * 7
+_NONE8: tuple[None, ...] = (None,) * 8
+_NONE12: tuple[None, ...] = (None,) * 12
 
 
 @dataclass(frozen=True)
 class GeneratorConfig:
     """What traffic to make. Durations and times are integer ms; fractions are in [0, 1].
 
-    `count` counts arrivals (events plus malformed records); duplicates and heartbeats come on
-    top. With neither `count` nor `duration_ms` the stream never ends.
+    `count` counts arrivals (events plus malformed records); duplicates, heartbeats, the
+    late-burst's buffered events and control records come on top. With neither `count` nor
+    `duration_ms` the stream never ends. `burst_at_ms` and `backlog_at_ms` are offsets from the
+    start of event time; None means the documented default (`burst_offset_ms`,
+    `backlog_offset_ms`).
     """
 
     seed: int = 0
@@ -123,6 +155,14 @@ class GeneratorConfig:
     malformed_fraction: float = 0.0
     iso_fraction: float = 0.1
     heartbeat_interval_ms: int = 1_000
+    heartbeat_tail_ms: int = 0
+    network_delay_ms: int = 50
+    scenarios: tuple[str, ...] = ()
+    burst_at_ms: int | None = None
+    burst_span_ms: int = 3_600_000
+    burst_rate: float = 1.0
+    backlog_at_ms: int | None = None
+    backlog_pause_ms: int = 30_000
     source: str = field(default=HEARTBEAT_SOURCE)
 
     def __post_init__(self) -> None:
@@ -196,6 +236,54 @@ class GeneratorConfig:
             raise ValueError(
                 f"--heartbeat-interval must be >= 0 (0 disables), got {self.heartbeat_interval_ms}"
             )
+        if self.heartbeat_tail_ms < 0:
+            raise ValueError(f"--heartbeat-tail must be >= 0, got {self.heartbeat_tail_ms} ms")
+        if self.heartbeat_tail_ms > 0 and self.heartbeat_interval_ms == 0:
+            raise ValueError("--heartbeat-tail needs heartbeats: set --heartbeat-interval > 0")
+        if self.network_delay_ms < 0:
+            raise ValueError(f"--network-delay must be >= 0, got {self.network_delay_ms} ms")
+        self._check_scenarios()
+
+    def _check_scenarios(self) -> None:
+        for name in self.scenarios:
+            if name not in SCENARIOS:
+                raise ValueError(f"--scenario: unknown {name!r} (one of {', '.join(SCENARIOS)})")
+        if len(set(self.scenarios)) != len(self.scenarios):
+            raise ValueError(f"--scenario names a scenario twice: {','.join(self.scenarios)}")
+        # The scenario knobs are checked even when their scenario is off: a config is either
+        # valid or not, whatever is switched on later with dataclasses.replace.
+        if self.burst_at_ms is not None and self.burst_at_ms < 0:
+            raise ValueError(
+                f"--burst-at must be >= 0 (after the start), got {self.burst_at_ms} ms"
+            )
+        if self.burst_span_ms <= 0:
+            raise ValueError(f"--burst-span must be positive, got {self.burst_span_ms} ms")
+        if not math.isfinite(self.burst_rate) or self.burst_rate <= 0:
+            raise ValueError(
+                f"--burst-rate must be positive (events per second), got {self.burst_rate}"
+            )
+        if self.burst_count < 1:
+            raise ValueError("--burst-span times --burst-rate must make at least one event")
+        if self.backlog_at_ms is not None and self.backlog_at_ms < 0:
+            raise ValueError(
+                f"--backlog-at must be >= 0 (after the start), got {self.backlog_at_ms} ms"
+            )
+        if self.backlog_pause_ms <= 0:
+            raise ValueError(f"--backlog-pause must be positive, got {self.backlog_pause_ms} ms")
+        if "skewed-clocks" in self.scenarios and (self.skew_fraction == 0 or self.max_skew_ms == 0):
+            raise ValueError(
+                "--scenario skewed-clocks needs --skew-fraction > 0 and --max-skew > 0"
+            )
+        if "late-burst" in self.scenarios and self.users <= _BURST_TOP_USERS:
+            raise ValueError(
+                f"--scenario late-burst needs --users > {_BURST_TOP_USERS} (the device is never "
+                f"one of the {_BURST_TOP_USERS} most popular users), got {self.users}"
+            )
+        if "backlog" in self.scenarios and self.pace != "realtime":
+            raise ValueError(
+                "--scenario backlog needs --pace realtime: a pause of the job only means "
+                "something while records arrive on the wall clock"
+            )
 
     def latency_of(self, service: str) -> tuple[float, float]:
         """(median ms, sigma) of `service`'s lognormal latency: --latency, else the default."""
@@ -208,7 +296,34 @@ class GeneratorConfig:
     def max_send_delay_ms(self) -> int:
         """The longest any event waits between its event time and its send time."""
         delay = self.max_delay_ms if self.out_of_order_fraction > 0 else 0
-        return max(delay, 2 * self.lateness_ms if self.late_fraction > 0 else 0)
+        burst = self.burst_span_ms if "late-burst" in self.scenarios else 0
+        return max(delay, 2 * self.lateness_ms if self.late_fraction > 0 else 0, burst)
+
+    @property
+    def burst_offset_ms(self) -> int:
+        """When the late-burst device comes back online, in ms after the start of event time.
+
+        --burst-at, else half of --duration (the burst lands mid-run, where a chart shows it),
+        else 60s.
+        """
+        if self.burst_at_ms is not None:
+            return self.burst_at_ms
+        return self.duration_ms // 2 if self.duration_ms is not None else 60_000
+
+    @property
+    def burst_count(self) -> int:
+        """Buffered events in the late burst: --burst-span times --burst-rate, rounded."""
+        return round(self.burst_span_ms * self.burst_rate / 1000)
+
+    @property
+    def backlog_offset_ms(self) -> int:
+        """When the backlog pause starts, in ms after the start of event time.
+
+        --backlog-at, else a third of --duration (so the catch-up fits in the run), else 20s.
+        """
+        if self.backlog_at_ms is not None:
+            return self.backlog_at_ms
+        return self.duration_ms // 3 if self.duration_ms is not None else 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,10 +331,16 @@ class Record:
     """One Kafka record the generator sends, with the ground truth about it.
 
     `send_ms` is the generator clock (true time) when it is sent; records come out of `generate`
-    ordered by it. `event_time` and `sent_time` are what the record carries (device skew
-    included); `true_time` is the instant the event really happened. Fields that do not apply
-    to a kind are None: malformed records carry only `key`, `value`, `send_ms`, `sent_time`,
-    `true_time` and `reason`; heartbeats carry `partition` and their times.
+    ordered by it. `receive_ms` is when the broker receives it: `send_ms` plus a network delay
+    (heartbeats and control records: `send_ms`). The producer makes it the Kafka record
+    timestamp, standing in for the ingest gateway's clock, the one clock the docs trust. It is
+    not ordered: two records sent in order may be received the other way round.
+    `event_time` and `sent_time` are what the record carries (device skew included);
+    `true_time` is the instant the event really happened. Fields that do not apply to a kind
+    are None: malformed records carry only `key`, `value`, `send_ms`, `receive_ms`,
+    `sent_time`, `true_time` and `reason`; heartbeats carry `partition` and their times;
+    control records (never sent to Kafka, executed by the producer) carry only `key`, `value`
+    and the two clock fields.
     """
 
     seq: int
@@ -228,6 +349,7 @@ class Record:
     value: bytes
     partition: int | None
     send_ms: int
+    receive_ms: int
     event_id: str | None
     event_time: int | None
     true_time: int | None
@@ -241,14 +363,18 @@ class Record:
     skew_ms: int | None
     reason: Reason | None
 
-    def truth(self, partition: int, offset: int) -> dict[str, Any]:
-        """The ground-truth line of this record once it landed at (partition, offset)."""
+    def truth(self, partition: int | None, offset: int | None) -> dict[str, Any]:
+        """The ground-truth line of this record once it landed at (partition, offset).
+
+        A control record never lands anywhere: its partition and offset are None.
+        """
         return {
             "seq": self.seq,
             "kind": self.kind,
             "partition": partition,
             "offset": offset,
             "key": self.key.decode("utf-8"),
+            "receive_ms": self.receive_ms,
             "event_id": self.event_id,
             "event_time": self.event_time,
             "true_time": self.true_time,
@@ -267,6 +393,15 @@ class Record:
 def event_id(seed: int, seq: int) -> str:
     """The id of arrival number `seq` of the stream seeded with `seed`: unique, reproducible."""
     return f"{seed:x}-{seq:09d}"
+
+
+def burst_event_id(seed: int, k: int) -> str:
+    """The id of buffered event number `k` of the late burst, unique and reproducible.
+
+    The "b" keeps it apart from `event_id`'s, so adding a burst leaves every ordinary id (and
+    --count) as it was.
+    """
+    return f"{seed:x}-b{k:08d}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,8 +457,11 @@ def generate(config: GeneratorConfig, start_ms: int | None = None) -> Iterator[R
     Event time starts at `start_ms` (epoch ms), else at `config.start_time_ms`; one of them is
     required, so the output depends on nothing but its arguments. Arrivals form a Poisson
     process of `config.rate` per second of event time. Every `heartbeat_interval_ms` of the
-    generator clock a heartbeat goes to each partition; after the last record, a final round
-    carries the clock at the end.
+    generator clock a heartbeat goes to each partition; after the last record (and
+    `heartbeat_tail_ms` more of the clock), a final round carries the clock at the end.
+    Scenarios add records at fixed instants of the clock: the late burst's buffered events and
+    the backlog's control record. The clock runs on until both have happened, even when
+    --count or --duration ends the arrivals earlier.
     """
     t0 = start_ms if start_ms is not None else config.start_time_ms
     if t0 is None:
@@ -341,10 +479,14 @@ def _pick(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 
 def _generate(cfg: GeneratorConfig, t0: int) -> Iterator[Record]:
-    streams = [np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(8)]
+    # One independent stream per concern. Children of a SeedSequence are fixed by their index,
+    # so streams added at the end (network, burst) leave the first eight, and every field they
+    # decide, exactly as they were.
+    streams = [np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(10)]
     rng_arrival, rng_user, rng_service, rng_latency, rng_status, rng_intent, rng_flags, rng_skew = (
-        streams
+        streams[:8]
     )
+    rng_network, rng_burst = streams[8:]
     user_cdf = _cdf(1.0 / np.arange(1, cfg.users + 1, dtype=np.float64) ** cfg.zipf)
     # A device's clock offset is a property of the user, fixed for the whole run.
     skewed = rng_skew.random(cfg.users) < cfg.skew_fraction
@@ -368,6 +510,7 @@ def _generate(cfg: GeneratorConfig, t0: int) -> Iterator[Record]:
     late_cut = cfg.late_fraction
     ooo_cut = cfg.late_fraction + cfg.out_of_order_fraction
     interval = cfg.heartbeat_interval_ms
+    net_high = cfg.network_delay_ms + 1
     partitions = range(cfg.partitions)
     seed = cfg.seed
 
@@ -385,27 +528,82 @@ def _generate(cfg: GeneratorConfig, t0: int) -> Iterator[Record]:
     elapsed = 0.0
     last_t = t0
 
+    def latencies_of(rng: np.random.Generator, svc_idx: np.ndarray) -> np.ndarray:
+        z = rng.standard_normal(len(svc_idx))
+        return np.round(medians[svc_idx] * np.exp(sigmas[svc_idx] * z), 3)
+
+    def statuses_of(rng: np.random.Generator, n: int) -> np.ndarray:
+        is_error = rng.random(n) < cfg.error_rate
+        ok = ok_codes[_pick(ok_cdf, rng.random(n))]
+        err = err_codes[_pick(err_cdf, rng.random(n))]
+        return np.where(is_error, err, ok)
+
     def heartbeat(at: int, p: int) -> tuple[Any, ...]:
         value = encode_heartbeat(Heartbeat(event_time=at, partition=p, source=cfg.source))
-        return (
-            "heartbeat",
-            HEARTBEAT_KEY,
-            value,
-            p,
-            at,
-            None,
-            at,
-            at,
-            at,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-        )
+        return ("heartbeat", HEARTBEAT_KEY, value, p, at, at, None, at, at, at, *_NONE8)
+
+    def control(at: int) -> list[tuple[Any, ...]]:
+        value = _dumps({"control": "pause", "pause_ms": cfg.backlog_pause_ms})
+        return [("control", CONTROL_KEY, value, None, at, at, *_NONE12)]
+
+    def burst(at: int) -> list[tuple[Any, ...]]:
+        # One device, offline for the span, sends what it buffered, oldest first, all at `at`.
+        # Everything is drawn from the burst's own stream, so the rest of the run is unchanged.
+        n = cfg.burst_count
+        idx = int(rng_burst.integers(_BURST_TOP_USERS, cfg.users))
+        user_id = f"u{idx + 1:06d}"
+        key = user_id.encode("utf-8")
+        skew = int(user_skew[idx])
+        trues = np.sort(rng_burst.integers(at - cfg.burst_span_ms, at, n)).tolist()
+        svc_idx = _pick(service_cdf, rng_burst.random(n))
+        lats = latencies_of(rng_burst, svc_idx).tolist()
+        stats = statuses_of(rng_burst, n).tolist()
+        nets = rng_burst.integers(0, net_high, n).tolist()
+        out: list[tuple[Any, ...]] = []
+        for k, (t, s) in enumerate(zip(trues, svc_idx.tolist(), strict=True)):
+            eid = burst_event_id(seed, k)
+            et, st = t + skew, at + skew
+            ev = Event(eid, et, names[s], user_id, lats[k], stats[k], st)
+            out.append(
+                (
+                    "event",
+                    key,
+                    encode_event(ev),
+                    None,
+                    at,
+                    at + nets[k],
+                    eid,
+                    et,
+                    t,
+                    st,
+                    names[s],
+                    user_id,
+                    lats[k],
+                    stats[k],
+                    at - t,
+                    "buffered",
+                    skew,
+                    None,
+                )
+            )
+        return out
+
+    # Scenario records at fixed instants of the clock, in time order (a tie: control first).
+    scheduled: list[tuple[int, Callable[[int], list[tuple[Any, ...]]]]] = []
+    if "backlog" in cfg.scenarios:
+        scheduled.append((t0 + cfg.backlog_offset_ms, control))
+    if "late-burst" in cfg.scenarios:
+        scheduled.append((t0 + cfg.burst_offset_ms, burst))
+    scheduled.sort(key=lambda item: item[0])
+
+    def release_scheduled(before: int | None) -> None:
+        """Push the scenario records due before `before` (None: all) onto the heap."""
+        nonlocal tiebreak
+        while scheduled and (before is None or scheduled[0][0] < before):
+            at, build = scheduled.pop(0)
+            for payload in build(at):
+                push(heap, (at, 1, tiebreak, payload))
+                tiebreak += 1
 
     done = False
     while not done:
@@ -418,12 +616,8 @@ def _generate(cfg: GeneratorConfig, t0: int) -> Iterator[Record]:
         users = user_idx.tolist()
         svc_idx = _pick(service_cdf, rng_service.random(_CHUNK))
         services = svc_idx.tolist()
-        z = rng_latency.standard_normal(_CHUNK)
-        latencies = np.round(medians[svc_idx] * np.exp(sigmas[svc_idx] * z), 3).tolist()
-        is_error = rng_status.random(_CHUNK) < cfg.error_rate
-        ok = ok_codes[_pick(ok_cdf, rng_status.random(_CHUNK))]
-        err = err_codes[_pick(err_cdf, rng_status.random(_CHUNK))]
-        statuses = np.where(is_error, err, ok).tolist()
+        latencies = latencies_of(rng_latency, svc_idx).tolist()
+        statuses = statuses_of(rng_status, _CHUNK).tolist()
         u_intent = rng_intent.random(_CHUNK).tolist()
         ooo_delays = rng_intent.integers(1, max(cfg.max_delay_ms, 1) + 1, _CHUNK).tolist()
         lo = cfg.lateness_ms + 1
@@ -431,6 +625,9 @@ def _generate(cfg: GeneratorConfig, t0: int) -> Iterator[Record]:
         malformed = (rng_flags.random(_CHUNK) < cfg.malformed_fraction).tolist()
         duplicate = (rng_flags.random(_CHUNK) < cfg.duplicate_fraction).tolist()
         iso = (rng_flags.random(_CHUNK) < cfg.iso_fraction).tolist()
+        # A retry travels the network again: a duplicate gets a delay of its own.
+        nets = rng_network.integers(0, net_high, _CHUNK).tolist()
+        dup_nets = rng_network.integers(0, net_high, _CHUNK).tolist()
 
         for i in range(_CHUNK):
             t = times[i]
@@ -442,6 +639,8 @@ def _generate(cfg: GeneratorConfig, t0: int) -> Iterator[Record]:
                     push(heap, (hb_next, 0, tiebreak, heartbeat(hb_next, p)))
                     tiebreak += 1
                 hb_next += interval
+            if scheduled and scheduled[0][0] < t:
+                release_scheduled(t)
             while heap and heap[0][0] < t:
                 yield Record(seq, *pop(heap)[3])
                 seq += 1
@@ -469,17 +668,12 @@ def _generate(cfg: GeneratorConfig, t0: int) -> Iterator[Record]:
                     build(obj),
                     None,
                     t,
+                    t + nets[i],
                     None,
                     None,
                     t,
                     t,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
+                    *_NONE7,
                     reason,
                 )
                 push(heap, (t, 1, tiebreak, payload))
@@ -509,10 +703,6 @@ def _generate(cfg: GeneratorConfig, t0: int) -> Iterator[Record]:
                 f'"sent_time":{times_json[1]}}}'
             ).encode()
             fields = (
-                key,
-                value,
-                None,
-                send,
                 eid,
                 et,
                 t,
@@ -526,16 +716,22 @@ def _generate(cfg: GeneratorConfig, t0: int) -> Iterator[Record]:
                 skew,
                 None,
             )
-            push(heap, (send, 1, tiebreak, ("event", *fields)))
+            push(
+                heap,
+                (send, 1, tiebreak, ("event", key, value, None, send, send + nets[i], *fields)),
+            )
             tiebreak += 1
             if duplicate[i]:
-                push(heap, (send, 1, tiebreak, ("duplicate", *fields)))
+                dup = ("duplicate", key, value, None, send, send + dup_nets[i], *fields)
+                push(heap, (send, 1, tiebreak, dup))
                 tiebreak += 1
 
-    # The stream is finite: drain the delayed records (the clock keeps ticking, so do the
-    # heartbeats), then one last round of heartbeats at the end of the clock.
+    # The stream is finite: drain the delayed and scheduled records (the clock keeps ticking,
+    # so do the heartbeats, for --heartbeat-tail longer), then one last round of heartbeats at
+    # the end of the clock.
+    release_scheduled(None)
     last_send = max((item[0] for item in heap), default=t0)
-    clock_end = max(last_t if end_ms is None else end_ms, last_send)
+    clock_end = max(last_t if end_ms is None else end_ms, last_send) + cfg.heartbeat_tail_ms
     while hb_next is not None and hb_next < clock_end:
         for p in partitions:
             push(heap, (hb_next, 0, tiebreak, heartbeat(hb_next, p)))
@@ -700,9 +896,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--skew-fraction",
         type=float,
-        default=0.0,
+        default=None,  # None: "not given", so --scenario skewed-clocks may choose
         metavar="F",
-        help="users whose device clock is off by up to --max-skew (default 0)",
+        help="users whose device clock is off by up to --max-skew "
+        f"(default 0; {SKEWED_CLOCKS_FRACTION} with --scenario skewed-clocks)",
     )
     g.add_argument(
         "--max-skew",
@@ -733,11 +930,78 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="events with ISO-8601 times instead of epoch ms (default 0.1)",
     )
     g.add_argument(
+        "--network-delay",
+        type=d,
+        default=parse_duration("50ms"),
+        metavar="DURATION",
+        help="longest delay from send to broker receipt, the Kafka timestamp (default 50ms)",
+    )
+    g.add_argument(
         "--heartbeat-interval",
         type=d,
         default=parse_duration("1s"),
         metavar="DURATION",
         help="event time between heartbeat rounds to every partition; 0 disables",
+    )
+    g.add_argument(
+        "--heartbeat-tail",
+        type=d,
+        default=0,
+        metavar="DURATION",
+        help="keep sending heartbeats this long after the last event, so the last windows "
+        "close (default 0)",
+    )
+    g = p.add_argument_group("scenarios (docs/events.md)")
+    g.add_argument(
+        "--scenario",
+        action="append",
+        choices=SCENARIOS,
+        default=None,
+        metavar="NAME",
+        help=f"a preset lesson; repeatable: {', '.join(SCENARIOS)}",
+    )
+    g.add_argument(
+        "--burst-at",
+        type=d,
+        metavar="DURATION",
+        help="late-burst: when the device comes back, after the start "
+        "(default half of --duration, else 60s)",
+    )
+    g.add_argument(
+        "--burst-span",
+        type=d,
+        metavar="DURATION",
+        help="late-burst: how long the device was offline, buffering (default 1h)",
+    )
+    g.add_argument(
+        "--burst-rate",
+        type=float,
+        metavar="R",
+        help="late-burst: events per second the device buffered (default 1)",
+    )
+    g.add_argument(
+        "--backlog-at",
+        type=d,
+        metavar="DURATION",
+        help="backlog: when the job pauses, after the start (default a third of --duration, "
+        "else 20s)",
+    )
+    g.add_argument(
+        "--backlog-pause",
+        type=d,
+        metavar="DURATION",
+        help="backlog: how long the job pauses (default 30s)",
+    )
+    g.add_argument(
+        "--redis",
+        metavar="URL",
+        help="backlog: Redis the job reads its pause from (env TIDEGAUGE_REDIS_URL)",
+    )
+    g.add_argument(
+        "--redis-prefix",
+        default="tg",
+        metavar="PREFIX",
+        help="backlog: the job's Redis key prefix (default tg)",
     )
     g = p.add_argument_group("output")
     g.add_argument("--truth", metavar="PATH", help="write ground truth JSON lines here")
@@ -748,7 +1012,9 @@ def config_from_args(args: argparse.Namespace, now_ms: int | None = None) -> Gen
     """Build the config from parsed flags; raises ValueError naming the bad flag.
 
     `now_ms` (default: the wall clock) resolves the fast pace's default start (now, rounded
-    down to the second) and relative --start-time values such as "15m".
+    down to the second) and relative --start-time values such as "15m". Scenario presets are
+    resolved here, where "the flag was not given" is still known: `skewed-clocks` sets
+    --skew-fraction to 0.3 only when that flag is absent.
     """
     if now_ms is None:
         now_ms = int(time.time() * 1000)
@@ -757,6 +1023,21 @@ def config_from_args(args: argparse.Namespace, now_ms: int | None = None) -> Gen
         start = parse_instant(args.start_time, now_ms)
     elif args.pace == "fast":
         start = now_ms - now_ms % 1000
+    scenarios = tuple(args.scenario or ())
+    # A scenario's knobs given without the scenario would be silently ignored: refuse instead.
+    for flag, value, scenario in (
+        ("--burst-at", args.burst_at, "late-burst"),
+        ("--burst-span", args.burst_span, "late-burst"),
+        ("--burst-rate", args.burst_rate, "late-burst"),
+        ("--backlog-at", args.backlog_at, "backlog"),
+        ("--backlog-pause", args.backlog_pause, "backlog"),
+    ):
+        if value is not None and scenario not in scenarios:
+            raise ValueError(f"{flag} only applies to --scenario {scenario}")
+    skew_fraction = args.skew_fraction
+    if skew_fraction is None:
+        skew_fraction = SKEWED_CLOCKS_FRACTION if "skewed-clocks" in scenarios else 0.0
+    defaults = GeneratorConfig()
     return GeneratorConfig(
         seed=args.seed,
         rate=args.rate,
@@ -775,13 +1056,25 @@ def config_from_args(args: argparse.Namespace, now_ms: int | None = None) -> Gen
         max_delay_ms=args.max_delay,
         late_fraction=args.late_fraction,
         lateness_ms=args.lateness,
-        skew_fraction=args.skew_fraction,
+        skew_fraction=skew_fraction,
         max_skew_ms=args.max_skew,
         duplicate_fraction=args.duplicate_fraction,
         malformed_fraction=args.malformed_fraction,
         iso_fraction=args.iso_fraction,
         heartbeat_interval_ms=args.heartbeat_interval,
+        heartbeat_tail_ms=args.heartbeat_tail,
+        network_delay_ms=args.network_delay,
+        scenarios=scenarios,
+        burst_at_ms=args.burst_at,
+        burst_span_ms=_given(args.burst_span, defaults.burst_span_ms),
+        burst_rate=_given(args.burst_rate, defaults.burst_rate),
+        backlog_at_ms=args.backlog_at,
+        backlog_pause_ms=_given(args.backlog_pause, defaults.backlog_pause_ms),
     )
+
+
+def _given(value: _T | None, default: _T) -> _T:
+    return default if value is None else value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,6 +3,10 @@
 All decisions about the traffic live in the pure `tidegauge.generator`; this module only paces,
 sends, and records where every record landed (partition and offset from the broker's
 acknowledgement), so the ground-truth file can be checked against the topic record by record.
+
+Each record goes out with its Kafka timestamp set to the generator's `receive_ms`, standing in
+for the broker's receive time. Control records (`--scenario backlog`) are not sent: they are
+executed, by writing the job's pause into Redis.
 """
 
 from __future__ import annotations
@@ -22,11 +26,12 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
+import redis
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
 from tqdm import tqdm
 
-from tidegauge.config import KafkaSettings
+from tidegauge.config import KafkaSettings, RedisSettings, redact_url
 from tidegauge.durations import format_duration, to_iso
 from tidegauge.generator import GeneratorConfig, Record, config_from_args, generate
 from tidegauge.topics import ensure_topic
@@ -55,8 +60,10 @@ class ProduceError(RuntimeError):
 class Summary:
     """What one run sent. Intents count events (originals, not their duplicates).
 
-    `start_ms`/`end_ms` are the generator clock (epoch ms, UTC) at the start and at the last
-    record sent; `elapsed_s` is wall time from the first send to the last acknowledgement.
+    `records` counts what went to Kafka; `controls` counts control records, which were
+    executed instead. `start_ms`/`end_ms` are the generator clock (epoch ms, UTC) at the start
+    and at the last record; `elapsed_s` is wall time from the first send to the last
+    acknowledgement.
     """
 
     topic: str
@@ -73,6 +80,8 @@ class Summary:
     start_ms: int
     end_ms: int
     interrupted: bool = False
+    buffered: int = 0
+    controls: int = 0
 
     @property
     def records_per_s(self) -> float:
@@ -86,13 +95,18 @@ class Summary:
             f"sent {self.records:,} records to {self.topic!r} ({self.partitions} partitions) in "
             f"{self.elapsed_s:.2f} s, {self.records_per_s:,.0f} records/s{stopped}",
             f"  events      {self.events:>10,}   in-order {self.in_order:,}, "
-            f"out-of-order {self.out_of_order:,}, late {self.late:,}",
+            f"out-of-order {self.out_of_order:,}, late {self.late:,}"
+            + (f", buffered {self.buffered:,}" if self.buffered else ""),
             f"  duplicates  {self.duplicates:>10,}",
             f"  malformed   {self.malformed:>10,}",
             f"  heartbeats  {self.heartbeats:>10,}",
-            f"  event time  {to_iso(self.start_ms)} .. {to_iso(self.end_ms)} "
-            f"({format_duration(self.end_ms - self.start_ms)})",
         ]
+        if self.controls:
+            lines.append(f"  controls    {self.controls:>10,}   executed in Redis, not sent")
+        lines.append(
+            f"  event time  {to_iso(self.start_ms)} .. {to_iso(self.end_ms)} "
+            f"({format_duration(self.end_ms - self.start_ms)})"
+        )
         return "\n".join(lines)
 
 
@@ -110,6 +124,50 @@ def _connect(kafka: KafkaSettings, connect_timeout_ms: int) -> KafkaProducer:
         ) from None
 
 
+def _connect_redis(settings: RedisSettings, connect_timeout_ms: int) -> redis.Redis:
+    timeout_s = connect_timeout_ms / 1000
+    client = redis.Redis.from_url(
+        settings.url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s
+    )
+    try:
+        client.ping()
+    except redis.RedisError as e:
+        client.close()
+        raise ProduceError(
+            f"--scenario backlog: cannot reach Redis at {redact_url(settings.url)}: {e}"
+        ) from None
+    return client
+
+
+def _no_controls(record: Record) -> None:
+    raise ProduceError(f"control record {record.seq} needs Redis (--scenario backlog)")
+
+
+def _control_executor(
+    settings: RedisSettings, client: redis.Redis, clock: Callable[[], float]
+) -> Callable[[Record], None]:
+    """What carrying out a control record means: today, one pause of the job, set in Redis."""
+    from tidegauge.store import Keys  # the Redis layout, only imported when a scenario needs it
+
+    key = Keys(settings.prefix).control
+
+    def execute(record: Record) -> None:
+        command = json.loads(record.value)
+        if command.get("control") != "pause":
+            raise ProduceError(f"unknown control record {record.value!r}")
+        # The job compares pause_until with its own wall clock, so it is wall time, not the
+        # generator clock (the two agree in realtime pace, the only pace with a backlog).
+        pause_until = int(clock() * 1000) + int(command["pause_ms"])
+        try:
+            client.hset(key, "pause_until", pause_until)
+        except redis.RedisError as e:
+            raise ProduceError(
+                f"cannot write the pause to Redis at {redact_url(settings.url)}: {e}"
+            ) from None
+
+    return execute
+
+
 def produce(
     config: GeneratorConfig,
     kafka: KafkaSettings,
@@ -119,6 +177,7 @@ def produce(
     stop: threading.Event | None = None,
     clock: Callable[[], float] = time.time,
     connect_timeout_ms: int = 5_000,
+    redis_settings: RedisSettings | None = None,
 ) -> Summary:
     """Send `config`'s stream to `kafka.topic` and return what was sent.
 
@@ -126,12 +185,43 @@ def produce(
     topic really has. In realtime pace, event time starts at `clock()` (seconds, UTC) and each
     record waits for its send time; in fast pace it starts at `config.start_time_ms` (default:
     `clock()` rounded down to the second) and records go out as fast as the broker takes them.
+    Every record's Kafka timestamp is its `receive_ms`. Control records are executed, not
+    sent: `--scenario backlog` writes `pause_until` (wall clock `clock()` + the pause, epoch
+    ms) into the hash `Keys(prefix).control` of `redis_settings`, which must be reachable
+    before anything is sent.
     Setting `stop` (or Ctrl-C) ends the run cleanly: pending records are flushed and
     acknowledged, and the truth file is complete for everything sent.
-    Raises `ProduceError` when the broker cannot be reached or a record is not acknowledged.
+    Raises `ProduceError` when the broker or a needed Redis cannot be reached or a record is
+    not acknowledged.
     """
     if stop is None:
         stop = threading.Event()
+    client: redis.Redis | None = None
+    execute: Callable[[Record], None] = _no_controls
+    if "backlog" in config.scenarios:  # fail before sending anything, not at the pause
+        if redis_settings is None:
+            raise ProduceError("--scenario backlog needs Redis (--redis or TIDEGAUGE_REDIS_URL)")
+        client = _connect_redis(redis_settings, connect_timeout_ms)
+        execute = _control_executor(redis_settings, client, clock)
+    try:
+        return _produce(
+            config, kafka, truth_path, progress, stop, clock, connect_timeout_ms, execute
+        )
+    finally:
+        if client is not None:
+            client.close()
+
+
+def _produce(
+    config: GeneratorConfig,
+    kafka: KafkaSettings,
+    truth_path: str | Path | None,
+    progress: bool,
+    stop: threading.Event,
+    clock: Callable[[], float],
+    connect_timeout_ms: int,
+    execute: Callable[[Record], None],
+) -> Summary:
     producer = _connect(kafka, connect_timeout_ms)
     try:
         try:
@@ -149,13 +239,15 @@ def produce(
         elif config.start_time_ms is not None:
             start_ms = config.start_time_ms
         with _truth_writer(truth_path) as write_truth:
-            return _send(config, kafka, producer, start_ms, write_truth, progress, stop)
+            return _send(config, kafka, producer, start_ms, write_truth, progress, stop, execute)
     finally:
         producer.close(timeout=5)
 
 
 @contextmanager
-def _truth_writer(path: str | Path | None) -> Iterator[Callable[[Record, int, int], None] | None]:
+def _truth_writer(
+    path: str | Path | None,
+) -> Iterator[Callable[[Record, int | None, int | None], None] | None]:
     if path is None:
         yield None
         return
@@ -163,10 +255,10 @@ def _truth_writer(path: str | Path | None) -> Iterator[Callable[[Record, int, in
         yield _line_writer(f)
 
 
-def _line_writer(f: IO[str]) -> Callable[[Record, int, int], None]:
+def _line_writer(f: IO[str]) -> Callable[[Record, int | None, int | None], None]:
     dumps = json.dumps
 
-    def write(record: Record, partition: int, offset: int) -> None:
+    def write(record: Record, partition: int | None, offset: int | None) -> None:
         f.write(dumps(record.truth(partition, offset), separators=(",", ":")) + "\n")
 
     return write
@@ -177,12 +269,15 @@ def _send(
     kafka: KafkaSettings,
     producer: KafkaProducer,
     start_ms: int,
-    write_truth: Callable[[Record, int, int], None] | None,
+    write_truth: Callable[[Record, int | None, int | None], None] | None,
     progress: bool,
     stop: threading.Event,
+    execute: Callable[[Record], None],
 ) -> Summary:
     counts = collections.Counter[str]()
     intents = collections.Counter[str]()
+    # (record, future); a control record has no future: it is done once executed, and waits
+    # here only so the truth file stays in send order.
     pending: collections.deque[tuple[Record, Any]] = collections.deque()
     expected = config.count
     if expected is None and config.duration_ms is not None:
@@ -196,8 +291,12 @@ def _send(
     )
 
     def settle(block: bool) -> None:
-        while pending and (block or pending[0][1].is_done):
+        while pending and (block or pending[0][1] is None or pending[0][1].is_done):
             record, future = pending.popleft()
+            if future is None:
+                if write_truth is not None:
+                    write_truth(record, None, None)
+                continue
             try:
                 meta = future.get(timeout=_ACK_TIMEOUT_S)
             except KafkaError as e:
@@ -224,17 +323,28 @@ def _send(
             if stop.is_set():
                 interrupted = True
                 break
-            try:
-                future = send(topic, value=record.value, key=record.key, partition=record.partition)
-            except KafkaError as e:
-                raise ProduceError(f"sending to {topic!r} failed: {e}") from None
-            pending.append((record, future))
-            last_ms = record.send_ms
             kind = record.kind
+            if kind == "control":
+                execute(record)
+                pending.append((record, None))
+            else:
+                try:
+                    future = send(
+                        topic,
+                        value=record.value,
+                        key=record.key,
+                        partition=record.partition,
+                        timestamp_ms=record.receive_ms,
+                    )
+                except KafkaError as e:
+                    raise ProduceError(f"sending to {topic!r} failed: {e}") from None
+                pending.append((record, future))
+            last_ms = record.send_ms
             counts[kind] += 1
             if kind == "event":
                 intents[record.intent or ""] += 1
-            if kind in ("event", "malformed"):
+            # The bar counts arrivals, as --count and --duration do; a burst comes on top.
+            if kind == "malformed" or (kind == "event" and record.intent != "buffered"):
                 unreported += 1
                 if unreported >= 512:
                     bar.update(unreported)
@@ -253,7 +363,7 @@ def _send(
     return Summary(
         topic=topic,
         partitions=config.partitions,
-        records=sum(counts.values()),
+        records=sum(counts.values()) - counts["control"],
         events=counts["event"],
         duplicates=counts["duplicate"],
         malformed=counts["malformed"],
@@ -265,6 +375,8 @@ def _send(
         start_ms=start_ms,
         end_ms=last_ms,
         interrupted=interrupted,
+        buffered=intents["buffered"],
+        controls=counts["control"],
     )
 
 
@@ -291,13 +403,17 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
 def run_cli(args: argparse.Namespace) -> int:
     """Body of `tidegauge produce`.
 
-    Exit status: 0 when done or stopped by SIGINT/SIGTERM, 1 on Kafka errors, 2 on bad flags.
+    Exit status: 0 when done or stopped by SIGINT/SIGTERM, 1 on Kafka (or, with
+    `--scenario backlog`, Redis) errors, 2 on bad flags.
     """
     # Our own messages say what failed; kafka-python's log lines would only repeat it as noise.
     logging.getLogger("kafka").addHandler(logging.NullHandler())
     try:
         kafka = KafkaSettings.from_env(bootstrap=args.bootstrap, topic=args.topic)
         config = config_from_args(args)
+        redis_settings = None
+        if "backlog" in config.scenarios:  # only then is Redis used, so only then checked
+            redis_settings = RedisSettings.from_env(url=args.redis, prefix=args.redis_prefix)
     except ValueError as e:
         print(f"tidegauge produce: error: {e}", file=sys.stderr)
         return 2
@@ -311,6 +427,7 @@ def run_cli(args: argparse.Namespace) -> int:
                 progress=not args.quiet,
                 stop=stop,
                 connect_timeout_ms=args.connect_timeout,
+                redis_settings=redis_settings,
             )
     except (ProduceError, OSError) as e:
         print(f"tidegauge produce: error: {e}", file=sys.stderr)

@@ -1,8 +1,15 @@
-"""The pure generator: determinism, volumes, disorder knobs, and the contract of every record."""
+"""The pure generator: determinism, volumes, disorder knobs, and the contract of every record.
+
+Also the "time made visible" features: the broker's receive time, the scenarios (skewed-clocks,
+late-burst, backlog) and the heartbeat tail.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
+import itertools
 import json
 import math
 from collections import Counter, defaultdict
@@ -15,13 +22,16 @@ import pytest
 from tidegauge.durations import to_iso
 from tidegauge.events import Event, Heartbeat, Reason, Rejected, encode_event, parse_record
 from tidegauge.generator import (
+    CONTROL_KEY,
     DEFAULT_SERVICES,
     HEARTBEAT_KEY,
     HEARTBEAT_SOURCE,
     MALFORMED_KINDS,
+    SKEWED_CLOCKS_FRACTION,
     GeneratorConfig,
     Record,
     add_arguments,
+    burst_event_id,
     config_from_args,
     event_id,
     generate,
@@ -200,8 +210,14 @@ def test_duplicates_follow_their_original(stream: list[Record]) -> None:
 @pytest.mark.parametrize("partitions", [1, 3, 7])
 @pytest.mark.parametrize("interval_ms", [250, 1_000])
 def test_heartbeats_every_interval_to_every_partition(partitions: int, interval_ms: int) -> None:
-    cfg = fast(rate=500, duration_ms=10_500, partitions=partitions,
-               heartbeat_interval_ms=interval_ms, late_fraction=0.01, lateness_ms=1_000)
+    cfg = fast(
+        rate=500,
+        duration_ms=10_500,
+        partitions=partitions,
+        heartbeat_interval_ms=interval_ms,
+        late_fraction=0.01,
+        lateness_ms=1_000,
+    )
     records = list(generate(cfg))
     beats = of_kind(records, "heartbeat")
     rounds: dict[int, list[int]] = defaultdict(list)
@@ -393,10 +409,26 @@ def test_truth_line() -> None:
     line = r.truth(2, 17)
     assert line["partition"] == 2 and line["offset"] == 17 and line["kind"] == "event"
     assert set(line) == {
-        "seq", "kind", "partition", "offset", "key", "event_id", "event_time", "true_time",
-        "sent_time", "service", "user_id", "latency_ms", "status", "delay_ms", "intent",
-        "skew_ms", "reason",
+        "seq",
+        "kind",
+        "partition",
+        "offset",
+        "key",
+        "receive_ms",
+        "event_id",
+        "event_time",
+        "true_time",
+        "sent_time",
+        "service",
+        "user_id",
+        "latency_ms",
+        "status",
+        "delay_ms",
+        "intent",
+        "skew_ms",
+        "reason",
     }
+    assert line["receive_ms"] == r.receive_ms
     json.dumps(line)
 
 
@@ -433,6 +465,22 @@ def test_truth_line() -> None:
         ({"duplicate_fraction": 2}, "--duplicate-fraction"),
         ({"malformed_fraction": -1}, "--malformed-fraction"),
         ({"heartbeat_interval_ms": -1}, "--heartbeat-interval"),
+        ({"heartbeat_tail_ms": -1}, "--heartbeat-tail"),
+        ({"heartbeat_tail_ms": 1_000, "heartbeat_interval_ms": 0}, "--heartbeat-tail needs"),
+        ({"network_delay_ms": -1}, "--network-delay"),
+        ({"scenarios": ("nope",)}, "--scenario: unknown 'nope'"),
+        ({"scenarios": ("late-burst", "late-burst")}, "--scenario names a scenario twice"),
+        ({"scenarios": ("skewed-clocks",)}, "skewed-clocks needs --skew-fraction > 0"),
+        ({"scenarios": ("skewed-clocks",), "skew_fraction": 0.3, "max_skew_ms": 0}, "--max-skew"),
+        ({"burst_at_ms": -1}, "--burst-at"),
+        ({"burst_span_ms": 0}, "--burst-span must be positive"),
+        ({"burst_rate": 0.0}, "--burst-rate"),
+        ({"burst_rate": float("inf")}, "--burst-rate"),
+        ({"burst_span_ms": 400, "burst_rate": 1.0}, "at least one event"),
+        ({"scenarios": ("late-burst",), "users": 100}, "--users > 100"),
+        ({"scenarios": ("backlog",)}, "backlog needs --pace realtime"),
+        ({"backlog_at_ms": -5}, "--backlog-at"),
+        ({"backlog_pause_ms": 0}, "--backlog-pause"),
     ],
 )
 def test_config_rejects(kwargs: dict[str, Any], flag: str) -> None:
@@ -479,9 +527,25 @@ def parse_cli(*argv: str) -> argparse.Namespace:
 
 def test_config_from_flags() -> None:
     args = parse_cli(
-        "--pace", "fast", "--count", "100", "--seed", "3", "--max-delay", "2s",
-        "--lateness", "1m", "--late-fraction", "0.1", "--services", "a:1,b:2",
-        "--latency", "a=10:0.1", "--heartbeat-interval", "0", "--start-time",
+        "--pace",
+        "fast",
+        "--count",
+        "100",
+        "--seed",
+        "3",
+        "--max-delay",
+        "2s",
+        "--lateness",
+        "1m",
+        "--late-fraction",
+        "0.1",
+        "--services",
+        "a:1,b:2",
+        "--latency",
+        "a=10:0.1",
+        "--heartbeat-interval",
+        "0",
+        "--start-time",
         "2027-01-15T08:00:00Z",
     )
     cfg = config_from_args(args, now_ms=T0 + 123_456)
@@ -514,3 +578,420 @@ def test_bad_flag_values_are_argparse_errors(
         parse_cli(*argv)
     err = capsys.readouterr().err
     assert "not a duration" in err or "--services wants name:weight" in err
+
+
+# --- existing streams stay as they were ---------------------------------------------------------
+
+
+def test_existing_streams_are_pinned() -> None:
+    """Everything but receive_ms, for one seed, as the generator made it before receive time.
+
+    The digest was taken with the generator of commit e52c276 (8 RNG streams). New features draw
+    from streams spawned after those, so this must never change by accident.
+    """
+    cfg = fast(
+        seed=7,
+        rate=2_000,
+        count=3_000,
+        users=500,
+        out_of_order_fraction=0.1,
+        late_fraction=0.05,
+        lateness_ms=2_000,
+        skew_fraction=0.2,
+        max_skew_ms=60_000,
+        duplicate_fraction=0.03,
+        malformed_fraction=0.04,
+        iso_fraction=0.15,
+    )
+    h = hashlib.sha256()
+    for r in generate(cfg):
+        line = r.truth(0, 0)
+        line.pop("receive_ms")
+        h.update(r.value + r.key + json.dumps([r.send_ms, line], sort_keys=True).encode())
+    assert h.hexdigest() == "ca691f2e9a6cacd2b2fa37d9c8effc5078c1de7e74ac3bf59d5c16e2f970a1d7"
+
+
+def without(records: list[Record], *, receive: bool = False, seq: bool = True) -> list[Record]:
+    """Records with the named fields blanked, to compare two streams on everything else."""
+    out = []
+    for r in records:
+        if receive:
+            r = dataclasses.replace(r, receive_ms=0)
+        if seq:
+            r = dataclasses.replace(r, seq=0)
+        out.append(r)
+    return out
+
+
+# --- receive time ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("delay_ms", [0, 1, 50, 750])
+def test_receive_ms_is_send_plus_a_bounded_network_delay(delay_ms: int) -> None:
+    cfg = replace(ALL_KNOBS, count=20_000, network_delay_ms=delay_ms)
+    records = list(generate(cfg))
+    delays = Counter[int]()
+    for r in records:
+        if r.kind in ("heartbeat", "control"):
+            assert r.receive_ms == r.send_ms
+        else:
+            assert r.send_ms <= r.receive_ms <= r.send_ms + delay_ms, r
+            delays[r.receive_ms - r.send_ms] += 1
+    # Uniform over the integers 0..delay: both ends are reached and the mean sits in the middle.
+    n = sum(delays.values())
+    assert min(delays) == 0 and max(delays) == delay_ms
+    mean = sum(d * k for d, k in delays.items()) / n
+    sd = math.sqrt(((delay_ms + 1) ** 2 - 1) / 12 / n)
+    assert abs(mean - delay_ms / 2) <= 5 * sd + 1e-9
+
+
+def test_receive_order_is_not_send_order(stream: list[Record]) -> None:
+    """Records go out in send order but may reach the broker the other way round."""
+    receives = [r.receive_ms for r in stream]
+    assert receives != sorted(receives)
+    assert [r.send_ms for r in stream] == sorted(r.send_ms for r in stream)
+
+
+def test_network_delay_changes_nothing_but_receive_ms() -> None:
+    base = list(generate(replace(ALL_KNOBS, count=10_000, network_delay_ms=0)))
+    slow = list(generate(replace(ALL_KNOBS, count=10_000, network_delay_ms=2_000)))
+    assert all(r.receive_ms == r.send_ms for r in base)
+    assert without(base, receive=True, seq=False) == without(slow, receive=True, seq=False)
+    assert sum(a.receive_ms != b.receive_ms for a, b in zip(base, slow, strict=True)) > 5_000
+
+
+def test_a_duplicate_travels_the_network_again(stream: list[Record]) -> None:
+    pairs = [(a, b) for a, b in zip(stream, stream[1:], strict=False) if b.kind == "duplicate"]
+    assert pairs and all(a.send_ms == b.send_ms for a, b in pairs)
+    assert sum(a.receive_ms != b.receive_ms for a, b in pairs) > len(pairs) // 2
+
+
+def test_default_network_delay_is_50ms() -> None:
+    assert GeneratorConfig().network_delay_ms == 50
+    assert config_from_args(parse_cli("--network-delay", "120ms")).network_delay_ms == 120
+
+
+# --- scenario presets --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "skew_fraction", "max_skew_ms"),
+    [
+        ([], 0.0, 120_000),
+        (["--skew-fraction", "0.2"], 0.2, 120_000),
+        (["--scenario", "skewed-clocks"], SKEWED_CLOCKS_FRACTION, 120_000),
+        (["--scenario", "skewed-clocks", "--skew-fraction", "0.05"], 0.05, 120_000),
+        (["--scenario", "skewed-clocks", "--max-skew", "10s"], SKEWED_CLOCKS_FRACTION, 10_000),
+    ],
+)
+def test_skewed_clocks_preset(argv: list[str], skew_fraction: float, max_skew_ms: int) -> None:
+    cfg = config_from_args(parse_cli("--pace", "fast", *argv), now_ms=T0)
+    assert (cfg.skew_fraction, cfg.max_skew_ms) == (skew_fraction, max_skew_ms)
+    assert SKEWED_CLOCKS_FRACTION == 0.3
+
+
+def test_skewed_clocks_explicit_zero_is_a_contradiction() -> None:
+    args = parse_cli("--pace", "fast", "--scenario", "skewed-clocks", "--skew-fraction", "0")
+    with pytest.raises(ValueError, match="skewed-clocks needs --skew-fraction > 0"):
+        config_from_args(args, now_ms=T0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "burst_at", "span", "rate"),
+    [
+        ([], 60_000, 3_600_000, 1.0),
+        (["--duration", "10m"], 300_000, 3_600_000, 1.0),
+        (["--duration", "10m", "--burst-at", "2m"], 120_000, 3_600_000, 1.0),
+        (["--burst-span", "30m", "--burst-rate", "2.5"], 60_000, 1_800_000, 2.5),
+    ],
+)
+def test_late_burst_preset(argv: list[str], burst_at: int, span: int, rate: float) -> None:
+    cfg = config_from_args(parse_cli("--pace", "fast", "--scenario", "late-burst", *argv), T0)
+    assert cfg.scenarios == ("late-burst",)
+    assert (cfg.burst_offset_ms, cfg.burst_span_ms, cfg.burst_rate) == (burst_at, span, rate)
+    assert cfg.burst_count == round(span * rate / 1000)
+    assert cfg.max_send_delay_ms == span
+
+
+@pytest.mark.parametrize(
+    ("argv", "backlog_at", "pause"),
+    [
+        ([], 20_000, 30_000),
+        (["--duration", "90s"], 30_000, 30_000),
+        (["--duration", "90s", "--backlog-at", "5s", "--backlog-pause", "2s"], 5_000, 2_000),
+    ],
+)
+def test_backlog_preset(argv: list[str], backlog_at: int, pause: int) -> None:
+    cfg = config_from_args(parse_cli("--scenario", "backlog", *argv), T0)
+    assert cfg.pace == "realtime" and cfg.scenarios == ("backlog",)
+    assert (cfg.backlog_offset_ms, cfg.backlog_pause_ms) == (backlog_at, pause)
+
+
+def test_scenarios_combine() -> None:
+    args = parse_cli(
+        "--scenario", "skewed-clocks", "--scenario", "late-burst", "--scenario", "backlog"
+    )
+    cfg = config_from_args(args, T0)
+    assert cfg.scenarios == ("skewed-clocks", "late-burst", "backlog")
+    assert cfg.skew_fraction == SKEWED_CLOCKS_FRACTION
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--burst-at", "5s"], "--burst-at only applies to --scenario late-burst"),
+        (["--burst-span", "5m"], "--burst-span only applies to --scenario late-burst"),
+        (["--burst-rate", "3"], "--burst-rate only applies to --scenario late-burst"),
+        (["--backlog-at", "5s"], "--backlog-at only applies to --scenario backlog"),
+        (["--scenario", "late-burst", "--backlog-pause", "5s"], "--backlog-pause only applies"),
+        (["--pace", "fast", "--scenario", "backlog"], "backlog needs --pace realtime"),
+    ],
+)
+def test_scenario_flags_need_their_scenario(argv: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        config_from_args(parse_cli(*argv), T0)
+
+
+def test_unknown_scenario_is_an_argparse_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_cli("--scenario", "thundering-herd")
+    assert "invalid choice: 'thundering-herd'" in capsys.readouterr().err
+
+
+# --- late burst --------------------------------------------------------------------------------
+
+BURST = replace(
+    ALL_KNOBS,
+    count=20_000,  # 10 s of arrivals at 2,000/s
+    users=2_000,
+    scenarios=("late-burst",),
+    burst_at_ms=4_000,
+    burst_span_ms=600_000,
+    burst_rate=2.0,
+)
+
+
+@pytest.fixture(scope="module")
+def burst_stream() -> list[Record]:
+    return list(generate(BURST))
+
+
+def buffered(records: list[Record]) -> list[Record]:
+    return [r for r in records if r.intent == "buffered"]
+
+
+@pytest.mark.parametrize(
+    ("span_ms", "rate", "expected"),
+    [(3_600_000, 1.0, 3_600), (600_000, 2.0, 1_200), (60_000, 0.5, 30), (1_000, 3.0, 3)],
+)
+def test_burst_count_is_span_times_rate(span_ms: int, rate: float, expected: int) -> None:
+    cfg = replace(BURST, count=1_000, burst_span_ms=span_ms, burst_rate=rate)
+    records = list(generate(cfg))
+    assert len(buffered(records)) == cfg.burst_count == expected
+    # ... on top of --count, which still counts only the Poisson arrivals.
+    arrivals = [r for r in of_kind(records, "event", "malformed") if r.intent != "buffered"]
+    assert len(arrivals) == 1_000
+
+
+def test_burst_times(burst_stream: list[Record]) -> None:
+    """All sent at burst_at, by the device's clock; happened over the span before it.
+
+    burst_at - span                                     burst_at
+        |---- buffered events happen here (true time) ----|<- all sent at once
+    """
+    at = T0 + BURST.burst_offset_ms
+    burst = buffered(burst_stream)
+    assert burst
+    for r in burst:
+        assert r.kind == "event" and r.true_time is not None and r.skew_ms is not None
+        assert at - BURST.burst_span_ms <= r.true_time < at
+        assert r.send_ms == at
+        assert at <= r.receive_ms <= at + BURST.network_delay_ms
+        assert r.event_time == r.true_time + r.skew_ms
+        assert r.sent_time == at + r.skew_ms
+        assert r.delay_ms == at - r.true_time
+    trues = [r.true_time for r in burst]
+    assert trues == sorted(trues)  # oldest first, as a device drains its buffer
+    # Spread over the whole span, not bunched at one end.
+    assert trues[0] - (at - BURST.burst_span_ms) < 5_000 and at - trues[-1] < 5_000  # type: ignore[operator]
+
+
+def test_burst_is_one_unpopular_device(burst_stream: list[Record]) -> None:
+    burst = buffered(burst_stream)
+    users = {r.user_id for r in burst}
+    assert len(users) == 1
+    (user,) = users
+    assert user is not None and int(user[1:]) > 100  # not one of the 100 most popular
+    assert {r.key for r in burst} == {user.encode()}  # one key: one partition, in order
+    assert len({r.skew_ms for r in burst}) == 1  # one device, one clock
+    # Chosen by the seed alone: the same device whatever the burst's size or time.
+    other = replace(BURST, burst_span_ms=10_000, burst_at_ms=1_000)
+    assert {r.user_id for r in buffered(list(generate(other)))} == users
+
+
+def test_burst_device_clock_is_its_users_skew() -> None:
+    cfg = replace(BURST, count=500, skew_fraction=1.0, max_skew_ms=60_000, burst_span_ms=20_000)
+    burst = buffered(list(generate(cfg)))
+    skews = {r.skew_ms for r in burst}
+    assert len(skews) == 1 and skews != {0}
+    assert all(abs(s) <= 60_000 for s in skews)  # type: ignore[arg-type]
+
+
+def test_burst_goes_out_at_once_in_send_order(burst_stream: list[Record]) -> None:
+    at = T0 + BURST.burst_offset_ms
+    idx = [i for i, r in enumerate(burst_stream) if r.intent == "buffered"]
+    assert idx == list(range(idx[0], idx[0] + len(idx)))  # one unbroken run of records
+    assert all(r.send_ms <= at for r in burst_stream[: idx[0]])
+    assert all(r.send_ms >= at for r in burst_stream[idx[-1] + 1 :])
+    assert [r.seq for r in burst_stream] == list(range(len(burst_stream)))
+
+
+def test_burst_ids_are_unique_and_apart(burst_stream: list[Record]) -> None:
+    burst = buffered(burst_stream)
+    ids = [r.event_id for r in burst]
+    assert ids == [burst_event_id(BURST.seed, k) for k in range(BURST.burst_count)]
+    assert burst_event_id(7, 42) == "7-b00000042"
+    ordinary = {r.event_id for r in of_kind(burst_stream, "event") if r.intent != "buffered"}
+    assert len(set(ids)) == len(ids) and not set(ids) & ordinary
+
+
+def test_burst_records_are_the_contract(burst_stream: list[Record]) -> None:
+    services = Counter[str | None]()
+    for r in buffered(burst_stream):
+        assert r.event_id is not None and r.event_time is not None and r.service is not None
+        expected = Event(
+            r.event_id, r.event_time, r.service, r.user_id, r.latency_ms, r.status, r.sent_time
+        )
+        assert r.value == encode_event(expected)
+        assert parse_record(r.value) == expected
+        assert r.latency_ms is not None and r.latency_ms >= 0
+        assert r.status in {200, 201, 204, 304, 404, 500, 502, 503, 504}
+        services[r.service] += 1
+    assert set(services) == {name for name, _ in DEFAULT_SERVICES}  # drawn as usual
+
+
+def test_burst_adds_and_changes_nothing_else(burst_stream: list[Record]) -> None:
+    plain = list(generate(replace(BURST, scenarios=())))
+    rest = [r for r in burst_stream if r.intent != "buffered"]
+    # Heartbeats are the clock, so they stay too; only seq moves (the burst is in between).
+    assert without(rest) == without(plain)
+
+
+@pytest.mark.parametrize("burst_at_ms", [0, 999, 30_000])
+def test_burst_happens_even_after_the_arrivals_end(burst_at_ms: int) -> None:
+    """--count ends the arrivals at ~1 s; the clock runs on until the burst has happened."""
+    cfg = replace(BURST, count=2_000, burst_at_ms=burst_at_ms, burst_span_ms=5_000)
+    records = list(generate(cfg))
+    burst = buffered(records)
+    assert len(burst) == 10 and {r.send_ms for r in burst} == {T0 + burst_at_ms}
+    assert records[-1].kind == "heartbeat" and records[-1].send_ms >= T0 + burst_at_ms
+
+
+def test_burst_in_an_endless_stream() -> None:
+    cfg = replace(BURST, count=None, burst_at_ms=1_500, burst_span_ms=3_000)
+    head = list(itertools.islice(generate(cfg), 20_000))
+    burst = buffered(head)
+    assert len(burst) == 6 and {r.send_ms for r in burst} == {T0 + 1_500}
+
+
+# --- backlog control record --------------------------------------------------------------------
+
+
+def realtime(**kw: Any) -> GeneratorConfig:
+    return GeneratorConfig(pace="realtime", scenarios=("backlog",), **kw)
+
+
+@pytest.mark.parametrize(
+    ("kw", "at_ms", "pause_ms"),
+    [
+        ({"duration_ms": 9_000}, 3_000, 30_000),
+        ({"count": 2_000}, 20_000, 30_000),
+        ({"duration_ms": 9_000, "backlog_at_ms": 1_500, "backlog_pause_ms": 2_500}, 1_500, 2_500),
+        ({"duration_ms": 9_000, "backlog_at_ms": 0}, 0, 30_000),
+    ],
+)
+def test_control_record_position_and_payload(kw: dict[str, Any], at_ms: int, pause_ms: int) -> None:
+    records = list(generate(realtime(rate=500, **kw), start_ms=T0))
+    controls = of_kind(records, "control")
+    assert len(controls) == 1
+    (c,) = controls
+    at = T0 + at_ms
+    assert (c.send_ms, c.receive_ms, c.key, c.partition) == (at, at, CONTROL_KEY, None)
+    assert json.loads(c.value) == {"control": "pause", "pause_ms": pause_ms}
+    others = dataclasses.astuple(c)[7:]  # event_id .. reason
+    assert others == (None,) * 12
+    i = records.index(c)
+    assert all(r.send_ms <= at for r in records[:i])
+    assert all(r.send_ms >= at for r in records[i + 1 :])
+    line = c.truth(None, None)
+    assert line["kind"] == "control" and line["partition"] is None and line["offset"] is None
+    assert line["key"] == "__control__" and line["receive_ms"] == at
+
+
+def test_control_record_adds_and_changes_nothing_else() -> None:
+    cfg = realtime(rate=500, duration_ms=9_000, duplicate_fraction=0.05)
+    with_control = list(generate(cfg, start_ms=T0))
+    plain = list(generate(replace(cfg, scenarios=()), start_ms=T0))
+    assert without([r for r in with_control if r.kind != "control"]) == without(plain)
+    # --count still counts only arrivals: the control record comes on top.
+    counted = list(generate(realtime(count=1_000), start_ms=T0))
+    assert len(of_kind(counted, "event", "malformed")) == 1_000
+
+
+def test_backlog_and_burst_at_the_same_instant() -> None:
+    cfg = GeneratorConfig(
+        pace="realtime",
+        duration_ms=6_000,
+        rate=200,
+        scenarios=("late-burst", "backlog"),
+        burst_at_ms=2_000,
+        backlog_at_ms=2_000,
+        burst_span_ms=4_000,
+    )
+    records = list(generate(cfg, start_ms=T0))
+    kinds = [r.kind if r.intent != "buffered" else "buffered" for r in records]
+    first = kinds.index("buffered")
+    assert kinds[first - 1] == "control"  # the pause is in place before the burst arrives
+
+
+# --- heartbeat tail ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tail_ms", [0, 1, 1_000, 2_500, 10_000])
+@pytest.mark.parametrize("interval_ms", [250, 1_000])
+def test_heartbeat_tail(tail_ms: int, interval_ms: int) -> None:
+    """After the last event the clock runs on for the tail, with a round every interval.
+
+    events  ──●──●─────●|
+    beats   ──♥───♥───♥─|─♥───♥───♥──♥   final round at end + tail
+                       end         end + tail
+    """
+    cfg = fast(
+        rate=300,
+        duration_ms=5_000,
+        partitions=3,
+        heartbeat_interval_ms=interval_ms,
+        out_of_order_fraction=0.0,
+    )
+    base = list(generate(cfg))
+    tailed = list(generate(replace(cfg, heartbeat_tail_ms=tail_ms)))
+    end = base[-1].send_ms
+    assert end == T0 + 5_000
+    n = len(base) - 3  # all but the final round
+    assert without(tailed[:n]) == without(base[:n])
+    tail = tailed[n:]
+    assert {r.kind for r in tail} == {"heartbeat"}
+    rounds = sorted({r.send_ms for r in tail})
+    regular = list(range(T0 + interval_ms, end + tail_ms, interval_ms))
+    assert rounds == sorted({*[t for t in regular if t >= end], end + tail_ms})
+    assert [r.send_ms for r in tailed[-3:]] == [end + tail_ms] * 3
+    assert [r.partition for r in tailed[-3:]] == [0, 1, 2]
+
+
+def test_heartbeat_tail_flag() -> None:
+    cfg = config_from_args(parse_cli("--pace", "fast", "--heartbeat-tail", "45s"), now_ms=T0)
+    assert cfg.heartbeat_tail_ms == 45_000
+    with pytest.raises(ValueError, match="--heartbeat-tail needs heartbeats"):
+        config_from_args(
+            parse_cli("--heartbeat-tail", "1s", "--heartbeat-interval", "0"), now_ms=T0
+        )

@@ -375,3 +375,286 @@ def _with_header(**changes: Any) -> bytes:
 def test_from_bytes_refuses_garbage(data: bytes) -> None:
     with pytest.raises(ValueError):
         WindowAgg.from_bytes(data)
+
+
+# --- LateAgg, fraction_at_least, lateness and overdue digests -----------------------------------
+#
+# `lateness` = arrival (broker time) - event time; `overdue` = frontier - window end, by how much
+# the event-time frontier had passed the event's window when it arrived. With allowed lateness L
+# an event would have been late exactly when overdue >= L:
+#
+#   window [0, 10s)         frontier at arrival = 25s     -> overdue 15s
+#   ----[=========)---------------|------->  late with L <= 15s, accepted with L > 15s
+
+from jobs.metrics import LateAgg, fraction_at_least  # noqa: E402
+
+
+def exact_values(d: TDigest) -> list[float]:
+    """The values of a digest that keeps every value (all centroid weights 1), sorted."""
+    means, weights = d.centroids
+    assert (weights == 1.0).all(), "digest is not exact: use at most 25 values"
+    return sorted(means.tolist())
+
+
+def test_late_agg_add() -> None:
+    late = LateAgg()
+    assert (late.count, late.lateness.count, late.overdue.count) == (0, 0, 0)
+    late.add(f64(1_200.0, 35_000.0, NAN), 15_000)
+    late.add(f64(), 99)  # nothing: no value, not even the overdue
+    late.add(f64(40_000.0), 0)
+    assert late.count == 4  # an unknown lateness is still a late event
+    assert exact_values(late.lateness) == [1_200.0, 35_000.0, 40_000.0]
+    assert late.lateness.nan_count == 1
+    # the overdue is one value per event, including the one without a lateness
+    assert exact_values(late.overdue) == [0.0, 15_000.0, 15_000.0, 15_000.0]
+
+
+def _late_cases() -> dict[str, LateAgg]:
+    rng = np.random.default_rng(8)
+    many = LateAgg()
+    for overdue in (0, 5, 40_000):
+        many.add(rng.exponential(30_000.0, 10_000), overdue)
+    one = LateAgg()
+    one.add(f64(12.0), 3)
+    nan_only = LateAgg()
+    nan_only.add(f64(NAN, NAN), 7)
+    return {"empty": LateAgg(), "one": one, "nan-only": nan_only, "many": many}
+
+
+@pytest.mark.parametrize("name", list(_late_cases()))
+def test_late_agg_bytes_round_trip(name: str) -> None:
+    late = _late_cases()[name]
+    blob = late.to_bytes()
+    back = LateAgg.from_bytes(blob)
+    assert back == late
+    assert back.to_bytes() == blob
+    assert LateAgg.from_bytes(bytearray(blob)) == late  # type: ignore[arg-type]
+    assert LateAgg.count_of(blob) == late.count
+
+
+def _late_good() -> bytes:
+    late = LateAgg()
+    late.add(f64(1.0, 2.0), 4)
+    return late.to_bytes()
+
+
+def _late_with_header(**changes: Any) -> bytes:
+    good = _late_good()
+    header = struct.Struct("<4sBqII")
+    names = ["magic", "version", "count", "n_late", "n_over"]
+    fields = dict(zip(names, header.unpack_from(good), strict=True))
+    fields.update(changes)
+    return header.pack(*fields.values()) + good[header.size :]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b"", id="empty"),
+        pytest.param(b"TGLA", id="magic-only"),
+        pytest.param(b"\x00" * 64, id="zeros"),
+        pytest.param(_late_with_header(magic=b"TGWA"), id="window-magic"),
+        pytest.param(_late_with_header(version=2), id="other-version"),
+        pytest.param(_late_good()[:-1], id="truncated"),
+        pytest.param(_late_good() + b"\x00", id="trailing-byte"),
+        pytest.param(_late_with_header(n_late=1), id="lengths-disagree"),
+        pytest.param(_late_good()[:21] + b"XXXX" + _late_good()[25:], id="corrupt-digest-magic"),
+        pytest.param(WindowAgg().to_bytes(), id="a-window-agg"),
+    ],
+)
+def test_late_agg_from_bytes_refuses_garbage(data: bytes) -> None:
+    with pytest.raises(ValueError):
+        LateAgg.from_bytes(data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"TGL", b"TGLA", WindowAgg().to_bytes(), b"\x00" * 64],
+    ids=["empty", "short", "magic-only", "a-window-agg", "zeros"],
+)
+def test_late_agg_count_of_refuses_garbage(data: bytes) -> None:
+    with pytest.raises(ValueError):
+        LateAgg.count_of(data)
+
+
+def test_late_agg_digests_are_the_window_agg_kind() -> None:
+    # A reader merges late and accepted lateness digests: same compression, so merge works.
+    late, agg = LateAgg(), WindowAgg()
+    late.add(f64(5.0), 1)
+    agg.add_hashed(f64(1.0), i64(200), None, f64(2.0), f64(3.0))
+    merged = TDigest.merged([agg.lateness, late.lateness])
+    assert exact_values(merged) == [2.0, 5.0]
+    assert exact_values(TDigest.merged([agg.overdue, late.overdue])) == [1.0, 3.0]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [0],
+        [5, 5, 5],
+        [0, 0, 1, 2, 2, 3, 10, 10, 10, 11],
+        [-7, -1, 0, 0, 4, 9, 30_000, 30_001, 59_999],  # overdue can be negative (hopping panes)
+        [1, 100, 10_000, 1_000_000],
+        list(range(0, 250_000, 10_000)),  # 25 values: the largest set kept exactly
+    ],
+    ids=["one", "equal", "duplicates", "negative", "spread", "25-values"],
+)
+@pytest.mark.parametrize("extra", [0, 3])
+def test_fraction_at_least_is_exact_for_few_integer_values(values: list[int], extra: int) -> None:
+    # `total` counts events whose overdue is unknown or absent too (`extra` of them)
+    d = TDigest()
+    d.update(np.array(values, dtype=np.float64))
+    exact_values(d)
+    total = len(values) + extra
+    lo, hi = min(values), max(values)
+    thresholds = {lo - 2, lo - 1, hi, hi + 1, hi + 2, 0, 1}
+    thresholds |= {v + k for v in values for k in (-1, 0, 1)}  # at, just below, just above
+    for threshold in sorted(thresholds):
+        expected = sum(v >= threshold for v in values) / total
+        got = fraction_at_least(d, threshold, total)
+        assert got == pytest.approx(expected, abs=1e-12), threshold
+
+
+def test_fraction_at_least_over_random_small_sets() -> None:
+    rng = np.random.default_rng(12)
+    for _ in range(100):
+        values = rng.integers(-5, 60, int(rng.integers(1, 26)))
+        d = TDigest()
+        for part in np.array_split(values, 3):  # fed in batches, as a pane is
+            d.update(part.astype(np.float64))
+        total = len(values) + int(rng.integers(0, 5))
+        for threshold in range(-7, 63):
+            expected = int(np.count_nonzero(values >= threshold)) / total
+            assert fraction_at_least(d, threshold, total) == pytest.approx(expected, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("values", "threshold", "total"),
+    [([], 0, 10), ([], 5, 0), ([3, 4], 0, 0), ([3, 4], 0, -1)],
+    ids=["empty-digest", "empty-and-no-total", "no-total", "negative-total"],
+)
+def test_fraction_at_least_of_nothing_is_zero(
+    values: list[int], threshold: int, total: int
+) -> None:
+    d = TDigest()
+    d.update(np.array(values, dtype=np.float64))
+    assert fraction_at_least(d, threshold, total) == 0.0
+
+
+def test_fraction_at_least_on_many_values_is_within_the_sketch_tolerance() -> None:
+    rng = np.random.default_rng(13)
+    values = rng.integers(0, 120_000, 50_000).astype(np.float64)
+    d = TDigest()
+    d.update(values)
+    for threshold in (0, 1_000, 30_000, 60_000, 119_000):
+        expected = float(np.count_nonzero(values >= threshold)) / len(values)
+        assert fraction_at_least(d, threshold, len(values)) == pytest.approx(expected, abs=0.01)
+
+
+def _timed_agg(lateness: list[float], overdue: list[float], seed: int = 0) -> WindowAgg:
+    """A WindowAgg of len(lateness) events, with their lateness and `overdue` values."""
+    rng = np.random.default_rng(seed)
+    n = len(lateness)
+    agg = WindowAgg()
+    agg.add_hashed(
+        rng.integers(1, 100, n).astype(np.float64),
+        np.full(n, 200, np.int64),
+        hash32(np.array([f"u{i}" for i in range(n)], dtype=object)),
+        np.array(lateness, dtype=np.float64),
+        np.array(overdue, dtype=np.float64),
+    )
+    return agg
+
+
+def test_add_hashed_fills_the_lateness_and_overdue_digests() -> None:
+    agg = _timed_agg([100.0, NAN, 2_500.0], [0.0, 4_000.0])  # overdue only for those that have one
+    assert agg.count == 3
+    assert exact_values(agg.lateness) == [100.0, 2_500.0] and agg.lateness.nan_count == 1
+    assert exact_values(agg.overdue) == [0.0, 4_000.0]
+    m = agg.metrics(10_000)
+    assert (m["lateness_p50"], m["lateness_max"]) == (agg.lateness.quantile(0.5), 2_500.0)
+    # without them (sessions, old callers) the digests stay empty
+    plain = WindowAgg()
+    plain.add_hashed(f64(1.0), i64(200), None)
+    assert plain.lateness.count == plain.overdue.count == 0
+    assert plain.metrics(10_000)["lateness_max"] is None
+
+
+@pytest.mark.parametrize(
+    "agg",
+    [
+        WindowAgg(),
+        _timed_agg([1.0], []),
+        _timed_agg([], []),
+        _timed_agg([5.0, 7.0, NAN], [-3.0, 0.0, 12_000.0]),
+        _timed_agg(list(np.arange(0.0, 30_000.0, 3.0)), list(np.arange(0.0, 20_000.0, 2.0))),
+    ],
+    ids=["empty", "lateness-only", "no-events", "small", "many"],
+)
+def test_bytes_round_trip_keeps_lateness_and_overdue(agg: WindowAgg) -> None:
+    blob = agg.to_bytes()
+    back = WindowAgg.from_bytes(blob)
+    assert back == agg
+    assert back.lateness == agg.lateness and back.overdue == agg.overdue
+    assert back.to_bytes() == blob
+
+
+def test_merge_and_merged_combine_lateness_and_overdue() -> None:
+    a = _timed_agg([1.0, 2.0], [10.0], seed=1)
+    b = _timed_agg([3.0], [20.0, 30.0], seed=2)
+    c = WindowAgg()
+    before = [x.to_bytes() for x in (a, b, c)]
+    merged = WindowAgg.merged([a, b, c])
+    assert exact_values(merged.lateness) == [1.0, 2.0, 3.0]
+    assert exact_values(merged.overdue) == [10.0, 20.0, 30.0]
+    folded = WindowAgg.from_bytes(a.to_bytes())  # a copy
+    folded.merge(b, c)
+    assert folded == merged
+    assert [x.to_bytes() for x in (a, b, c)] == before
+    # no shifts (None) is a plain merge
+    assert WindowAgg.merged([a, b, c], None) == merged
+
+
+#   panes     |p0: [T, T+10s)   |p1: [T+10s, T+20s) |p2: [T+20s, T+30s) |
+#   window    [T ............................................ T+30s)
+#   each pane measures overdue against its own end; the window against T+30s, so p0's values
+#   move by -20s, p1's by -10s and p2's by 0.
+def test_merged_shifts_each_overdue_digest_before_merging() -> None:
+    S = 1_000
+    panes = [
+        _timed_agg([1.0, 2.0], [0.0, 25 * S], seed=1),
+        _timed_agg([3.0], [5 * S], seed=2),
+        _timed_agg([4.0, 5.0], [0.0, 1.0], seed=3),
+    ]
+    shifts = [-20.0 * S, -10.0 * S, 0.0]
+    before = [p.to_bytes() for p in panes]
+    window = WindowAgg.merged(panes, shifts)
+    assert exact_values(window.overdue) == sorted([-20 * S, 5 * S, -5 * S, 0.0, 1.0])
+    assert window.overdue.sum == sum(p.overdue.sum for p in panes) + sum(
+        s * p.overdue.count for s, p in zip(shifts, panes, strict=True)
+    )
+    # everything else is an ordinary merge: lateness is not re-based
+    plain = WindowAgg.merged(panes)
+    assert (window.count, window.errors) == (plain.count, plain.errors)
+    assert window.latency == plain.latency and window.users == plain.users
+    assert window.lateness == plain.lateness
+    assert window.overdue == TDigest.merged(
+        [p.overdue.shifted(s) for p, s in zip(panes, shifts, strict=True)]
+    )
+    assert [p.to_bytes() for p in panes] == before  # inputs untouched
+    # zero shifts are the plain merge, byte for byte
+    assert WindowAgg.merged(panes, [0.0, 0.0, 0.0]).to_bytes() == plain.to_bytes()
+
+
+def test_merged_with_shifts_of_empty_overdue_digests() -> None:
+    panes = [_timed_agg([1.0], []), _timed_agg([2.0], [7.0])]
+    window = WindowAgg.merged(panes, [-100.0, -50.0])
+    assert exact_values(window.overdue) == [-43.0]
+
+
+def test_merged_refuses_a_shift_count_that_does_not_match() -> None:
+    panes = [_timed_agg([1.0], [1.0]), _timed_agg([2.0], [2.0])]
+    with pytest.raises(ValueError):
+        WindowAgg.merged(panes, [1.0])
+    with pytest.raises(ValueError):
+        WindowAgg.merged(panes, [1.0, 2.0, 3.0])

@@ -452,3 +452,121 @@ def test_centroid_count_is_bounded_after_a_million_values(compression: float) ->
     assert len(single_shot) <= 0.6 * compression + 5
     merged = TDigest.merged([d, single_shot])
     assert len(merged) <= bound
+
+
+# --- shifted -----------------------------------------------------------------------------------
+#
+#   original:   --x--x----x-------x-->        values v
+#   shifted(d): ------x--x----x-------x-->    values v + d: same ranks, same weights
+#
+# The job re-bases "frontier - pane end" onto "frontier - window end" this way, so the shift must
+# keep every rank and every exact statistic.
+
+SMALL = np.array([0.0, 3.0, 3.0, 7.0, 12.0, 12.0, 12.0, 40.0, 41.0, 100.0])  # kept exactly
+
+
+@pytest.mark.parametrize("delta", [0, 1, -1, 17, -40, 1_000_000, -1_795_341_600_000])
+def test_shifted_small_digest_is_the_digest_of_the_shifted_values(delta: int) -> None:
+    # Integer values and integer shifts are exact in float64, so the shifted digest is exactly
+    # the digest one would have built from the shifted values.
+    d = digest_of(SMALL)
+    s = d.shifted(delta)
+    assert s == digest_of(SMALL + delta)
+    np.testing.assert_array_equal(s.quantile(QS), d.quantile(QS) + delta)
+    xs = np.arange(-5.0, 106.0, 0.5)
+    np.testing.assert_array_equal(s.cdf(xs + delta), d.cdf(xs))
+
+
+@pytest.mark.parametrize("delta", [0.0, 0.25, -3.5, 12_345.0, -1e6])
+def test_shifted_large_digest_moves_quantiles_and_keeps_ranks(delta: float) -> None:
+    rng = np.random.default_rng(3)
+    d = TDigest()
+    for _ in range(5):
+        d.update(rng.lognormal(3.0, 1.2, 20_000))
+    s = d.shifted(delta)
+    means, weights = d.centroids
+    s_means, s_weights = s.centroids
+    np.testing.assert_array_equal(s_weights, weights)  # ranks untouched
+    np.testing.assert_array_equal(s_means, means + delta)
+    np.testing.assert_allclose(s.quantile(QS), d.quantile(QS) + delta, rtol=0, atol=1e-9)
+    xs = d.quantile(np.linspace(0.0005, 0.9995, 400))
+    np.testing.assert_allclose(s.cdf(xs + delta), d.cdf(xs), rtol=0, atol=1e-9)
+    # the ends stay pinned: 0 below min, 1 from max
+    assert s.cdf(d.min + delta - 1e-3) == 0.0 and s.cdf(d.max + delta) == 1.0
+
+
+@pytest.mark.parametrize("delta", [0, 5, -5, 0.5, -1e9])
+def test_shifted_statistics(delta: float) -> None:
+    d = digest_of([1.0, 2.0, 4.0, np.nan, 8.0, 100.0])
+    s = d.shifted(delta)
+    assert (s.count, s.nan_count, s.compression, len(s)) == (
+        d.count,
+        d.nan_count,
+        d.compression,
+        len(d),
+    )
+    assert (s.min, s.max) == (d.min + delta, d.max + delta)
+    assert s.sum == d.sum + delta * d.count
+    assert s.mean == pytest.approx(d.mean + delta, abs=1e-9)
+    assert s.quantile(0.0) == s.min and s.quantile(1.0) == s.max
+
+
+def test_shifted_keeps_the_compression() -> None:
+    d = digest_of(np.arange(1000.0), compression=50)
+    s = d.shifted(10)
+    assert s.compression == 50
+    d.merge(s)  # still compatible
+
+
+@pytest.mark.parametrize("delta", [0, 3, -7.5])
+def test_shifted_empty_digest_stays_empty(delta: float) -> None:
+    for d in (TDigest(), digest_of([np.nan, np.nan]), TDigest(80)):
+        s = d.shifted(delta)
+        assert s == d
+        assert s.count == 0 and len(s) == 0 and s.sum == 0.0
+        assert math.isnan(s.min) and math.isnan(s.max) and math.isnan(s.mean)
+        assert math.isnan(s.quantile(0.5))
+        assert s.nan_count == d.nan_count
+
+
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, np.float64("nan")])
+def test_shifted_refuses_a_non_finite_shift(bad: float) -> None:
+    d = digest_of(SMALL)
+    before = d.to_bytes()
+    with pytest.raises(ValueError, match="finite"):
+        d.shifted(bad)
+    with pytest.raises(ValueError, match="finite"):
+        TDigest().shifted(bad)
+    assert d.to_bytes() == before
+
+
+def test_shifted_leaves_the_original_unchanged_and_shares_nothing() -> None:
+    rng = np.random.default_rng(4)
+    d = digest_of(rng.normal(0.0, 1.0, 5_000))
+    before = d.copy()
+    s = d.shifted(2.5)
+    assert d == before
+    s.update(rng.normal(0.0, 1.0, 5_000))  # the copy is independent
+    s.merge(digest_of([1.0]))
+    assert d == before
+    assert d.shifted(0) == d and d.shifted(0) is not d
+
+
+def test_shifted_round_trips_through_bytes_and_pickle() -> None:
+    rng = np.random.default_rng(5)
+    for d in (digest_of(SMALL), digest_of(rng.exponential(50.0, 30_000)), TDigest()):
+        for delta in (0, -123, 0.125, 1e7):
+            s = d.shifted(delta)
+            blob = s.to_bytes()
+            assert TDigest.from_bytes(blob) == s
+            assert TDigest.from_bytes(blob).to_bytes() == blob
+            assert pickle.loads(pickle.dumps(s)) == s
+
+
+def test_shifts_compose_and_undo() -> None:
+    d = digest_of(SMALL)
+    assert d.shifted(10).shifted(-3) == d.shifted(7)
+    assert d.shifted(-30).shifted(30) == d
+    # shift then merge == merge then shift (exact for digests that keep every value)
+    a, b = digest_of(SMALL), digest_of([5.0, 6.0, 50.0])
+    assert TDigest.merged([a.shifted(4), b.shifted(4)]) == TDigest.merged([a, b]).shifted(4)
