@@ -148,15 +148,16 @@ class ServiceWindows:
         pairs go to the result's `late` (never to a pane), stragglers are counted per window.
         """
         added = Added()
+        lateness = None
+        if arrival_ms is not None:
+            lateness = np.asarray(arrival_ms, dtype=np.float64) - event_ms
         if self.sessions is not None:
             self._sessions_touched |= self.sessions.add(users, event_ms, watermark_ms)
+            self._session_late(added, event_ms, users, lateness, watermark_ms, frontier_ms)
         if not len(event_ms):
             return added
         valid = pd.notna(users)
         hashes = hash32(users[valid])  # once per batch; each pane takes its share
-        lateness = None
-        if arrival_ms is not None:
-            lateness = np.asarray(arrival_ms, dtype=np.float64) - event_ms
         starts = tumbling_starts(event_ms, self.pane_ms)
         uniq, inverse = np.unique(starts, return_inverse=True)
         for i, pane in enumerate(uniq.tolist()):
@@ -189,6 +190,37 @@ class ServiceWindows:
             )
             added.touched.add(pane)
         return added
+
+    def _session_late(
+        self,
+        added: Added,
+        event_ms: npt.NDArray[np.int64],
+        users: npt.NDArray[Any],
+        lateness: npt.NDArray[np.float64] | None,
+        watermark_ms: int,
+        frontier_ms: int | None,
+    ) -> None:
+        """Count the events `Sessions.add` ignored (their own session was over) as late.
+
+        They are keyed by the session spec and the bucket of their event time, so late counts
+        and the what-if table cover session windows too. Overdue = frontier - (event + gap).
+        """
+        assert self.sessions is not None
+        spec = self.sessions.spec
+        ends = event_ms + spec.gap_ms
+        late = pd.notna(users) & (ends <= watermark_ms)
+        if not late.any():
+            return
+        buckets = tumbling_starts(event_ms[late], spec.size_ms)
+        values = np.full(len(event_ms), np.nan) if lateness is None else lateness
+        overdue = (
+            np.zeros(len(buckets)) if frontier_ms is None else (frontier_ms - ends[late]) * 1.0
+        )
+        for b in np.unique(buckets).tolist():
+            sel = buckets == b
+            added.late.setdefault((spec.key, b), LateAgg()).add(
+                values[late][sel], np.maximum(overdue[sel], 0.0)
+            )
 
     def windows(
         self, panes: set[int], watermark_ms: int
@@ -345,6 +377,7 @@ class StateConfig:
 
 _SHARD_MAGIC = b"TGSH"
 _SHARD_HEAD = struct.Struct("<4sBII")  # magic, version, shards, services
+_SHARD_VERSION = 1
 _SERVICE = struct.Struct("<II")  # len(name), len(ServiceWindows bytes)
 
 
@@ -357,7 +390,7 @@ class ShardState:
 
     def to_bytes(self) -> bytes:
         """Versioned blob: header, then (name, ServiceWindows bytes) per service, sorted."""
-        parts = [_SHARD_HEAD.pack(_SHARD_MAGIC, 1, self.shards, len(self.services))]
+        parts = [_SHARD_HEAD.pack(_SHARD_MAGIC, _SHARD_VERSION, self.shards, len(self.services))]
         for name, sw in sorted(self.services.items()):
             raw_name, blob = name.encode(), sw.to_bytes()
             parts += [_SERVICE.pack(len(raw_name), len(blob)), raw_name, blob]
@@ -372,6 +405,11 @@ class ShardState:
                 "use a new --checkpoint directory"
             )
         _, version, shards, n = _SHARD_HEAD.unpack_from(blob)
+        if version != _SHARD_VERSION:
+            raise ValueError(
+                f"shard state version {version} is not {_SHARD_VERSION}: "
+                "use a new --checkpoint directory"
+            )
         if shards != cfg.shards:
             raise ValueError(
                 f"checkpoint state was written with {shards} state shards, the job has "
@@ -431,8 +469,13 @@ def _service_batch(
     front: int | None,
     proc_ms: int | None,
     cfg: StateConfig,
-) -> None:
-    """Add one service's events of the batch and append every output row they cause."""
+    late_budget: int,
+) -> int:
+    """Add one service's events of the batch and append every output row they cause.
+
+    At most `late_budget` late events are kept (the cap is per group and batch, shared by the
+    group's services); returns how many were kept.
+    """
     event_ms = pdf["event_ms"].to_numpy(dtype=np.int64)
     arrival = pdf["kafka_ms"].to_numpy(dtype=np.float64, na_value=np.nan)
     added = sw.add(
@@ -469,7 +512,7 @@ def _service_batch(
     for (key, start), n in sorted(added.stragglers.items()):
         _append(rows, kind="straggler", spec=key, service=service, window_start=start, count=n)
     if not len(event_ms):
-        return
+        return 0
     size = cfg.primary_ms
     classes = _classes(event_ms, size, watermark, front)
     buckets = {}
@@ -493,7 +536,7 @@ def _service_batch(
                     sort_keys=True,
                 ),
             )
-    late_idx = np.flatnonzero(classes == LATE)[: cfg.late_events_max]
+    late_idx = np.flatnonzero(classes == LATE)[: max(late_budget, 0)]
     if len(late_idx):
         part = pdf.iloc[late_idx]
         for i, (p, o, k, e, eid) in enumerate(
@@ -531,6 +574,7 @@ def _service_batch(
                     sort_keys=True,
                 ),
             )
+    return len(late_idx)
 
 
 def _int_or_none(v: Any) -> int | None:
@@ -559,13 +603,16 @@ def _events(pdfs: Iterator[pd.DataFrame], state: Any, cfg: StateConfig) -> Itera
     empty = (
         events.iloc[0:0] if len(events) else pdf.iloc[0:0].assign(event_ms=pd.Series(dtype="int64"))
     )
+    late_budget = cfg.late_events_max
     for service in sorted(set(by_service) | set(shard.services)):
         sw = shard.services.get(service)
         if sw is None:
             sw = shard.services[service] = ServiceWindows(cfg.specs)
         # A service without events in this batch is still called: its sessions may close.
         part = by_service.get(service, empty)
-        _service_batch(rows, service, sw, part, watermark, front, proc_ms, cfg)
+        late_budget -= _service_batch(
+            rows, service, sw, part, watermark, front, proc_ms, cfg, late_budget
+        )
         sw.evict(watermark)
         if sw.is_empty:
             del shard.services[service]

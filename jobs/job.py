@@ -327,9 +327,12 @@ class _StatusListener(StreamingQueryListener):
         if self.query_ids and str(p.get("id")) not in self.query_ids:
             return
         try:
-            write_progress(
-                self.client, self.keys, progress_summary(p, self.cfg.allowed_lateness_ms)
-            )
+            summary = progress_summary(p, self.cfg.allowed_lateness_ms)
+            # How often the job reports (a batch per trigger, else an idle event at least every
+            # second): the dashboard calls the job stale after 3 of these without a word.
+            summary["report_interval_ms"] = max(self.cfg.trigger_interval_ms, 1000)
+            summary["allowed_lateness_ms"] = self.cfg.allowed_lateness_ms
+            write_progress(self.client, self.keys, summary)
         except redis.RedisError as e:  # status is informational; never kill the query for it
             log.warning("could not write status: %s", e)
 

@@ -209,13 +209,15 @@ class LateAgg:
     lateness: TDigest = field(default_factory=TDigest)
     overdue: TDigest = field(default_factory=TDigest)
 
-    def add(self, lateness_ms: npt.NDArray[np.float64], overdue_ms: float) -> None:
-        """Add late events: their lateness values, and their common overdue (ms >= 0)."""
+    def add(
+        self, lateness_ms: npt.NDArray[np.float64], overdue_ms: float | npt.NDArray[np.float64]
+    ) -> None:
+        """Add late events: their lateness values and overdue (ms >= 0; one value or one each)."""
         n = len(lateness_ms)
         self.count += n
         if n:
             self.lateness.update(lateness_ms)
-            self.overdue.update(np.full(n, float(overdue_ms)))
+            self.overdue.update(np.broadcast_to(np.asarray(overdue_ms, dtype=np.float64), (n,)))
 
     def to_bytes(self) -> bytes:
         """Versioned binary: header, then both digests."""

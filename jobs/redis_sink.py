@@ -222,6 +222,9 @@ def write_progress(r: redis.Redis, keys: Keys, summary: Mapping[str, Any]) -> No
         "batch_duration_ms": int(summary["batch_duration_ms"]),
         "query_id": str(summary["query_id"]),
     }
+    for name in ("report_interval_ms", "allowed_lateness_ms"):
+        if summary.get(name) is not None:
+            status[name] = int(summary[name])
     with r.pipeline(transaction=True) as tx:
         # Status only moves forward: a late progress event for an older batch must not win.
         tx.watch(keys.status)

@@ -8,10 +8,11 @@ the results of closed ones, bucketed by the tumbling window that holds the sessi
     sessions:         [0 ........ 20]  [70 ...
                       closes when the watermark reaches 20 + 30 = 50
 
-Spark's rules for session windows, applied to raw rows: an event is late (ignored here) when its
-own session would already be over (event time + gap <= watermark); a session closes when the
-watermark reaches its last event + gap. Closed sessions add to their bucket's WindowAgg: `count`
-= sessions, the t-digest = session lengths in ms (last event - first event), the HLL = users.
+Spark's rules for session windows, applied to raw rows: an event is late (ignored here; the caller
+counts it as late) when its own session would already be over (event time + gap <= watermark); a
+session closes when the watermark reaches its last event + gap. Closed sessions add to their
+bucket's WindowAgg: `count` = sessions, the t-digest = session lengths in ms (last event - first
+event), the HLL = users.
 """
 
 from __future__ import annotations

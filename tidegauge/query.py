@@ -185,6 +185,8 @@ def _lateness(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: i
     values = [parse_duration(v) for v in (args.allowed_lateness or WHAT_IF_DEFAULTS)]
     result = store.read_lateness(r, keys, since, until, args.service, spec)
     doc = result.to_dict(values)
+    counters = store.read_late_counters(r, keys)
+    doc["job_late_counters"] = counters.to_dict()
     if args.json:
         print(json.dumps(doc))
         return 0
@@ -203,6 +205,12 @@ def _lateness(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: i
         print(
             f"  {format_duration(row['allowed_lateness_ms']):<18}"
             f"{100 * row['fraction_late']:>8.2f}%{100 * row['fraction_stragglers']:>11.2f}%"
+        )
+    if counters.first_batch is not None:
+        print(
+            f"batches {counters.first_batch}..{counters.last_batch}: {counters.tidegauge:,} late "
+            f"rows counted by Tidegauge, {counters.spark:,} by Spark's numRowsDroppedByWatermark "
+            "(docs/time.md explains the difference)"
         )
     return 0
 

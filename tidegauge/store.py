@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,8 +26,10 @@ __all__ = [
     "ALL_SERVICES",
     "TIME_DOMAINS",
     "ArrivalRow",
+    "LateCounters",
     "LatenessResult",
     "read_arrivals",
+    "read_late_counters",
     "read_late_events",
     "read_lateness",
     "read_watermarks",
@@ -44,6 +46,7 @@ __all__ = [
     "read_services",
     "read_status",
     "read_range",
+    "read_range_aggs",
     "read_window_specs",
     "read_windows",
 ]
@@ -200,6 +203,10 @@ class JobStatus:
     query_id: str
     #: When the job last reported (also while idle); batch_time is when its last batch ran.
     status_time: int = 0
+    #: How often the job promises to report (trigger interval, at least 1 s); None if unknown.
+    report_interval_ms: int | None = None
+    #: The job's --allowed-lateness; None if unknown (status written by an older job).
+    allowed_lateness_ms: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""
@@ -410,11 +417,13 @@ class RangeResult:
     covered_to: int | None
     windows: int
     metrics: dict[str, Any]
+    #: The merged aggregate itself (latency t-digest, users HLL), for CDFs and further merges.
+    agg: WindowAgg | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output (metrics flattened in)."""
-        d = asdict(self)
-        d.update(d.pop("metrics"))
+        d = {k: v for k, v in vars(self).items() if k not in ("metrics", "agg")}
+        d.update(self.metrics)
         return d
 
 
@@ -438,9 +447,41 @@ def read_range(
         tumbling = [s for s in read_window_specs(r, keys) if s.kind == "tumbling"]
         if not tumbling:
             return RangeResult(
-                service, since_ms, until_ms, None, None, 0, WindowAgg().metrics(until_ms - since_ms)
+                service,
+                since_ms,
+                until_ms,
+                None,
+                None,
+                0,
+                WindowAgg().metrics(until_ms - since_ms),
+                WindowAgg(),
             )
         spec = tumbling[0]
+    starts, aggs = read_range_aggs(r, keys, since_ms, until_ms, spec, [service])
+    agg = WindowAgg.merged(aggs.get(service, []))
+    n = len(aggs.get(service, []))
+    if not starts:
+        return RangeResult(
+            service, since_ms, until_ms, None, None, 0, agg.metrics(until_ms - since_ms), agg
+        )
+    lo, hi = starts[0], starts[-1] + spec.size_ms
+    return RangeResult(service, since_ms, until_ms, lo, hi, n, agg.metrics(hi - lo), agg)
+
+
+def read_range_aggs(
+    r: redis.Redis,
+    keys: Keys,
+    since_ms: int,
+    until_ms: int,
+    spec: WindowSpec,
+    services: Sequence[str] | None = None,
+) -> tuple[list[int], dict[str, list[WindowAgg]]]:
+    """The stored `WindowAgg`s of the windows of `spec` inside [since, until), per service.
+
+    Returns the window starts and service -> its windows' aggregates (in start order), for
+    `services` (None: every service and `*`). One ZRANGEBYSCORE and one pipeline, so a
+    dashboard can merge any range for many services in two round trips.
+    """
     starts = [
         s
         for s in _starts(r, keys, spec, since_ms, until_ms, with_late=False)
@@ -448,15 +489,17 @@ def read_range(
     ]
     pipe = r.pipeline(transaction=False)
     for start in starts:
-        pipe.hget(keys.window_aggs(spec.key, start), service)
-    blobs = [b for b in pipe.execute() if b is not None] if starts else []
-    agg = WindowAgg.merged(WindowAgg.from_bytes(b) for b in blobs)
-    if not starts:
-        return RangeResult(
-            service, since_ms, until_ms, None, None, 0, agg.metrics(until_ms - since_ms)
-        )
-    lo, hi = starts[0], starts[-1] + spec.size_ms
-    return RangeResult(service, since_ms, until_ms, lo, hi, len(blobs), agg.metrics(hi - lo))
+        if services is None:
+            pipe.hgetall(keys.window_aggs(spec.key, start))
+        else:
+            pipe.hmget(keys.window_aggs(spec.key, start), list(services))
+    out: dict[str, list[WindowAgg]] = {}
+    for got in pipe.execute() if starts else []:
+        pairs = got.items() if services is None else zip(services, got, strict=True)
+        for svc, blob in pairs:
+            if blob is not None:
+                out.setdefault(_s(svc), []).append(WindowAgg.from_bytes(blob))
+    return starts, out
 
 
 def read_status(r: redis.Redis, keys: Keys) -> JobStatus | None:
@@ -475,6 +518,8 @@ def read_status(r: redis.Redis, keys: Keys) -> JobStatus | None:
         batch_duration_ms=int(d["batch_duration_ms"]),
         query_id=d["query_id"],
         status_time=int(d.get("status_time", d["batch_time"])),
+        report_interval_ms=int(d["report_interval_ms"]) if "report_interval_ms" in d else None,
+        allowed_lateness_ms=int(d["allowed_lateness_ms"]) if "allowed_lateness_ms" in d else None,
     )
 
 
@@ -699,6 +744,48 @@ def read_arrivals(
                 n, late, strag = sums[svc]
                 rows.append(ArrivalRow(domain, start, start + size, svc, n, late, strag))
     return rows
+
+
+@dataclass(frozen=True)
+class LateCounters:
+    """Late rows of the batches in the job's history, counted two ways (docs/time.md).
+
+    `tidegauge` is this job's count of raw late rows; `spark` is the sum of Spark's
+    `numRowsDroppedByWatermark` over the same batches. Spark counts rows its stateful operators
+    drop, after partial aggregation, and this job lets Spark drop none, so it is 0 here.
+    """
+
+    first_batch: int | None
+    last_batch: int | None
+    tidegauge: int
+    spark: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON output."""
+        return asdict(self)
+
+
+def read_late_counters(r: redis.Redis, keys: Keys) -> LateCounters:
+    """Sum both late counters over the batches the history keeps (`read_batches`)."""
+    batches = read_batches(r, keys)
+    if not batches:
+        return LateCounters(None, None, 0, 0)
+    ids = {int(b["batch_id"]) for b in batches}
+    spark = sum(int(b.get("spark_rows_dropped_by_watermark", 0)) for b in batches)
+    sizes: Any = r.smembers(keys.arrival_sizes)
+    size = min((int(_s(v)) for v in sizes), default=None)  # every size holds every event once
+    ours = 0
+    if size is not None:
+        since = min(int(b["batch_time"]) for b in batches) - size
+        members: Any = r.zrangebyscore(keys.arrivals_index("processing", size), since, "+inf")
+        pipe = r.pipeline(transaction=False)
+        for start in members:
+            pipe.hgetall(keys.arrivals("processing", size, int(_s(start))))
+        for fields in pipe.execute() if members else []:
+            for k, v in fields.items():
+                if int(_s(k).rsplit("|", 1)[1]) in ids:
+                    ours += int(json.loads(v)["late"])
+    return LateCounters(min(ids), max(ids), ours, spark)
 
 
 def read_late_events(r: redis.Redis, keys: Keys, limit: int | None = None) -> list[dict[str, Any]]:

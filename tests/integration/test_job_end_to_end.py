@@ -238,6 +238,10 @@ def test_what_if_lateness_matches_an_independent_replay(run: dict) -> None:
     # With the job's own allowed lateness the answer is the late share it really saw.
     actual = next(w for w in doc["what_if"] if w["allowed_lateness_ms"] == LATENESS_MS)
     assert actual["fraction_late"] == pytest.approx(doc["late"] / doc["events"], abs=0.005)
+    # Beside ours, Spark's own counter over the same batches: this job lets Spark drop nothing.
+    counters = doc["job_late_counters"]
+    assert counters["tidegauge"] == doc["late"]
+    assert counters["spark"] == 0
 
 
 def test_time_domains_count_every_event_once(run: dict) -> None:
