@@ -1,27 +1,37 @@
-"""The Streamlit script: layout only. Reads come from `dashboard.data`, figures from `figures`.
+"""The Streamlit script: layout only; reads in `data`, numbers in `frames`, charts in `figures`.
 
 Run it through `tidegauge dashboard` (or `streamlit run dashboard/app.py -- FLAGS`). Settings come
-from the flags after `--`, else from `TIDEGAUGE_REDIS_URL` and defaults. The live part is one
-`st.fragment` that re-reads Redis every `--refresh`, so only it redraws, not the whole page.
+from the flags after `--`, else from `TIDEGAUGE_REDIS_URL` and defaults. The filters live in the
+sidebar; the live part is one `st.fragment` that re-reads Redis every `--refresh`, so only it
+redraws. Every chart has a fixed key and a constant plotly `uirevision`, so zoom survives.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from datetime import timedelta
 from pathlib import Path
 
+import pandas as pd
 import redis
 import streamlit as st
 
-from dashboard import data, figures
+from dashboard import data, figures, frames
 from dashboard.run import app_settings
+from tidegauge import control
 from tidegauge.config import DEFAULT_REDIS_URL, RedisSettings, redact_url
 from tidegauge.durations import format_duration, to_iso
-from tidegauge.store import Keys, connect
+from tidegauge.store import ALL_SERVICES, Keys, connect, read_services
 
 st.set_page_config(page_title="Tidegauge", page_icon="🌊", layout="wide")
+
+#: Time range choices of the sidebar (ms of event time ending at the newest window).
+RANGES_MS = {"5 min": 5 * 60_000, "15 min": 15 * 60_000, "1 h": 3_600_000, "6 h": 6 * 3_600_000}
+
+#: Before the job states its report interval, a status older than this reads as stale.
+FALLBACK_STALE_MS = 5_000
 
 
 def _own_argv() -> list[str]:
@@ -51,9 +61,82 @@ shown_url = redact_url(settings.redis.url)
 st.title("Tidegauge")
 st.caption(
     f"Redis `{shown_url}` · prefix `{keys.prefix}` · refresh every "
-    f"{format_duration(settings.refresh_ms)} · chart shows the last "
-    f"{format_duration(settings.window_range_ms)} of event time"
+    f"{format_duration(settings.refresh_ms)} · all times UTC"
 )
+
+
+def _range_default() -> str:
+    for label, ms in RANGES_MS.items():
+        if ms == settings.window_range_ms:
+            return label
+    label = format_duration(settings.window_range_ms)
+    RANGES_MS[label] = settings.window_range_ms
+    return label
+
+
+def _sidebar() -> data.Filters:
+    """Filters (services, window kind, time range) and, with --demo-controls, the demo buttons."""
+    st.sidebar.header("Filters")
+    try:
+        known = read_services(_client(settings.redis.url), keys)
+    except redis.exceptions.RedisError:
+        known = []  # the live part says what is wrong
+    chosen = st.sidebar.multiselect(
+        "Services",
+        known,
+        key="services",
+        placeholder="all services",
+        help="Lines and counts of these services only; empty = all services.",
+    )
+    kind = st.sidebar.radio(
+        "Window kind",
+        data.WINDOW_KINDS,
+        key="kind",
+        horizontal=True,
+        help="Which of the job's window specs the per-window charts show (the smallest of that "
+        "kind). Sessions: count = sessions closed, latency = session length.",
+    )
+    labels = list(RANGES_MS)
+    range_label = st.sidebar.selectbox(
+        "Time range",
+        labels,
+        index=labels.index(_range_default()),
+        key="range",
+        help="How much event time the charts show, ending at the newest window.",
+    )
+    if settings.demo_controls:
+        _demo_controls(known)
+    return data.Filters(
+        services=tuple(chosen), kind=kind or "tumbling", range_ms=RANGES_MS[range_label]
+    )
+
+
+def _demo_controls(known: list[str]) -> None:
+    st.sidebar.header("Demo controls")
+    st.sidebar.caption(
+        "Commands for the generator (`tidegauge produce --live-commands`) and the job, "
+        "through Redis."
+    )
+    r = _client(settings.redis.url)
+    now = time.time_ns() // 1_000_000
+    target = st.sidebar.selectbox(
+        "Incident service",
+        [ALL_SERVICES, *known],
+        key="demo_service",
+        format_func=lambda s: "all services" if s == ALL_SERVICES else s,
+    )
+    try:
+        if st.sidebar.button("Start a latency incident (60 s, ×5)", key="demo_incident"):
+            control.start_incident(r, keys, now, duration_ms=60_000, factor=5.0, service=target)
+            st.sidebar.success(f"Latency incident on {target} for 60 s.")
+        if st.sidebar.button("Late burst (1 h of buffered events)", key="demo_burst"):
+            control.request_late_burst(r, keys, now, span_ms=3_600_000)
+            st.sidebar.success("A device comes back online with an hour of buffered events.")
+        if st.sidebar.button("Backlog: pause the job 30 s", key="demo_pause"):
+            control.request_pause(r, keys, now, pause_ms=30_000)
+            st.sidebar.success("The job pauses for 30 s, then catches up.")
+    except redis.exceptions.RedisError as e:
+        st.sidebar.error(f"Cannot send the command to Redis at `{shown_url}`: {e}")
 
 
 def _job_command() -> str:
@@ -65,76 +148,237 @@ def _job_command() -> str:
     return cmd + " --checkpoint var/checkpoints/job"
 
 
-def _status_strip(snap: data.Snapshot) -> None:
+def _status(snap: data.Snapshot, f: data.Filters) -> None:
     if snap.status is None:
         st.info("The job has written windows but no status yet.")
-        return
-    view = data.status_view(snap.status, snap.read_at_ms, settings.stale_after_ms)
-    if view.stale:
-        st.warning(
-            f"**Stale**: the job's last batch (#{view.batch_id}) finished "
-            f"{data.format_age(view.batch_age_ms)} ago, more than --stale-after "
-            f"{format_duration(settings.stale_after_ms)}. The job may be stopped or stuck, "
-            "or no new records are arriving (Spark runs no batch without new input).",
-            icon="⚠️",
-        )
-    cols = st.columns(6)
-    cols[0].metric("Last batch", f"#{view.batch_id}")
-    cols[1].metric("Batch age", data.format_age(view.batch_age_ms))
-    if view.watermark_ms is None or view.watermark_delay_ms is None:
-        cols[2].metric("Watermark (UTC)", "none yet")
-        cols[3].metric("Watermark delay", "–")
     else:
-        cols[2].metric(
-            "Watermark (UTC)", to_iso(view.watermark_ms)[11:19], help=to_iso(view.watermark_ms)
+        stale_ms = frames.stale_after_ms(snap.status, settings.stale_after_ms, FALLBACK_STALE_MS)
+        view = frames.status_view(snap.status, snap.read_at_ms, stale_ms)
+        if view.stale:
+            silent = snap.read_at_ms - max(snap.status.status_time, snap.status.batch_time)
+            st.warning(
+                f"**Stale**: the job has not reported for {frames.format_age(silent)} (more than "
+                f"{format_duration(stale_ms)}); its last batch #{view.batch_id} ran "
+                f"{frames.format_age(view.batch_age_ms)} ago. The job may be stopped, stuck, or "
+                "unable to reach Redis. The figures below are the last ones it wrote.",
+                icon="⚠️",
+            )
+    heads = frames.headline(snap.status, snap.windows, snap.batches, snap.read_at_ms, f.range_ms)
+    for col, h in zip(st.columns(len(heads)), heads, strict=True):
+        col.metric(h.label, h.value, help=h.help)
+    if snap.status is not None:
+        wm = "none yet" if snap.status.watermark <= 0 else to_iso(snap.status.watermark)
+        offsets = frames.offsets_summary(frames.offsets_frame(snap.status))
+        st.caption(
+            f"Watermark {wm} · last batch #{snap.status.batch_id}, "
+            f"{snap.status.input_rows:,} input rows · Kafka offsets by partition: {offsets}"
         )
-        cols[3].metric("Watermark delay", data.format_age(view.watermark_delay_ms))
-    cols[4].metric("Input rows (last batch)", f"{view.input_rows:,}")
-    cols[5].metric("Batch duration", format_duration(view.batch_duration_ms))
-    wm = "none yet" if view.watermark_ms is None else to_iso(view.watermark_ms)
-    offsets = data.offsets_summary(data.offsets_frame(snap.status))
-    st.caption(f"Watermark {wm} · Kafka offsets by partition: {offsets}")
 
 
-def _events_chart(snap: data.Snapshot) -> None:
+def _services(f: data.Filters) -> list[str] | None:
+    """The services the series sum over, or None for the stored all-services (`*`) rows."""
+    return list(f.services) if f.services else None
+
+
+def _only(frame: pd.DataFrame, f: data.Filters) -> pd.DataFrame:
+    """Rows of the chosen services and the `*` total (all rows when none are chosen)."""
+    if not f.services:
+        return frame
+    return frame[frame["service"].isin([ALL_SERVICES, *f.services])].reset_index(drop=True)
+
+
+def _chart(fig: object, key: str) -> None:
+    st.plotly_chart(fig, key=key, config={"displaylogo": False})
+
+
+def _time_domains(snap: data.Snapshot, f: data.Filters) -> None:
+    st.subheader("Event time vs processing time")
+    show_broker = st.toggle("Also count by the broker's timestamp", value=False, key="show_broker")
+    arrivals = frames.arrivals_frame(snap.arrivals, _services(f))
+    _chart(
+        figures.time_domains(
+            arrivals, frames.watermark_frame(snap.batches), show_broker=show_broker
+        ),
+        "time_domains",
+    )
+    st.caption(
+        "Top: the same events counted per window by when they happened (event time) and by "
+        "when the job processed them. A backlog is a processing-time spike over a flat "
+        "event-time line. Bottom: the watermark after each batch (docs/time.md)."
+    )
+
+
+def _events_chart(snap: data.Snapshot, f: data.Filters) -> None:
     st.subheader("Events per second by service")
     show_total = st.toggle("Show the all-services total (*)", value=True, key="show_total")
-    frame = data.windows_frame(snap.windows)
-    order = data.stable_order(st.session_state.get("service_order", []), data.services_in(frame))
-    st.session_state["service_order"] = order
+    frame = _only(frames.windows_frame(snap.windows), f)
+    order = _order(frame)
     wm = snap.status.watermark if snap.status and snap.status.watermark > 0 else None
     fig = figures.events_per_second(
         frame,
         services=order,
         window_size_ms=snap.window_size_ms,
-        watermark=None if wm is None else data.to_utc([wm]).iloc[0].to_pydatetime(),
+        watermark=None if wm is None else frames.to_utc([wm]).iloc[0].to_pydatetime(),
         show_total=show_total,
     )
-    st.plotly_chart(fig, key="events_per_s", config={"displaylogo": False})
+    _chart(fig, "events_per_s")
+
+
+def _order(frame: pd.DataFrame) -> list[str]:
+    """Services in the order this session first saw them (keeps legend toggles on their line)."""
+    filt = set(st.session_state.get("services") or [])
+    present = [s for s in frames.services_in(frame) if not filt or s in filt]
+    order = frames.stable_order(st.session_state.get("service_order", []), present)
+    st.session_state["service_order"] = order
+    return [s for s in order if not filt or s in filt]
+
+
+def _latency(snap: data.Snapshot, f: data.Filters) -> None:
+    st.subheader("Latency")
+    metrics = frames.metrics_frame(snap.windows)
+    shown = f.selected(snap.services)
+    left, right = st.columns([1, 1])
+    with left:
+        service = st.selectbox(
+            "Service",
+            [ALL_SERVICES, *shown],
+            key="latency_service",
+            format_func=lambda s: figures.TOTAL_NAME if s == ALL_SERVICES else s,
+        )
+        _chart(
+            figures.latency_percentiles(metrics, service, window_size_ms=snap.window_size_ms),
+            "latency_ts",
+        )
+    with right:
+        st.radio(
+            "Range",
+            list(data.LATENCY_RANGES_MS),
+            index=1,
+            key="latency_range",
+            horizontal=True,
+            help="Merged t-digests of the tumbling windows in this range.",
+        )
+        services = [ALL_SERVICES, *shown]
+        if snap.range_from_ms is not None and snap.range_to_ms is not None:
+            span = snap.range_to_ms - snap.range_from_ms
+            st.dataframe(
+                frames.range_table(snap.range_aggs, services, span),
+                hide_index=True,
+                key="latency_table",
+            )
+        _chart(
+            figures.latency_cdf(frames.cdf_frame(snap.range_aggs, services), shown), "latency_cdf"
+        )
+
+
+def _users(snap: data.Snapshot, f: data.Filters) -> None:
+    st.subheader("Distinct users")
+    frame = _only(frames.users_band(frames.metrics_frame(snap.windows)), f)
+    _chart(
+        figures.distinct_users(
+            frame,
+            services=_order(_only(frames.windows_frame(snap.windows), f)),
+            window_size_ms=snap.window_size_ms,
+        ),
+        "users",
+    )
+    st.caption(
+        "HyperLogLog estimates per window; the band is ±2 standard errors (1.04/√m = "
+        f"{100 * frames.HLL_RELATIVE_ERROR:.2f} % each)."
+    )
+
+
+def _lateness(snap: data.Snapshot, f: data.Filters) -> None:
+    st.subheader("Lateness")
+    _chart(
+        figures.lateness_windows(
+            frames.lateness_frame(snap.windows, _services(f)),
+            window_size_ms=snap.window_size_ms,
+        ),
+        "lateness_windows",
+    )
+    res = snap.lateness
+    if res is None:
+        st.caption("No tumbling windows yet: lateness needs them.")
+        return
+    left, right = st.columns([1, 1])
+    with left:
+        st.caption(
+            f"How late events arrived in the latency range ({res.events:,} events, "
+            f"{res.late:,} late, {res.stragglers:,} stragglers)"
+        )
+        _chart(
+            figures.lateness_histogram(frames.digest_histogram(res.lateness)),
+            "lateness_hist",
+        )
+    with right:
+        job_ms = snap.status.allowed_lateness_ms if snap.status else None
+        top = max(int(res.overdue.max) if res.overdue.count else 0, job_ms or 0, 60_000)
+        chosen_s = st.slider(
+            "What if the allowed lateness were (s)",
+            0,
+            -(-top // 1000),
+            value=(job_ms or 0) // 1000,
+            key="what_if",
+        )
+        chosen = int(chosen_s) * 1000
+        st.metric(
+            "Would have been late",
+            f"{100 * res.fraction_late(chosen):.2f} %",
+            help="From the lateness digests: an event is late with allowed lateness L when "
+            "the event-time frontier had passed its window's end by at least L on arrival.",
+        )
+        _chart(
+            figures.what_if(frames.what_if_frame(res), chosen_ms=chosen, job_ms=job_ms),
+            "what_if_chart",
+        )
+    if snap.late_events:
+        st.caption(f"Latest {len(snap.late_events)} late events kept")
+        st.dataframe(frames.late_events_frame(snap.late_events), hide_index=True, key="late_events")
+
+
+def _health(snap: data.Snapshot) -> None:
+    st.subheader("Pipeline health")
+    _chart(figures.pipeline_health(frames.health_frame(snap.batches)), "health")
+    left, right = st.columns([1, 2])
+    with left:
+        st.caption("Kafka offsets and lag by partition")
+        if snap.status is not None:
+            st.dataframe(frames.offsets_frame(snap.status), hide_index=True, key="offsets")
+    with right:
+        _dead_letters(snap)
 
 
 def _dead_letters(snap: data.Snapshot) -> None:
-    st.subheader("Dead letters")
+    st.caption("Dead letters")
     if not snap.dead_counts:
         st.caption("None so far: every record met the event contract.")
         return
     left, right = st.columns([1, 3])
     with left:
         st.caption(f"By reason (total {sum(snap.dead_counts.values()):,})")
-        st.dataframe(data.dead_counts_frame(snap.dead_counts), hide_index=True, key="dead_counts")
+        st.dataframe(frames.dead_counts_frame(snap.dead_counts), hide_index=True, key="dead_counts")
     with right:
         st.caption(f"Latest {len(snap.dead_letters)}")
-        st.dataframe(data.dead_letters_frame(snap.dead_letters), hide_index=True, key="dead_latest")
+        st.dataframe(
+            frames.dead_letters_frame(snap.dead_letters), hide_index=True, key="dead_latest"
+        )
+
+
+filters = _sidebar()
 
 
 @st.fragment(run_every=timedelta(milliseconds=settings.refresh_ms))
 def live() -> None:
-    """Re-read Redis and redraw the status strip, the chart and the dead letters."""
+    """Re-read Redis and redraw every panel."""
     now_ms = time.time_ns() // 1_000_000
+    # The range picker lives inside this fragment; its value is known before it is drawn.
+    latency_label = st.session_state.get("latency_range", "15 min")
+    f = dataclasses.replace(
+        filters, latency_range_ms=data.LATENCY_RANGES_MS.get(latency_label, 15 * 60_000)
+    )
     try:
-        snap = data.read_snapshot(
-            _client(settings.redis.url), keys, settings.window_range_ms, now_ms
-        )
+        snap = data.read_snapshot(_client(settings.redis.url), keys, f.range_ms, now_ms, filters=f)
     except redis.exceptions.RedisError as e:
         st.error(
             f"Cannot read Redis at `{shown_url}`: {e}\n\n"
@@ -157,9 +401,13 @@ def live() -> None:
         st.code(_job_command(), language="bash")
         st.caption("or run the whole pipeline locally with `tidegauge demo`.")
         return
-    _status_strip(snap)
-    _events_chart(snap)
-    _dead_letters(snap)
+    _status(snap, f)
+    _time_domains(snap, f)
+    _events_chart(snap, f)
+    _latency(snap, f)
+    _users(snap, f)
+    _lateness(snap, f)
+    _health(snap)
 
 
 live()

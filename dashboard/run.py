@@ -45,24 +45,30 @@ class DashboardSettings:
     redis: RedisSettings
     refresh_ms: int = 1_000
     window_range_ms: int = 15 * 60_000
-    stale_after_ms: int = 5_000
+    #: None: 3 of the job's report intervals (its trigger, at least 1 s), as the job states.
+    stale_after_ms: int | None = None
+    demo_controls: bool = False
 
     def __post_init__(self) -> None:
         if self.refresh_ms < MIN_REFRESH_MS:
             raise ValueError(f"--refresh must be at least {format_duration(MIN_REFRESH_MS)}")
         if self.window_range_ms <= 0:
             raise ValueError("--window-range must be positive")
-        if self.stale_after_ms <= 0:
+        if self.stale_after_ms is not None and self.stale_after_ms <= 0:
             raise ValueError("--stale-after must be positive")
 
     def app_argv(self) -> list[str]:
         """The app's own flags (to pass after `--`); the Redis URL is left to the environment."""
-        return [
+        argv = [
             f"--redis-prefix={self.redis.prefix}",
             f"--refresh={format_duration(self.refresh_ms)}",
             f"--window-range={format_duration(self.window_range_ms)}",
-            f"--stale-after={format_duration(self.stale_after_ms)}",
         ]
+        if self.stale_after_ms is not None:
+            argv.append(f"--stale-after={format_duration(self.stale_after_ms)}")
+        if self.demo_controls:
+            argv.append("--demo-controls")
+        return argv
 
 
 def _duration(text: str) -> int:
@@ -101,9 +107,16 @@ def add_app_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stale-after",
         type=_duration,
-        default="5s",
+        default=None,
         metavar="DURATION",
-        help="warn when the job's last batch is older than this (default: 5s)",
+        help="warn when the job has not reported for this long (default: 3 of the job's "
+        "trigger intervals, at least 3s, as the job reports them)",
+    )
+    parser.add_argument(
+        "--demo-controls",
+        action="store_true",
+        help="show sidebar buttons that start a latency incident, a late burst or a backlog "
+        "pause (for live demos; the generator must run with --live-commands)",
     )
 
 
@@ -124,6 +137,7 @@ def _settings_from_args(args: argparse.Namespace, env: Mapping[str, str]) -> Das
         refresh_ms=args.refresh,
         window_range_ms=args.window_range,
         stale_after_ms=args.stale_after,
+        demo_controls=args.demo_controls,
     )
 
 

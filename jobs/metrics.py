@@ -177,8 +177,12 @@ class WindowAgg:
         return head + b"".join(parts)
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> WindowAgg:
-        """Inverse of `to_bytes`; ValueError on anything else."""
+    def from_bytes(cls, data: bytes, with_lateness: bool = True) -> WindowAgg:
+        """Inverse of `to_bytes`; ValueError on anything else.
+
+        `with_lateness=False` leaves the two lateness digests empty instead of decoding them:
+        readers of latency and users only (range queries, the dashboard) skip half the work.
+        """
         if len(data) < _HEADER.size:
             raise ValueError("window aggregate: too short")
         magic, version, count, errors, *sizes = _HEADER.unpack_from(data)
@@ -192,8 +196,8 @@ class WindowAgg:
             errors,
             TDigest.from_bytes(blobs[0]),
             HyperLogLog.from_bytes(blobs[1]),
-            TDigest.from_bytes(blobs[2]),
-            TDigest.from_bytes(blobs[3]),
+            TDigest.from_bytes(blobs[2]) if with_lateness else TDigest(),
+            TDigest.from_bytes(blobs[3]) if with_lateness else TDigest(),
         )
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything Tidegauge needs on a fresh Debian/Ubuntu machine, idempotently:
-# system packages (redis-server, a Java 17+ runtime when none is present, python3-venv),
+# system packages (redis-server, chromium, a Java 17+ runtime when none is present, python3-venv),
 # then a virtualenv in .venv with the project and its dev/broker extras.
 # Used by `make setup` (and so by `make demo`, `make test` and CI).
 set -euo pipefail
@@ -33,6 +33,9 @@ java_ok() {
 
 pkgs=()
 command -v redis-server >/dev/null || pkgs+=(redis-server)
+# Debian's Chromium for the dashboard's real-browser test (Playwright drives it; its own browser
+# download does not work on these machines, see ../shared/NOTES.md).
+command -v chromium >/dev/null || pkgs+=(chromium)
 "$PYTHON" -c "import venv, ensurepip" 2>/dev/null || pkgs+=(python3-venv)
 if [ ${#pkgs[@]} -gt 0 ]; then
   echo "setup: installing system packages: ${pkgs[*]}"

@@ -16,11 +16,17 @@ Scenarios (`--scenario`) are named presets that stage one lesson each for demos 
 `skewed-clocks` (device clocks that lie), `late-burst` (a device back online with an hour of
 buffered events) and `backlog` (the job pauses, then catches up). The last one is not traffic but
 a *control* record: the pure generator says when and for how long; the producer carries it out.
+
+Live commands (`--live-commands`, the dashboard's demo buttons) come from outside while the stream
+runs: the producer reads them from Redis (`tidegauge.control`) into a `LiveCommands` object that
+`generate()` consults at every arrival. Without one, nothing changes; with one, the stream is a
+pure function of the arguments and of the points at which the commands were updated.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import heapq
 import json
 import math
@@ -31,7 +37,8 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from tidegauge.durations import parse_duration, parse_instant, to_iso
+from tidegauge.control import ALL_SERVICES, DemoCommands, Incident, LateBurstRequest
+from tidegauge.durations import format_duration, parse_duration, parse_instant, to_iso
 from tidegauge.events import (
     MAX_TIME_MS,
     MIN_TIME_MS,
@@ -51,9 +58,11 @@ __all__ = [
     "MALFORMED_KINDS",
     "SCENARIOS",
     "SKEWED_CLOCKS_FRACTION",
+    "Applied",
     "GeneratorConfig",
     "Intent",
     "Kind",
+    "LiveCommands",
     "Pace",
     "Record",
     "add_arguments",
@@ -61,6 +70,7 @@ __all__ = [
     "config_from_args",
     "event_id",
     "generate",
+    "live_burst_event_id",
     "parse_latency",
     "parse_services",
     "run",
@@ -103,6 +113,11 @@ CONTROL_KEY = b"__control__"
 # would hide in its ordinary traffic instead of standing out.
 _BURST_TOP_USERS = 100
 
+# During a live incident, matching events fail with probability --error-rate x factor, capped
+# here (and never below --error-rate): a slow service also errs more, as real ones do, but the
+# error panel should not drown the latency spike the incident is about.
+_INCIDENT_MAX_ERROR_RATE = 0.25
+
 # Status mix: success codes (mostly 200) and, with probability --error-rate, a 5xx.
 _OK_CODES = (200, 201, 204, 304, 404)
 _OK_WEIGHTS = (0.86, 0.05, 0.03, 0.04, 0.02)
@@ -129,7 +144,8 @@ class GeneratorConfig:
     late-burst's buffered events and control records come on top. With neither `count` nor
     `duration_ms` the stream never ends. `burst_at_ms` and `backlog_at_ms` are offsets from the
     start of event time; None means the documented default (`burst_offset_ms`,
-    `backlog_offset_ms`).
+    `backlog_offset_ms`). `live_commands` says the producer feeds `generate()` a `LiveCommands`
+    from Redis (realtime pace only); the stream itself changes only when commands arrive.
     """
 
     seed: int = 0
@@ -163,6 +179,7 @@ class GeneratorConfig:
     burst_rate: float = 1.0
     backlog_at_ms: int | None = None
     backlog_pause_ms: int = 30_000
+    live_commands: bool = False
     source: str = field(default=HEARTBEAT_SOURCE)
 
     def __post_init__(self) -> None:
@@ -284,6 +301,16 @@ class GeneratorConfig:
                 "--scenario backlog needs --pace realtime: a pause of the job only means "
                 "something while records arrive on the wall clock"
             )
+        if self.live_commands and self.pace != "realtime":
+            raise ValueError(
+                "--live-commands needs --pace realtime: demo commands are timed on the wall "
+                "clock, which only the realtime pace follows"
+            )
+        if self.live_commands and self.users <= _BURST_TOP_USERS:
+            raise ValueError(
+                f"--live-commands needs --users > {_BURST_TOP_USERS} (a late burst's device is "
+                f"never one of the {_BURST_TOP_USERS} most popular users), got {self.users}"
+            )
 
     def latency_of(self, service: str) -> tuple[float, float]:
         """(median ms, sigma) of `service`'s lognormal latency: --latency, else the default."""
@@ -404,6 +431,97 @@ def burst_event_id(seed: int, k: int) -> str:
     return f"{seed:x}-b{k:08d}"
 
 
+def live_burst_event_id(seed: int, request_id: int, k: int) -> str:
+    """The id of buffered event number `k` of the live late burst requested as `request_id`.
+
+    The request id (epoch ms of the request) keeps every live burst's ids apart from the other
+    bursts' and from ordinary ids, whatever order the bursts come in.
+    """
+    return f"{seed:x}-r{request_id}-{k:07d}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Live commands: the pure side. tidegauge.control reads and writes them in Redis; the producer
+# hands them over; the generator below applies them.
+
+
+@dataclass(frozen=True)
+class Applied:
+    """A live command as the generator carried it out, for the producer's log and summary.
+
+    `kind` is `incident` (latencies scaled from now on), `late_burst` (a burst of `events`
+    buffered events sent) or `pause` (seen only: the job carries it out). `at_ms` is the
+    generator clock (epoch ms) when it took effect; `text` says what happened, for people.
+    """
+
+    kind: Literal["incident", "late_burst", "pause"]
+    at_ms: int
+    text: str
+    events: int = 0
+
+
+class LiveCommands:
+    """The live demo commands a running `generate()` consults; by default, none.
+
+    The producer calls `update()` with what it read from Redis, between records and from the
+    thread that iterates the generator (this object is not thread-safe). The generator picks a
+    change up at its next arrival, so exactly the arrivals after the last record handed out see
+    it: given the same updates after the same records, the stream is the same.
+
+    `initial` is what the hash held when the producer started. Its incident is in force (if not
+    over yet), but its late burst was requested before this run and is not sent: only a request
+    with a new id is. `applied` collects what the generator did, oldest first; the producer
+    takes the entries with `take_applied()`.
+    """
+
+    def __init__(self, initial: DemoCommands | None = None) -> None:
+        self._commands = initial
+        burst = None if initial is None else initial.late_burst
+        self._seen_burst_id: int | None = None if burst is None else burst.id
+        self._bursts: list[LateBurstRequest] = []
+        self._version = 0
+        self._last_incident: Incident | None = None
+        self._last_pause: int | None = None
+        self.applied: list[Applied] = []
+
+    def update(self, commands: DemoCommands) -> None:
+        """Take in the commands now in the hash: the latest incident, a burst per new id."""
+        if commands == self._commands:
+            return  # the usual case: one poll a second, nothing new
+        self._commands = commands
+        burst = commands.late_burst
+        if burst is not None and burst.id != self._seen_burst_id:
+            self._seen_burst_id = burst.id
+            self._bursts.append(burst)
+        self._version += 1
+
+    def take_applied(self) -> list[Applied]:
+        """The entries of `applied` since the last call (and forget them)."""
+        out, self.applied = self.applied, []
+        return out
+
+    def _take(self, now_ms: int) -> tuple[Incident | None, bool, list[LateBurstRequest]]:
+        """For the generator at clock `now_ms`: (incident, is it new and ahead, bursts to send).
+
+        A new pause still ahead is noted in `applied` here; incidents and bursts are noted by
+        the generator, which knows what they do to its stream.
+        """
+        cmds = self._commands
+        incident = None if cmds is None else cmds.incident
+        new = (
+            incident is not None and incident != self._last_incident and incident.active_at(now_ms)
+        )
+        self._last_incident = incident
+        pause = None if cmds is None else cmds.pause_until_ms
+        if pause is not None and pause != self._last_pause and pause > now_ms:
+            self.applied.append(
+                Applied("pause", now_ms, f"pause of the job until {to_iso(pause)} (seen in Redis)")
+            )
+        self._last_pause = pause
+        bursts, self._bursts = self._bursts, []
+        return incident, new, bursts
+
+
 # ---------------------------------------------------------------------------------------------
 # Malformed records: each kind is built from the event it replaces and must be judged by
 # tidegauge.events.parse_record with exactly the listed Reason.
@@ -451,7 +569,9 @@ MALFORMED_KINDS: tuple[tuple[str, Reason, Callable[[dict[str, Any]], bytes]], ..
 # The pure core.
 
 
-def generate(config: GeneratorConfig, start_ms: int | None = None) -> Iterator[Record]:
+def generate(
+    config: GeneratorConfig, start_ms: int | None = None, commands: LiveCommands | None = None
+) -> Iterator[Record]:
     """Yield the records of `config`'s stream in send order (ties: heartbeats first).
 
     Event time starts at `start_ms` (epoch ms), else at `config.start_time_ms`; one of them is
@@ -462,11 +582,20 @@ def generate(config: GeneratorConfig, start_ms: int | None = None) -> Iterator[R
     Scenarios add records at fixed instants of the clock: the late burst's buffered events and
     the backlog's control record. The clock runs on until both have happened, even when
     --count or --duration ends the arrivals earlier.
+
+    `commands` (needs `config.live_commands`) are the live demo commands, consulted at every
+    arrival while arrivals last: an incident in force scales the latency of each matching
+    arrival (and raises its error probability to --error-rate x factor, at most 25%); a new
+    late-burst request sends a burst like the `late-burst` scenario's, at the arrival's instant,
+    drawn from a random stream of its own. Without commands the stream is unchanged, and
+    an incident changes nothing but the latency and status of the arrivals it covers.
     """
     t0 = start_ms if start_ms is not None else config.start_time_ms
     if t0 is None:
         raise ValueError("generate() needs a start time: pass start_ms or set start_time_ms")
-    return _generate(config, t0)
+    if commands is not None and not config.live_commands:
+        raise ValueError("generate() got live commands, but config.live_commands is off")
+    return _generate(config, t0, commands)
 
 
 def _cdf(weights: np.ndarray) -> np.ndarray:
@@ -478,15 +607,15 @@ def _pick(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
     return np.minimum(np.searchsorted(cdf, u, side="right"), len(cdf) - 1)
 
 
-def _generate(cfg: GeneratorConfig, t0: int) -> Iterator[Record]:
+def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Iterator[Record]:
     # One independent stream per concern. Children of a SeedSequence are fixed by their index,
-    # so streams added at the end (network, burst) leave the first eight, and every field they
-    # decide, exactly as they were.
-    streams = [np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(10)]
+    # so streams added at the end (network, burst, live bursts) leave the first eight, and every
+    # field they decide, exactly as they were.
+    streams = [np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(11)]
     rng_arrival, rng_user, rng_service, rng_latency, rng_status, rng_intent, rng_flags, rng_skew = (
         streams[:8]
     )
-    rng_network, rng_burst = streams[8:]
+    rng_network, rng_burst, rng_live = streams[8:]
     user_cdf = _cdf(1.0 / np.arange(1, cfg.users + 1, dtype=np.float64) ** cfg.zipf)
     # A device's clock offset is a property of the user, fixed for the whole run.
     skewed = rng_skew.random(cfg.users) < cfg.skew_fraction
@@ -532,11 +661,16 @@ def _generate(cfg: GeneratorConfig, t0: int) -> Iterator[Record]:
         z = rng.standard_normal(len(svc_idx))
         return np.round(medians[svc_idx] * np.exp(sigmas[svc_idx] * z), 3)
 
-    def statuses_of(rng: np.random.Generator, n: int) -> np.ndarray:
-        is_error = rng.random(n) < cfg.error_rate
+    def status_draws(rng: np.random.Generator, n: int) -> tuple[np.ndarray, ...]:
+        """(u, ok, err): a status is err where u < the error probability, else ok."""
+        u = rng.random(n)
         ok = ok_codes[_pick(ok_cdf, rng.random(n))]
         err = err_codes[_pick(err_cdf, rng.random(n))]
-        return np.where(is_error, err, ok)
+        return u, ok, err
+
+    def statuses_of(rng: np.random.Generator, n: int) -> np.ndarray:
+        u, ok, err = status_draws(rng, n)
+        return np.where(u < cfg.error_rate, err, ok)
 
     def heartbeat(at: int, p: int) -> tuple[Any, ...]:
         value = encode_heartbeat(Heartbeat(event_time=at, partition=p, source=cfg.source))
@@ -546,22 +680,24 @@ def _generate(cfg: GeneratorConfig, t0: int) -> Iterator[Record]:
         value = _dumps({"control": "pause", "pause_ms": cfg.backlog_pause_ms})
         return [("control", CONTROL_KEY, value, None, at, at, *_NONE12)]
 
-    def burst(at: int) -> list[tuple[Any, ...]]:
+    def late_burst(
+        at: int, span_ms: int, n: int, rng: np.random.Generator, ids: Callable[[int], str]
+    ) -> list[tuple[Any, ...]]:
         # One device, offline for the span, sends what it buffered, oldest first, all at `at`.
-        # Everything is drawn from the burst's own stream, so the rest of the run is unchanged.
-        n = cfg.burst_count
-        idx = int(rng_burst.integers(_BURST_TOP_USERS, cfg.users))
+        # Everything is drawn from `rng`, the burst's own stream, so the rest of the run is
+        # unchanged.
+        idx = int(rng.integers(_BURST_TOP_USERS, cfg.users))
         user_id = f"u{idx + 1:06d}"
         key = user_id.encode("utf-8")
         skew = int(user_skew[idx])
-        trues = np.sort(rng_burst.integers(at - cfg.burst_span_ms, at, n)).tolist()
-        svc_idx = _pick(service_cdf, rng_burst.random(n))
-        lats = latencies_of(rng_burst, svc_idx).tolist()
-        stats = statuses_of(rng_burst, n).tolist()
-        nets = rng_burst.integers(0, net_high, n).tolist()
+        trues = np.sort(rng.integers(at - span_ms, at, n)).tolist()
+        svc_idx = _pick(service_cdf, rng.random(n))
+        lats = latencies_of(rng, svc_idx).tolist()
+        stats = statuses_of(rng, n).tolist()
+        nets = rng.integers(0, net_high, n).tolist()
         out: list[tuple[Any, ...]] = []
         for k, (t, s) in enumerate(zip(trues, svc_idx.tolist(), strict=True)):
-            eid = burst_event_id(seed, k)
+            eid = ids(k)
             et, st = t + skew, at + skew
             ev = Event(eid, et, names[s], user_id, lats[k], stats[k], st)
             out.append(
@@ -588,6 +724,11 @@ def _generate(cfg: GeneratorConfig, t0: int) -> Iterator[Record]:
             )
         return out
 
+    def burst(at: int) -> list[tuple[Any, ...]]:
+        return late_burst(
+            at, cfg.burst_span_ms, cfg.burst_count, rng_burst, lambda k: burst_event_id(seed, k)
+        )
+
     # Scenario records at fixed instants of the clock, in time order (a tie: control first).
     scheduled: list[tuple[int, Callable[[int], list[tuple[Any, ...]]]]] = []
     if "backlog" in cfg.scenarios:
@@ -605,6 +746,55 @@ def _generate(cfg: GeneratorConfig, t0: int) -> Iterator[Record]:
                 push(heap, (at, 1, tiebreak, payload))
                 tiebreak += 1
 
+    # The live incident in force: arrivals before `inc_until` of a service with inc_match[s]
+    # get inc_factor times their latency and fail with probability inc_error. No incident:
+    # inc_until = -1, before every arrival.
+    inc_until = -1
+    inc_factor = 1.0
+    inc_error = cfg.error_rate
+    inc_match = [False] * len(names)
+    live_version = -1
+
+    def apply_live(t: int) -> None:
+        """Pick up changed live commands at arrival time `t`: set the incident, push bursts."""
+        nonlocal inc_until, inc_factor, inc_error, inc_match, live_version, tiebreak
+        assert live is not None
+        live_version = live._version
+        incident, new, bursts = live._take(t)
+        if incident is None:
+            inc_until = -1
+        else:
+            inc_until, inc_factor = incident.until_ms, incident.factor
+            cap = max(cfg.error_rate, _INCIDENT_MAX_ERROR_RATE)
+            inc_error = min(max(cfg.error_rate, cfg.error_rate * inc_factor), cap)
+            inc_match = [incident.applies_to(name) for name in names]
+        if incident is not None and new:
+            who = "every service" if incident.service == ALL_SERVICES else repr(incident.service)
+            text = (
+                f"incident: latency x{incident.factor:g} for {who} "
+                f"until {to_iso(incident.until_ms)}"
+            )
+            if not any(inc_match):
+                text += f" changes nothing: this generator makes {', '.join(names)}"
+            live.applied.append(Applied("incident", t, text))
+        for req in bursts:
+            n = max(1, round(req.span_ms * cfg.burst_rate / 1000))
+            ids = functools.partial(live_burst_event_id, seed, req.id)
+            payloads = late_burst(t, req.span_ms, n, rng_live, ids)
+            for payload in payloads:
+                push(heap, (t, 1, tiebreak, payload))
+                tiebreak += 1
+            device = Record(0, *payloads[0]).user_id
+            live.applied.append(
+                Applied(
+                    "late_burst",
+                    t,
+                    f"late burst {req.id}: {n:,} buffered events of user {device} from "
+                    f"the last {format_duration(req.span_ms)}",
+                    events=n,
+                )
+            )
+
     done = False
     while not done:
         offs = elapsed + np.cumsum(rng_arrival.exponential(mean_gap_ms, _CHUNK))
@@ -617,7 +807,8 @@ def _generate(cfg: GeneratorConfig, t0: int) -> Iterator[Record]:
         svc_idx = _pick(service_cdf, rng_service.random(_CHUNK))
         services = svc_idx.tolist()
         latencies = latencies_of(rng_latency, svc_idx).tolist()
-        statuses = statuses_of(rng_status, _CHUNK).tolist()
+        u_status, ok_status, err_status = status_draws(rng_status, _CHUNK)
+        statuses = np.where(u_status < cfg.error_rate, err_status, ok_status).tolist()
         u_intent = rng_intent.random(_CHUNK).tolist()
         ooo_delays = rng_intent.integers(1, max(cfg.max_delay_ms, 1) + 1, _CHUNK).tolist()
         lo = cfg.lateness_ms + 1
@@ -644,6 +835,8 @@ def _generate(cfg: GeneratorConfig, t0: int) -> Iterator[Record]:
             while heap and heap[0][0] < t:
                 yield Record(seq, *pop(heap)[3])
                 seq += 1
+            if live is not None and live._version != live_version:
+                apply_live(t)
 
             s = services[i]
             service = names[s]
@@ -654,6 +847,10 @@ def _generate(cfg: GeneratorConfig, t0: int) -> Iterator[Record]:
                 key, skew = user_id.encode("utf-8"), skews[i]
             latency = latencies[i]
             status = statuses[i]
+            if t < inc_until and inc_match[s]:
+                latency = round(latency * inc_factor, 3)
+                if u_status[i] < inc_error:
+                    status = int(err_status[i])
             eid = event_id(seed, g)
             g += 1
             last_t = t
@@ -993,15 +1190,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="backlog: how long the job pauses (default 30s)",
     )
     g.add_argument(
+        "--live-commands",
+        action="store_true",
+        help="take demo commands (latency incident, late burst) from the Redis hash "
+        "PREFIX:control while running, about once a second; needs --pace realtime",
+    )
+    g.add_argument(
         "--redis",
         metavar="URL",
-        help="backlog: Redis the job reads its pause from (env TIDEGAUGE_REDIS_URL)",
+        help="backlog, --live-commands: Redis the job reads its pause from and the commands "
+        "live in (env TIDEGAUGE_REDIS_URL)",
     )
     g.add_argument(
         "--redis-prefix",
         default="tg",
         metavar="PREFIX",
-        help="backlog: the job's Redis key prefix (default tg)",
+        help="backlog, --live-commands: the job's Redis key prefix (default tg)",
     )
     g = p.add_argument_group("output")
     g.add_argument("--truth", metavar="PATH", help="write ground truth JSON lines here")
@@ -1070,6 +1274,7 @@ def config_from_args(args: argparse.Namespace, now_ms: int | None = None) -> Gen
         burst_rate=_given(args.burst_rate, defaults.burst_rate),
         backlog_at_ms=args.backlog_at,
         backlog_pause_ms=_given(args.backlog_pause, defaults.backlog_pause_ms),
+        live_commands=args.live_commands,
     )
 
 

@@ -7,6 +7,11 @@ acknowledgement), so the ground-truth file can be checked against the topic reco
 Each record goes out with its Kafka timestamp set to the generator's `receive_ms`, standing in
 for the broker's receive time. Control records (`--scenario backlog`) are not sent: they are
 executed, by writing the job's pause into Redis.
+
+With `--live-commands`, a thread reads the demo commands (`tidegauge.control`) from Redis about
+once a second and the sending loop hands each change to the generator between two records; what
+the generator did with them is logged as it happens and counted in the summary. A Redis that
+goes away while running costs a warning, not the run: the last commands read stay in force.
 """
 
 from __future__ import annotations
@@ -29,11 +34,21 @@ from typing import IO, Any
 import redis
 from kafka import KafkaProducer
 from kafka.errors import KafkaError
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from tqdm import tqdm
 
 from tidegauge.config import KafkaSettings, RedisSettings, redact_url
+from tidegauge.control import DemoCommands, read_commands
 from tidegauge.durations import format_duration, to_iso
-from tidegauge.generator import GeneratorConfig, Record, config_from_args, generate
+from tidegauge.generator import (
+    Applied,
+    GeneratorConfig,
+    LiveCommands,
+    Record,
+    config_from_args,
+    generate,
+)
 from tidegauge.topics import ensure_topic
 
 __all__ = ["ProduceError", "Summary", "produce", "run_cli"]
@@ -50,6 +65,12 @@ _PRODUCER_CONFIG: dict[str, Any] = {
 # memory stays bounded however long the run.
 _MAX_PENDING = 20_000
 _ACK_TIMEOUT_S = 60.0
+#: How often live commands are read from Redis, and how long one read may take: an outage then
+#: costs the polling thread a second per try and the sending loop nothing.
+_POLL_INTERVAL_S = 1.0
+_POLL_TIMEOUT_S = 1.0
+
+_log = logging.getLogger(__name__)
 
 
 class ProduceError(RuntimeError):
@@ -82,6 +103,7 @@ class Summary:
     interrupted: bool = False
     buffered: int = 0
     controls: int = 0
+    commands: tuple[Applied, ...] = ()
 
     @property
     def records_per_s(self) -> float:
@@ -103,6 +125,14 @@ class Summary:
         ]
         if self.controls:
             lines.append(f"  controls    {self.controls:>10,}   executed in Redis, not sent")
+        if self.commands:
+            kinds = collections.Counter(c.kind for c in self.commands)
+            burst_events = sum(c.events for c in self.commands if c.kind == "late_burst")
+            lines.append(
+                f"  commands    {len(self.commands):>10,}   live from Redis: "
+                f"incidents {kinds['incident']}, late bursts {kinds['late_burst']} "
+                f"({burst_events:,} events), pauses seen {kinds['pause']}"
+            )
         lines.append(
             f"  event time  {to_iso(self.start_ms)} .. {to_iso(self.end_ms)} "
             f"({format_duration(self.end_ms - self.start_ms)})"
@@ -124,7 +154,7 @@ def _connect(kafka: KafkaSettings, connect_timeout_ms: int) -> KafkaProducer:
         ) from None
 
 
-def _connect_redis(settings: RedisSettings, connect_timeout_ms: int) -> redis.Redis:
+def _connect_redis(settings: RedisSettings, connect_timeout_ms: int, why: str) -> redis.Redis:
     timeout_s = connect_timeout_ms / 1000
     client = redis.Redis.from_url(
         settings.url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s
@@ -133,10 +163,82 @@ def _connect_redis(settings: RedisSettings, connect_timeout_ms: int) -> redis.Re
         client.ping()
     except redis.RedisError as e:
         client.close()
-        raise ProduceError(
-            f"--scenario backlog: cannot reach Redis at {redact_url(settings.url)}: {e}"
-        ) from None
+        url = redact_url(settings.url)
+        raise ProduceError(f"{why}: cannot reach Redis at {url}: {e}") from None
     return client
+
+
+class _CommandPoller:
+    """Reads the live commands about once a second, in a thread of its own.
+
+    The sending loop only looks at `snapshot` (a (version, commands) pair, replaced whole, so
+    reading it needs no lock); a slow or absent Redis holds up this thread, never the sending.
+    Failures are logged once per outage (or per distinct junk in the hash), not once a second,
+    and the last commands read stay in force.
+    """
+
+    def __init__(
+        self,
+        settings: RedisSettings,
+        initial: DemoCommands | None,
+        problem: tuple[str, str] | None = None,
+    ) -> None:
+        from tidegauge.store import Keys  # the Redis layout, only imported when it is needed
+
+        self._keys = Keys(settings.prefix)
+        self._url = redact_url(settings.url)
+        # Short timeouts and no retries: each poll fails fast, and the next one is a retry.
+        self._client = redis.Redis.from_url(
+            settings.url,
+            socket_connect_timeout=_POLL_TIMEOUT_S,
+            socket_timeout=_POLL_TIMEOUT_S,
+            retry=Retry(NoBackoff(), 0),
+        )
+        self.snapshot: tuple[int, DemoCommands | None] = (0, initial)
+        self._problem = problem  # (kind, detail) of the failure already warned about
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tidegauge-commands", daemon=True)
+
+    def start(self) -> None:
+        """Start polling in the background."""
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop polling and close the connection."""
+        self._stop.set()
+        self._thread.join(timeout=5 * _POLL_TIMEOUT_S)
+        self._client.close()
+
+    def poll(self) -> None:
+        """One read of the commands; on failure, warn (once per problem) and keep the last."""
+        try:
+            commands = read_commands(self._client, self._keys)
+        except redis.RedisError as e:
+            # One outage, one warning: its error text changes as the connection goes away.
+            self._trouble(
+                ("redis", ""), f"cannot read live commands from Redis at {self._url}: {e}"
+            )
+            return
+        except ValueError as e:
+            self._trouble(
+                ("junk", str(e)), f"ignoring the live commands in {self._keys.control}: {e}"
+            )
+            return
+        if self._problem is not None:
+            _log.info("live commands: reading %s again", self._keys.control)
+            self._problem = None
+        version, last = self.snapshot
+        if commands != last:
+            self.snapshot = (version + 1, commands)
+
+    def _trouble(self, problem: tuple[str, str], message: str) -> None:
+        if problem != self._problem:
+            _log.warning("%s; keeping the last commands and sending on", message)
+            self._problem = problem
+
+    def _run(self) -> None:
+        while not self._stop.wait(_POLL_INTERVAL_S):
+            self.poll()
 
 
 def _no_controls(record: Record) -> None:
@@ -188,7 +290,9 @@ def produce(
     Every record's Kafka timestamp is its `receive_ms`. Control records are executed, not
     sent: `--scenario backlog` writes `pause_until` (wall clock `clock()` + the pause, epoch
     ms) into the hash `Keys(prefix).control` of `redis_settings`, which must be reachable
-    before anything is sent.
+    before anything is sent. With `config.live_commands`, that Redis must be reachable at the
+    start too; the same hash is then read about once a second (`tidegauge.control`) and the
+    generator applies what it holds. The summary lists what it did (`Summary.commands`).
     Setting `stop` (or Ctrl-C) ends the run cleanly: pending records are flushed and
     acknowledged, and the truth file is complete for everything sent.
     Raises `ProduceError` when the broker or a needed Redis cannot be reached or a record is
@@ -198,18 +302,71 @@ def produce(
         stop = threading.Event()
     client: redis.Redis | None = None
     execute: Callable[[Record], None] = _no_controls
-    if "backlog" in config.scenarios:  # fail before sending anything, not at the pause
-        if redis_settings is None:
-            raise ProduceError("--scenario backlog needs Redis (--redis or TIDEGAUGE_REDIS_URL)")
-        client = _connect_redis(redis_settings, connect_timeout_ms)
-        execute = _control_executor(redis_settings, client, clock)
+    poller: _CommandPoller | None = None
+    live: LiveCommands | None = None
+    needs = [
+        flag
+        for flag, on in (
+            ("--scenario backlog", "backlog" in config.scenarios),
+            ("--live-commands", config.live_commands),
+        )
+        if on
+    ]
+    # Fail before sending anything, not at the pause or the first command.
+    if needs and redis_settings is None:
+        raise ProduceError(f"{needs[0]} needs Redis (--redis or TIDEGAUGE_REDIS_URL)")
     try:
+        if needs:
+            assert redis_settings is not None
+            client = _connect_redis(redis_settings, connect_timeout_ms, " and ".join(needs))
+            execute = _control_executor(redis_settings, client, clock)
+        if config.live_commands:
+            assert redis_settings is not None and client is not None
+            live, poller = _start_live_commands(redis_settings, client)
         return _produce(
-            config, kafka, truth_path, progress, stop, clock, connect_timeout_ms, execute
+            config,
+            kafka,
+            truth_path,
+            progress,
+            stop,
+            clock,
+            connect_timeout_ms,
+            execute,
+            live,
+            poller,
         )
     finally:
+        if poller is not None:
+            poller.close()
         if client is not None:
             client.close()
+
+
+def _start_live_commands(
+    settings: RedisSettings, client: redis.Redis
+) -> tuple[LiveCommands, _CommandPoller]:
+    """The commands in force at the start, and the thread that reads what changes after.
+
+    A late burst requested before the start is not sent: it was meant for an earlier run.
+    """
+    from tidegauge.store import Keys
+
+    key = Keys(settings.prefix).control
+    initial: DemoCommands | None = None
+    problem = None
+    try:
+        initial = read_commands(client, Keys(settings.prefix))
+    except redis.RedisError as e:
+        raise ProduceError(
+            f"--live-commands: cannot read {key} from Redis at {redact_url(settings.url)}: {e}"
+        ) from None
+    except ValueError as e:  # junk left in the hash must not keep the demo from starting
+        _log.warning("ignoring the live commands in %s: %s; sending on", key, e)
+        problem = ("junk", str(e))
+    _log.info("live commands: reading %s at %s about once a second", key, redact_url(settings.url))
+    poller = _CommandPoller(settings, initial, problem)
+    poller.start()
+    return LiveCommands(initial), poller
 
 
 def _produce(
@@ -221,6 +378,8 @@ def _produce(
     clock: Callable[[], float],
     connect_timeout_ms: int,
     execute: Callable[[Record], None],
+    live: LiveCommands | None,
+    poller: _CommandPoller | None,
 ) -> Summary:
     producer = _connect(kafka, connect_timeout_ms)
     try:
@@ -239,7 +398,18 @@ def _produce(
         elif config.start_time_ms is not None:
             start_ms = config.start_time_ms
         with _truth_writer(truth_path) as write_truth:
-            return _send(config, kafka, producer, start_ms, write_truth, progress, stop, execute)
+            return _send(
+                config,
+                kafka,
+                producer,
+                start_ms,
+                write_truth,
+                progress,
+                stop,
+                execute,
+                live,
+                poller,
+            )
     finally:
         producer.close(timeout=5)
 
@@ -273,6 +443,8 @@ def _send(
     progress: bool,
     stop: threading.Event,
     execute: Callable[[Record], None],
+    live: LiveCommands | None = None,
+    poller: _CommandPoller | None = None,
 ) -> Summary:
     counts = collections.Counter[str]()
     intents = collections.Counter[str]()
@@ -306,6 +478,23 @@ def _send(
             if write_truth is not None:
                 write_truth(record, meta.partition, meta.offset)
 
+    applied: list[Applied] = []
+    seen_version = 0
+
+    def hand_over_commands(update: bool = True) -> None:
+        """Give the generator the commands read since the last record; log what it did."""
+        nonlocal seen_version
+        if live is None or poller is None:
+            return
+        version, commands = poller.snapshot
+        if update and version != seen_version and commands is not None:
+            seen_version = version
+            live.update(commands)
+        if live.applied:
+            for a in live.take_applied():
+                _log.info("live command at %s: %s", to_iso(a.at_ms), a.text)
+                applied.append(a)
+
     realtime = config.pace == "realtime"
     topic = kafka.topic
     send = producer.send
@@ -314,7 +503,7 @@ def _send(
     unreported = 0
     t_start = time.monotonic()
     try:
-        for record in generate(config, start_ms):
+        for record in generate(config, start_ms, live):
             if realtime:
                 wait_s = t_start + (record.send_ms - start_ms) / 1000 - time.monotonic()
                 if wait_s > 0 and stop.wait(wait_s):
@@ -350,11 +539,13 @@ def _send(
                     bar.update(unreported)
                     unreported = 0
             settle(block=len(pending) >= _MAX_PENDING)
+            hand_over_commands()
     except KeyboardInterrupt:
         interrupted = True
     finally:
         bar.update(unreported)
         bar.close()
+    hand_over_commands(update=False)  # what the generator did after the last handover
     try:
         producer.flush(timeout=_ACK_TIMEOUT_S)
     except KafkaError as e:
@@ -377,6 +568,7 @@ def _send(
         interrupted=interrupted,
         buffered=intents["buffered"],
         controls=counts["control"],
+        commands=tuple(applied),
     )
 
 
@@ -404,15 +596,22 @@ def run_cli(args: argparse.Namespace) -> int:
     """Body of `tidegauge produce`.
 
     Exit status: 0 when done or stopped by SIGINT/SIGTERM, 1 on Kafka (or, with
-    `--scenario backlog`, Redis) errors, 2 on bad flags.
+    `--scenario backlog` or `--live-commands`, Redis at the start) errors, 2 on bad flags.
     """
     # Our own messages say what failed; kafka-python's log lines would only repeat it as noise.
     logging.getLogger("kafka").addHandler(logging.NullHandler())
+    # Ours (live commands carried out, Redis trouble while running) go to stderr as they happen.
+    if not _log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("tidegauge produce: %(message)s"))
+        _log.addHandler(handler)
+        _log.setLevel(logging.INFO)
+        _log.propagate = False
     try:
         kafka = KafkaSettings.from_env(bootstrap=args.bootstrap, topic=args.topic)
         config = config_from_args(args)
         redis_settings = None
-        if "backlog" in config.scenarios:  # only then is Redis used, so only then checked
+        if "backlog" in config.scenarios or config.live_commands:  # only then is Redis used
             redis_settings = RedisSettings.from_env(url=args.redis, prefix=args.redis_prefix)
     except ValueError as e:
         print(f"tidegauge produce: error: {e}", file=sys.stderr)

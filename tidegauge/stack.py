@@ -13,6 +13,9 @@ dashboard (`tidegauge dashboard`). Each child is the leader of its own process g
 
 Connection settings reach the children through their environment (`TIDEGAUGE_KAFKA_BOOTSTRAP`,
 `TIDEGAUGE_REDIS_URL`), never their command lines, so a Redis password does not show up in `ps`.
+The generator runs with `--live-commands` and the dashboard with `--demo-controls`: the
+dashboard's demo buttons write commands into `{prefix}:control` (`tidegauge.control`), which the
+generator and the job obey.
 Everything here runs in the `tidegauge demo` process; nothing is imported from PySpark except the
 Java check.
 """
@@ -450,6 +453,11 @@ class _Demo:
                 kafka.topic,
                 "--partitions",
                 str(DEFAULT_PARTITIONS),
+                # The dashboard's demo buttons write commands into Redis; the generator obeys
+                # them (Redis URL from the environment, like every child's).
+                "--live-commands",
+                "--redis-prefix",
+                args.redis_prefix,
                 *_GENERATOR_KNOBS,
             ],
             env,
@@ -487,6 +495,7 @@ class _Demo:
                     "127.0.0.1",
                     "--prefix",
                     args.redis_prefix,
+                    "--demo-controls",  # its buttons drive the generator's --live-commands
                 ],
                 env,
             )

@@ -28,6 +28,7 @@ __all__ = [
     "ArrivalRow",
     "LateCounters",
     "LatenessResult",
+    "event_arrivals",
     "read_arrivals",
     "read_late_counters",
     "read_late_events",
@@ -133,10 +134,13 @@ class Keys:
 
     @property
     def control(self) -> str:
-        """Hash of demo/scenario commands for the job; field `pause_until` = epoch ms.
+        """Hash of demo/scenario commands (`tidegauge.control` writes and parses it).
 
-        While the wall clock is before `pause_until`, the job's Kafka source reports no new
-        data, so the topic builds a backlog the job then catches up on (`--scenario backlog`).
+        `pause_until` (epoch ms): while the wall clock is before it, the job's Kafka source
+        reports no new data, so the topic builds a backlog the job then catches up on
+        (`--scenario backlog`, the dashboard's backlog button). `incident_until`,
+        `incident_factor`, `incident_service` and `late_burst` are read by a generator
+        running with `--live-commands`.
         """
         return f"{self.prefix}:control"
 
@@ -185,8 +189,8 @@ class WindowRow:
     closed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict for JSON output."""
-        return asdict(self)
+        """Plain dict for JSON output (every field is a plain value: no deep copy needed)."""
+        return dict(vars(self))
 
 
 @dataclass(frozen=True)
@@ -475,12 +479,14 @@ def read_range_aggs(
     until_ms: int,
     spec: WindowSpec,
     services: Sequence[str] | None = None,
+    with_lateness: bool = False,
 ) -> tuple[list[int], dict[str, list[WindowAgg]]]:
     """The stored `WindowAgg`s of the windows of `spec` inside [since, until), per service.
 
     Returns the window starts and service -> its windows' aggregates (in start order), for
     `services` (None: every service and `*`). One ZRANGEBYSCORE and one pipeline, so a
-    dashboard can merge any range for many services in two round trips.
+    dashboard can merge any range for many services in two round trips. The lateness digests
+    are left empty unless `with_lateness` (`read_lateness` reads those).
     """
     starts = [
         s
@@ -498,7 +504,7 @@ def read_range_aggs(
         pairs = got.items() if services is None else zip(services, got, strict=True)
         for svc, blob in pairs:
             if blob is not None:
-                out.setdefault(_s(svc), []).append(WindowAgg.from_bytes(blob))
+                out.setdefault(_s(svc), []).append(WindowAgg.from_bytes(blob, with_lateness))
     return starts, out
 
 
@@ -680,6 +686,22 @@ class ArrivalRow:
         return {**asdict(self), "events_per_s": self.events_per_s}
 
 
+def event_arrivals(windows: Sequence[WindowRow]) -> list[ArrivalRow]:
+    """The event-time series of tumbling windows: every event once, late ones included."""
+    return [
+        ArrivalRow(
+            "event",
+            w.window_start,
+            w.window_end,
+            w.service,
+            w.count + w.late,
+            w.late,
+            w.stragglers,
+        )
+        for w in windows
+    ]
+
+
 #: The three clocks an event can be counted by (docs/time.md).
 TIME_DOMAINS = ("event", "processing", "broker")
 
@@ -707,18 +729,7 @@ def read_arrivals(
         spec = next((s for s in tumbling if s.size_ms == size), tumbling[0] if tumbling else None)
         if spec is None:
             return []
-        return [
-            ArrivalRow(
-                "event",
-                w.window_start,
-                w.window_end,
-                w.service,
-                w.count + w.late,
-                w.late,
-                w.stragglers,
-            )
-            for w in read_windows(r, keys, spec, service, since_ms, until_ms)
-        ]
+        return event_arrivals(read_windows(r, keys, spec, service, since_ms, until_ms))
     if size is None:
         return []
     lo = "-inf" if since_ms is None else since_ms - size + 1

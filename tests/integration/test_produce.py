@@ -1,7 +1,9 @@
 """`tidegauge produce` on the real broker: the truth file matches the topic, record by record.
 
 Every record's Kafka timestamp must be the truth's `receive_ms` (the broker keeps the producer's
-CreateTime), and control records (`--scenario backlog`) must reach Redis, never the topic.
+CreateTime), and control records (`--scenario backlog`) must reach Redis, never the topic. With
+`--live-commands`, commands written through `tidegauge.control` while the producer runs change
+what it sends, and the truth says so.
 """
 
 from __future__ import annotations
@@ -17,14 +19,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 from kafka import KafkaConsumer, TopicPartition
 
 from tidegauge.config import KafkaSettings, RedisSettings
+from tidegauge.control import request_late_burst, request_pause, start_incident
 from tidegauge.events import Event, Heartbeat, Rejected, parse_record
-from tidegauge.generator import HEARTBEAT_SOURCE, GeneratorConfig
+from tidegauge.generator import HEARTBEAT_SOURCE, GeneratorConfig, generate
 from tidegauge.producer import produce
-from tidegauge.services import free_port
+from tidegauge.services import free_port, start_redis
+from tidegauge.store import Keys
 
 T0 = 1_800_000_000_000
 CLI = [sys.executable, "-m", "tidegauge.cli", "produce"]
@@ -412,3 +417,254 @@ def test_backlog_needs_realtime_pace() -> None:
     assert proc.returncode == 2
     assert "--scenario backlog needs --pace realtime" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# --- live commands (tidegauge.control) ------------------------------------------------------------
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _start_live_producer(
+    kafka: KafkaSettings, redis_url: str, truth_path: Path, *flags: str
+) -> subprocess.Popen[str]:
+    """A realtime producer with --live-commands, started once it has records acknowledged."""
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "--bootstrap",
+            kafka.bootstrap,
+            "--topic",
+            kafka.topic,
+            "--heartbeat-interval",
+            "500ms",
+            "--live-commands",
+            "--redis",
+            redis_url,
+            "--redis-prefix",
+            "tgl",
+            "--truth",
+            str(truth_path),
+            *flags,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while not (truth_path.exists() and truth_path.stat().st_size > 0):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            out, err = proc.communicate()
+            raise AssertionError(f"the producer did not start: {out}\n{err}")
+        time.sleep(0.05)
+    return proc
+
+
+def _plain_run(truth: list[dict[str, Any]], **knobs: Any) -> dict[str | None, Any]:
+    """The same run without commands, from the pure generator: its events by id.
+
+    Realtime pace starts event time at the producer's start, which the first heartbeat gives
+    away (it is due 500 ms after it).
+    """
+    start = min(t["receive_ms"] for t in truth if t["kind"] == "heartbeat") - 500
+    config = GeneratorConfig(pace="realtime", heartbeat_interval_ms=500, **knobs)
+    return {r.event_id: r for r in generate(config, start) if r.kind == "event"}
+
+
+def _scaled(t: dict[str, Any], plain: dict[str | None, Any], factor: float) -> bool:
+    """Whether the event went out with `factor` times its plain latency (else: unchanged)."""
+    base = plain[t["event_id"]]
+    assert (t["true_time"], t["service"], t["user_id"]) == (
+        base.true_time,
+        base.service,
+        base.user_id,
+    )
+    if t["latency_ms"] == base.latency_ms:
+        assert t["status"] == base.status, t
+        return False
+    assert t["latency_ms"] == pytest.approx(base.latency_ms * factor, abs=6e-4), t
+    assert t["status"] in (base.status, 500, 502, 503, 504), t  # an incident may add 5xx only
+    return True
+
+
+def test_live_commands_change_what_is_sent(
+    topic_factory: Callable[..., KafkaSettings],
+    redis_settings: RedisSettings,
+    redis_client: redis.Redis,
+    tmp_path: Path,
+) -> None:
+    """While a real producer runs, the dashboard's three commands go in through control.py.
+
+    Checked against the same run computed without commands: only `api` latencies inside the
+    incident change (x5, from one switch point on, until its end), one burst of 30 buffered
+    events appears once (though its request is read again every second), nothing else differs,
+    and the topic holds exactly what the truth says.
+    """
+    kafka = topic_factory(3)
+    truth_path = tmp_path / "truth.jsonl"
+    keys = Keys("tgl")
+    proc = _start_live_producer(
+        kafka, redis_settings.url, truth_path, "--seed", "21", "--rate", "200", "--duration", "9s"
+    )
+    try:
+        issued = _now_ms()
+        incident = start_incident(redis_client, keys, issued, duration_ms=4_000, service="api")
+        time.sleep(0.3)
+        burst = request_late_burst(redis_client, keys, _now_ms(), span_ms=30_000)
+        pause_until = request_pause(redis_client, keys, _now_ms(), pause_ms=60_000)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+
+    truth = read_truth(truth_path)
+    plain = _plain_run(truth, seed=21, rate=200, duration_ms=9_000)
+    events = [t for t in truth if t["kind"] == "event"]
+    ordinary = [t for t in events if t["intent"] != "buffered"]
+    assert {t["event_id"] for t in ordinary} == set(plain)
+
+    # The incident: `api` only; plain until one switch point (the first poll after the
+    # request, so between ~1 s before it, for a lagging producer, and ~3 s after), then x5
+    # until its end, then plain again.
+    assert not any(_scaled(t, plain, 5.0) for t in ordinary if t["service"] != "api")
+    api = sorted((t for t in ordinary if t["service"] == "api"), key=lambda t: t["true_time"])
+    flags = [_scaled(t, plain, 5.0) for t in api]
+    first = flags.index(True)
+    switch = api[first]["true_time"]
+    assert issued - 1_000 <= switch <= issued + 3_000
+    for t, scaled in zip(api[first:], flags[first:], strict=True):
+        assert scaled == (t["true_time"] < incident.until_ms), t
+    assert not any(flags[:first])
+    assert sum(flags) > 50  # ~80 api events a second, for 1-3 s
+
+    # The burst: exactly once, 30 s at 1 event/s, all sent when the request was picked up.
+    buffered = [t for t in events if t["intent"] == "buffered"]
+    ids = [t["event_id"] for t in buffered]
+    assert ids == [f"15-r{burst.id}-{k:07d}" for k in range(30)]
+    (sent_at,) = {t["true_time"] + t["delay_ms"] for t in buffered}
+    assert burst.id - 1_000 <= sent_at <= burst.id + 3_000  # picked up by the next poll
+    assert all(sent_at - 30_000 <= t["true_time"] < sent_at for t in buffered)
+    assert len({t["user_id"] for t in buffered}) == 1
+
+    assert_topic_matches_truth(kafka, truth)  # what was sent is what the truth says
+    assert (
+        "commands             3   live from Redis: incidents 1, late bursts 1 (30 events), "
+        "pauses seen 1" in out
+    )
+    assert "incident: latency x5 for 'api' until" in err
+    assert f"late burst {burst.id}: 30 buffered events of user" in err
+    assert "pause of the job until" in err
+    assert int(redis_client.hget("tgl:control", "pause_until") or 0) == pause_until
+
+
+def test_live_commands_survive_a_redis_outage(
+    topic_factory: Callable[..., KafkaSettings], tmp_path: Path
+) -> None:
+    """Redis goes away mid-run: a warning, the run goes on, the last incident stays in force."""
+    kafka = topic_factory(3)
+    truth_path = tmp_path / "truth.jsonl"
+    server = start_redis(log_path=tmp_path / "redis.log")
+    url = f"redis://{server.address}/0"
+    try:
+        proc = _start_live_producer(
+            kafka, url, truth_path, "--seed", "4", "--rate", "100", "--duration", "6s"
+        )
+        try:
+            client = redis.Redis.from_url(url)
+            issued = _now_ms()
+            start_incident(client, Keys("tgl"), issued, duration_ms=600_000, factor=3.0)
+            client.close()
+            time.sleep(2.0)  # a poll or two read it
+            server.stop()
+            gone = _now_ms()
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    finally:
+        server.stop()
+    assert proc.returncode == 0, err
+    assert "cannot read live commands from Redis at" in err
+    assert "keeping the last commands and sending on" in err
+    assert err.count("cannot read live commands") == 1  # once per problem, not once a second
+    assert "Traceback" not in err
+
+    truth = read_truth(truth_path)
+    plain = _plain_run(truth, seed=4, rate=100, duration_ms=6_000)
+    events = [t for t in truth if t["kind"] == "event"]
+    assert {t["event_id"] for t in events} == set(plain)  # all of the run was sent
+    after = [t for t in events if t["true_time"] > gone + 500]
+    assert len(after) > 100  # > 1 s of the run after Redis went away ...
+    assert all(_scaled(t, plain, 3.0) for t in after)  # ... still under the incident
+    assert all(not _scaled(t, plain, 3.0) for t in events if t["true_time"] < issued - 1_000)
+    assert "incidents 1, late bursts 0 (0 events), pauses seen 0" in out
+    assert_topic_matches_truth(kafka, truth)
+
+
+def test_live_commands_need_a_reachable_redis(tmp_path: Path) -> None:
+    port = free_port()
+    proc = subprocess.run(
+        [
+            *CLI,
+            "--bootstrap",
+            f"127.0.0.1:{free_port()}",
+            "--live-commands",
+            "--redis",
+            f"redis://127.0.0.1:{port}/0",
+            "--connect-timeout",
+            "2s",
+            "--truth",
+            str(tmp_path / "t.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert f"--live-commands: cannot reach Redis at redis://127.0.0.1:{port}/0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "t.jsonl").exists()
+
+
+def test_live_commands_need_realtime_pace() -> None:
+    proc = subprocess.run(
+        [*CLI, "--pace", "fast", "--count", "5", "--live-commands"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "--live-commands needs --pace realtime" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_junk_in_the_control_hash_is_ignored_until_fixed(
+    topic_factory: Callable[..., KafkaSettings],
+    redis_settings: RedisSettings,
+    redis_client: redis.Redis,
+    tmp_path: Path,
+) -> None:
+    """Junk left in the hash warns once and sends on; a valid request afterwards works."""
+    kafka = topic_factory(3)
+    truth_path = tmp_path / "truth.jsonl"
+    redis_client.hset("tgl:control", "late_burst", "not json")
+    proc = _start_live_producer(
+        kafka, redis_settings.url, truth_path, "--rate", "100", "--duration", "4s"
+    )
+    try:
+        time.sleep(1.5)  # polls see the same junk: no new warning
+        burst = request_late_burst(redis_client, Keys("tgl"), _now_ms(), span_ms=12_000)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert err.count("control field late_burst is not JSON: 'not json'") == 1, err
+    assert "live commands: reading tgl:control again" in err
+    truth = read_truth(truth_path)
+    buffered = [t["event_id"] for t in truth if t["intent"] == "buffered"]
+    assert buffered == [f"0-r{burst.id}-{k:07d}" for k in range(12)]
+    assert "late bursts 1 (12 events)" in out

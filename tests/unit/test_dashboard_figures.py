@@ -1,4 +1,4 @@
-"""Pure tests of the dashboard's frames (dashboard/data.py) and figures (dashboard/figures.py)."""
+"""Pure tests of the dashboard's frames (dashboard/frames.py) and figures (dashboard/figures.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from dashboard import data, figures
+from dashboard import figures, frames
 from dashboard.run import DashboardSettings, app_settings, streamlit_command
 from jobs.metrics import WindowAgg
 from jobs.windows import WindowSpec
@@ -73,13 +73,13 @@ def status(**kw: object) -> JobStatus:
     return JobStatus(**base)  # type: ignore[arg-type]
 
 
-# --- data.py: frames ------------------------------------------------------------------------
+# --- frames.py ----------------------------------------------------------------------------
 
 
 def test_windows_frame_columns_types_and_order() -> None:
     rows = rows_for({"web": [10, 20], "api": [5, 0]})
-    df = data.windows_frame(list(reversed(rows)))
-    assert list(df.columns) == data.WINDOW_COLUMNS
+    df = frames.windows_frame(list(reversed(rows)))
+    assert list(df.columns) == frames.WINDOW_COLUMNS
     assert list(df["service"]) == ["*", "*", "api", "api", "web", "web"]
     assert df["window_start"].dt.tz is None  # naive, meaning UTC
     assert df.loc[0, "window_start"] == pd.Timestamp("2026-11-18T11:06:40")
@@ -91,20 +91,20 @@ def test_windows_frame_columns_types_and_order() -> None:
 def test_windows_frame_leaves_out_the_other_metrics() -> None:
     rows = rows_for({"web": [10, 20]})
     assert rows[0].p99 is not None and rows[0].spec == "10000"  # the rows carry them...
-    df = data.windows_frame(rows)
-    assert list(df.columns) == data.WINDOW_COLUMNS  # ...the chart's frame does not
+    df = frames.windows_frame(rows)
+    assert list(df.columns) == frames.WINDOW_COLUMNS  # ...the chart's frame does not
     assert list(df["count"]) == [10, 20, 10, 20]  # `*` then web
 
 
 def test_windows_frame_empty_keeps_columns() -> None:
-    df = data.windows_frame([])
+    df = frames.windows_frame([])
     assert df.empty
-    assert list(df.columns) == data.WINDOW_COLUMNS
+    assert list(df.columns) == frames.WINDOW_COLUMNS
 
 
 def test_to_utc_is_utc_wall_clock_not_local_time() -> None:
     # 0 ms is midnight UTC whatever the machine's time zone
-    assert data.to_utc([0]).iloc[0] == pd.Timestamp("1970-01-01T00:00:00")
+    assert frames.to_utc([0]).iloc[0] == pd.Timestamp("1970-01-01T00:00:00")
 
 
 @pytest.mark.parametrize(
@@ -118,19 +118,19 @@ def test_to_utc_is_utc_wall_clock_not_local_time() -> None:
 )
 def test_status_view_staleness(age_ms: int, stale_after_ms: int, stale: bool) -> None:
     st = status()
-    view = data.status_view(st, st.batch_time + age_ms, stale_after_ms)
+    view = frames.status_view(st, st.batch_time + age_ms, stale_after_ms)
     assert view.stale is stale
     assert view.batch_age_ms == age_ms
 
 
 def test_status_view_watermark_delay_and_none_yet() -> None:
     st = status()
-    view = data.status_view(st, st.watermark + 45_000, 5000)
+    view = frames.status_view(st, st.watermark + 45_000, 5000)
     assert view.watermark_ms == st.watermark
     assert view.watermark_delay_ms == 45_000
     assert view.batch_id == 7 and view.input_rows == 1234
 
-    view0 = data.status_view(status(watermark=0), T0, 5000)
+    view0 = frames.status_view(status(watermark=0), T0, 5000)
     assert view0.watermark_ms is None and view0.watermark_delay_ms is None
 
 
@@ -148,24 +148,24 @@ def test_status_view_watermark_delay_and_none_yet() -> None:
     ],
 )
 def test_format_age(ms: int, text: str) -> None:
-    assert data.format_age(ms) == text
+    assert frames.format_age(ms) == text
 
 
 def test_offsets_frame_lag_and_numeric_partition_order() -> None:
     st = status(offsets={"10": 5, "2": 7}, latest_offsets={"2": 9, "10": 5, "3": 1})
-    df = data.offsets_frame(st)
+    df = frames.offsets_frame(st)
     assert list(df["partition"]) == ["2", "3", "10"]
     assert list(df["lag"].astype(object).where(df["lag"].notna(), None)) == [2, None, 0]
-    assert data.offsets_summary(df) == "p2 **7** (lag 2) · p10 **5**"
+    assert frames.offsets_summary(df) == "p2 **7** (lag 2) · p10 **5**"
 
 
 def test_offsets_summary_when_nothing_committed() -> None:
-    df = data.offsets_frame(status(offsets={}, latest_offsets={}))
-    assert data.offsets_summary(df) == "none yet"
+    df = frames.offsets_frame(status(offsets={}, latest_offsets={}))
+    assert frames.offsets_summary(df) == "none yet"
 
 
 def test_dead_frames() -> None:
-    counts = data.dead_counts_frame({"invalid_json": 3, "empty": 9, "wrong_type": 3})
+    counts = frames.dead_counts_frame({"invalid_json": 3, "empty": 9, "wrong_type": 3})
     assert counts.to_dict("records") == [
         {"reason": "empty", "count": 9},
         {"reason": "invalid_json", "count": 3},
@@ -175,22 +175,22 @@ def test_dead_frames() -> None:
         DeadLetter(1, 42, T0, "invalid_utf8", "byte 0xff", b"\xff{" + b"x" * 200, 202, 3),
         DeadLetter(0, 7, T0 - 1000, "empty", "no bytes", b"", 0, 2),
     ]
-    df = data.dead_letters_frame(letters)
+    df = frames.dead_letters_frame(letters)
     assert list(df.columns) == ["Kafka time (UTC)", "reason", "detail", "partition:offset", "raw"]
     assert list(df["partition:offset"]) == ["1:42", "0:7"]
     assert df.loc[0, "raw"].startswith("\\xff{x")
-    assert len(df.loc[0, "raw"]) == data.RAW_PREVIEW_CHARS
+    assert len(df.loc[0, "raw"]) == frames.RAW_PREVIEW_CHARS
     assert df.loc[0, "raw"].endswith("…")
     assert df.loc[1, "raw"] == "(empty)"
     assert df.loc[0, "Kafka time (UTC)"] == pd.Timestamp("2026-11-18T11:06:40")
-    assert data.dead_letters_frame([]).empty
+    assert frames.dead_letters_frame([]).empty
 
 
 # --- figures.py ---------------------------------------------------------------------------------
 
 
 def test_one_trace_per_service_plus_dashed_thicker_total() -> None:
-    frame = data.windows_frame(rows_for({"web": [10, 20, 30], "api": [1, 2, 3], "db": [4]}))
+    frame = frames.windows_frame(rows_for({"web": [10, 20, 30], "api": [1, 2, 3], "db": [4]}))
     fig = figures.events_per_second(frame, window_size_ms=W)
     names = [t.name for t in fig.data]
     assert names == [figures.TOTAL_NAME, "api", "db", "web"]
@@ -205,7 +205,7 @@ def test_one_trace_per_service_plus_dashed_thicker_total() -> None:
 
 
 def test_total_is_hidden_not_removed_so_trace_indices_stay_put() -> None:
-    frame = data.windows_frame(rows_for({"web": [10], "api": [1]}))
+    frame = frames.windows_frame(rows_for({"web": [10], "api": [1]}))
     fig = figures.events_per_second(frame, show_total=False)
     assert [t.name for t in fig.data] == [figures.TOTAL_NAME, "api", "web"]
     assert fig.data[0].visible is False
@@ -214,28 +214,33 @@ def test_total_is_hidden_not_removed_so_trace_indices_stay_put() -> None:
 def test_trace_order_follows_the_given_order_and_keeps_absent_services() -> None:
     # plotly.js matches legend toggles to traces by index (Streamlit drops uids): a service
     # appearing or leaving the range must not shift the others
-    frame = data.windows_frame(rows_for({"web": [1], "api": [2], "new": [3]}))
+    frame = frames.windows_frame(rows_for({"web": [1], "api": [2], "new": [3]}))
     fig = figures.events_per_second(frame, services=["web", "gone", "api"])
     assert [t.name for t in fig.data] == [figures.TOTAL_NAME, "web", "gone", "api", "new"]
     assert len(fig.data[2].x) == 0
 
 
 def test_stable_order_appends_newcomers_sorted() -> None:
-    assert data.stable_order([], ["web", "api"]) == ["api", "web"]
-    assert data.stable_order(["web", "api"], ["db", "api", "auth"]) == ["web", "api", "auth", "db"]
-    assert data.stable_order(["web"], []) == ["web"]
+    assert frames.stable_order([], ["web", "api"]) == ["api", "web"]
+    assert frames.stable_order(["web", "api"], ["db", "api", "auth"]) == [
+        "web",
+        "api",
+        "auth",
+        "db",
+    ]
+    assert frames.stable_order(["web"], []) == ["web"]
 
 
 def test_uirevision_is_constant_across_refreshes() -> None:
-    a = figures.events_per_second(data.windows_frame(rows_for({"web": [1]})))
-    b = figures.events_per_second(data.windows_frame(rows_for({"web": [1, 2], "api": [3]})))
+    a = figures.events_per_second(frames.windows_frame(rows_for({"web": [1]})))
+    b = figures.events_per_second(frames.windows_frame(rows_for({"web": [1, 2], "api": [3]})))
     assert a.layout.uirevision == b.layout.uirevision == figures.UIREVISION
     # no explicit range: one that moved with each refresh would undo the user's zoom
     assert b.layout.xaxis.range is None
 
 
 def test_time_axis_is_utc_dates() -> None:
-    frame = data.windows_frame(rows_for({"web": [1, 2]}))
+    frame = frames.windows_frame(rows_for({"web": [1, 2]}))
     fig = figures.events_per_second(frame, window_size_ms=W)
     assert fig.layout.xaxis.type == "date"
     assert "UTC" in fig.layout.xaxis.title.text
@@ -247,7 +252,7 @@ def test_time_axis_is_utc_dates() -> None:
     assert "+00:00" not in fig.to_json()
 
 
-@pytest.mark.parametrize("frame", [data.windows_frame([]), pd.DataFrame()])
+@pytest.mark.parametrize("frame", [frames.windows_frame([]), pd.DataFrame()])
 def test_empty_input_gives_valid_figure_with_message(frame: pd.DataFrame) -> None:
     fig = figures.events_per_second(frame)
     assert isinstance(fig, go.Figure)
@@ -259,7 +264,7 @@ def test_empty_input_gives_valid_figure_with_message(frame: pd.DataFrame) -> Non
 
 
 def test_open_windows_are_shaded_from_the_watermark() -> None:
-    frame = data.windows_frame(rows_for({"web": [1, 2, 3, 4]}))  # starts T0 .. T0+30s
+    frame = frames.windows_frame(rows_for({"web": [1, 2, 3, 4]}))  # starts T0 .. T0+30s
     wm = datetime(2026, 11, 18, 11, 7, 5)  # T0 + 25s: windows from T0+20s on are open
     fig = figures.events_per_second(frame, window_size_ms=W, watermark=wm)
     (shape,) = fig.layout.shapes
@@ -277,7 +282,10 @@ def test_app_settings_from_argv_then_env() -> None:
     env = {"TIDEGAUGE_REDIS_URL": "redis://:secret@h:1/2"}
     s = app_settings(["--refresh", "2s", "--window-range=5m", "--prefix", "x"], env)
     assert s.redis.url == "redis://:secret@h:1/2" and s.redis.prefix == "x"
-    assert (s.refresh_ms, s.window_range_ms, s.stale_after_ms) == (2000, 300_000, 5000)
+    assert (s.refresh_ms, s.window_range_ms, s.stale_after_ms) == (2000, 300_000, None)
+    assert not s.demo_controls
+    assert app_settings(["--stale-after", "4s", "--demo-controls"], env).stale_after_ms == 4000
+    assert app_settings(["--demo-controls"], env).demo_controls
     assert app_settings(["--redis", "redis://o:3/0"], env).redis.url == "redis://o:3/0"
     assert app_settings([], {}).redis.url == "redis://127.0.0.1:6379/0"
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tidegauge.control import DemoCommands, Incident, LateBurstRequest
 from tidegauge.durations import to_iso
 from tidegauge.events import Event, Heartbeat, Reason, Rejected, encode_event, parse_record
 from tidegauge.generator import (
@@ -29,12 +30,14 @@ from tidegauge.generator import (
     MALFORMED_KINDS,
     SKEWED_CLOCKS_FRACTION,
     GeneratorConfig,
+    LiveCommands,
     Record,
     add_arguments,
     burst_event_id,
     config_from_args,
     event_id,
     generate,
+    live_burst_event_id,
     parse_latency,
     parse_services,
 )
@@ -995,3 +998,276 @@ def test_heartbeat_tail_flag() -> None:
         config_from_args(
             parse_cli("--heartbeat-tail", "1s", "--heartbeat-interval", "0"), now_ms=T0
         )
+
+
+# --- live commands -----------------------------------------------------------------------------
+#
+# The producer hands commands over between records; the generator picks them up at its next
+# arrival. So, for an update made right after the record sent at `s`:
+#
+#     arrivals:    ...  t <= s  |  s < t < until          |  t >= until ...
+#     incident:         as usual|  latency x factor        |  as usual
+#                               ^ update after the record sent at s
+
+LIVE = GeneratorConfig(
+    seed=5,
+    rate=2_000,
+    duration_ms=8_000,
+    pace="realtime",
+    error_rate=0.02,
+    duplicate_fraction=0.02,
+    malformed_fraction=0.0,
+    live_commands=True,
+)
+
+
+def run_live(
+    cfg: GeneratorConfig,
+    updates: list[tuple[int, DemoCommands]],
+    initial: DemoCommands | None = None,
+    every_record: bool = False,
+) -> tuple[list[Record], list[int], LiveCommands]:
+    """Generate with live commands: each (at, commands) is handed over right after the first
+    record sent at or after T0 + at (and, with every_record, again after every later record).
+    Returns the records, the send time of the record each update followed, and the commands."""
+    live = LiveCommands(initial)
+    pending = sorted(updates, key=lambda u: u[0])
+    records: list[Record] = []
+    after: list[int] = []
+    current: DemoCommands | None = None
+    for r in generate(cfg, T0, live):
+        records.append(r)
+        if pending and r.send_ms >= T0 + pending[0][0]:
+            current = pending.pop(0)[1]
+            after.append(r.send_ms)
+            live.update(current)
+        elif every_record and current is not None:
+            live.update(current)
+    return records, after, live
+
+
+def baseline(cfg: GeneratorConfig) -> dict[str | None, Record]:
+    """The same config's events without any commands, by event id (originals only)."""
+    plain = replace(cfg, live_commands=False)
+    return {r.event_id: r for r in generate(plain, T0) if r.kind == "event"}
+
+
+def when(r: Record) -> int:
+    """The instant the event really happened (events only)."""
+    assert r.true_time is not None
+    return r.true_time
+
+
+def latency(r: Record) -> float:
+    assert r.latency_ms is not None
+    return r.latency_ms
+
+
+def is_error(r: Record) -> bool:
+    assert r.status is not None
+    return r.status >= 500
+
+
+def as_event(r: Record) -> Event:
+    """What the record's value must parse to, from its truth fields."""
+    assert r.event_id is not None and r.event_time is not None and r.service is not None
+    return Event(
+        r.event_id, r.event_time, r.service, r.user_id, r.latency_ms, r.status, r.sent_time
+    )
+
+
+def test_live_commands_without_commands_change_nothing() -> None:
+    plain = list(generate(replace(LIVE, live_commands=False), T0))
+    assert list(generate(LIVE, T0)) == plain
+    records, _, live = run_live(LIVE, [(1_000, DemoCommands())], every_record=True)
+    assert records == plain and live.take_applied() == []
+
+
+@pytest.mark.parametrize("service", ["api", "*"])
+def test_incident_scales_latency_only_in_its_window_and_service(service: str) -> None:
+    until = T0 + 5_000
+    incident = Incident(until_ms=until, factor=5.0, service=service)
+    records, (s,), _ = run_live(LIVE, [(2_000, DemoCommands(incident=incident))])
+    base = baseline(LIVE)
+    scaled = unscaled_inside = outside = 0
+    for r in of_kind(records, "event", "duplicate"):
+        b = base[r.event_id]
+        assert r.true_time == b.true_time and r.service == b.service
+        t = when(r)
+        if s < t < until and (service == "*" or r.service == service):
+            assert r.latency_ms == pytest.approx(latency(b) * 5.0, abs=6e-4), r
+            assert r.status == b.status or r.status in {500, 502, 503, 504}
+            scaled += 1
+        else:
+            assert (r.latency_ms, r.status) == (b.latency_ms, b.status), r
+            if s < t < until:
+                unscaled_inside += 1
+            else:
+                outside += 1
+    # ~3 s of 2,000/s: every case is well represented.
+    assert scaled > (1_000 if service == "api" else 5_000) and outside > 5_000
+    assert (unscaled_inside > 1_000) == (service == "api")
+    # The value sent is the truth: it carries the scaled latency.
+    for r in of_kind(records, "event"):
+        assert parse_record(r.value) == as_event(r)
+
+
+def test_incident_changes_nothing_but_latency_and_status() -> None:
+    incident = Incident(until_ms=T0 + 6_000, factor=3.0, service="*")
+    records, _, _ = run_live(LIVE, [(1_000, DemoCommands(incident=incident))])
+    plain = list(generate(replace(LIVE, live_commands=False), T0))
+
+    def blank(rs: list[Record]) -> list[Record]:
+        return [dataclasses.replace(r, latency_ms=None, status=None, value=b"") for r in rs]
+
+    assert blank(records) == blank(plain)
+
+
+def test_incident_raises_the_error_rate_modestly() -> None:
+    """--error-rate 0.02 x factor 5: 10% of the events in the incident fail, not more."""
+    incident = Incident(until_ms=T0 + 8_000, factor=5.0, service="*")
+    records, (s,), _ = run_live(LIVE, [(500, DemoCommands(incident=incident))])
+    base = baseline(LIVE)
+    inside = [r for r in of_kind(records, "event") if when(r) > s]
+    assert_fraction(sum(map(is_error, inside)), len(inside), 0.10)
+    # Errors of the plain run stay errors: the incident only adds some.
+    assert all(r.status == base[r.event_id].status for r in inside if is_error(base[r.event_id]))
+    # A huge factor is capped at 25%.
+    huge = Incident(until_ms=T0 + 8_000, factor=1_000.0, service="*")
+    records, (s,), _ = run_live(LIVE, [(500, DemoCommands(incident=huge))])
+    inside = [r for r in of_kind(records, "event") if when(r) > s]
+    assert_fraction(sum(map(is_error, inside)), len(inside), 0.25)
+
+
+def test_incident_for_an_unknown_service_changes_nothing_and_says_so() -> None:
+    incident = Incident(until_ms=T0 + 6_000, factor=5.0, service="billing")
+    records, _, live = run_live(LIVE, [(1_000, DemoCommands(incident=incident))])
+    assert records == list(generate(replace(LIVE, live_commands=False), T0))
+    (applied,) = live.take_applied()
+    assert applied.kind == "incident" and "changes nothing" in applied.text
+    assert "api" in applied.text
+
+
+def test_a_later_incident_replaces_the_first() -> None:
+    first = Incident(until_ms=T0 + 7_000, factor=5.0, service="api")
+    second = Incident(until_ms=T0 + 4_000, factor=2.0, service="web")
+    records, (s1, s2), live = run_live(
+        LIVE, [(1_000, DemoCommands(incident=first)), (3_000, DemoCommands(incident=second))]
+    )
+    base = baseline(LIVE)
+    for r in of_kind(records, "event"):
+        t = when(r)
+        if s1 < t <= s2 and r.service == "api":
+            factor = 5.0
+        elif s2 < t < T0 + 4_000 and r.service == "web":
+            factor = 2.0
+        else:
+            factor = 1.0
+        assert r.latency_ms == pytest.approx(latency(base[r.event_id]) * factor, abs=6e-4), r
+    assert [a.kind for a in live.take_applied()] == ["incident", "incident"]
+
+
+def live_buffered(records: list[Record], request_id: int) -> list[Record]:
+    prefix = f"{LIVE.seed:x}-r{request_id}-"
+    return [r for r in records if r.event_id is not None and r.event_id.startswith(prefix)]
+
+
+def test_late_burst_is_sent_once_per_request_id() -> None:
+    """The same request read again every record sends nothing more; a new id sends another."""
+    first = LateBurstRequest(id=T0 + 1_900, span_ms=60_000)
+    second = LateBurstRequest(id=T0 + 4_000, span_ms=10_000)
+    records, (s1, _, _, s2), live = run_live(
+        LIVE,
+        [
+            (2_000, DemoCommands(late_burst=first)),
+            # Other commands change around the same request: still no second burst.
+            (2_500, DemoCommands(pause_until_ms=T0 + 9_000, late_burst=first)),
+            (3_000, DemoCommands(late_burst=first)),
+            (4_000, DemoCommands(late_burst=second)),
+        ],
+        every_record=True,
+    )
+    for req, s, n in ((first, s1, 60), (second, s2, 10)):  # span x --burst-rate (1/s)
+        burst = live_buffered(records, req.id)
+        assert len(burst) == n
+        assert [r.event_id for r in burst] == [live_burst_event_id(5, req.id, k) for k in range(n)]
+        (at,) = {r.send_ms for r in burst}
+        assert s < at <= s + 50  # the first arrival after the update: 1/2000 s later on average
+        for r in burst:
+            assert r.kind == "event" and r.intent == "buffered"
+            assert at - req.span_ms <= when(r) < at
+            assert r.delay_ms == at - when(r)
+            assert parse_record(r.value) == as_event(r)
+        (user,) = {r.user_id for r in burst}
+        assert user is not None and int(user[1:]) > 100
+    assert len(buffered(records)) == 70  # nothing else is buffered
+    # ... and the rest of the stream is the plain one, in order.
+    plain = list(generate(replace(LIVE, live_commands=False), T0))
+    assert without([r for r in records if r.intent != "buffered"]) == without(plain)
+    applied = live.take_applied()
+    assert [(a.kind, a.events) for a in applied if a.kind != "pause"] == [
+        ("late_burst", 60),
+        ("late_burst", 10),
+    ]
+    assert str(first.id) in applied[0].text and "1m" in applied[0].text
+
+
+def test_late_burst_requested_before_the_start_is_not_sent() -> None:
+    old = DemoCommands(late_burst=LateBurstRequest(id=T0 - 60_000, span_ms=5_000))
+    records, _, live = run_live(LIVE, [(1_000, old)], initial=old, every_record=True)
+    assert buffered(records) == [] and live.take_applied() == []
+    new = DemoCommands(late_burst=LateBurstRequest(id=T0 + 2_000, span_ms=5_000))
+    records, _, _ = run_live(LIVE, [(1_000, old), (2_000, new)], initial=old)
+    assert len(buffered(records)) == 5
+
+
+def test_live_and_scenario_bursts_keep_their_own_ids_and_devices() -> None:
+    cfg = replace(LIVE, scenarios=("late-burst",), burst_at_ms=3_000, burst_span_ms=20_000)
+    req = LateBurstRequest(id=T0 + 1_000, span_ms=15_000)
+    records, _, _ = run_live(cfg, [(1_000, DemoCommands(late_burst=req))])
+    scenario_only = list(generate(replace(cfg, live_commands=False), T0))
+    live_ids = {r.event_id for r in live_buffered(records, req.id)}
+    assert len(live_ids) == 15
+    # The scenario's burst is exactly the one made without live commands.
+    assert [r for r in buffered(records) if r.event_id not in live_ids] == [
+        dataclasses.replace(r, seq=r.seq + 15) for r in buffered(scenario_only)
+    ]
+
+
+def test_initial_incident_applies_from_the_first_arrival() -> None:
+    incident = Incident(until_ms=T0 + 1_000, factor=2.0, service="*")
+    live = LiveCommands(DemoCommands(incident=incident))
+    records = list(generate(LIVE, T0, live))
+    base = baseline(LIVE)
+    for r in of_kind(records, "event"):
+        factor = 2.0 if when(r) < T0 + 1_000 else 1.0
+        assert r.latency_ms == pytest.approx(latency(base[r.event_id]) * factor, abs=6e-4)
+    (applied,) = live.take_applied()
+    assert applied.at_ms == min(map(when, of_kind(records, "event")))
+
+
+def test_applied_notes_each_change_once() -> None:
+    cmds = DemoCommands(
+        pause_until_ms=T0 + 30_000,
+        incident=Incident(until_ms=T0 + 5_000, factor=4.0, service="search"),
+        late_burst=LateBurstRequest(id=T0 + 2_000, span_ms=3_000),
+    )
+    over = DemoCommands(incident=Incident(until_ms=T0 + 500, factor=4.0, service="web"))
+    _, (s, _), live = run_live(LIVE, [(2_000, cmds), (6_000, over)], every_record=True)
+    applied = live.take_applied()
+    assert [a.kind for a in applied] == ["pause", "incident", "late_burst"]  # `over` is over
+    assert all(s < a.at_ms <= s + 50 for a in applied)
+    assert "x4 for 'search' until 2027-01-15T08:00:05.000Z" in applied[1].text
+    assert "until 2027-01-15T08:00:30.000Z" in applied[0].text
+    assert live.take_applied() == []
+
+
+def test_live_commands_config() -> None:
+    assert config_from_args(parse_cli("--live-commands"), T0).live_commands
+    assert not config_from_args(parse_cli(), T0).live_commands
+    with pytest.raises(ValueError, match="--live-commands needs --pace realtime"):
+        config_from_args(parse_cli("--live-commands", "--pace", "fast"), T0)
+    with pytest.raises(ValueError, match="--live-commands needs --users > 100"):
+        GeneratorConfig(live_commands=True, users=100)
+    with pytest.raises(ValueError, match="config.live_commands is off"):
+        generate(replace(LIVE, live_commands=False), T0, LiveCommands())

@@ -1,0 +1,103 @@
+"""Server time of one dashboard refresh: 1 hour of 10 s windows for 10 services.
+
+    .venv/bin/python benchmarks/bench_dashboard.py [--services 10] [--minutes 60] [--runs 20]
+
+Starts its own redis-server, seeds it through the job's sink code (tests/integration/seed.py:
+windows with sketches, late rows, stragglers, arrivals, batches, dead letters), then times what
+the page does on every refresh, without Streamlit's own rendering: `dashboard.data.read_snapshot`
+(every Redis read, pipelined; the 60-minute latency range merged from the stored sketches) and
+the frames and plotly figures of every panel. Target (issue 5): <= 300 ms. Prints the machine
+and the figures; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import redis  # noqa: E402
+
+from benchmarks.machine import describe  # noqa: E402
+from dashboard import data, figures, frames  # noqa: E402
+from tests.integration.seed import seed_live  # noqa: E402
+from tidegauge.services import start_redis  # noqa: E402
+from tidegauge.store import ALL_SERVICES, Keys  # noqa: E402
+
+
+def refresh(r: redis.Redis, keys: Keys, f: data.Filters) -> tuple[float, float]:
+    """One refresh: (ms reading Redis, ms building frames and figures)."""
+    t0 = time.perf_counter()
+    snap = data.read_snapshot(r, keys, f.range_ms, time.time_ns() // 1_000_000, filters=f)
+    t1 = time.perf_counter()
+    services = [ALL_SERVICES, *snap.services]
+    frames.headline(snap.status, snap.windows, snap.batches, snap.read_at_ms, f.range_ms)
+    windows = frames.windows_frame(snap.windows)
+    metrics = frames.metrics_frame(snap.windows)
+    figures.time_domains(frames.arrivals_frame(snap.arrivals), frames.watermark_frame(snap.batches))
+    figures.events_per_second(windows, services=snap.services, window_size_ms=snap.window_size_ms)
+    figures.latency_percentiles(metrics, ALL_SERVICES, window_size_ms=snap.window_size_ms)
+    frames.range_table(snap.range_aggs, services, f.latency_range_ms)
+    figures.latency_cdf(frames.cdf_frame(snap.range_aggs, services), snap.services)
+    figures.distinct_users(frames.users_band(metrics), services=snap.services)
+    figures.lateness_windows(frames.lateness_frame(snap.windows))
+    if snap.lateness is not None:
+        figures.lateness_histogram(frames.digest_histogram(snap.lateness.lateness))
+        figures.what_if(frames.what_if_frame(snap.lateness), chosen_ms=30_000, job_ms=30_000)
+    figures.pipeline_health(frames.health_frame(snap.batches))
+    t2 = time.perf_counter()
+    return (t1 - t0) * 1000, (t2 - t1) * 1000
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--services", type=int, default=10)
+    p.add_argument("--minutes", type=int, default=60)
+    p.add_argument("--runs", type=int, default=20)
+    args = p.parse_args()
+    print(describe(("redis", "pandas", "numpy", "plotly", "streamlit")))
+    svc = start_redis()
+    try:
+        r = redis.Redis.from_url(f"redis://{svc.address}/0")
+        keys = Keys()
+        t0 = time.perf_counter()
+        seed_live(
+            r, keys, time.time_ns() // 1_000_000, services=args.services, minutes=args.minutes
+        )
+        print(
+            f"seeded {args.services} services x {args.minutes} min of 10 s windows in "
+            f"{time.perf_counter() - t0:.1f} s; {r.dbsize():,} keys, "
+            f"{r.info('memory')['used_memory_human']} in Redis"
+        )
+        span = args.minutes * 60_000
+        views = {
+            f"{args.minutes} min charts and latency range": data.Filters(
+                range_ms=span, latency_range_ms=span
+            ),
+            "page defaults (15 min charts, 15 min latency range)": data.Filters(),
+        }
+        refresh(r, keys, data.Filters())  # warm-up: imports, connection
+        results = {n: [refresh(r, keys, f) for _ in range(args.runs)] for n, f in views.items()}
+    finally:
+        svc.stop()
+    for name, runs in results.items():
+        total = sorted(a + b for a, b in runs)
+        reads = sorted(a for a, _ in runs)
+        shaping = sorted(b for _, b in runs)
+        print(
+            f"{name}, {args.runs} runs (ms): median {statistics.median(total):.0f}, "
+            f"p95 {total[int(0.95 * (len(total) - 1))]:.0f}, best {total[0]:.0f}"
+        )
+        print(
+            f"  Redis reads + sketch merges: median {statistics.median(reads):.0f}; "
+            f"frames + figures: median {statistics.median(shaping):.0f}"
+        )
+    print("target: <= 300 ms")
+
+
+if __name__ == "__main__":
+    main()

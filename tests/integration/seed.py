@@ -1,0 +1,230 @@
+"""Seed Redis, through the job's own sink code, with what a live job writes during a backlog.
+
+Used by the dashboard tests (AppTest and the real browser) and by benchmarks/bench_dashboard.py.
+Every number the page should show is returned in `Seeded`, computed here from the generated
+values, so tests compare the page against ground truth rather than against itself.
+
+The story: `services` services at a steady `rate` events/s each, in 10 s windows over the last
+`minutes` of event time, ending a little before `now`. The job was paused for `pause_windows`
+windows (no batches) and then caught up in one batch: the processing-time series has nothing,
+then a spike, while the event-time series stays flat. Some windows got late events and
+stragglers; a few records were dead letters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import redis
+
+from jobs.metrics import LateAgg, WindowAgg
+from jobs.redis_sink import (
+    ArrivalUpdate,
+    LateEvent,
+    LateUpdate,
+    StragglerUpdate,
+    WindowUpdate,
+    write_batch,
+    write_progress,
+)
+from jobs.windows import WindowSpec
+from sketches.hll import hash32
+from tidegauge.store import DeadLetter, Keys
+
+W = 10_000
+SPEC = WindowSpec.tumbling(W)
+LATENESS_MS = 30_000
+
+
+@dataclass
+class Seeded:
+    """Ground truth of what was written."""
+
+    services: list[str]
+    starts: list[int]
+    newest_start: int
+    watermark: int
+    batch_time: int
+    #: Events per (window start) over all services, and per service.
+    events: dict[int, int] = field(default_factory=dict)
+    late: int = 0
+    late_at: dict[int, int] = field(default_factory=dict)
+    late_of: dict[tuple[int, str], int] = field(default_factory=dict)
+    stragglers: int = 0
+    #: Processing-time events per window start (the backlog's spike).
+    processing: dict[int, int] = field(default_factory=dict)
+    dead: int = 0
+    #: Every latency written, for percentile checks.
+    latencies: list[float] = field(default_factory=list)
+
+
+    def late_by_service(self, services: list[str]) -> dict[int, int]:
+        """Late events per window start, summed over `services`."""
+        out: dict[int, int] = {}
+        for (start, svc), n in self.late_of.items():
+            if svc in services:
+                out[start] = out.get(start, 0) + n
+        return out
+
+
+def seed_live(
+    r: redis.Redis,
+    keys: Keys,
+    now_ms: int,
+    *,
+    services: int = 3,
+    minutes: int = 15,
+    rate: int = 20,
+    pause_windows: int = 6,
+    seed: int = 0,
+) -> Seeded:
+    """Write windows, lateness, arrivals, batches and dead letters as the job would."""
+    rng = np.random.default_rng(seed)
+    names = [f"svc-{i:02d}" for i in range(services)]
+    newest = now_ms - now_ms % W - 2 * W  # the newest window ends before now
+    n_windows = minutes * 60_000 // W
+    starts = [newest - (n_windows - 1 - i) * W for i in range(n_windows)]
+    watermark = newest + W - 1 - LATENESS_MS
+    truth = Seeded(names, starts, newest, watermark, now_ms - 500)
+    pause_from = len(starts) - pause_windows - 3  # paused, then caught up 3 windows ago
+    batch_id = 0
+    caught_up: list[WindowUpdate] = []
+    caught_arrivals: list[ArrivalUpdate] = []
+    for i, start in enumerate(starts):
+        paused = pause_from <= i < pause_from + pause_windows
+        updates, lates, strags, arrivals = [], [], [], []
+        for s_idx, svc in enumerate(names):
+            n = rate * W // 1000
+            latency = rng.lognormal(np.log(30.0 + 15 * s_idx), 0.6, n)
+            status = rng.choice(np.array([200, 503]), n, p=[0.98, 0.02])
+            users = np.array([f"{svc}-u{u}" for u in rng.integers(0, 150, n)], dtype=object)
+            lateness = rng.exponential(800.0, n)
+            agg = WindowAgg()
+            agg.add_hashed(latency, status, hash32(users), lateness, None)
+            truth.latencies += latency.tolist()
+            updates.append(WindowUpdate(SPEC.key, start, svc, agg.metrics(W), agg.to_bytes()))
+            truth.events[start] = truth.events.get(start, 0) + n
+            if i % 7 == 3 and not paused:  # a few late events, 40-90 s late
+                late = LateAgg()
+                k = 2 + s_idx
+                late.add(rng.uniform(40_000, 90_000, k), LATENESS_MS + 10_000.0)
+                lates.append(LateUpdate(SPEC.key, start, svc, k, late.to_bytes()))
+                truth.late += k
+                truth.late_at[start] = truth.late_at.get(start, 0) + k
+                truth.late_of[(start, svc)] = k
+            if i % 5 == 2 and not paused:
+                strags.append(StragglerUpdate(SPEC.key, start, svc, 1 + s_idx))
+                truth.stragglers += 1 + s_idx
+            broker = ArrivalUpdate("broker", start + 1000, svc, n, _arr(0, 0, start))
+            if paused:
+                # Paused: the events wait in Kafka; the job processes them in one batch later.
+                catch_at = starts[pause_from + pause_windows] + W
+                caught_up.append(updates.pop())
+                caught_arrivals += [
+                    ArrivalUpdate("processing", catch_at, svc, n, _arr(0, 0, catch_at)),
+                    broker,
+                ]
+                continue
+            arrivals += [
+                ArrivalUpdate("processing", start + W, svc, n, _arr(0, 0, start + W)),
+                broker,
+            ]
+            truth.processing[start + W] = truth.processing.get(start + W, 0) + n
+        if paused:
+            continue
+        if i == pause_from + pause_windows:
+            updates += caught_up
+            for a in caught_arrivals:
+                if a.domain == "processing":
+                    truth.processing[a.start_ms] = truth.processing.get(a.start_ms, 0) + a.count
+            arrivals = _summed(arrivals + caught_arrivals)
+        batch_id += 1
+        late_events = [
+            LateEvent(
+                lt.service,
+                0,
+                1000 * i + j,
+                start + 60_000,
+                start,
+                {
+                    "event_id": f"late-{i}-{j}",
+                    "event_time": start + 10,
+                    "window_end": start + W,
+                    "watermark": start + 40_000,
+                    "behind_ms": 30_000,
+                    "lateness_ms": 60_000,
+                    "clock_offset_ms": None,
+                },
+                batch_id,
+            )
+            for j, lt in enumerate(lates)
+        ]
+        write_batch(
+            r,
+            keys,
+            batch_id,
+            updates,
+            late=lates,
+            stragglers=strags,
+            arrivals=arrivals,
+            arrival_window_ms=W,
+            late_events=late_events,
+        )
+        rows = sum(u.metrics["count"] for u in updates)
+        seen = start + W - 1  # the batch's max event time; the watermark trails it
+        write_progress(
+            r, keys, _progress(batch_id, start + W + 300, seen, rows, seen - LATENESS_MS)
+        )
+    letters = [
+        DeadLetter(0, 17, now_ms - 3000, "invalid_json", "Expecting value", b"{oops", 5, 2),
+        DeadLetter(2, 5, now_ms - 2000, "missing_field", "no 'service'", b'{"a":1}', 7, 2),
+        DeadLetter(1, 9, now_ms - 1000, "invalid_json", "Unterminated", b'{"x', 3, 2),
+    ]
+    batch_id += 1
+    write_batch(
+        r,
+        keys,
+        batch_id,
+        [],
+        dead=letters,
+        dead_counts={"invalid_json": 2, "missing_field": 1},
+    )
+    truth.dead = len(letters)
+    summary = _progress(batch_id, truth.batch_time, newest + W - 1, 3, watermark)
+    write_progress(r, keys, summary)
+    return truth
+
+
+def _summed(arrivals: list[ArrivalUpdate]) -> list[ArrivalUpdate]:
+    """One update per (domain, window, service), as the job sends: a batch's counts summed."""
+    total: dict[tuple[str, int, str], int] = {}
+    for a in arrivals:
+        total[(a.domain, a.start_ms, a.service)] = total.get((a.domain, a.start_ms, a.service), 0)
+        total[(a.domain, a.start_ms, a.service)] += a.count
+    return [ArrivalUpdate(d, s, svc, n, _arr(0, 0, s)) for (d, s, svc), n in total.items()]
+
+
+def _arr(late: int, stragglers: int, proc_ms: int) -> dict[str, int]:
+    return {"late": late, "stragglers": stragglers, "proc_ms": proc_ms}
+
+
+def _progress(
+    batch_id: int, batch_time: int, max_event: int, rows: int, watermark: int
+) -> dict[str, object]:
+    return {
+        "batch_id": batch_id,
+        "batch_time": batch_time,
+        "watermark": max(watermark, 1),
+        "max_event_time": max_event,
+        "input_rows": rows,
+        "input_rows_per_s": rows / 10.0,
+        "processed_rows_per_s": rows / 0.3,
+        "offsets": {"0": 1000 + batch_id, "1": 990 + batch_id, "2": 1010 + batch_id},
+        "start_offsets": {"0": 900, "1": 880, "2": 905},
+        "latest_offsets": {"0": 1000 + batch_id, "1": 995 + batch_id, "2": 1010 + batch_id},
+        "batch_duration_ms": 300,
+        "query_id": "q-1",
+        "report_interval_ms": 1000,
+        "allowed_lateness_ms": LATENESS_MS,
+    }
