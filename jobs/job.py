@@ -431,7 +431,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--late-events-max",
         type=int,
         default=10_000,
-        help="late events kept in the late store (newest by broker time; default 10000)",
+        help="late events kept in the late store (newest by broker time), and at most this many "
+        "per state shard and batch (default 10000)",
     )
     p.add_argument(
         "--correct-clock-skew",

@@ -812,7 +812,8 @@ def read_watermarks(
     """The watermark after each recent batch with the batch's processing time (oldest first).
 
     Each entry: batch_id, batch_time (ms, when the batch ran), watermark (ms, after the batch)
-    and max_event_time (ms, or None before any event): what the dashboard draws as a line.
+    and max_event_time (ms: the largest event time in that batch, None for a batch without
+    rows): what the dashboard draws as lines.
     """
     return [
         {
