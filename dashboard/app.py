@@ -212,7 +212,7 @@ def _events_chart(snap: data.Snapshot, f: data.Filters) -> None:
     st.subheader("Events per second by service")
     show_total = st.toggle("Show the all-services total (*)", value=True, key="show_total")
     frame = _only(frames.windows_frame(snap.windows), f)
-    order = _order(frame)
+    order = _order(frame, f)
     wm = snap.status.watermark if snap.status and snap.status.watermark > 0 else None
     fig = figures.events_per_second(
         frame,
@@ -224,13 +224,17 @@ def _events_chart(snap: data.Snapshot, f: data.Filters) -> None:
     _chart(fig, "events_per_s")
 
 
-def _order(frame: pd.DataFrame) -> list[str]:
-    """Services in the order this session first saw them (keeps legend toggles on their line)."""
-    filt = set(st.session_state.get("services") or [])
-    present = [s for s in frames.services_in(frame) if not filt or s in filt]
-    order = frames.stable_order(st.session_state.get("service_order", []), present)
+def _order(frame: pd.DataFrame, f: data.Filters) -> list[str]:
+    """Services in the order this session first saw them, limited to the chosen ones.
+
+    A stable order keeps legend toggles on their line; a service that left the range keeps its
+    (empty) place.
+    """
+    order = frames.stable_order(
+        st.session_state.get("service_order", []), frames.services_in(frame)
+    )
     st.session_state["service_order"] = order
-    return [s for s in order if not filt or s in filt]
+    return [s for s in order if not f.services or s in f.services]
 
 
 def _latency(snap: data.Snapshot, f: data.Filters) -> None:
@@ -277,7 +281,7 @@ def _users(snap: data.Snapshot, f: data.Filters) -> None:
     _chart(
         figures.distinct_users(
             frame,
-            services=_order(_only(frames.windows_frame(snap.windows), f)),
+            services=_order(frames.windows_frame(snap.windows), f),
             window_size_ms=snap.window_size_ms,
         ),
         "users",

@@ -25,6 +25,8 @@ from tidegauge.store import (
     LatenessResult,
     WindowRow,
     event_arrivals,
+    event_spec,
+    read_arrival_size,
     read_arrivals,
     read_batches,
     read_dead_counts,
@@ -135,27 +137,18 @@ class Snapshot:
         return self.status is None and not self.windows
 
 
-def _series_end(r: redis.Redis, keys: Keys, domain: str, specs: list[WindowSpec]) -> int | None:
+def _series_end(
+    r: redis.Redis, keys: Keys, domain: str, specs: list[WindowSpec], size: int | None
+) -> int | None:
     """End (ms) of the newest window of one time domain's series, or None when it is empty."""
-    sizes: Any = r.smembers(keys.arrival_sizes)
-    size = min((int(v) for v in sizes), default=None)
-    if domain == "event":  # the windows of the primary tumbling spec (see store.read_arrivals)
-        tumbling = [s for s in specs if s.kind == "tumbling"]
-        spec = next((s for s in tumbling if s.size_ms == size), tumbling[0] if tumbling else None)
+    if domain == "event":
+        spec = event_spec(specs, size)
         newest = None if spec is None else read_newest_window_start(r, keys, spec)
         return None if spec is None or newest is None else newest + spec.size_ms
     if size is None:
         return None
     got: Any = r.zrevrange(keys.arrivals_index(domain, size), 0, 0)
     return int(got[0]) + size if got else None
-
-
-def _is_primary(r: redis.Redis, keys: Keys, spec: WindowSpec | None) -> bool:
-    """True when `spec` is the tumbling spec whose windows make the event-time series."""
-    if spec is None or spec.kind != "tumbling":
-        return False
-    sizes: Any = r.smembers(keys.arrival_sizes)
-    return spec.size_ms == min((int(v) for v in sizes), default=spec.size_ms)
 
 
 def read_snapshot(
@@ -186,11 +179,12 @@ def read_snapshot(
         if newest is not None:
             windows = read_windows(r, keys, spec, since_ms=newest + spec.size_ms - f.range_ms)
     arrivals = {}
+    size = read_arrival_size(r, keys)
     for domain in TIME_DOMAINS:
-        if domain == "event" and _is_primary(r, keys, spec):
+        if domain == "event" and spec is not None and spec == event_spec(specs, size):
             arrivals[domain] = event_arrivals(windows)  # the windows just read: no second read
             continue
-        end = _series_end(r, keys, domain, specs)
+        end = _series_end(r, keys, domain, specs, size)
         arrivals[domain] = (
             [] if end is None else read_arrivals(r, keys, domain, end - f.range_ms, end)
         )

@@ -29,6 +29,8 @@ __all__ = [
     "LateCounters",
     "LatenessResult",
     "event_arrivals",
+    "event_spec",
+    "read_arrival_size",
     "read_arrivals",
     "read_late_counters",
     "read_late_events",
@@ -706,6 +708,23 @@ def event_arrivals(windows: Sequence[WindowRow]) -> list[ArrivalRow]:
 TIME_DOMAINS = ("event", "processing", "broker")
 
 
+def read_arrival_size(r: redis.Redis, keys: Keys) -> int | None:
+    """Window size (ms) of the processing- and broker-time series, or None before any.
+
+    The smallest stored size: every size holds every event once, the smallest is the finest.
+    """
+    sizes: Any = r.smembers(keys.arrival_sizes)
+    return min((int(_s(v)) for v in sizes), default=None)
+
+
+def event_spec(specs: Sequence[WindowSpec], arrival_size: int | None) -> WindowSpec | None:
+    """The tumbling spec whose windows make the event-time series (same size as the others)."""
+    tumbling = [s for s in specs if s.kind == "tumbling"]
+    return next(
+        (s for s in tumbling if s.size_ms == arrival_size), tumbling[0] if tumbling else None
+    )
+
+
 def read_arrivals(
     r: redis.Redis,
     keys: Keys,
@@ -722,11 +741,9 @@ def read_arrivals(
     """
     if domain not in TIME_DOMAINS:
         raise ValueError(f"domain must be one of {', '.join(TIME_DOMAINS)}, got {domain!r}")
-    sizes: Any = r.smembers(keys.arrival_sizes)
-    size = min((int(_s(v)) for v in sizes), default=None)
+    size = read_arrival_size(r, keys)
     if domain == "event":
-        tumbling = [s for s in read_window_specs(r, keys) if s.kind == "tumbling"]
-        spec = next((s for s in tumbling if s.size_ms == size), tumbling[0] if tumbling else None)
+        spec = event_spec(read_window_specs(r, keys), size)
         if spec is None:
             return []
         return event_arrivals(read_windows(r, keys, spec, service, since_ms, until_ms))
@@ -783,8 +800,7 @@ def read_late_counters(r: redis.Redis, keys: Keys) -> LateCounters:
         return LateCounters(None, None, 0, 0)
     ids = {int(b["batch_id"]) for b in batches}
     spark = sum(int(b.get("spark_rows_dropped_by_watermark", 0)) for b in batches)
-    sizes: Any = r.smembers(keys.arrival_sizes)
-    size = min((int(_s(v)) for v in sizes), default=None)  # every size holds every event once
+    size = read_arrival_size(r, keys)
     ours = 0
     if size is not None:
         since = min(int(b["batch_time"]) for b in batches) - size
