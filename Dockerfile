@@ -22,11 +22,13 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17 \
 
 # The whole build context (see .dockerignore): pyproject.toml and the packages tidegauge/,
 # jobs/, dashboard/ and sketches/. A regular (non-editable) install copies them into
-# site-packages, so the sources are removed afterwards.
+# site-packages, so the sources are removed afterwards. The dashboard's charts load plotly.js
+# from dashboard/static/, copied there now: site-packages is read-only for the runtime user.
 COPY . /src
 RUN set -eux; \
     pip install /src; \
     rm -rf /src; \
+    python -c "from dashboard.run import install_plotly_js; print(install_plotly_js())"; \
     tidegauge --help
 
 # Run as an unprivileged user. /data is where the job keeps its Spark checkpoint; creating it

@@ -18,7 +18,7 @@ import pandas as pd
 import redis
 import streamlit as st
 
-from dashboard import data, figures, frames
+from dashboard import chart, data, figures, frames
 from dashboard.run import app_settings
 from tidegauge import control
 from tidegauge.config import DEFAULT_REDIS_URL, RedisSettings, redact_url
@@ -187,8 +187,8 @@ def _only(frame: pd.DataFrame, f: data.Filters) -> pd.DataFrame:
     return frame[frame["service"].isin([ALL_SERVICES, *f.services])].reset_index(drop=True)
 
 
-def _chart(fig: object, key: str) -> None:
-    st.plotly_chart(fig, key=key, config={"displaylogo": False})
+def _chart(fig: figures.Figure, key: str) -> None:
+    chart.chart(fig, key)
 
 
 def _time_domains(snap: data.Snapshot, f: data.Filters) -> None:

@@ -1,19 +1,25 @@
-"""Plotly figures as pure functions: frames from `dashboard.data` in, `go.Figure` out.
+"""Plotly figures as pure functions: frames from `dashboard.frames` in, figure dicts out.
+
+A figure is the JSON plotly.js takes, `{"data": [trace, ...], "layout": {...}}`, built from
+numpy arrays. Not `go.Figure` objects: validating every trace on every refresh cost ~10 ms a
+chart, and dashboard/chart.py sends JSON anyway. The tests validate each figure with
+`go.Figure(fig)` instead, so a misspelt property still fails loudly.
 
 Every figure sets `layout.uirevision` to a constant and keeps its traces in a stable order, so
 when the page refreshes, plotly.js keeps what the user did (zoom, pan, legend toggles) instead
-of resetting it. Nothing here sets an explicit axis range for the same reason: a range that
-changes with each refresh would override the user's zoom. Times are naive datetimes in UTC.
+of resetting it. Nothing here sets an explicit axis range on a time axis for the same reason:
+a range that changed with each refresh would override the user's zoom. Times are naive
+datetimes in UTC (numpy datetime64), which reach plotly.js as ISO strings without an offset.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
+import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from tidegauge.durations import format_duration
 from tidegauge.store import ALL_SERVICES
@@ -21,8 +27,10 @@ from tidegauge.store import ALL_SERVICES
 __all__ = [
     "DOMAIN_STYLE",
     "LATENCY_PERCENTILES",
+    "TEMPLATE",
     "TOTAL_NAME",
     "UIREVISION",
+    "Figure",
     "distinct_users",
     "empty_figure",
     "events_per_second",
@@ -35,8 +43,15 @@ __all__ = [
     "what_if",
 ]
 
+#: A plotly.js figure: {"data": [trace dicts], "layout": {...}}.
+Figure = dict[str, Any]
+
 #: Constant, so user interactions survive every refresh.
 UIREVISION = "tidegauge"
+
+#: plotly's light template, named (not the process default, which Streamlit replaces with
+#: placeholder colours that only its own chart element fills in).
+TEMPLATE = "plotly_white"
 
 #: Legend name of the all-services line.
 TOTAL_NAME = "all services (*)"
@@ -55,32 +70,67 @@ _HEIGHT = 420
 _TOTAL_COLOR = "#7f7f7f"
 
 
-def _base_layout(fig: go.Figure) -> None:
-    fig.update_layout(
-        uirevision=UIREVISION,
-        height=_HEIGHT,
-        margin={"l": 10, "r": 10, "t": 30, "b": 10},
-        hovermode="x unified",
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
-    )
+def _layout(**extra: Any) -> dict[str, Any]:
+    """The layout every chart shares (constant uirevision, legend on top), plus `extra`."""
+    return {
+        "template": TEMPLATE,
+        "uirevision": UIREVISION,
+        "height": _HEIGHT,
+        "margin": {"l": 10, "r": 10, "t": 30, "b": 10},
+        "hovermode": "x unified",
+        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+        **extra,
+    }
 
 
-def empty_figure(message: str) -> go.Figure:
+def _axis(title: str | None = None, **extra: Any) -> dict[str, Any]:
+    """An axis whose labels get room of their own (automargin), titled when `title`."""
+    out: dict[str, Any] = {"automargin": True, **extra}
+    if title is not None:
+        out["title"] = {"text": title}
+    return out
+
+
+def _col(frame: pd.DataFrame, column: str) -> np.ndarray:
+    """A column as a numpy array: what plotly's JSON encoder turns into a list fastest."""
+    return frame[column].to_numpy()
+
+
+def _two_rows(top: float, spacing: float) -> dict[str, Any]:
+    """Axes of two stacked plots sharing x, as `make_subplots(rows=2, shared_xaxes=True)`.
+
+    `top` is the upper plot's share of the height; traces of the lower plot use xaxis "x2"
+    and yaxis "y2".
+    """
+    low_top = (1.0 - spacing) * (1.0 - top)
+    return {
+        "xaxis": _axis(anchor="y", matches="x2", showticklabels=False),
+        "yaxis": _axis(anchor="x", domain=[low_top + spacing, 1.0]),
+        "xaxis2": _axis(anchor="y2"),
+        "yaxis2": _axis(anchor="x2", domain=[0.0, low_top]),
+    }
+
+
+def empty_figure(message: str) -> Figure:
     """A valid figure with no data and `message` in the middle (axes hidden)."""
-    fig = go.Figure()
-    _base_layout(fig)
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False)
-    fig.add_annotation(
-        text=message,
-        xref="paper",
-        yref="paper",
-        x=0.5,
-        y=0.5,
-        showarrow=False,
-        font={"size": 16},
-    )
-    return fig
+    return {
+        "data": [],
+        "layout": _layout(
+            xaxis={"visible": False},
+            yaxis={"visible": False},
+            annotations=[
+                {
+                    "text": message,
+                    "xref": "paper",
+                    "yref": "paper",
+                    "x": 0.5,
+                    "y": 0.5,
+                    "showarrow": False,
+                    "font": {"size": 16},
+                }
+            ],
+        ),
+    }
 
 
 def _time_title(window_size_ms: int | None) -> str:
@@ -90,8 +140,19 @@ def _time_title(window_size_ms: int | None) -> str:
     return title
 
 
+def _by_service(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The frame's rows per service, split once (not one boolean mask per trace)."""
+    return {str(k): v for k, v in frame.groupby("service", sort=False)}
+
+
+def _line_order(frame: pd.DataFrame, services: Sequence[str]) -> list[str]:
+    """`*` first, then `services` in the given order, then any other service present, sorted."""
+    present = {s for s in frame["service"].unique() if s != ALL_SERVICES}
+    order = [s for s in services if s != ALL_SERVICES]
+    return [ALL_SERVICES, *order, *sorted(present - set(order))]
+
+
 def _service_lines(
-    fig: go.Figure,
     frame: pd.DataFrame,
     column: str,
     services: Sequence[str],
@@ -99,34 +160,35 @@ def _service_lines(
     *,
     customdata: str | None,
     hovertemplate: str,
-) -> None:
-    """One line of `column` per service: the `*` total first, then `services`, then the rest.
+) -> list[dict[str, Any]]:
+    """One line of `column` per service in `_line_order`; `*` thick, dashed and grey.
 
-    The stable order is what keeps legend toggles on the right line (see `events_per_second`).
+    A service in `services` without rows keeps an empty trace: the stable order is what keeps
+    legend toggles on the right line (see `events_per_second`).
     """
-    present = {s for s in frame["service"].unique() if s != ALL_SERVICES}
-    order = [s for s in services if s != ALL_SERVICES]
-    order += sorted(present - set(order))
-    for svc in [ALL_SERVICES, *order]:
-        part = frame[frame["service"] == svc]
+    parts = _by_service(frame)
+    empty = frame.iloc[:0]
+    traces = []
+    for svc in _line_order(frame, services):
+        part = parts.get(svc, empty)
         total = svc == ALL_SERVICES
-        fig.add_trace(
-            go.Scatter(
-                x=part["window_start"],
-                y=part[column],
-                customdata=None if customdata is None else part[[customdata]].to_numpy(),
-                name=TOTAL_NAME if total else svc,
-                mode="lines+markers",
-                marker={"size": 4},
-                line=(
-                    {"width": 3.5, "dash": "dash", "color": _TOTAL_COLOR}
-                    if total
-                    else {"width": 1.8}
-                ),
-                visible=show_total if total else True,
-                hovertemplate=hovertemplate,
-            )
-        )
+        trace: dict[str, Any] = {
+            "type": "scatter",
+            "x": _col(part, "window_start"),
+            "y": _col(part, column),
+            "name": TOTAL_NAME if total else svc,
+            "mode": "lines+markers",
+            "marker": {"size": 4},
+            "line": (
+                {"width": 3.5, "dash": "dash", "color": _TOTAL_COLOR} if total else {"width": 1.8}
+            ),
+            "visible": show_total if total else True,
+            "hovertemplate": hovertemplate,
+        }
+        if customdata is not None:
+            trace["customdata"] = _col(part, customdata)[:, None]
+        traces.append(trace)
+    return traces
 
 
 def events_per_second(
@@ -136,23 +198,59 @@ def events_per_second(
     window_size_ms: int | None = None,
     watermark: datetime | None = None,
     show_total: bool = True,
-) -> go.Figure:
+) -> Figure:
     """Events/s per service over event time: one line per service, `*` as a thick dashed line.
 
-    `frame` is a `dashboard.data.windows_frame`: x is the window start (UTC), y `events_per_s`.
-    Traces come in a stable order: the `*` total first (hidden, not removed, when `show_total`
-    is false), then `services` in the given order (a service without rows in `frame` keeps an
-    empty trace), then any other service in `frame`, sorted. Streamlit drops trace `uid`s, so
-    plotly.js matches the user's legend toggles to traces by index; a stable order keeps them
-    on the right line across refreshes. With `watermark` (naive UTC), windows ending after it
-    are shaded as still open: their counts can still grow, so the newest point usually dips.
+    `frame` is a `dashboard.frames.windows_frame`: x is the window start (UTC), y
+    `events_per_s`. Traces come in a stable order: the `*` total first (hidden, not removed,
+    when `show_total` is false), then `services` in the given order (a service without rows
+    keeps an empty trace), then any other service in `frame`, sorted. plotly.js matches the
+    user's legend toggles to traces by index, so a stable order keeps them on the right line
+    across refreshes. With `watermark` (naive UTC), windows ending after it are shaded as still
+    open: their counts can still grow, so the newest point usually dips.
     """
     if frame.empty:
         return empty_figure("No windows yet: waiting for the job to write results")
-    fig = go.Figure()
-    _base_layout(fig)
-    _service_lines(
-        fig,
+    layout = _layout(
+        xaxis=_axis(_time_title(window_size_ms), type="date"),
+        yaxis=_axis("events/s", rangemode="tozero"),
+    )
+    if watermark is not None and window_size_ms:
+        newest_end = frame["window_end"].max()
+        if watermark < newest_end:
+            # A window is final once its end <= watermark; x is the window start, so windows
+            # still open are those starting after watermark - size.
+            first_open = watermark - pd.Timedelta(milliseconds=window_size_ms)
+            x0 = max(pd.Timestamp(first_open), frame["window_start"].min())
+            x1 = frame["window_start"].max()
+            layout["shapes"] = [
+                {
+                    "type": "rect",
+                    "xref": "x",
+                    "yref": "paper",
+                    "x0": x0.isoformat(),
+                    "x1": x1.isoformat(),
+                    "y0": 0,
+                    "y1": 1,
+                    "fillcolor": "#1f77b4",
+                    "opacity": 0.07,
+                    "line": {"width": 0},
+                    "layer": "below",
+                }
+            ]
+            layout["annotations"] = [
+                {
+                    "text": "open windows",
+                    "xref": "x",
+                    "yref": "paper",
+                    "x": x0.isoformat(),
+                    "y": 1,
+                    "xanchor": "left",
+                    "yanchor": "top",
+                    "showarrow": False,
+                }
+            ]
+    data = _service_lines(
         frame,
         "events_per_s",
         services,
@@ -160,24 +258,7 @@ def events_per_second(
         customdata="count",
         hovertemplate="%{y:,.1f} events/s (%{customdata[0]:,} events)",
     )
-    fig.update_xaxes(title_text=_time_title(window_size_ms), type="date")
-    fig.update_yaxes(title_text="events/s", rangemode="tozero")
-    if watermark is not None and window_size_ms:
-        newest_end = frame["window_end"].max()
-        if watermark < newest_end:
-            # A window is final once its end <= watermark; x is the window start, so windows
-            # still open are those starting after watermark - size.
-            first_open = watermark - pd.Timedelta(milliseconds=window_size_ms)
-            fig.add_vrect(
-                x0=max(first_open, frame["window_start"].min()),
-                x1=frame["window_start"].max(),
-                fillcolor="#1f77b4",
-                opacity=0.07,
-                line_width=0,
-                annotation_text="open windows",
-                annotation_position="top left",
-            )
-    return fig
+    return {"data": data, "layout": layout}
 
 
 def latency_percentiles(
@@ -185,10 +266,10 @@ def latency_percentiles(
     service: str = ALL_SERVICES,
     *,
     window_size_ms: int | None = None,
-) -> go.Figure:
+) -> Figure:
     """p50, p95 and p99 latency (ms) of one service's windows over event time.
 
-    `frame` is a `dashboard.data.metrics_frame`; `service` may be `*` (all services, whose
+    `frame` is a `dashboard.frames.metrics_frame`; `service` may be `*` (all services, whose
     percentiles come from the merged t-digest, not from averaging services). Always three
     traces in the order of `LATENCY_PERCENTILES`, so legend toggles stay put across refreshes
     and service changes. A window without latencies leaves a gap (NaN), not a zero.
@@ -196,25 +277,28 @@ def latency_percentiles(
     part = frame[frame["service"] == service] if not frame.empty else frame
     if part.empty:
         return empty_figure(f"No windows for {_service_label(service)} yet")
-    fig = go.Figure()
-    _base_layout(fig)
-    for name, color in LATENCY_PERCENTILES.items():
-        fig.add_trace(
-            go.Scatter(
-                x=part["window_start"],
-                y=part[name],
-                customdata=part[["latency_count"]].to_numpy(),
-                name=name,
-                mode="lines+markers",
-                marker={"size": 4},
-                line={"width": 1.8, "color": color},
-                connectgaps=False,
-                hovertemplate=f"{name} %{{y:,.1f}} ms (%{{customdata[0]:,}} latencies)",
-            )
-        )
-    fig.update_xaxes(title_text=_time_title(window_size_ms), type="date")
-    fig.update_yaxes(title_text="latency (ms)", rangemode="tozero")
-    return fig
+    x = _col(part, "window_start")
+    counts = _col(part, "latency_count")[:, None]
+    data = [
+        {
+            "type": "scatter",
+            "x": x,
+            "y": _col(part, name),
+            "customdata": counts,
+            "name": name,
+            "mode": "lines+markers",
+            "marker": {"size": 4},
+            "line": {"width": 1.8, "color": color},
+            "connectgaps": False,
+            "hovertemplate": f"{name} %{{y:,.1f}} ms (%{{customdata[0]:,}} latencies)",
+        }
+        for name, color in LATENCY_PERCENTILES.items()
+    ]
+    layout = _layout(
+        xaxis=_axis(_time_title(window_size_ms), type="date"),
+        yaxis=_axis("latency (ms)", rangemode="tozero"),
+    )
+    return {"data": data, "layout": layout}
 
 
 def distinct_users(
@@ -223,36 +307,39 @@ def distinct_users(
     services: Sequence[str] = (),
     window_size_ms: int | None = None,
     show_total: bool = True,
-) -> go.Figure:
+) -> Figure:
     """Distinct users per window and service over event time (HyperLogLog estimates).
 
-    `frame` is a `dashboard.data.metrics_frame`. Same trace order and total handling as
+    `frame` is a `dashboard.frames.metrics_frame` (with `users_lo`/`users_hi` from
+    `frames.users_band` for the error band). Same trace order and total handling as
     `events_per_second`. The `*` line is the distinct users across all services (the merged
     HyperLogLog), which is less than the sum of the services' lines when users overlap.
     """
     if frame.empty:
         return empty_figure("No windows yet: waiting for the job to write results")
-    fig = go.Figure()
-    _base_layout(fig)
+    data: list[dict[str, Any]] = []
     if "users_lo" in frame:
         # The error band first (under the lines), one filled polygon per shown line.
+        parts = _by_service(frame)
+        empty = frame.iloc[:0]
         for svc in [ALL_SERVICES, *[s for s in services if s != ALL_SERVICES]]:
-            part = frame[frame["service"] == svc]
-            fig.add_trace(
-                go.Scatter(
-                    x=pd.concat([part["window_start"], part["window_start"][::-1]]),
-                    y=pd.concat([part["users_hi"], part["users_lo"][::-1]]),
-                    fill="toself",
-                    fillcolor="rgba(31,119,180,0.12)",
-                    line={"width": 0},
-                    hoverinfo="skip",
-                    showlegend=False,
-                    name=f"{_service_label(svc)} ±2 SE",
-                    visible=show_total if svc == ALL_SERVICES else True,
-                )
+            part = parts.get(svc, empty)
+            x = _col(part, "window_start")
+            data.append(
+                {
+                    "type": "scatter",
+                    "x": np.concatenate([x, x[::-1]]),
+                    "y": np.concatenate([_col(part, "users_hi"), _col(part, "users_lo")[::-1]]),
+                    "fill": "toself",
+                    "fillcolor": "rgba(31,119,180,0.12)",
+                    "line": {"width": 0},
+                    "hoverinfo": "skip",
+                    "showlegend": False,
+                    "name": f"{_service_label(svc)} ±2 SE",
+                    "visible": show_total if svc == ALL_SERVICES else True,
+                }
             )
-    _service_lines(
-        fig,
+    data += _service_lines(
         frame,
         "distinct_users",
         services,
@@ -260,10 +347,11 @@ def distinct_users(
         customdata=None,
         hovertemplate="%{y:,} users",
     )
-    xtitle = _time_title(window_size_ms)
-    fig.update_xaxes(title_text=xtitle, type="date")
-    fig.update_yaxes(title_text="distinct users per window (users)", rangemode="tozero")
-    return fig
+    layout = _layout(
+        xaxis=_axis(_time_title(window_size_ms), type="date"),
+        yaxis=_axis("distinct users per window (users)", rangemode="tozero"),
+    )
+    return {"data": data, "layout": layout}
 
 
 def _service_label(service: str) -> str:
@@ -272,7 +360,7 @@ def _service_label(service: str) -> str:
 
 def time_domains(
     arrivals: pd.DataFrame, watermarks: pd.DataFrame, *, show_broker: bool = False
-) -> go.Figure:
+) -> Figure:
     """Event time vs processing time: the rate series on one time axis, the watermark below.
 
     Top: events/s per window counted by event time, by processing time (when the job ran the
@@ -285,77 +373,77 @@ def time_domains(
     """
     if arrivals.empty and watermarks.empty:
         return empty_figure("No batches yet: waiting for the job to write results")
-    fig = make_subplots(
-        rows=2,
-        cols=1,
-        shared_xaxes=True,
-        row_heights=[0.62, 0.38],
-        vertical_spacing=0.06,
-    )
-    _base_layout(fig)
-    fig.update_layout(height=560)
+    parts = {} if arrivals.empty else {str(k): v for k, v in arrivals.groupby("domain")}
+    data: list[dict[str, Any]] = []
     for domain, (name, color) in DOMAIN_STYLE.items():
-        part = arrivals[arrivals["domain"] == domain] if not arrivals.empty else arrivals
-        fig.add_trace(
-            go.Scatter(
-                x=part["window_start"] if len(part) else [],
-                y=part["events_per_s"] if len(part) else [],
-                name=name,
-                mode="lines+markers",
-                marker={"size": 4},
-                line={"width": 2.2 if domain == "event" else 1.8, "color": color},
-                visible=show_broker if domain == "broker" else True,
-                hovertemplate=f"{name}: %{{y:,.1f}} events/s<extra></extra>",
-            ),
-            row=1,
-            col=1,
+        part = parts.get(domain)
+        data.append(
+            {
+                "type": "scatter",
+                "x": [] if part is None else _col(part, "window_start"),
+                "y": [] if part is None else _col(part, "events_per_s"),
+                "name": name,
+                "mode": "lines+markers",
+                "marker": {"size": 4},
+                "line": {"width": 2.2 if domain == "event" else 1.8, "color": color},
+                "visible": show_broker if domain == "broker" else True,
+                "hovertemplate": f"{name}: %{{y:,.1f}} events/s<extra></extra>",
+            }
         )
     wm = watermarks
-    fig.add_trace(
-        go.Scatter(
-            x=wm["batch_time"],
-            y=wm["watermark"],
-            name="watermark",
-            mode="lines",
-            line={"width": 2.2, "color": "#9467bd", "shape": "hv"},
-            hovertemplate="watermark %{y|%H:%M:%S}<extra></extra>",
+    batch_time = _col(wm, "batch_time")
+    ends = batch_time[[0, -1]] if len(wm) else batch_time
+    for name, y, line, hover in (
+        (
+            "watermark",
+            _col(wm, "watermark"),
+            {"width": 2.2, "color": "#9467bd", "shape": "hv"},
+            "watermark %{y|%H:%M:%S}<extra></extra>",
         ),
-        row=2,
-        col=1,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=wm["batch_time"],
-            y=wm["max_event_time"],
-            name="max event time",
-            mode="lines",
-            line={"width": 1.4, "color": "#8c564b", "dash": "dot", "shape": "hv"},
-            hovertemplate="max event time %{y|%H:%M:%S}<extra></extra>",
+        (
+            "max event time",
+            _col(wm, "max_event_time"),
+            {"width": 1.4, "color": "#8c564b", "dash": "dot", "shape": "hv"},
+            "max event time %{y|%H:%M:%S}<extra></extra>",
         ),
-        row=2,
-        col=1,
+    ):
+        data.append(
+            {
+                "type": "scatter",
+                "x": batch_time,
+                "y": y,
+                "name": name,
+                "mode": "lines",
+                "line": line,
+                "hovertemplate": hover,
+                "xaxis": "x2",
+                "yaxis": "y2",
+            }
+        )
+    data.append(
+        {
+            "type": "scatter",
+            "x": ends,
+            "y": ends,
+            "name": "event time = processing time",
+            "mode": "lines",
+            "line": {"width": 1, "color": _TOTAL_COLOR, "dash": "dash"},
+            "hoverinfo": "skip",
+            "xaxis": "x2",
+            "yaxis": "y2",
+        }
     )
-    ends = pd.concat([wm["batch_time"].iloc[[0, -1]]]) if len(wm) else pd.Series(dtype=object)
-    fig.add_trace(
-        go.Scatter(
-            x=ends,
-            y=ends,
-            name="event time = processing time",
-            mode="lines",
-            line={"width": 1, "color": _TOTAL_COLOR, "dash": "dash"},
-            hoverinfo="skip",
-        ),
-        row=2,
-        col=1,
+    axes = _two_rows(top=0.62, spacing=0.06)
+    axes["xaxis"]["type"] = "date"
+    axes["yaxis"].update(title={"text": "events/s"}, rangemode="tozero")
+    axes["xaxis2"].update(
+        title={"text": "time (UTC): window start, or when the batch ran"}, type="date"
     )
-    fig.update_yaxes(title_text="events/s", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title_text="event time (UTC)", type="date", row=2, col=1)
-    fig.update_xaxes(type="date", row=1, col=1)
-    fig.update_xaxes(title_text="time (UTC): window start, or when the batch ran", row=2, col=1)
-    return fig
+    axes["yaxis2"].update(title={"text": "event time (UTC)"}, type="date")
+    return {"data": data, "layout": _layout(height=560, **axes)}
 
 
-def latency_cdf(frame: pd.DataFrame, services: Sequence[str] = ()) -> go.Figure:
+def latency_cdf(frame: pd.DataFrame, services: Sequence[str] = ()) -> Figure:
     """The latency CDF of the selected range per service, from merged t-digests.
 
     `frame` is a `dashboard.frames.cdf_frame`; one line per service (`*` first, thick grey),
@@ -363,31 +451,33 @@ def latency_cdf(frame: pd.DataFrame, services: Sequence[str] = ()) -> go.Figure:
     """
     if frame.empty:
         return empty_figure("No latencies in this range")
-    fig = go.Figure()
-    _base_layout(fig)
-    fig.update_layout(hovermode="closest")
-    present = list(dict.fromkeys(frame["service"]))
-    order = [s for s in [ALL_SERVICES, *services] if s in present]
-    order += [s for s in present if s not in order]
+    parts = _by_service(frame)
+    order = [s for s in [ALL_SERVICES, *services] if s in parts]
+    order += [s for s in parts if s not in order]
+    data = []
     for svc in order:
-        part = frame[frame["service"] == svc]
+        part = parts[svc]
         total = svc == ALL_SERVICES
-        fig.add_trace(
-            go.Scatter(
-                x=part["latency_ms"],
-                y=part["fraction"],
-                name=_service_label(svc),
-                mode="lines",
-                line={"width": 3, "color": _TOTAL_COLOR} if total else {"width": 1.8},
-                hovertemplate="%{x:,.1f} ms: %{y:.1%} of requests at or below<extra></extra>",
-            )
+        data.append(
+            {
+                "type": "scatter",
+                "x": _col(part, "latency_ms"),
+                "y": _col(part, "fraction"),
+                "name": _service_label(svc),
+                "mode": "lines",
+                "line": {"width": 3, "color": _TOTAL_COLOR} if total else {"width": 1.8},
+                "hovertemplate": "%{x:,.1f} ms: %{y:.1%} of requests at or below<extra></extra>",
+            }
         )
-    fig.update_xaxes(title_text="latency (ms, log scale)", type="log")
-    fig.update_yaxes(title_text="fraction of requests ≤ latency", range=[0, 1.02])
-    return fig
+    layout = _layout(
+        hovermode="closest",
+        xaxis=_axis("latency (ms, log scale)", type="log"),
+        yaxis=_axis("fraction of requests ≤ latency", range=[0, 1.02]),
+    )
+    return {"data": data, "layout": layout}
 
 
-def lateness_windows(frame: pd.DataFrame, *, window_size_ms: int | None = None) -> go.Figure:
+def lateness_windows(frame: pd.DataFrame, *, window_size_ms: int | None = None) -> Figure:
     """Late events and stragglers per window (bars), and each window's revision (markers).
 
     `frame` is a `dashboard.frames.lateness_frame`. Revisions count the batches that corrected
@@ -395,70 +485,71 @@ def lateness_windows(frame: pd.DataFrame, *, window_size_ms: int | None = None) 
     """
     if frame.empty:
         return empty_figure("No windows yet")
-    fig = make_subplots(specs=[[{"secondary_y": True}]])
-    _base_layout(fig)
-    fig.update_layout(barmode="group")
-    fig.add_trace(
-        go.Bar(
-            x=frame["window_start"], y=frame["late"], name="late events", marker_color="#d62728"
-        ),
-        secondary_y=False,
+    x = _col(frame, "window_start")
+    data = [
+        {
+            "type": "bar",
+            "x": x,
+            "y": _col(frame, "late"),
+            "name": "late events",
+            "marker": {"color": "#d62728"},
+        },
+        {
+            "type": "bar",
+            "x": x,
+            "y": _col(frame, "stragglers"),
+            "name": "stragglers",
+            "marker": {"color": "#ff7f0e"},
+        },
+        {
+            "type": "scatter",
+            "x": x,
+            "y": _col(frame, "revision"),
+            "name": "revision",
+            "mode": "markers",
+            "marker": {"size": 7, "symbol": "diamond", "color": "#9467bd"},
+            "yaxis": "y2",
+        },
+    ]
+    layout = _layout(
+        barmode="group",
+        xaxis=_axis(_time_title(window_size_ms), type="date"),
+        yaxis=_axis("events", rangemode="tozero"),
+        yaxis2=_axis("revision", rangemode="tozero", tickformat=",d", overlaying="y", side="right"),
     )
-    fig.add_trace(
-        go.Bar(
-            x=frame["window_start"],
-            y=frame["stragglers"],
-            name="stragglers",
-            marker_color="#ff7f0e",
-        ),
-        secondary_y=False,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=frame["window_start"],
-            y=frame["revision"],
-            name="revision",
-            mode="markers",
-            marker={"size": 7, "symbol": "diamond", "color": "#9467bd"},
-        ),
-        secondary_y=True,
-    )
-    fig.update_xaxes(title_text=_time_title(window_size_ms), type="date")
-    fig.update_yaxes(title_text="events", rangemode="tozero", secondary_y=False)
-    fig.update_yaxes(
-        title_text="revision", rangemode="tozero", tickformat=",d", secondary_y=True
-    )
-    return fig
+    return {"data": data, "layout": layout}
 
 
-def lateness_histogram(frame: pd.DataFrame) -> go.Figure:
+def lateness_histogram(frame: pd.DataFrame) -> Figure:
     """How late events arrived (broker time − event time), from the merged lateness digests.
 
     `frame` is a `dashboard.frames.digest_histogram` in ms; shown in seconds.
     """
     if frame.empty or not frame["count"].sum():
         return empty_figure("No lateness measured in this range")
-    fig = go.Figure()
-    _base_layout(fig)
-    fig.update_layout(hovermode="closest")
-    width = (frame["hi"] - frame["lo"]) / 1000.0
-    fig.add_trace(
-        go.Bar(
-            x=(frame["lo"] / 1000.0) + width / 2,
-            y=frame["count"],
-            width=width,
-            name="events",
-            marker_color="#1f77b4",
-            hovertemplate="%{x:,.2f} s: %{y:,.0f} events<extra></extra>",
-        )
+    lo = _col(frame, "lo") / 1000.0
+    width = _col(frame, "hi") / 1000.0 - lo
+    data = [
+        {
+            "type": "bar",
+            "x": lo + width / 2,
+            "y": _col(frame, "count"),
+            "width": width,
+            "name": "events",
+            "marker": {"color": "#1f77b4"},
+            "hovertemplate": "%{x:,.2f} s: %{y:,.0f} events<extra></extra>",
+        }
+    ]
+    layout = _layout(
+        hovermode="closest",
+        xaxis=_axis("lateness: broker time − event time (s)"),
+        # Log counts: the few very late events must stay visible next to the on-time bulk.
+        yaxis=_axis("events (log scale)", type="log"),
     )
-    fig.update_xaxes(title_text="lateness: broker time − event time (s)")
-    # Log counts: the few very late events must stay visible next to the on-time bulk.
-    fig.update_yaxes(title_text="events (log scale)", type="log")
-    return fig
+    return {"data": data, "layout": layout}
 
 
-def what_if(frame: pd.DataFrame, *, chosen_ms: int, job_ms: int | None = None) -> go.Figure:
+def what_if(frame: pd.DataFrame, *, chosen_ms: int, job_ms: int | None = None) -> Figure:
     """Share of events that would have been late for each allowed lateness (what-if curve).
 
     `frame` is a `dashboard.frames.what_if_frame`; a marker at the user's choice, and a dashed
@@ -466,43 +557,64 @@ def what_if(frame: pd.DataFrame, *, chosen_ms: int, job_ms: int | None = None) -
     """
     if frame.empty:
         return empty_figure("No events in this range")
-    fig = go.Figure()
-    _base_layout(fig)
-    fig.update_layout(hovermode="closest", height=320)
-    x = frame["allowed_lateness_ms"] / 1000.0
-    fig.add_trace(
-        go.Scatter(
-            x=x,
-            y=frame["fraction_late"],
-            name="would be late",
-            mode="lines",
-            line={"width": 2, "color": "#d62728", "shape": "hv"},
-            hovertemplate="allowed %{x:,.1f} s: %{y:.2%} late<extra></extra>",
-        )
-    )
-    at = frame.iloc[(frame["allowed_lateness_ms"] - chosen_ms).abs().argsort()[:1]]
-    fig.add_trace(
-        go.Scatter(
-            x=[chosen_ms / 1000.0],
-            y=at["fraction_late"],
-            name="your choice",
-            mode="markers",
-            marker={"size": 11, "color": "#d62728", "line": {"width": 2, "color": "white"}},
-        )
+    allowed = _col(frame, "allowed_lateness_ms")
+    late = _col(frame, "fraction_late")
+    nearest = int(np.abs(allowed - chosen_ms).argmin())
+    data = [
+        {
+            "type": "scatter",
+            "x": allowed / 1000.0,
+            "y": late,
+            "name": "would be late",
+            "mode": "lines",
+            "line": {"width": 2, "color": "#d62728", "shape": "hv"},
+            "hovertemplate": "allowed %{x:,.1f} s: %{y:.2%} late<extra></extra>",
+        },
+        {
+            "type": "scatter",
+            "x": [chosen_ms / 1000.0],
+            "y": [float(late[nearest])],
+            "name": "your choice",
+            "mode": "markers",
+            "marker": {"size": 11, "color": "#d62728", "line": {"width": 2, "color": "white"}},
+        },
+    ]
+    layout = _layout(
+        hovermode="closest",
+        height=320,
+        xaxis=_axis("allowed lateness (s)", rangemode="tozero"),
+        yaxis=_axis("fraction late", tickformat=".2%", rangemode="tozero"),
     )
     if job_ms is not None:
-        fig.add_vline(
-            x=job_ms / 1000.0,
-            line_dash="dash",
-            line_color=_TOTAL_COLOR,
-            annotation_text="job's allowed lateness",
-        )
-    fig.update_xaxes(title_text="allowed lateness (s)", rangemode="tozero")
-    fig.update_yaxes(title_text="fraction late", tickformat=".2%", rangemode="tozero")
-    return fig
+        x = job_ms / 1000.0
+        layout["shapes"] = [
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": x,
+                "x1": x,
+                "y0": 0,
+                "y1": 1,
+                "line": {"dash": "dash", "color": _TOTAL_COLOR},
+            }
+        ]
+        layout["annotations"] = [
+            {
+                "text": "job's allowed lateness",
+                "xref": "x",
+                "yref": "paper",
+                "x": x,
+                "y": 1,
+                "xanchor": "left",
+                "yanchor": "top",
+                "showarrow": False,
+            }
+        ]
+    return {"data": data, "layout": layout}
 
 
-def pipeline_health(frame: pd.DataFrame) -> go.Figure:
+def pipeline_health(frame: pd.DataFrame) -> Figure:
     """Input vs processed rows/s per batch (top) and batch duration (bottom), by batch time.
 
     Processed below input for long means the job falls behind; duration near the trigger
@@ -510,39 +622,37 @@ def pipeline_health(frame: pd.DataFrame) -> go.Figure:
     """
     if frame.empty:
         return empty_figure("No batches yet")
-    fig = make_subplots(
-        rows=2, cols=1, shared_xaxes=True, row_heights=[0.6, 0.4], vertical_spacing=0.08
-    )
-    _base_layout(fig)
-    for name, col, color in (
-        ("input rows/s", "input_rows_per_s", "#1f77b4"),
-        ("processed rows/s", "processed_rows_per_s", "#2ca02c"),
-    ):
-        fig.add_trace(
-            go.Scatter(
-                x=frame["batch_time"],
-                y=frame[col],
-                name=name,
-                mode="lines",
-                line={"width": 1.8, "color": color},
-            ),
-            row=1,
-            col=1,
+    t = _col(frame, "batch_time")
+    data: list[dict[str, Any]] = [
+        {
+            "type": "scatter",
+            "x": t,
+            "y": _col(frame, col),
+            "name": name,
+            "mode": "lines",
+            "line": {"width": 1.8, "color": color},
+        }
+        for name, col, color in (
+            ("input rows/s", "input_rows_per_s", "#1f77b4"),
+            ("processed rows/s", "processed_rows_per_s", "#2ca02c"),
         )
-    fig.add_trace(
-        go.Bar(
-            x=frame["batch_time"],
-            y=frame["batch_duration_ms"],
-            name="batch duration (ms)",
-            marker_color="#7f7f7f",
-            customdata=frame[["batch_id"]].to_numpy(),
-            hovertemplate="batch #%{customdata[0]}: %{y:,} ms<extra></extra>",
-        ),
-        row=2,
-        col=1,
+    ]
+    data.append(
+        {
+            "type": "bar",
+            "x": t,
+            "y": _col(frame, "batch_duration_ms"),
+            "name": "batch duration (ms)",
+            "marker": {"color": "#7f7f7f"},
+            "customdata": _col(frame, "batch_id")[:, None],
+            "hovertemplate": "batch #%{customdata[0]}: %{y:,} ms<extra></extra>",
+            "xaxis": "x2",
+            "yaxis": "y2",
+        }
     )
-    fig.update_yaxes(title_text="rows/s", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title_text="duration (ms)", rangemode="tozero", row=2, col=1)
-    fig.update_xaxes(type="date", row=1, col=1)
-    fig.update_xaxes(title_text="processing time (UTC), when the batch ran", row=2, col=1)
-    return fig
+    axes = _two_rows(top=0.6, spacing=0.08)
+    axes["xaxis"]["type"] = "date"
+    axes["yaxis"].update(title={"text": "rows/s"}, rangemode="tozero")
+    axes["yaxis2"].update(title={"text": "duration (ms)"}, rangemode="tozero")
+    axes["xaxis2"].update(title={"text": "processing time (UTC), when the batch ran"}, type="date")
+    return {"data": data, "layout": _layout(**axes)}

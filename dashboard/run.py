@@ -9,7 +9,9 @@ The app receives its own flags after `--`; the Redis URL travels in the child's 
 from __future__ import annotations
 
 import argparse
+import filecmp
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,21 +20,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+import plotly
+
 from tidegauge.config import ENV_REDIS_URL, RedisSettings
 from tidegauge.durations import format_duration, parse_duration
 
 __all__ = [
     "APP_PATH",
+    "PLOTLY_JS",
+    "STATIC_DIR",
     "DashboardSettings",
     "add_app_arguments",
     "add_arguments",
     "app_settings",
+    "install_plotly_js",
+    "plotly_js_source",
     "run",
     "streamlit_command",
 ]
 
 #: The Streamlit script the launcher serves.
 APP_PATH = Path(__file__).with_name("app.py")
+
+#: Where Streamlit's static file serving looks (next to the script; served at `app/static/`),
+#: and the plotly.js file dashboard/chart.py loads from there.
+STATIC_DIR = APP_PATH.with_name("static")
+PLOTLY_JS = "plotly.min.js"
 
 #: Fastest refresh accepted: every refresh is a handful of Redis round trips per open browser tab.
 MIN_REFRESH_MS = 250
@@ -159,6 +172,28 @@ def app_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) -> D
     return _settings_from_args(args, os.environ if env is None else env)
 
 
+def plotly_js_source() -> Path:
+    """The plotly.js bundle shipped inside the installed `plotly` Python package."""
+    return Path(plotly.__file__).resolve().parent / "package_data" / PLOTLY_JS
+
+
+def install_plotly_js(static_dir: Path = STATIC_DIR) -> Path:
+    """Copy plotly.js where Streamlit serves static files, unless an identical copy is there.
+
+    Raises OSError with the path when the directory is not writable (a read-only install
+    must run this once at build time, as the Dockerfile does).
+    """
+    src = plotly_js_source()
+    dest = static_dir / PLOTLY_JS
+    if dest.exists() and filecmp.cmp(src, dest, shallow=False):
+        return dest
+    static_dir.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_suffix(".tmp")
+    shutil.copyfile(src, tmp)
+    tmp.replace(dest)  # atomic: a browser never gets half a file
+    return dest
+
+
 def streamlit_command(settings: DashboardSettings, port: int, address: str) -> list[str]:
     """The child's command line: this interpreter running Streamlit on `app.py`."""
     return [
@@ -172,6 +207,8 @@ def streamlit_command(settings: DashboardSettings, port: int, address: str) -> l
         "--server.headless=true",
         "--browser.gatherUsageStats=false",
         "--client.toolbarMode=viewer",
+        # dashboard/chart.py loads plotly.js from app/static/ (dashboard/static/)
+        "--server.enableStaticServing=true",
         "--",
         *settings.app_argv(),
     ]
@@ -184,6 +221,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"tidegauge dashboard: {e}", file=sys.stderr)
         return 2
+    try:
+        install_plotly_js()
+    except OSError as e:
+        print(f"tidegauge dashboard: cannot copy plotly.js for the charts: {e}", file=sys.stderr)
+        return 1
     env = {**os.environ, ENV_REDIS_URL: settings.redis.url}
     print(f"Tidegauge dashboard: http://{args.address}:{args.port}", flush=True)
     print(f"  reading {settings.redis!r}", flush=True)

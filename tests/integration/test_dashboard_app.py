@@ -13,6 +13,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -110,11 +111,16 @@ def metrics(at: AppTest) -> dict[str, str]:
 
 
 def chart(at: AppTest, key: str) -> dict:
-    """The plotly figure JSON of the chart with this Streamlit key."""
-    for c in at.get("plotly_chart"):
-        if c.proto.id.endswith(key) or f"-{key}-" in c.proto.id or key in c.proto.id:
-            return json.loads(c.proto.spec)
+    """The plotly figure JSON of the chart with this Streamlit key (dashboard/chart.py)."""
+    for c in charts(at):
+        if c.proto.id.endswith(f"-{key}"):
+            return json.loads(json.loads(c.proto.json)["figure"])
     raise AssertionError(f"no chart {key!r}")
+
+
+def charts(at: AppTest) -> list[Any]:
+    """Every chart element of the page: our plotly component's instances."""
+    return [c for c in at.get("bidi_component") if c.proto.component_name == "tidegauge_plot"]
 
 
 def trace(fig: dict, name: str) -> dict:
@@ -298,7 +304,7 @@ def test_empty_redis_says_it_is_waiting_for_the_first_batch(
     (info,) = at.info
     assert "waiting for the job's first batch" in info.value
     assert at.code[0].value.startswith("tidegauge job --redis redis://127.0.0.1:")
-    assert not at.get("plotly_chart")
+    assert not charts(at)
 
 
 def test_flags_after_double_dash_are_read_prefix_included(

@@ -20,12 +20,14 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import redis
 from playwright import sync_api as playwright
 
-from jobs.redis_sink import touch_status
-from tests.integration.seed import seed_live
+from jobs.metrics import WindowAgg
+from jobs.redis_sink import WindowUpdate, touch_status, write_batch
+from tests.integration.seed import SPEC, W, seed_live
 from tidegauge.config import RedisSettings
 from tidegauge.services import free_port
 from tidegauge.store import Keys
@@ -41,7 +43,6 @@ PANELS = [
 ]
 #: Charts with data, by Streamlit element key (each panel has at least one).
 CHARTS = 9
-
 
 
 @pytest.fixture
@@ -99,7 +100,9 @@ def test_every_panel_renders_with_data_in_a_real_browser(
     assert shot.stat().st_size > 50_000  # a real picture, not a blank page
 
 
-def _check_page(served: str, late: int, stragglers: int, shot: Path) -> None:
+@contextlib.contextmanager
+def _page(served: str) -> Iterator[playwright.Page]:
+    """Headless Chromium on the served page, once every chart has drawn its traces."""
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=CHROMIUM,
@@ -124,22 +127,85 @@ def _check_page(served: str, late: int, stragglers: int, shot: Path) -> None:
                 arg=CHARTS,
                 timeout=60_000,
             )
-            for title in PANELS:
-                assert page.get_by_role("heading", name=title).count() >= 1, title
-            plots = page.locator(".js-plotly-plot")
-            assert plots.count() >= CHARTS
-            for i in range(plots.count()):
-                assert plots.nth(i).locator("g.trace").count() > 0, f"chart {i} drew no data"
-            assert page.locator('[data-testid="stException"]').count() == 0
-            body = page.inner_text("body")
-            assert "Cannot read Redis" not in body and "Traceback" not in body
-            # the live figures show the seeded truth
-            assert f"{late:,}" in body and f"{stragglers:,}" in body
-            assert "Stale" not in body  # the job reports: no stale banner
-            assert "Demo controls" in body  # --demo-controls shows the sidebar buttons
-            page.wait_for_timeout(1500)  # one refresh later the page is still whole
-            assert page.locator('[data-testid="stException"]').count() == 0
-            shot.parent.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(shot), full_page=True)
+            yield page
         finally:
             browser.close()
+
+
+def _check_page(served: str, late: int, stragglers: int, shot: Path) -> None:
+    with _page(served) as page:
+        for title in PANELS:
+            assert page.get_by_role("heading", name=title).count() >= 1, title
+        plots = page.locator(".js-plotly-plot")
+        assert plots.count() >= CHARTS
+        for i in range(plots.count()):
+            assert plots.nth(i).locator("g.trace").count() > 0, f"chart {i} drew no data"
+        assert page.locator('[data-testid="stException"]').count() == 0
+        body = page.inner_text("body")
+        assert "Cannot read Redis" not in body and "Traceback" not in body
+        assert "Chart unavailable" not in body  # plotly.js was served
+        # the live figures show the seeded truth
+        assert f"{late:,}" in body and f"{stragglers:,}" in body
+        assert "Stale" not in body  # the job reports: no stale banner
+        assert "Demo controls" in body  # --demo-controls shows the sidebar buttons
+        page.wait_for_timeout(1500)  # one refresh later the page is still whole
+        assert page.locator('[data-testid="stException"]').count() == 0
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shot), full_page=True)
+
+
+#: What the events/s chart shows: its x range, the newest window start, and trace visibility.
+VIEW_JS = """() => {
+  const e = document.querySelector('.st-key-events_per_s .js-plotly-plot');
+  const xs = e.data[0].x;
+  return {range: e.layout.xaxis.range, newest: String(xs[xs.length - 1]),
+          visible: e.data.map(t => t.visible === undefined ? true : t.visible)};
+}"""
+
+
+def test_zoom_and_legend_toggles_survive_refreshes_that_bring_new_data(
+    served: str, redis_client: redis.Redis
+) -> None:
+    truth = seed_live(redis_client, Keys(), time.time_ns() // 1_000_000)
+    with _page(served) as page:
+        chart = page.locator(".st-key-events_per_s .js-plotly-plot")
+        before = page.evaluate(VIEW_JS)
+        # the user drags a box over the middle third of the plot (plotly's default zoom)...
+        box = chart.locator(".nsewdrag").first.bounding_box()
+        assert box is not None
+        y = box["y"] + box["height"] / 2
+        page.mouse.move(box["x"] + box["width"] / 3, y)
+        page.mouse.down()
+        page.mouse.move(box["x"] + 2 * box["width"] / 3, y, steps=8)
+        page.mouse.up()
+        # ...and hides the second service's line from the legend
+        chart.locator("g.legend g.traces").nth(2).click()
+        page.wait_for_function(
+            "(r) => { const e = document.querySelector('.st-key-events_per_s .js-plotly-plot');"
+            " return String(e.layout.xaxis.range) !== String(r) &&"
+            " e.data[2].visible === 'legendonly'; }",
+            arg=before["range"],
+        )
+        zoomed = page.evaluate(VIEW_JS)
+        # the job writes the next window: the chart must show it without undoing the user's view
+        start = truth.newest_start + W
+        write_batch(redis_client, Keys(), 10_000, [_window(start, s) for s in truth.services])
+        page.wait_for_function(
+            "(old) => { const e = document.querySelector('.st-key-events_per_s .js-plotly-plot');"
+            " const xs = e.data[0].x; return String(xs[xs.length - 1]) !== old; }",
+            arg=zoomed["newest"],
+            timeout=20_000,
+        )
+        page.wait_for_timeout(2_500)  # two more refreshes (1 s each)
+        after = page.evaluate(VIEW_JS)
+    assert after["newest"] > zoomed["newest"]  # new data arrived...
+    assert after["range"] == zoomed["range"] != before["range"]  # ...under the same zoom
+    assert after["visible"] == zoomed["visible"]
+    assert after["visible"][2] == "legendonly"
+
+
+def _window(start: int, service: str) -> WindowUpdate:
+    agg = WindowAgg()
+    n = 50
+    agg.add(np.full(n, 20.0), np.full(n, 200), np.array([f"u{i}" for i in range(n)]))
+    return WindowUpdate(SPEC.key, start, service, agg.metrics(W), agg.to_bytes())

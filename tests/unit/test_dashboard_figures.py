@@ -2,23 +2,40 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import fields
 from datetime import datetime
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from dashboard import figures, frames
-from dashboard.run import DashboardSettings, app_settings, streamlit_command
+from dashboard import chart, figures, frames
+from dashboard.run import (
+    PLOTLY_JS,
+    DashboardSettings,
+    app_settings,
+    install_plotly_js,
+    plotly_js_source,
+    streamlit_command,
+)
 from jobs.metrics import WindowAgg
 from jobs.windows import WindowSpec
+from sketches.tdigest import TDigest
 from tidegauge.config import RedisSettings
 from tidegauge.store import DeadLetter, JobStatus, WindowRow
 
 T0 = 1_795_000_000_000  # 2026-11-18T11:06:40Z, a multiple of 10 s
 W = 10_000
+
+
+def built(make: Callable[..., figures.Figure], *args: Any, **kwargs: Any) -> go.Figure:
+    """A figure function's dict as a validated `go.Figure`: a bad property name fails here."""
+    return go.Figure(make(*args, **kwargs))
 
 
 def row(start: int, service: str, count: int, size: int = W) -> WindowRow:
@@ -191,7 +208,7 @@ def test_dead_frames() -> None:
 
 def test_one_trace_per_service_plus_dashed_thicker_total() -> None:
     frame = frames.windows_frame(rows_for({"web": [10, 20, 30], "api": [1, 2, 3], "db": [4]}))
-    fig = figures.events_per_second(frame, window_size_ms=W)
+    fig = built(figures.events_per_second, frame, window_size_ms=W)
     names = [t.name for t in fig.data]
     assert names == [figures.TOTAL_NAME, "api", "db", "web"]
     total, web = fig.data[0], fig.data[3]
@@ -206,7 +223,7 @@ def test_one_trace_per_service_plus_dashed_thicker_total() -> None:
 
 def test_total_is_hidden_not_removed_so_trace_indices_stay_put() -> None:
     frame = frames.windows_frame(rows_for({"web": [10], "api": [1]}))
-    fig = figures.events_per_second(frame, show_total=False)
+    fig = built(figures.events_per_second, frame, show_total=False)
     assert [t.name for t in fig.data] == [figures.TOTAL_NAME, "api", "web"]
     assert fig.data[0].visible is False
 
@@ -215,7 +232,7 @@ def test_trace_order_follows_the_given_order_and_keeps_absent_services() -> None
     # plotly.js matches legend toggles to traces by index (Streamlit drops uids): a service
     # appearing or leaving the range must not shift the others
     frame = frames.windows_frame(rows_for({"web": [1], "api": [2], "new": [3]}))
-    fig = figures.events_per_second(frame, services=["web", "gone", "api"])
+    fig = built(figures.events_per_second, frame, services=["web", "gone", "api"])
     assert [t.name for t in fig.data] == [figures.TOTAL_NAME, "web", "gone", "api", "new"]
     assert len(fig.data[2].x) == 0
 
@@ -232,8 +249,10 @@ def test_stable_order_appends_newcomers_sorted() -> None:
 
 
 def test_uirevision_is_constant_across_refreshes() -> None:
-    a = figures.events_per_second(frames.windows_frame(rows_for({"web": [1]})))
-    b = figures.events_per_second(frames.windows_frame(rows_for({"web": [1, 2], "api": [3]})))
+    a = built(figures.events_per_second, frames.windows_frame(rows_for({"web": [1]})))
+    b = built(
+        figures.events_per_second, frames.windows_frame(rows_for({"web": [1, 2], "api": [3]}))
+    )
     assert a.layout.uirevision == b.layout.uirevision == figures.UIREVISION
     # no explicit range: one that moved with each refresh would undo the user's zoom
     assert b.layout.xaxis.range is None
@@ -241,20 +260,22 @@ def test_uirevision_is_constant_across_refreshes() -> None:
 
 def test_time_axis_is_utc_dates() -> None:
     frame = frames.windows_frame(rows_for({"web": [1, 2]}))
-    fig = figures.events_per_second(frame, window_size_ms=W)
+    fig = built(figures.events_per_second, frame, window_size_ms=W)
     assert fig.layout.xaxis.type == "date"
     assert "UTC" in fig.layout.xaxis.title.text
     assert "10s windows" in fig.layout.xaxis.title.text
     xs = list(pd.to_datetime(fig.data[0].x))
     assert xs == [pd.Timestamp("2026-11-18T11:06:40"), pd.Timestamp("2026-11-18T11:06:50")]
     # what reaches the browser: ISO strings without an offset (plotly.js has no time zones)
-    assert '"2026-11-18T11:06:40' in fig.to_json()
-    assert "+00:00" not in fig.to_json()
+    sent = chart.figure_json(figures.events_per_second(frame, window_size_ms=W))
+    assert '"2026-11-18T11:06:40' in sent
+    assert "+00:00" not in sent
+    assert json.loads(sent)["data"][0]["x"][0].startswith("2026-11-18T11:06:40")
 
 
 @pytest.mark.parametrize("frame", [frames.windows_frame([]), pd.DataFrame()])
 def test_empty_input_gives_valid_figure_with_message(frame: pd.DataFrame) -> None:
-    fig = figures.events_per_second(frame)
+    fig = built(figures.events_per_second, frame)
     assert isinstance(fig, go.Figure)
     assert len(fig.data) == 0
     assert fig.layout.uirevision == figures.UIREVISION
@@ -266,13 +287,67 @@ def test_empty_input_gives_valid_figure_with_message(frame: pd.DataFrame) -> Non
 def test_open_windows_are_shaded_from_the_watermark() -> None:
     frame = frames.windows_frame(rows_for({"web": [1, 2, 3, 4]}))  # starts T0 .. T0+30s
     wm = datetime(2026, 11, 18, 11, 7, 5)  # T0 + 25s: windows from T0+20s on are open
-    fig = figures.events_per_second(frame, window_size_ms=W, watermark=wm)
+    fig = built(figures.events_per_second, frame, window_size_ms=W, watermark=wm)
     (shape,) = fig.layout.shapes
     assert pd.Timestamp(shape.x0) == pd.Timestamp("2026-11-18T11:06:55")  # wm - 10s
     assert pd.Timestamp(shape.x1) == pd.Timestamp("2026-11-18T11:07:10")  # newest start
     # every window final: nothing shaded
     late_wm = datetime(2026, 11, 18, 11, 8, 0)
-    assert not figures.events_per_second(frame, window_size_ms=W, watermark=late_wm).layout.shapes
+    assert not built(
+        figures.events_per_second, frame, window_size_ms=W, watermark=late_wm
+    ).layout.shapes
+
+
+def test_latency_users_and_cdf_figures_carry_the_rows_values() -> None:
+    rows = rows_for({"web": [40, 50, 60], "api": [5, 0, 7]})
+    metrics = frames.metrics_frame(rows)
+    lat = built(figures.latency_percentiles, metrics, "web", window_size_ms=W)
+    assert [t.name for t in lat.data] == list(figures.LATENCY_PERCENTILES)
+    web = [r for r in rows if r.service == "web"]
+    assert list(lat.data[2].y) == pytest.approx([r.p99 for r in web])
+    assert [int(c[0]) for c in lat.data[0].customdata] == [r.latency_count for r in web]
+    # api's middle window has no latencies: a gap (NaN), not a zero
+    api = built(figures.latency_percentiles, metrics, "api")
+    assert np.isnan(api.data[0].y[1]) and api.data[0].y[0] > 0
+
+    band = frames.users_band(metrics)
+    users = built(figures.distinct_users, band, services=["web", "api"])
+    fills = [t for t in users.data if t.fill == "toself"]
+    lines = [t for t in users.data if t.fill != "toself"]
+    assert len(fills) == 3  # *, web, api: the band under each shown line
+    assert [t.name for t in lines] == [figures.TOTAL_NAME, "web", "api"]
+    assert list(lines[1].y) == [r.distinct_users for r in web]
+    hi, lo = band[band["service"] == "web"]["users_hi"], band[band["service"] == "web"]["users_lo"]
+    assert list(fills[1].y) == pytest.approx([*hi, *lo[::-1]])  # a closed polygon
+
+    aggs = {"*": WindowAgg(), "web": WindowAgg()}
+    for a in aggs.values():
+        a.add(np.array([10.0, 20.0, 30.0, 1000.0]), np.array([200] * 4), np.array(["u"] * 4))
+    cdf = built(figures.latency_cdf, frames.cdf_frame(aggs, ["*", "web"]), ["web"])
+    assert [t.name for t in cdf.data] == [figures.TOTAL_NAME, "web"]
+    assert cdf.data[0].x[0] == pytest.approx(10.0) and cdf.data[0].x[-1] == pytest.approx(1000.0)
+    assert cdf.layout.xaxis.type == "log"
+
+
+def test_lateness_histogram_is_in_seconds_with_log_counts() -> None:
+    digest = TDigest()
+    digest.update(np.array([0.0, 500.0, 1000.0, 60_000.0]))
+    fig = built(figures.lateness_histogram, frames.digest_histogram(digest, bins=4))
+    (bars,) = fig.data
+    assert sum(bars.y) == 4
+    assert bars.x[0] == pytest.approx(7.5) and bars.width[0] == pytest.approx(15.0)
+    assert fig.layout.yaxis.type == "log"
+
+
+def test_two_row_figures_share_the_time_axis() -> None:
+    health = frames.health_frame(
+        [{"batch_id": i, "batch_time": T0 + i * 1000, "batch_duration_ms": 90} for i in range(3)]
+    )
+    fig = built(figures.pipeline_health, health)
+    assert fig.layout.xaxis.matches == "x2"  # zooming one row zooms the other
+    assert fig.data[2].xaxis == "x2" and fig.data[2].yaxis == "y2"
+    top, bottom = fig.layout.yaxis.domain, fig.layout.yaxis2.domain
+    assert bottom[0] == 0 and top[1] == 1 and bottom[1] < top[0]
 
 
 # --- run.py: settings and the child's command line ---------------------------------------------
@@ -305,5 +380,18 @@ def test_streamlit_command_keeps_password_off_the_command_line() -> None:
     assert cmd[1:4] == ["-m", "streamlit", "run"]
     assert "--server.port=8600" in cmd and "--server.address=0.0.0.0" in cmd
     assert "--server.headless=true" in cmd and "--browser.gatherUsageStats=false" in cmd
+    assert "--server.enableStaticServing=true" in cmd  # dashboard/chart.py loads plotly.js
     app_args = cmd[cmd.index("--") + 1 :]
     assert app_settings(app_args, {"TIDEGAUGE_REDIS_URL": s.redis.url}) == s
+
+
+def test_install_plotly_js_copies_the_bundle_once(tmp_path: Path) -> None:
+    dest = install_plotly_js(tmp_path / "static")
+    assert dest.read_bytes() == plotly_js_source().read_bytes()
+    assert dest.name == PLOTLY_JS
+    stamp = dest.stat().st_mtime_ns
+    assert install_plotly_js(tmp_path / "static") == dest
+    assert dest.stat().st_mtime_ns == stamp  # identical: left alone
+    dest.write_bytes(b"stale")
+    install_plotly_js(tmp_path / "static")
+    assert dest.read_bytes() == plotly_js_source().read_bytes()  # replaced when it differs

@@ -3,8 +3,12 @@ here from raw values: no Redis, no Streamlit."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import pytest
 
 from dashboard import data, figures, frames
@@ -15,6 +19,13 @@ from tidegauge.store import ArrivalRow, JobStatus, LatenessResult, WindowRow
 pytestmark = pytest.mark.unit
 
 T = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+def built(make: Callable[..., figures.Figure], *args: Any, **kwargs: Any) -> go.Figure:
+    """A figure function's dict as a validated `go.Figure`: a bad property name fails here."""
+    return go.Figure(make(*args, **kwargs))
+
+
 W = 10_000
 
 
@@ -256,8 +267,8 @@ def test_time_domains_keeps_its_traces_whatever_the_toggle() -> None:
     wm = frames.watermark_frame(
         [{"batch_time": T + 60_000, "watermark": T + 20_000, "max_event_time": T + 50_000}]
     )
-    off = figures.time_domains(_arrivals(), wm, show_broker=False)
-    on = figures.time_domains(_arrivals(), wm, show_broker=True)
+    off = built(figures.time_domains, _arrivals(), wm, show_broker=False)
+    on = built(figures.time_domains, _arrivals(), wm, show_broker=True)
     names = [t.name for t in off.data]
     assert names == [t.name for t in on.data]
     assert names[:3] == ["by event time", "by processing time", "by broker time"]
@@ -271,18 +282,18 @@ def test_panel_figures_render_data_and_say_when_there_is_none() -> None:
     health = frames.health_frame(
         [{"batch_id": 1, "batch_time": T, "input_rows": 3, "batch_duration_ms": 90}]
     )
-    assert len(figures.pipeline_health(health).data) == 3
+    assert len(built(figures.pipeline_health, health).data) == 3
     late = frames.lateness_frame([row(T, "*", 10, late=4, stragglers=3, revision=2)])
-    fig = figures.lateness_windows(late, window_size_ms=W)
+    fig = built(figures.lateness_windows, late, window_size_ms=W)
     assert [list(t.y) for t in fig.data] == [[4], [3], [2]]
     overdue = TDigest()
     overdue.update(np.array([0.0, 5000.0]))
     res = LatenessResult("*", "10000", T, T + W, 1, 2, 1, 1, TDigest(), overdue)
-    wi = figures.what_if(frames.what_if_frame(res), chosen_ms=0, job_ms=5000)
+    wi = built(figures.what_if, frames.what_if_frame(res), chosen_ms=0, job_ms=5000)
     assert wi.data[1].y[0] == pytest.approx(1.0)
     for empty in (
-        figures.pipeline_health(frames.health_frame([])),
-        figures.lateness_histogram(frames.digest_histogram(TDigest())),
-        figures.latency_cdf(frames.cdf_frame({}, ["*"])),
+        built(figures.pipeline_health, frames.health_frame([])),
+        built(figures.lateness_histogram, frames.digest_histogram(TDigest())),
+        built(figures.latency_cdf, frames.cdf_frame({}, ["*"])),
     ):
         assert not empty.data and empty.layout.annotations
