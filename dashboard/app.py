@@ -21,6 +21,7 @@ import streamlit as st
 from dashboard import chart, data, figures, frames
 from dashboard.run import app_settings
 from tidegauge import control
+from tidegauge.closed_windows import ClosedWindows
 from tidegauge.config import DEFAULT_REDIS_URL, RedisSettings, redact_url
 from tidegauge.durations import format_duration, to_iso
 from tidegauge.store import ALL_SERVICES, Keys, connect, read_services
@@ -46,6 +47,12 @@ def _own_argv() -> list[str]:
 def _client(url: str) -> redis.Redis:
     # One client (and connection pool) per server process and URL, shared by every browser tab.
     return connect(RedisSettings(url=url))
+
+
+@st.cache_resource(show_spinner=False)
+def _closed_windows(url: str, prefix: str) -> ClosedWindows:
+    # Closed windows never change: one memo per store, shared by every tab (thread-safe).
+    return ClosedWindows()
 
 
 try:
@@ -382,7 +389,14 @@ def live() -> None:
         filters, latency_range_ms=data.LATENCY_RANGES_MS.get(latency_label, 15 * 60_000)
     )
     try:
-        snap = data.read_snapshot(_client(settings.redis.url), keys, f.range_ms, now_ms, filters=f)
+        snap = data.read_snapshot(
+            _client(settings.redis.url),
+            keys,
+            f.range_ms,
+            now_ms,
+            filters=f,
+            cache=_closed_windows(settings.redis.url, keys.prefix),
+        )
     except redis.exceptions.RedisError as e:
         st.error(
             f"Cannot read Redis at `{shown_url}`: {e}\n\n"

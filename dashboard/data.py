@@ -15,6 +15,7 @@ import redis
 
 from jobs.metrics import WindowAgg
 from jobs.windows import WindowSpec
+from tidegauge.closed_windows import ClosedWindows
 from tidegauge.store import (
     ALL_SERVICES,
     TIME_DOMAINS,
@@ -33,7 +34,7 @@ from tidegauge.store import (
     read_dead_letters,
     read_late_events,
     read_lateness,
-    read_range_aggs,
+    read_range_merged,
     read_services,
     read_status,
     read_window_specs,
@@ -158,6 +159,7 @@ def read_snapshot(
     now_ms: int,
     dead_letter_limit: int = 5,
     filters: Filters | None = None,
+    cache: ClosedWindows | None = None,
 ) -> Snapshot:
     """Read one refresh's worth for `filters` (default: all services, smallest tumbling spec).
 
@@ -166,7 +168,8 @@ def read_snapshot(
     time may lag or lead it). Processing- and broker-time series end at their own newest
     window, so a replay of old data and a live stream both fill the chart. The latency range
     and the lateness figures merge the sketches of the smallest tumbling spec (tumbling windows
-    do not overlap, so no event counts twice).
+    do not overlap, so no event counts twice). With `cache` (one per store, kept across
+    refreshes), windows the watermark has passed are read and decoded only once.
     """
     f = filters or Filters(range_ms=window_range_ms, dead_letter_limit=dead_letter_limit)
     status = read_status(r, keys)
@@ -177,7 +180,9 @@ def read_snapshot(
     if spec is not None:
         newest = read_newest_window_start(r, keys, spec)
         if newest is not None:
-            windows = read_windows(r, keys, spec, since_ms=newest + spec.size_ms - f.range_ms)
+            windows = read_windows(
+                r, keys, spec, since_ms=newest + spec.size_ms - f.range_ms, cache=cache
+            )
     arrivals = {}
     size = read_arrival_size(r, keys)
     for domain in TIME_DOMAINS:
@@ -186,7 +191,9 @@ def read_snapshot(
             continue
         end = _series_end(r, keys, domain, specs, size)
         arrivals[domain] = (
-            [] if end is None else read_arrivals(r, keys, domain, end - f.range_ms, end)
+            []
+            if end is None
+            else read_arrivals(r, keys, domain, end - f.range_ms, end, cache=cache)
         )
     snap_range: dict[str, Any] = {}
     tumbling = next((s for s in specs if s.kind == "tumbling"), None)
@@ -195,12 +202,14 @@ def read_snapshot(
         if t_newest is not None:
             until = t_newest + tumbling.size_ms
             since = until - f.latency_range_ms
-            _, aggs = read_range_aggs(r, keys, since, until, tumbling)
+            merged = read_range_merged(r, keys, since, until, tumbling, cache=cache)
             snap_range = {
-                "range_aggs": {s: WindowAgg.merged(a) for s, a in aggs.items()},
+                "range_aggs": merged.aggs,
                 "range_from_ms": since,
                 "range_to_ms": until,
-                "lateness": read_lateness(r, keys, since, until, ALL_SERVICES, tumbling),
+                "lateness": read_lateness(
+                    r, keys, since, until, ALL_SERVICES, tumbling, cache=cache
+                ),
             }
     limit = MAX_BATCHES
     if status is not None and status.report_interval_ms:

@@ -119,17 +119,29 @@ class WindowAgg:
 
     @classmethod
     def merged(
-        cls, aggs: Iterable[WindowAgg], overdue_shifts_ms: Iterable[float] | None = None
+        cls,
+        aggs: Iterable[WindowAgg],
+        overdue_shifts_ms: Iterable[float] | None = None,
+        *,
+        with_lateness: bool = True,
     ) -> WindowAgg:
         """One aggregate of many, merging each sketch kind in one pass.
 
         `overdue_shifts_ms` (one per aggregate) re-bases each `overdue` digest before merging:
         panes measure it against their own end, a window against its end, so a pane ending
-        `d` ms before its window contributes its digest shifted by -d.
+        `d` ms before its window contributes its digest shifted by -d. `with_lateness=False`
+        leaves both lateness digests empty: a reader of latency and users skips that work.
         """
         items = list(aggs)
         if not items:
             return cls()
+        if not with_lateness:
+            return cls(
+                count=sum(a.count for a in items),
+                errors=sum(a.errors for a in items),
+                latency=TDigest.merged(a.latency for a in items),
+                users=HyperLogLog.merged(a.users for a in items),
+            )
         overdue = [a.overdue for a in items]
         if overdue_shifts_ms is not None:
             overdue = [

@@ -9,6 +9,7 @@ increment, so replaying a batch after a crash leaves Redis byte-for-byte the sam
 from __future__ import annotations
 
 import json
+import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -201,7 +202,10 @@ def write_batch(
         tx.zremrangebyrank(keys.dead_letters, 0, -(dead_letter_max + 1))
     if dead_counts:
         tx.hset(keys.dead_counts, mapping={k: str(v) for k, v in dead_counts.items()})
-    tx.execute()
+    if len(tx):
+        # A new token only when the store has none (empty, or flushed): see Keys.epoch.
+        tx.set(keys.epoch, uuid.uuid4().hex, nx=True)
+        tx.execute()
 
 
 def write_progress(r: redis.Redis, keys: Keys, summary: Mapping[str, Any]) -> None:
