@@ -215,10 +215,10 @@ def _time_domains(snap: data.Snapshot, f: data.Filters) -> None:
     )
 
 
-def _events_chart(snap: data.Snapshot, f: data.Filters) -> None:
+def _events_chart(snap: data.Snapshot, f: data.Filters, windows: pd.DataFrame) -> None:
     st.subheader("Events per second by service")
     show_total = st.toggle("Show the all-services total (*)", value=True, key="show_total")
-    frame = _only(frames.windows_frame(snap.windows), f)
+    frame = _only(windows, f)
     order = _order(frame, f)
     wm = snap.status.watermark if snap.status and snap.status.watermark > 0 else None
     fig = figures.events_per_second(
@@ -244,9 +244,8 @@ def _order(frame: pd.DataFrame, f: data.Filters) -> list[str]:
     return [s for s in order if not f.services or s in f.services]
 
 
-def _latency(snap: data.Snapshot, f: data.Filters) -> None:
+def _latency(snap: data.Snapshot, f: data.Filters, metrics: pd.DataFrame) -> None:
     st.subheader("Latency")
-    metrics = frames.metrics_frame(snap.windows)
     shown = f.selected(snap.services)
     left, right = st.columns([1, 1])
     with left:
@@ -282,13 +281,15 @@ def _latency(snap: data.Snapshot, f: data.Filters) -> None:
         )
 
 
-def _users(snap: data.Snapshot, f: data.Filters) -> None:
+def _users(
+    snap: data.Snapshot, f: data.Filters, windows: pd.DataFrame, metrics: pd.DataFrame
+) -> None:
     st.subheader("Distinct users")
-    frame = _only(frames.users_band(frames.metrics_frame(snap.windows)), f)
+    frame = _only(frames.users_band(metrics), f)
     _chart(
         figures.distinct_users(
             frame,
-            services=_order(frames.windows_frame(snap.windows), f),
+            services=_order(windows, f),
             window_size_ms=snap.window_size_ms,
         ),
         "users",
@@ -419,11 +420,14 @@ def live() -> None:
         st.code(_job_command(), language="bash")
         st.caption("or run the whole pipeline locally with `tidegauge demo`.")
         return
+    # Built once per refresh, shared by the panels that draw windows.
+    windows = frames.windows_frame(snap.windows)
+    metrics = frames.metrics_frame(snap.windows)
     _status(snap, f)
     _time_domains(snap, f)
-    _events_chart(snap, f)
-    _latency(snap, f)
-    _users(snap, f)
+    _events_chart(snap, f, windows)
+    _latency(snap, f, metrics)
+    _users(snap, f, windows, metrics)
     _lateness(snap, f)
     _health(snap)
 
