@@ -96,18 +96,20 @@ def _col(frame: pd.DataFrame, column: str) -> np.ndarray:
     return frame[column].to_numpy()
 
 
-def _two_rows(top: float, spacing: float) -> dict[str, Any]:
-    """Axes of two stacked plots sharing x, as `make_subplots(rows=2, shared_xaxes=True)`.
+def _two_rows(
+    top: float, spacing: float, *, x_title: str, y_title: str, y2: dict[str, Any]
+) -> dict[str, Any]:
+    """Axes of two stacked plots sharing a time axis, as `make_subplots(rows=2, shared_xaxes)`.
 
-    `top` is the upper plot's share of the height; traces of the lower plot use xaxis "x2"
-    and yaxis "y2".
+    `top` is the upper plot's share of the height. The upper y axis starts at zero; `y2` is
+    the lower one's settings. Traces of the lower plot use xaxis "x2" and yaxis "y2".
     """
     low_top = (1.0 - spacing) * (1.0 - top)
     return {
-        "xaxis": _axis(anchor="y", matches="x2", showticklabels=False),
-        "yaxis": _axis(anchor="x", domain=[low_top + spacing, 1.0]),
-        "xaxis2": _axis(anchor="y2"),
-        "yaxis2": _axis(anchor="x2", domain=[0.0, low_top]),
+        "xaxis": _axis(anchor="y", matches="x2", showticklabels=False, type="date"),
+        "yaxis": _axis(y_title, anchor="x", domain=[low_top + spacing, 1.0], rangemode="tozero"),
+        "xaxis2": _axis(x_title, anchor="y2", type="date"),
+        "yaxis2": _axis(anchor="x2", domain=[0.0, low_top], **y2),
     }
 
 
@@ -433,13 +435,13 @@ def time_domains(
             "yaxis": "y2",
         }
     )
-    axes = _two_rows(top=0.62, spacing=0.06)
-    axes["xaxis"]["type"] = "date"
-    axes["yaxis"].update(title={"text": "events/s"}, rangemode="tozero")
-    axes["xaxis2"].update(
-        title={"text": "time (UTC): window start, or when the batch ran"}, type="date"
+    axes = _two_rows(
+        0.62,
+        0.06,
+        x_title="time (UTC): window start, or when the batch ran",
+        y_title="events/s",
+        y2={"title": "event time (UTC)", "type": "date"},
     )
-    axes["yaxis2"].update(title={"text": "event time (UTC)"}, type="date")
     return {"data": data, "layout": _layout(height=560, **axes)}
 
 
@@ -650,9 +652,11 @@ def pipeline_health(frame: pd.DataFrame) -> Figure:
             "yaxis": "y2",
         }
     )
-    axes = _two_rows(top=0.6, spacing=0.08)
-    axes["xaxis"]["type"] = "date"
-    axes["yaxis"].update(title={"text": "rows/s"}, rangemode="tozero")
-    axes["yaxis2"].update(title={"text": "duration (ms)"}, rangemode="tozero")
-    axes["xaxis2"].update(title={"text": "processing time (UTC), when the batch ran"}, type="date")
+    axes = _two_rows(
+        0.6,
+        0.08,
+        x_title="processing time (UTC), when the batch ran",
+        y_title="rows/s",
+        y2={"title": "duration (ms)", "rangemode": "tozero"},
+    )
     return {"data": data, "layout": _layout(**axes)}
