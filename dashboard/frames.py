@@ -264,12 +264,14 @@ def stale_after_ms(status: JobStatus | None, configured_ms: int | None, fallback
     """How long the job may be silent before the page calls it stale.
 
     `configured_ms` (the `--stale-after` flag) wins; else 3 of the job's report intervals
-    (it reports every trigger, and at least every second while idle); else `fallback_ms`.
+    (it reports every trigger, and at least every second while idle), where an interval is at
+    least as long as its last batch took: a job whose batches take 5 s on a busy machine is
+    silent for 5 s at a time without being stuck. Else `fallback_ms`.
     """
     if configured_ms is not None:
         return configured_ms
     if status is not None and status.report_interval_ms:
-        return STALE_INTERVALS * status.report_interval_ms
+        return STALE_INTERVALS * max(status.report_interval_ms, status.batch_duration_ms)
     return fallback_ms
 
 

@@ -62,6 +62,12 @@ def test_stale_after_prefers_the_flag_then_three_report_intervals_then_the_fallb
     limit = frames.stale_after_ms(st, None, 5000)
     assert not frames.status_view(st, st.status_time + 3000, limit).stale
     assert frames.status_view(st, st.status_time + 3001, limit).stale
+    # a job falling behind its trigger (batches of 4.8 s) reports every ~4.8 s: not stale yet
+    slow = status(report_interval_ms=1000, batch_duration_ms=4800)
+    limit = frames.stale_after_ms(slow, None, 5000)
+    assert limit == 14_400
+    assert not frames.status_view(slow, slow.status_time + 6000, limit).stale
+    assert frames.status_view(slow, slow.status_time + 14_401, limit).stale
 
 
 # --- top row ---------------------------------------------------------------------------------
