@@ -582,7 +582,7 @@ def read_range_merged(
                 continue
             block = cache.get("blocks", spec.key, first)
             if block is None:
-                block = _merge_block(r, keys, spec, members, cache, watermark)
+                block = _merge_block(r, keys, spec, members)
                 cache.put("blocks", spec.key, first, block)
             parts.append(block)
     aggs = _window_aggs(r, keys, spec, loose, services, with_lateness, cache, watermark)
@@ -599,15 +599,14 @@ def read_range_merged(
 
 
 def _merge_block(
-    r: redis.Redis,
-    keys: Keys,
-    spec: WindowSpec,
-    starts: list[int],
-    cache: ClosedWindows,
-    watermark: int | None,
+    r: redis.Redis, keys: Keys, spec: WindowSpec, starts: list[int]
 ) -> tuple[dict[str, WindowAgg], dict[str, int]]:
-    """Closed windows merged per service (lateness included), with each service's window count."""
-    aggs = _window_aggs(r, keys, spec, starts, None, True, cache, watermark)
+    """Closed windows merged per service (lateness included), with each service's window count.
+
+    The windows are decoded for this merge only, not kept one by one: once merged, the block
+    stands for them (keeping both would hold an hour of decoded HyperLogLogs twice).
+    """
+    aggs = _window_aggs(r, keys, spec, starts, None, True, None, None)
     services = sorted({s for a in aggs for s in a})
     merged = {s: WindowAgg.merged(a[s] for a in aggs if s in a) for s in services}
     return merged, {s: sum(s in a for a in aggs) for s in services}
