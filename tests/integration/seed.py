@@ -32,6 +32,16 @@ from jobs.windows import WindowSpec
 from sketches.hll import hash32
 from tidegauge.store import DeadLetter, Keys
 
+#: The dashboard's panel headings, in page order: every one must show for a seeded store.
+PANELS = [
+    "Event time vs processing time",
+    "Events per second by service",
+    "Latency",
+    "Distinct users",
+    "Lateness",
+    "Pipeline health",
+]
+
 W = 10_000
 SPEC = WindowSpec.tumbling(W)
 LATENESS_MS = 30_000

@@ -27,20 +27,12 @@ from playwright import sync_api as playwright
 
 from jobs.metrics import WindowAgg
 from jobs.redis_sink import WindowUpdate, touch_status, write_batch
-from tests.integration.seed import SPEC, W, seed_live
+from tests.integration.seed import PANELS, SPEC, W, seed_live
 from tidegauge.config import RedisSettings
 from tidegauge.services import free_port
 from tidegauge.store import Keys
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-PANELS = [
-    "Event time vs processing time",
-    "Events per second by service",
-    "Latency",
-    "Distinct users",
-    "Lateness",
-    "Pipeline health",
-]
 #: Charts with data, by Streamlit element key (each panel has at least one).
 CHARTS = 9
 
