@@ -5,7 +5,10 @@ nothing beyond the wheels. It behaves like Spark's: offsets are `{"<partition>":
 dicts kept in the query checkpoint (so a restart resumes exactly), one Spark partition per Kafka
 partition offset range (read in parallel), `startingOffsets` earliest|latest,
 `maxRecordsPerTrigger`, and an optional `endingOffsets` at which the stream stops growing (that is
-how `--trigger available-now` is made deterministic, see jobs/job.py). With `controlRedis` and
+how `--trigger available-now` is made deterministic, see jobs/job.py). It reads like a Kafka
+consumer in `read_committed` mode: records of aborted transactions never become rows, and no
+range reaches into a transaction still open (jobs/log_batches.py); batches in every codec
+Kafka defines are decoded (tidegauge/codecs.py). With `controlRedis` and
 `controlKey` it obeys a pause request (`--scenario backlog`): until the wall clock reaches the
 hash field `pause_until` (epoch ms), it reports no new data, so a backlog builds up in Kafka.
 
@@ -24,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from kafka import KafkaConsumer, TopicPartition
-from kafka.errors import OffsetOutOfRangeError
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
+
+from jobs.kafka_log import LogClient, SourceError
+from jobs.log_batches import CommittedRange
 
 __all__ = [
     "SCHEMA",
@@ -76,35 +80,17 @@ def split_limit(start: Mapping[str, int], end: Mapping[str, int], limit: int) ->
     return out
 
 
-def true_end_offsets(
-    consumer: KafkaConsumer, tps: list[TopicPartition], timeout_s: float = 5.0
-) -> dict[TopicPartition, int]:
-    """The real high watermark of each partition.
+def true_end_offsets(bootstrap: str, topic: str) -> Offsets:
+    """Where committed data ends in every partition of `topic` now (its last stable offsets).
 
-    Some Kafka-protocol brokers (Tansu, see ../shared/NOTES.md) answer ListOffsets(latest) with
-    "base offset of the last record batch + 1", short of the truth when that batch holds several
-    records. The high watermark in a fetch response is right, so fetch from the start of the last
-    batch and read it there. Falls back to ListOffsets for a partition whose fetch did not answer.
+    What `--trigger available-now` processes and where `startingOffsets=latest` starts.
     """
-    listed = consumer.end_offsets(tps)
-    consumer.assign(tps)
-    need = []
-    for tp in tps:
-        if listed[tp] > 0:
-            consumer.seek(tp, listed[tp] - 1)
-            need.append(tp)
-    result = {tp: listed[tp] for tp in tps}
-    deadline = time.monotonic() + timeout_s
-    while need and time.monotonic() < deadline:
-        consumer.poll(timeout_ms=100, max_records=100_000)
-        for tp in list(need):
-            hw = consumer.highwater(tp)
-            if hw is not None and consumer.position(tp) >= listed[tp]:
-                result[tp] = max(hw, listed[tp])
-                need.remove(tp)
-    if need:
-        log.warning("no fetch answer for %s; using ListOffsets (may be short)", need)
-    return result
+    client = LogClient(bootstrap, topic, client_id="tidegauge-planner")
+    try:
+        ends = client.stable_end_offsets(client.partitions())
+        return {str(p): off for p, off in ends.items()}
+    finally:
+        client.close()
 
 
 class KafkaPartition(InputPartition):
@@ -129,58 +115,53 @@ class KafkaPartition(InputPartition):
 
 
 def _read_range(part: KafkaPartition, chunk: int = 20_000) -> Iterator[pa.RecordBatch]:
-    """Executor side: read [start, end) of one partition as Arrow record batches."""
-    consumer = KafkaConsumer(
-        bootstrap_servers=part.bootstrap,
-        enable_auto_commit=False,
-        group_id=None,
-        client_id=f"tidegauge-read-{part.partition}",
-        max_partition_fetch_bytes=8 * 1024 * 1024,
-        fetch_max_bytes=64 * 1024 * 1024,
-        # Never jump silently: offsets deleted by retention must fail the batch, not skip it.
-        auto_offset_reset="none",
-    )
-    tp = TopicPartition(part.topic, part.partition)
+    """Executor side: the committed records of [start, end) of one partition, as Arrow batches.
+
+    Reads batch by batch (`jobs/kafka_log.py`) and lets `CommittedRange` decide which records
+    count: records of aborted transactions never do, and reading goes on past `end` until every
+    transaction with records in the range has ended. Transaction markers take offsets but are
+    never rows. A range the broker does not serve within the poll timeout is an error, as is a
+    batch that cannot be decoded (`SourceError`, one line: codec, partition, offset, remedy).
+    """
+    client = LogClient(part.bootstrap, part.topic, client_id=f"tidegauge-read-{part.partition}")
+    committed = CommittedRange(part.start, part.end)
     try:
-        consumer.assign([tp])
-        consumer.seek(tp, part.start)
         cols: dict[str, list[Any]] = {n: [] for n in _ARROW_SCHEMA.names}
         pos = part.start
         quiet_since = time.monotonic()
-        while pos < part.end:
-            try:
-                records = consumer.poll(timeout_ms=500, max_records=chunk).get(tp, [])
-            except OffsetOutOfRangeError as e:
-                raise RuntimeError(
-                    f"{part.topic}[{part.partition}]: offset {pos} is out of range on the broker "
-                    "(deleted by retention?); the checkpoint points at data that no longer exists"
-                ) from e
-            for rec in records:
-                if rec.offset >= part.end:
-                    break
-                cols["partition"].append(part.partition)
-                cols["offset"].append(rec.offset)
-                cols["timestamp"].append(rec.timestamp * 1000 if rec.timestamp >= 0 else None)
-                cols["key"].append(rec.key)
-                cols["value"].append(rec.value)
-            # The position, not the last record, says how far we got: transaction markers take
-            # offsets but are never delivered as records, and the consumer steps over them.
-            reached = min(consumer.position(tp), part.end)
-            if reached > pos:
-                pos = reached
+        while not committed.complete(pos):
+            result = client.fetch(part.partition, pos)
+            for batch in result.batches:
+                if batch.next_offset <= pos:
+                    continue  # the batch holding `pos` may start before it
+                for rec in committed.feed(batch):
+                    cols["partition"].append(part.partition)
+                    cols["offset"].append(rec.offset)
+                    ts = rec.timestamp_ms
+                    cols["timestamp"].append(ts * 1000 if ts is not None else None)
+                    cols["key"].append(rec.key)
+                    cols["value"].append(rec.value)
+                    if len(cols["offset"]) >= chunk:
+                        yield pa.RecordBatch.from_pydict(cols, schema=_ARROW_SCHEMA)
+                        cols = {n: [] for n in _ARROW_SCHEMA.names}
+                pos = batch.next_offset
                 quiet_since = time.monotonic()
-            elif time.monotonic() - quiet_since > part.poll_timeout_ms / 1000:
-                raise RuntimeError(
-                    f"{part.topic}[{part.partition}]: offsets {pos}..{part.end} not readable "
-                    f"after {part.poll_timeout_ms} ms (deleted by retention, or broker down?)"
+            if not result.batches and time.monotonic() - quiet_since > part.poll_timeout_ms / 1000:
+                what = (
+                    f"offsets {pos}..{part.end} not readable"
+                    if pos < part.end
+                    else f"transactions of producers {sorted(committed.waiting)} not ended "
+                    f"at offset {pos}"
                 )
-            if len(cols["offset"]) >= chunk:
-                yield pa.RecordBatch.from_pydict(cols, schema=_ARROW_SCHEMA)
-                cols = {n: [] for n in _ARROW_SCHEMA.names}
+                raise SourceError(
+                    f"{part.topic}[{part.partition}]: {what} after {part.poll_timeout_ms} ms "
+                    f"(last stable offset {result.last_stable_offset}; deleted by retention, "
+                    "or broker down?)"
+                )
         if cols["offset"]:
             yield pa.RecordBatch.from_pydict(cols, schema=_ARROW_SCHEMA)
     finally:
-        consumer.close()
+        client.close()
 
 
 def _checkpointed_end(checkpoint: str | None) -> Offsets | None:
@@ -218,38 +199,22 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.ending: Offsets | None = json.loads(ending) if ending else None
         self.poll_timeout_ms = int(options.get("pollTimeoutMs", "30000"))
         self.checkpoint = options.get("checkpoint")
-        self._consumer: KafkaConsumer | None = None
+        self._log: LogClient | None = None
         self._pos: Offsets | None = None
         self._initial: Offsets | None = None
         self.control_url = options.get("controlRedis")
         self.control_key = options.get("controlKey")
         self._redis: Any = None
 
-    def _client(self) -> KafkaConsumer:
-        if self._consumer is None:
-            self._consumer = KafkaConsumer(
-                bootstrap_servers=self.bootstrap,
-                enable_auto_commit=False,
-                group_id=None,
-                client_id="tidegauge-planner",
-            )
-        return self._consumer
-
-    def _partitions(self) -> list[TopicPartition]:
-        c = self._client()
-        deadline = time.monotonic() + 30
-        while True:
-            parts = c.partitions_for_topic(self.topic)
-            if parts:
-                return [TopicPartition(self.topic, p) for p in sorted(parts)]
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"topic {self.topic!r} not found on {self.bootstrap}")
-            time.sleep(0.5)
+    def _client(self) -> LogClient:
+        if self._log is None:
+            self._log = LogClient(self.bootstrap, self.topic, client_id="tidegauge-planner")
+        return self._log
 
     def _true_end(self) -> Offsets:
-        tps = self._partitions()
-        ends = true_end_offsets(self._client(), tps)
-        return {str(tp.partition): ends[tp] for tp in tps}
+        client = self._client()
+        ends = client.stable_end_offsets(client.partitions())
+        return {str(p): off for p, off in ends.items()}
 
     def initialOffset(self) -> dict:
         """Where a new query starts: every partition's earliest or true latest offset."""
@@ -257,9 +222,9 @@ class KafkaStreamReader(DataSourceStreamReader):
             if self.starting == "latest":
                 self._initial = self._true_end()
             else:
-                tps = self._partitions()
-                begin = self._client().beginning_offsets(tps)
-                self._initial = {str(tp.partition): begin[tp] for tp in tps}
+                client = self._client()
+                begin = client.beginning_offsets(client.partitions())
+                self._initial = {str(p): off for p, off in begin.items()}
         return dict(self._initial)
 
     def paused_until(self) -> int | None:
@@ -324,9 +289,9 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def stop(self) -> None:
         """Close the planner's consumer."""
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
 
 class KafkaDataSource(DataSource):

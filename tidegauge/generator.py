@@ -37,6 +37,7 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
+from tidegauge.codecs import CODECS
 from tidegauge.control import ALL_SERVICES, DemoCommands, Incident, LateBurstRequest
 from tidegauge.durations import format_duration, parse_duration, parse_instant, to_iso
 from tidegauge.events import (
@@ -1015,6 +1016,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=parse_duration("5s"),
         metavar="DURATION",
         help="give up when the broker cannot be reached in this long (default 5s)",
+    )
+    g.add_argument(
+        "--compression",
+        choices=[c.name for c in CODECS],
+        default="none",
+        help="compress record batches with this codec, as production producers do (default none)",
     )
     g = p.add_argument_group("volume and pace")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")

@@ -38,6 +38,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from tqdm import tqdm
 
+from tidegauge.codecs import codec_by_name, missing_library
 from tidegauge.config import KafkaSettings, RedisSettings, redact_url
 from tidegauge.control import DemoCommands, read_commands
 from tidegauge.durations import format_duration, to_iso
@@ -140,11 +141,25 @@ class Summary:
         return "\n".join(lines)
 
 
-def _connect(kafka: KafkaSettings, connect_timeout_ms: int) -> KafkaProducer:
+def _compression_type(compression: str) -> str | None:
+    """kafka-python's `compression_type` for a `--compression` name; ProduceError if unusable."""
+    try:
+        codec = codec_by_name(compression)
+    except ValueError as e:
+        raise ProduceError(str(e)) from None
+    why = missing_library(codec)
+    if why is not None:
+        raise ProduceError(f"--compression {compression}: {why}")
+    return None if codec.name == "none" else codec.name
+
+
+def _connect(kafka: KafkaSettings, connect_timeout_ms: int, compression: str) -> KafkaProducer:
+    compression_type = _compression_type(compression)
     try:
         return KafkaProducer(
             bootstrap_servers=kafka.bootstrap.split(","),
             bootstrap_timeout_ms=connect_timeout_ms,
+            compression_type=compression_type,
             **_PRODUCER_CONFIG,
         )
     except KafkaError as e:
@@ -280,6 +295,7 @@ def produce(
     clock: Callable[[], float] = time.time,
     connect_timeout_ms: int = 5_000,
     redis_settings: RedisSettings | None = None,
+    compression: str = "none",
 ) -> Summary:
     """Send `config`'s stream to `kafka.topic` and return what was sent.
 
@@ -295,9 +311,11 @@ def produce(
     generator applies what it holds. The summary lists what it did (`Summary.commands`).
     Setting `stop` (or Ctrl-C) ends the run cleanly: pending records are flushed and
     acknowledged, and the truth file is complete for everything sent.
-    Raises `ProduceError` when the broker or a needed Redis cannot be reached or a record is
-    not acknowledged.
+    Record batches are compressed with `compression` (`none`, `gzip`, `snappy`, `lz4`, `zstd`).
+    Raises `ProduceError` when the broker or a needed Redis cannot be reached, a record is not
+    acknowledged, or the codec is unknown or its library missing (checked before anything else).
     """
+    _compression_type(compression)
     if stop is None:
         stop = threading.Event()
     client: redis.Redis | None = None
@@ -334,6 +352,7 @@ def produce(
             execute,
             live,
             poller,
+            compression,
         )
     finally:
         if poller is not None:
@@ -380,8 +399,9 @@ def _produce(
     execute: Callable[[Record], None],
     live: LiveCommands | None,
     poller: _CommandPoller | None,
+    compression: str,
 ) -> Summary:
-    producer = _connect(kafka, connect_timeout_ms)
+    producer = _connect(kafka, connect_timeout_ms, compression)
     try:
         try:
             partitions = ensure_topic(kafka, config.partitions, timeout_s=connect_timeout_ms / 1000)
@@ -627,6 +647,7 @@ def run_cli(args: argparse.Namespace) -> int:
                 stop=stop,
                 connect_timeout_ms=args.connect_timeout,
                 redis_settings=redis_settings,
+                compression=args.compression,
             )
     except (ProduceError, OSError) as e:
         print(f"tidegauge produce: error: {e}", file=sys.stderr)

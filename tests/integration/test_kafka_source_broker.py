@@ -18,6 +18,7 @@ import pyarrow as pa
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from jobs.kafka_log import LogClient
 from jobs.kafka_source import KafkaPartition, KafkaStreamReader, _read_range, true_end_offsets
 from tidegauge.config import KafkaSettings
 
@@ -117,29 +118,36 @@ def assert_listoffsets_short(consumer: KafkaConsumer, topic: Topic) -> dict[int,
 # --- true_end_offsets -----------------------------------------------------------------------
 
 
+def true_ends(topic: Topic) -> dict[int, int]:
+    ends = true_end_offsets(topic.kafka.bootstrap, topic.kafka.topic)
+    return {int(p): v for p, v in ends.items()}
+
+
 def test_true_end_offsets_exact_where_listoffsets_is_short(
     make_topic: Callable[[int], Topic], consumer: KafkaConsumer
 ) -> None:
     topic = make_topic(4)
     topic.produce({0: 2_000, 1: 1_800, 2: 1_200})  # 5,000 records; partition 3 stays empty
     assert_listoffsets_short(consumer, topic)
-    ends = true_end_offsets(consumer, topic.tps)
-    assert {tp.partition: v for tp, v in ends.items()} == {0: 2_000, 1: 1_800, 2: 1_200, 3: 0}
+    assert true_ends(topic) == {0: 2_000, 1: 1_800, 2: 1_200, 3: 0}
 
 
-def test_true_end_offsets_again_on_the_same_consumer_after_more_data(
+def test_stable_end_offsets_again_on_the_same_client_after_more_data(
     make_topic: Callable[[int], Topic], consumer: KafkaConsumer
 ) -> None:
-    # the planner keeps one consumer for the query's life: stale fetch state must not leak
+    # the planner keeps one client for the query's life: stale fetch state must not leak
     topic = make_topic(3)
     topic.produce({0: 700, 1: 300})
-    first = true_end_offsets(consumer, topic.tps)
-    assert {tp.partition: v for tp, v in first.items()} == {0: 700, 1: 300, 2: 0}
-    topic.produce({0: 450, 2: 800})
-    assert_listoffsets_short(consumer, topic)
-    second = true_end_offsets(consumer, topic.tps)
-    assert {tp.partition: v for tp, v in second.items()} == {0: 1_150, 1: 300, 2: 800}
-    assert true_end_offsets(consumer, topic.tps) == second  # nothing new: same answer
+    client = LogClient(topic.kafka.bootstrap, topic.kafka.topic, client_id="test")
+    try:
+        assert client.stable_end_offsets([0, 1, 2]) == {0: 700, 1: 300, 2: 0}
+        topic.produce({0: 450, 2: 800})
+        assert_listoffsets_short(consumer, topic)
+        second = client.stable_end_offsets([0, 1, 2])
+        assert second == {0: 1_150, 1: 300, 2: 800}
+        assert client.stable_end_offsets([0, 1, 2]) == second  # nothing new: same answer
+    finally:
+        client.close()
 
 
 def test_true_end_offsets_of_an_empty_topic(
@@ -147,8 +155,7 @@ def test_true_end_offsets_of_an_empty_topic(
 ) -> None:
     topic = make_topic(3)
     started = time.monotonic()
-    ends = true_end_offsets(consumer, topic.tps)
-    assert {tp.partition: v for tp, v in ends.items()} == {0: 0, 1: 0, 2: 0}
+    assert true_ends(topic) == {0: 0, 1: 0, 2: 0}
     assert time.monotonic() - started < 3  # nothing to wait for
 
 
@@ -264,7 +271,7 @@ def test_read_range_ends_on_a_transaction_marker(
             producer.commit_transaction()
     finally:
         producer.close()
-    end = true_end_offsets(consumer, topic.tps)[topic.tps[0]]
+    end = true_ends(topic)[0]
     assert end == 22
     started = time.monotonic()
     rows, _ = read(topic, 0, 0, end, poll_timeout_ms=3_000)

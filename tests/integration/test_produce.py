@@ -23,6 +23,7 @@ import pytest
 import redis
 from kafka import KafkaConsumer, TopicPartition
 
+from jobs.kafka_log import LogClient
 from tidegauge.config import KafkaSettings, RedisSettings
 from tidegauge.control import request_late_burst, request_pause, start_incident
 from tidegauge.events import Event, Heartbeat, Rejected, parse_record
@@ -225,6 +226,67 @@ def test_cli_produces_and_summarises(
     assert kinds["event"] + kinds["malformed"] == 3_000
     assert "Traceback" not in proc.stderr
     assert_topic_matches_truth(kafka, truth)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compression_writes_batches_in_that_codec(
+    topic_factory: Callable[..., KafkaSettings], tmp_path: Path, codec: str
+) -> None:
+    kafka = topic_factory(2)
+    truth_path = tmp_path / "truth.jsonl"
+    proc = subprocess.run(
+        [
+            *CLI,
+            "--bootstrap",
+            kafka.bootstrap,
+            "--topic",
+            kafka.topic,
+            "--partitions",
+            "2",
+            "--pace",
+            "fast",
+            "--count",
+            "600",
+            "--malformed-fraction",
+            "0.02",
+            "--compression",
+            codec,
+            "--truth",
+            str(truth_path),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    truth = read_truth(truth_path)
+    assert_topic_matches_truth(kafka, truth)  # what a consumer reads back is what was meant
+    # and on the broker, the data batches really are in that codec
+    client = LogClient(kafka.bootstrap, kafka.topic, client_id="test")
+    try:
+        codecs = Counter()
+        for p in (0, 1):
+            end = max(t["offset"] for t in truth if t["partition"] == p) + 1
+            pos = 0
+            while pos < end:
+                batches = client.fetch(p, pos).batches
+                codecs.update(b.codec for b in batches if b.records)
+                pos = batches[-1].next_offset
+    finally:
+        client.close()
+    assert set(codecs) == {codec}, codecs
+
+
+def test_compression_with_an_unknown_codec_exits_2() -> None:
+    proc = subprocess.run(
+        [*CLI, "--pace", "fast", "--count", "5", "--compression", "brotli"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "invalid choice: 'brotli'" in proc.stderr and "zstd" in proc.stderr
 
 
 def test_sigterm_stops_cleanly(topic_factory: Callable[..., KafkaSettings], tmp_path: Path) -> None:

@@ -1,0 +1,308 @@
+"""A Kafka partition's log, fetched and decoded record batch by record batch.
+
+kafka-python's consumer hands out records and hides the batches they came in: it cannot say
+which records belong to a transaction, and it relies on the broker's abort index to drop aborted
+ones (which not every Kafka-protocol broker sends, see `jobs/log_batches.py`). So the source
+fetches with the Fetch API itself, through kafka-python's network client (connections, metadata,
+leader lookup and, later, TLS/SASL stay kafka-python's), and decodes each batch with
+kafka-python's record classes. What that buys:
+
+* the batch attributes: producer id, transactional flag, control batches and their markers;
+* a decoding failure pinned to one batch: the codec, the partition and the batch's offset, in a
+  `SourceError` whose one-line message says what to install;
+* the last stable offset of each partition (where read-committed data ends), from the same
+  fetch responses.
+
+Uses kafka-python 3.0's `KafkaConsumer` internals (`_client.cluster` for leaders, `_manager` and
+`_net` to send a request on its IO loop) and its protocol classes; the version is pinned in
+pyproject.toml, and `tests/integration/test_kafka_source_broker.py` reads real batches through
+them, so an upgrade that moves them fails there.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import kafka.errors as kafka_errors
+from kafka import KafkaConsumer, TopicPartition
+from kafka.protocol.consumer import FetchRequest
+from kafka.record import MemoryRecords
+
+from jobs.log_batches import LogBatch, LogRecord, control_type
+from tidegauge.codecs import codec_by_id, missing_library
+
+__all__ = ["FetchResult", "LogClient", "SourceError", "decode_batches"]
+
+#: Isolation level READ_COMMITTED in the Fetch API: the broker returns data up to the last
+#: stable offset only, so the reader never sees the inside of a transaction still open.
+_READ_COMMITTED = 1
+#: Fetch v4 brought isolation levels and the last stable offset; every broker since Kafka 0.11
+#: has it, and Kafka 4 still does.
+_FETCH_MIN_VERSION = 4
+_FETCH_MAX_VERSION = 11
+
+
+class SourceError(RuntimeError):
+    """The source cannot go on; the message is one line that says why and what to do.
+
+    `tidegauge job` finds this class's name in a failed query's text and prints the message
+    alone, not the executor's traceback around it.
+    """
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """One partition's answer to one fetch: decoded batches and the partition's end offsets."""
+
+    batches: list[LogBatch]
+    high_watermark: int
+    last_stable_offset: int
+
+
+def _decode_one(raw: Any, topic: str, partition: int) -> LogBatch:
+    """A kafka-python batch object as a `LogBatch`, or a `SourceError` naming what failed."""
+    base = raw.base_offset
+    magic = raw.magic
+    try:
+        if magic >= 2 and raw.is_control_batch:
+            markers = [control_type(r.key) for r in raw]
+            marker = next((m for m in markers if m is not None), None)
+            if marker is None:  # a control batch of a kind we do not know: skip its offsets
+                return LogBatch(base, raw.next_offset)
+            return LogBatch(base, raw.next_offset, raw.producer_id, True, marker)
+        records = [
+            LogRecord(
+                r.offset,
+                r.timestamp if r.timestamp is not None and r.timestamp >= 0 else None,
+                r.key,
+                r.value,
+            )
+            for r in raw
+        ]
+    except kafka_errors.UnsupportedCodecError as e:
+        codec = codec_by_id(raw.compression_type)
+        if codec is None:
+            why = (
+                f"compressed with codec id {raw.compression_type}, which Kafka does not define "
+                "(a corrupt batch, or a newer Kafka?)"
+            )
+        else:
+            why = f"compressed with {codec.name}, and {missing_library(codec) or e}"
+        raise SourceError(
+            f"cannot decode {topic}[{partition}]: the record batch at offset {base} is {why}"
+        ) from None
+    except kafka_errors.CorruptRecordError as e:
+        raise SourceError(
+            f"cannot decode {topic}[{partition}]: the record batch at offset {base} is corrupt: {e}"
+        ) from None
+    codec = codec_by_id(raw.compression_type)
+    codec_name = codec.name if codec is not None else str(raw.compression_type)
+    if magic >= 2:
+        return LogBatch(
+            base,
+            raw.next_offset,
+            raw.producer_id,
+            bool(raw.is_transactional),
+            None,
+            records,
+            codec_name,
+        )
+    # Message formats 0 and 1 (before Kafka 0.11): no producers, no transactions.
+    end = records[-1].offset + 1 if records else base + 1
+    return LogBatch(base, end, records=records, codec=codec_name)
+
+
+def decode_batches(
+    data: bytes, topic: str, partition: int, check_crc: bool = True
+) -> list[LogBatch]:
+    """The complete record batches in a fetch response's `records` bytes.
+
+    A batch cut off at the end of the response (fetch size limit) is left out; the next fetch
+    starts at it. With `check_crc`, a batch whose CRC does not match is a `SourceError`.
+    """
+    records = MemoryRecords(data)
+    out = []
+    raw = records.next_batch()
+    while raw is not None:
+        if check_crc and not raw.validate_crc():
+            raise SourceError(
+                f"cannot decode {topic}[{partition}]: the record batch at offset "
+                f"{raw.base_offset} fails its CRC check (corrupt on the broker or on the wire)"
+            )
+        out.append(_decode_one(raw, topic, partition))
+        raw = records.next_batch()
+    return out
+
+
+class LogClient:
+    """Metadata, offsets and batch-level fetches for one topic, on one kafka-python client."""
+
+    def __init__(self, bootstrap: str, topic: str, client_id: str) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self._consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap.split(","),
+            enable_auto_commit=False,
+            group_id=None,
+            client_id=client_id,
+            isolation_level="read_committed",
+        )
+
+    def close(self) -> None:
+        """Close the connections."""
+        self._consumer.close()
+
+    def partitions(self, timeout_s: float = 30.0) -> list[int]:
+        """The topic's partition numbers; waits for a topic still being created."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            parts = self._consumer.partitions_for_topic(self.topic)
+            if parts:
+                return sorted(parts)
+            if time.monotonic() > deadline:
+                raise SourceError(f"topic {self.topic!r} not found on {self.bootstrap}")
+            time.sleep(0.5)
+
+    def beginning_offsets(self, partitions: Iterable[int]) -> dict[int, int]:
+        """The first offset still in the log of each partition."""
+        tps = [TopicPartition(self.topic, p) for p in partitions]
+        return {tp.partition: off for tp, off in self._consumer.beginning_offsets(tps).items()}
+
+    def stable_end_offsets(self, partitions: Iterable[int]) -> dict[int, int]:
+        """Where committed data ends in each partition now: the last stable offset.
+
+        That is the high watermark unless a transaction is open; then it is the open
+        transaction's first offset, and nothing at or after it is read until it ends. Taken from
+        a fetch response: ListOffsets(latest) is not exact on every broker (some answer "base
+        offset of the last batch + 1"), the fetch response's offsets are. The fetch starts one
+        before that answer, so it returns at most the last batch. (A wait of 0 ms made the test
+        broker answer without the partition; 10 ms costs nothing when data is there.)
+        """
+        parts = list(partitions)
+        tps = [TopicPartition(self.topic, p) for p in parts]
+        listed = {tp.partition: off for tp, off in self._consumer.end_offsets(tps).items()}
+        out = {}
+        for p in parts:
+            if listed[p] <= 0:
+                out[p] = max(listed[p], 0)
+                continue
+            result = self.fetch(p, listed[p] - 1, max_bytes=1024 * 1024, max_wait_ms=10)
+            out[p] = result.last_stable_offset
+        return out
+
+    def _leader(self, partition: int, timeout_s: float) -> Any:
+        """The node id of the partition's leader, refreshing metadata until one is known."""
+        client = self._consumer._client
+        tp = TopicPartition(self.topic, partition)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            leader = client.cluster.leader_for_partition(tp)
+            if leader is not None and leader != -1:
+                return leader
+            if time.monotonic() > deadline:
+                raise SourceError(
+                    f"{self.topic}[{partition}] has no leader on {self.bootstrap} "
+                    f"after {timeout_s:.0f} s"
+                )
+            self._consumer.partitions_for_topic(self.topic)
+            client.cluster.request_update()
+            time.sleep(0.2)
+
+    def _request(self, node_id: Any, request: Any, timeout_ms: int) -> Any:
+        """Send one request to `node_id` on the consumer's IO loop and wait for the response.
+
+        The consumer runs its network on a thread of its own; requests go through that loop
+        (`net.run`), as the consumer's own calls do, never around it.
+        """
+        manager = self._consumer._manager
+
+        async def send() -> Any:
+            return await manager.wait_for(manager.send(request, node_id=node_id), timeout_ms)
+
+        return self._consumer._net.run(send)
+
+    def fetch(
+        self,
+        partition: int,
+        offset: int,
+        max_bytes: int = 8 * 1024 * 1024,
+        max_wait_ms: int = 500,
+        timeout_s: float = 30.0,
+    ) -> FetchResult:
+        """The batches from the one holding `offset` on (read committed), up to ~`max_bytes`.
+
+        Retries while the partition has no leader or the leader moves; an offset the log no
+        longer holds (deleted by retention) is a `SourceError`, never a silent jump.
+        """
+        client = self._consumer._client
+        deadline = time.monotonic() + timeout_s
+        request = FetchRequest(
+            max_wait_ms=max_wait_ms,
+            min_bytes=1,
+            max_bytes=max_bytes,
+            isolation_level=_READ_COMMITTED,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                FetchRequest.FetchTopic(
+                    topic=self.topic,
+                    partitions=[
+                        FetchRequest.FetchTopic.FetchPartition(
+                            partition=partition,
+                            current_leader_epoch=-1,
+                            fetch_offset=offset,
+                            last_fetched_epoch=-1,
+                            partition_max_bytes=max_bytes,
+                        )
+                    ],
+                )
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+            min_version=_FETCH_MIN_VERSION,
+            max_version=_FETCH_MAX_VERSION,
+        )
+        while True:
+            leader = self._leader(partition, max(0.0, deadline - time.monotonic()))
+            response = self._request(leader, request, timeout_ms=max_wait_ms + 30_000)
+            data = next(
+                (
+                    pd
+                    for t in response.responses
+                    for pd in t.partitions
+                    if pd.partition_index == partition
+                ),
+                None,
+            )
+            if data is None:  # the broker left the partition out: nothing to say yet, ask again
+                if time.monotonic() > deadline:
+                    raise SourceError(
+                        f"{self.topic}[{partition}]: no fetch answer for offset {offset} "
+                        f"after {timeout_s:.0f} s"
+                    )
+                time.sleep(0.05)
+                continue
+            error = kafka_errors.for_code(data.error_code)
+            if error is kafka_errors.NoError:
+                hw = data.high_watermark
+                lso = data.last_stable_offset
+                return FetchResult(
+                    decode_batches(data.records or b"", self.topic, partition),
+                    hw,
+                    lso if lso is not None and lso >= 0 else hw,
+                )
+            if error is kafka_errors.OffsetOutOfRangeError:
+                raise SourceError(
+                    f"{self.topic}[{partition}]: offset {offset} is out of range on the broker "
+                    "(deleted by retention?); the checkpoint points at data that no longer "
+                    "exists: start over with a new --checkpoint"
+                )
+            if not getattr(error, "retriable", False) or time.monotonic() > deadline:
+                raise SourceError(
+                    f"{self.topic}[{partition}]: fetch at offset {offset} failed: {error.__name__}"
+                )
+            client.cluster.request_update()
+            time.sleep(0.2)
