@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import signal
 import sys
 import time
@@ -44,7 +45,7 @@ from jobs.redis_sink import (
     write_batch,
     write_progress,
 )
-from jobs.spark import build_session
+from jobs.spark import build_session, quiet_task_failures
 from jobs.windows import WindowSpec, primary_size
 from tidegauge.config import JobConfig, KafkaSettings, RedisSettings, redact_url
 from tidegauge.durations import format_duration, parse_duration
@@ -485,6 +486,18 @@ def _window_text(w: WindowSpec) -> str:
     return f"{format_duration(w.size_ms)}/{format_duration(w.slide_ms)}"
 
 
+def failure_reason(text: str) -> str:
+    """The one line worth printing of a failed query's text (Spark wraps errors in tracebacks).
+
+    A `SourceError` raised on an executor (an undecodable batch, an offset gone) is found in the
+    Python traceback Spark embeds and returned alone; anything else is the text's first line.
+    """
+    found = re.findall(r"SourceError: (.+)", text)
+    if found:
+        return str(found[-1]).strip()
+    return text.strip().splitlines()[0] if text.strip() else "unknown error"
+
+
 def _trigger_text(cfg: JobConfig) -> str:
     if cfg.trigger == "available-now":
         return cfg.trigger
@@ -500,6 +513,9 @@ def run(args: argparse.Namespace) -> int:
     log.setLevel(logging.INFO)
     for noisy in ("kafka", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if not args.verbose:
+        # py4j logs a failed foreachBatch call's traceback; the query's failure says it once.
+        logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
     try:
         cfg = config_from_args(args)
     except ValueError as e:
@@ -530,9 +546,12 @@ def run(args: argparse.Namespace) -> int:
     )
     started = time.monotonic()
     try:
-        query = run_job(cfg, stop=lambda: stopping["flag"])
+        spark = build_session(cfg.master, shuffle_partitions=cfg.shuffle_partitions)
+        if not args.verbose:
+            quiet_task_failures(spark)
+        query = run_job(cfg, spark, stop=lambda: stopping["flag"])
     except Exception as e:  # a clear one-line reason, not a JVM stack trace
-        print(f"tidegauge job: failed: {str(e).splitlines()[0]}", file=sys.stderr)
+        print(f"tidegauge job: failed: {failure_reason(str(e))}", file=sys.stderr)
         return 1
     last = query.lastProgress
     rows = sum(p.numInputRows for p in query.recentProgress)

@@ -148,7 +148,9 @@ class LogClient:
             enable_auto_commit=False,
             group_id=None,
             client_id=client_id,
-            isolation_level="read_committed",
+            # Its own ListOffsets must answer the high watermark (some brokers answer 0 for
+            # read_committed while a transaction is open); fetches set their isolation level.
+            isolation_level="read_uncommitted",
         )
 
     def close(self) -> None:
@@ -189,7 +191,9 @@ class LogClient:
             if listed[p] <= 0:
                 out[p] = max(listed[p], 0)
                 continue
-            result = self.fetch(p, listed[p] - 1, max_bytes=1024 * 1024, max_wait_ms=10)
+            result = self.fetch(
+                p, listed[p] - 1, max_bytes=1024 * 1024, max_wait_ms=10, decode=False
+            )
             out[p] = result.last_stable_offset
         return out
 
@@ -231,11 +235,14 @@ class LogClient:
         max_bytes: int = 8 * 1024 * 1024,
         max_wait_ms: int = 500,
         timeout_s: float = 30.0,
+        decode: bool = True,
     ) -> FetchResult:
         """The batches from the one holding `offset` on (read committed), up to ~`max_bytes`.
 
         Retries while the partition has no leader or the leader moves; an offset the log no
-        longer holds (deleted by retention) is a `SourceError`, never a silent jump.
+        longer holds (deleted by retention) is a `SourceError`, never a silent jump. With
+        `decode=False` only the offsets are wanted: no batches are decoded (the planner asks so,
+        and never needs the codecs).
         """
         client = self._consumer._client
         deadline = time.monotonic() + timeout_s
@@ -289,8 +296,9 @@ class LogClient:
             if error is kafka_errors.NoError:
                 hw = data.high_watermark
                 lso = data.last_stable_offset
+                raw = data.records or b""
                 return FetchResult(
-                    decode_batches(data.records or b"", self.topic, partition),
+                    decode_batches(raw, self.topic, partition) if decode else [],
                     hw,
                     lso if lso is not None and lso >= 0 else hw,
                 )

@@ -10,7 +10,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
-__all__ = ["build_session", "ensure_java"]
+__all__ = ["build_session", "ensure_java", "quiet_task_failures"]
 
 
 def _java_major(java: str) -> int | None:
@@ -72,3 +72,23 @@ def build_session(
     )
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+#: Spark's loggers that print a failed task's or query's whole stack trace. The job reports the
+#: reason itself, in one line, so without --verbose these only bury it.
+_FAILURE_LOGGERS = (
+    "org.apache.spark.executor.Executor",
+    "org.apache.spark.scheduler.TaskSetManager",
+    "org.apache.spark.scheduler.TaskSchedulerImpl",
+    "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
+    "org.apache.spark.sql.execution.streaming.MicroBatchExecution",
+)
+
+
+def quiet_task_failures(spark: SparkSession) -> None:
+    """Turn off Spark's stack-trace logs of failed tasks and queries (warnings stay on)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    off = jvm.org.apache.logging.log4j.Level.OFF
+    for name in _FAILURE_LOGGERS:
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
