@@ -87,10 +87,14 @@ def true_end_offsets(bootstrap: str, topic: str) -> Offsets:
     """
     client = LogClient(bootstrap, topic, client_id="tidegauge-planner")
     try:
-        ends = client.stable_end_offsets(client.partitions())
-        return {str(p): off for p, off in ends.items()}
+        return _stable_end(client)
     finally:
         client.close()
+
+
+def _stable_end(client: LogClient) -> Offsets:
+    ends = client.stable_end_offsets(client.partitions())
+    return {str(p): off for p, off in ends.items()}
 
 
 class KafkaPartition(InputPartition):
@@ -212,9 +216,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         return self._log
 
     def _true_end(self) -> Offsets:
-        client = self._client()
-        ends = client.stable_end_offsets(client.partitions())
-        return {str(p): off for p, off in ends.items()}
+        return _stable_end(self._client())
 
     def initialOffset(self) -> dict:
         """Where a new query starts: every partition's earliest or true latest offset."""
