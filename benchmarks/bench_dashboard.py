@@ -7,7 +7,7 @@ windows with sketches, late rows, stragglers, arrivals, batches, dead letters), 
 the page does on every refresh, without Streamlit's own rendering: `dashboard.data.read_snapshot`
 (every Redis read, pipelined; the 60-minute latency range merged from the stored sketches) and
 the frames, plotly figures and figure JSON (what dashboard/chart.py sends) of every panel.
-Refreshes share a closed-window memo as the app does (tidegauge/closed_windows.py); the first
+Refreshes share a closed-window memo as the app does (tidegauge/core/closed_windows.py); the first
 refresh (empty memo) and refreshes without one are printed too. Target (issue 5): <= 300 ms.
 Prints the machine and the figures; nothing is asserted.
 """
@@ -27,9 +27,9 @@ import redis  # noqa: E402
 from benchmarks.machine import describe  # noqa: E402
 from dashboard import chart, data, figures, frames  # noqa: E402
 from tests.integration.seed import seed_live  # noqa: E402
-from tidegauge.closed_windows import ClosedWindows  # noqa: E402
-from tidegauge.services import start_redis  # noqa: E402
-from tidegauge.store import ALL_SERVICES, Keys  # noqa: E402
+from tidegauge.core.closed_windows import ClosedWindows  # noqa: E402
+from tidegauge.core.store import ALL_SERVICES, Keys  # noqa: E402
+from tidegauge.local.services import start_redis  # noqa: E402
 
 
 def refresh(

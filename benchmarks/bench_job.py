@@ -33,11 +33,11 @@ from jobs.job import _current_end, run_job  # noqa: E402
 from jobs.kafka_source import KafkaDataSource  # noqa: E402
 from jobs.parse import PARSED_SCHEMA, parse_batches  # noqa: E402
 from jobs.spark import build_session  # noqa: E402
-from tidegauge.config import JobConfig, KafkaSettings, RedisSettings  # noqa: E402
-from tidegauge.generator import GeneratorConfig  # noqa: E402
-from tidegauge.producer import produce  # noqa: E402
-from tidegauge.services import start_broker, start_redis  # noqa: E402
-from tidegauge.topics import ensure_topic  # noqa: E402
+from tidegauge.core.config import JobConfig, KafkaSettings, RedisSettings  # noqa: E402
+from tidegauge.core.topics import ensure_topic  # noqa: E402
+from tidegauge.local.services import start_broker, start_redis  # noqa: E402
+from tidegauge.traffic.config import GeneratorConfig  # noqa: E402
+from tidegauge.traffic.producer import produce  # noqa: E402
 
 
 def machine() -> str:

@@ -23,9 +23,9 @@ from kafka import KafkaProducer  # noqa: E402
 
 from benchmarks.machine import describe  # noqa: E402
 from jobs.kafka_source import KafkaPartition, _read_range  # noqa: E402
-from tidegauge.config import KafkaSettings  # noqa: E402
-from tidegauge.services import start_broker  # noqa: E402
-from tidegauge.topics import ensure_topic  # noqa: E402
+from tidegauge.core.config import KafkaSettings  # noqa: E402
+from tidegauge.core.topics import ensure_topic  # noqa: E402
+from tidegauge.local.services import start_broker  # noqa: E402
 
 T0 = 1_795_341_600_000
 

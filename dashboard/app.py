@@ -20,11 +20,11 @@ import streamlit as st
 
 from dashboard import chart, data, figures, frames
 from dashboard.run import app_settings
-from tidegauge import control
-from tidegauge.closed_windows import ClosedWindows
-from tidegauge.config import DEFAULT_REDIS_URL, RedisSettings, redact_url
-from tidegauge.durations import format_duration, to_iso
-from tidegauge.store import ALL_SERVICES, Keys, connect, read_services
+from tidegauge.core import control
+from tidegauge.core.closed_windows import ClosedWindows
+from tidegauge.core.config import DEFAULT_REDIS_URL, RedisSettings, redact_url
+from tidegauge.core.durations import format_duration, to_iso
+from tidegauge.core.store import ALL_SERVICES, Keys, connect, read_services
 
 st.set_page_config(page_title="Tidegauge", page_icon="🌊", layout="wide")
 

@@ -1,6 +1,6 @@
 """What one refresh of the dashboard reads from Redis. No Streamlit and no shaping here.
 
-`read_snapshot` gathers everything the page shows through `tidegauge.store`'s read functions
+`read_snapshot` gathers everything the page shows through `tidegauge.core.store`'s read functions
 (each one round trip or one pipeline, never one per window), so a refresh costs a fixed number
 of round trips whatever the range. `dashboard.frames` turns a `Snapshot` into tables and
 numbers; `dashboard.figures` draws them. Times are epoch ms (UTC).
@@ -13,10 +13,9 @@ from typing import Any
 
 import redis
 
-from jobs.metrics import WindowAgg
-from jobs.windows import WindowSpec
-from tidegauge.closed_windows import ClosedWindows
-from tidegauge.store import (
+from tidegauge.core.closed_windows import ClosedWindows
+from tidegauge.core.metrics import WindowAgg
+from tidegauge.core.store import (
     ALL_SERVICES,
     TIME_DOMAINS,
     ArrivalRow,
@@ -40,6 +39,7 @@ from tidegauge.store import (
     read_window_specs,
     read_windows,
 )
+from tidegauge.core.windows import WindowSpec
 
 __all__ = [
     "LATENCY_RANGES_MS",

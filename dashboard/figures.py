@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tidegauge.durations import format_duration
-from tidegauge.store import ALL_SERVICES
+from tidegauge.core.durations import format_duration
+from tidegauge.core.store import ALL_SERVICES
 
 __all__ = [
     "DOMAIN_STYLE",

@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from jobs.metrics import WindowAgg
 from sketches.hll import DEFAULT_P
 from sketches.tdigest import TDigest
-from tidegauge.durations import format_duration
-from tidegauge.store import (
+from tidegauge.core.durations import format_duration
+from tidegauge.core.metrics import WindowAgg
+from tidegauge.core.store import (
     ALL_SERVICES,
     ArrivalRow,
     DeadLetter,

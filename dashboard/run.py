@@ -22,8 +22,8 @@ from types import FrameType
 
 import plotly
 
-from tidegauge.config import ENV_REDIS_URL, RedisSettings
-from tidegauge.durations import format_duration, parse_duration
+from tidegauge.core.config import ENV_REDIS_URL, RedisSettings
+from tidegauge.core.durations import format_duration, parse_duration
 
 __all__ = [
     "APP_PATH",

@@ -32,10 +32,11 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from jobs.metrics import LateAgg, WindowAgg
 from jobs.parse import KIND_DEAD, KIND_EVENT
 from jobs.sessions import Sessions
-from jobs.windows import (
+from sketches.hll import hash32
+from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.windows import (
     LATE,
     STRAGGLER,
     WindowSpec,
@@ -46,7 +47,6 @@ from jobs.windows import (
     primary_size,
     tumbling_starts,
 )
-from sketches.hll import hash32
 
 __all__ = [
     "DOMAINS",
@@ -371,7 +371,7 @@ class StateConfig:
 
     @property
     def primary_ms(self) -> int:
-        """Window size of the per-event views (`jobs.windows.primary_size`)."""
+        """Window size of the per-event views (`tidegauge.core.windows.primary_size`)."""
         return primary_size(self.specs)
 
 

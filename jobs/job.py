@@ -46,10 +46,10 @@ from jobs.redis_sink import (
     write_progress,
 )
 from jobs.spark import build_session, quiet_task_failures
-from jobs.windows import WindowSpec, primary_size
-from tidegauge.config import JobConfig, KafkaSettings, RedisSettings, redact_url
-from tidegauge.durations import format_duration, parse_duration
-from tidegauge.store import DeadLetter, Keys, connect
+from tidegauge.core.config import JobConfig, KafkaSettings, RedisSettings, redact_url
+from tidegauge.core.durations import format_duration, parse_duration
+from tidegauge.core.store import DeadLetter, Keys, connect
+from tidegauge.core.windows import WindowSpec, primary_size
 
 __all__ = ["add_arguments", "build_stream", "config_from_args", "run", "run_job", "start_query"]
 

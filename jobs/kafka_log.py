@@ -32,7 +32,7 @@ from kafka.protocol.consumer import FetchRequest
 from kafka.record import MemoryRecords
 
 from jobs.log_batches import LogBatch, LogRecord, control_type
-from tidegauge.codecs import codec_by_id, missing_library
+from tidegauge.core.codecs import codec_by_id, missing_library
 
 __all__ = ["FetchResult", "LogClient", "SourceError", "decode_batches"]
 

@@ -8,7 +8,7 @@ partition offset range (read in parallel), `startingOffsets` earliest|latest,
 how `--trigger available-now` is made deterministic, see jobs/job.py). It reads like a Kafka
 consumer in `read_committed` mode: records of aborted transactions never become rows, and no
 range reaches into a transaction still open (jobs/log_batches.py); batches in every codec
-Kafka defines are decoded (tidegauge/codecs.py). With `controlRedis` and
+Kafka defines are decoded (tidegauge/core/codecs.py). With `controlRedis` and
 `controlKey` it obeys a pause request (`--scenario backlog`): until the wall clock reaches the
 hash field `pause_until` (epoch ms), it reports no new data, so a backlog builds up in Kafka.
 

@@ -1,4 +1,4 @@
-"""Raw Kafka records -> typed rows, judged by the event contract (tidegauge/events.py).
+"""Raw Kafka records -> typed rows, judged by the event contract (tidegauge/core/events.py).
 
 Runs on executors inside `mapInArrow`, one Arrow batch at a time. Nothing is dropped here: every
 record comes out as exactly one row whose `kind` says what it is (event, heartbeat or dead), so
@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from tidegauge.events import DEAD_LETTER_RAW_CAP, Event, Heartbeat, parse_record
+from tidegauge.core.events import DEAD_LETTER_RAW_CAP, Event, Heartbeat, parse_record
 
 __all__ = [
     "PARSED_SCHEMA",

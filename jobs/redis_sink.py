@@ -17,9 +17,9 @@ from typing import Any
 
 import redis
 
-from jobs.metrics import LateAgg, WindowAgg
-from jobs.windows import WindowSpec
-from tidegauge.store import ALL_SERVICES, DeadLetter, Keys
+from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.store import ALL_SERVICES, DeadLetter, Keys
+from tidegauge.core.windows import WindowSpec
 
 __all__ = [
     "ArrivalUpdate",

@@ -26,9 +26,9 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from jobs.metrics import WindowAgg
-from jobs.windows import WindowSpec, is_late
 from sketches.hll import hash32
+from tidegauge.core.metrics import WindowAgg
+from tidegauge.core.windows import WindowSpec, is_late
 
 __all__ = ["Sessions"]
 

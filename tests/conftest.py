@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from tidegauge.config import KafkaSettings, RedisSettings
-from tidegauge.services import Service, start_broker, start_redis
-from tidegauge.topics import ensure_topic
+from tidegauge.core.config import KafkaSettings, RedisSettings
+from tidegauge.core.topics import ensure_topic
+from tidegauge.local.services import Service, start_broker, start_redis
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -16,12 +16,12 @@ from collections.abc import Sequence
 __all__ = ["main"]
 
 _COMMANDS: dict[str, tuple[str, str]] = {
-    "produce": ("tidegauge.generator", "send synthetic events (and heartbeats) to Kafka"),
+    "produce": ("tidegauge.traffic.cli", "send synthetic events (and heartbeats) to Kafka"),
     "job": ("jobs.job", "run the Spark Structured Streaming job (Kafka -> Redis)"),
     "query": ("tidegauge.query", "read stored results from Redis"),
     "dashboard": ("dashboard.run", "serve the Streamlit dashboard"),
-    "demo": ("tidegauge.stack", "start broker, Redis, generator, job and dashboard together"),
-    "topic": ("tidegauge.topics", "create the events topic"),
+    "demo": ("tidegauge.local.stack", "start broker, Redis, generator, job and dashboard together"),
+    "topic": ("tidegauge.core.topics", "create the events topic"),
 }
 
 

@@ -1,4 +1,4 @@
-"""`tidegauge query`: the stored results, read through tidegauge/store.py, as tables or JSON."""
+"""`tidegauge query`: stored results, read through tidegauge/core/store.py, as tables or JSON."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 
 import redis
 
-from jobs.windows import WindowSpec
-from tidegauge import store
-from tidegauge.config import RedisSettings, redact_url
-from tidegauge.durations import format_duration, parse_duration, parse_instant, to_iso
-from tidegauge.store import ALL_SERVICES
+from tidegauge.core import store
+from tidegauge.core.config import RedisSettings, redact_url
+from tidegauge.core.durations import format_duration, parse_duration, parse_instant, to_iso
+from tidegauge.core.store import ALL_SERVICES
+from tidegauge.core.windows import WindowSpec
 
 __all__ = ["add_arguments", "run"]
 

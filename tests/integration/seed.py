@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import redis
 
-from jobs.metrics import LateAgg, WindowAgg
 from jobs.redis_sink import (
     ArrivalUpdate,
     LateEvent,
@@ -28,9 +27,10 @@ from jobs.redis_sink import (
     write_batch,
     write_progress,
 )
-from jobs.windows import WindowSpec
 from sketches.hll import hash32
-from tidegauge.store import DeadLetter, Keys
+from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.store import DeadLetter, Keys
+from tidegauge.core.windows import WindowSpec
 
 #: The dashboard's panel headings, in page order: every one must show for a seeded store.
 PANELS = [

@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from tests.integration.helpers import batch_rows, load_truth, tidegauge
-from tidegauge.store import Keys, read_batches
+from tidegauge.core.store import Keys, read_batches
 
 WINDOW = 10_000
 

@@ -1,4 +1,4 @@
-"""Reads with the closed-window memo (tidegauge/closed_windows.py) on a real redis-server.
+"""Reads with the closed-window memo (tidegauge/core/closed_windows.py) on a real redis-server.
 
 The dashboard re-reads an hour of windows every second through one `ClosedWindows` memo. These
 tests change the store the ways a live job does (late events for closed windows, old broker
@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import redis
 
-from jobs.metrics import LateAgg, WindowAgg
 from jobs.redis_sink import ArrivalUpdate, LateUpdate, WindowUpdate, write_batch, write_progress
 from tests.integration.seed import LATENESS_MS, SPEC, Seeded, W, seed_live
-from tidegauge.closed_windows import ClosedWindows
-from tidegauge.store import (
+from tidegauge.core.closed_windows import ClosedWindows
+from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.store import (
     ALL_SERVICES,
     Keys,
     read_arrivals,

@@ -1,5 +1,5 @@
 """Live demo commands against a real redis-server: what is written, in how many commands, and
-what is read back (tidegauge.control)."""
+what is read back (tidegauge.core.control)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import redis
 
-from tidegauge.config import RedisSettings
-from tidegauge.control import (
+from tidegauge.core.config import RedisSettings
+from tidegauge.core.control import (
     DemoCommands,
     Incident,
     LateBurstRequest,
@@ -20,7 +20,7 @@ from tidegauge.control import (
     request_pause,
     start_incident,
 )
-from tidegauge.store import Keys
+from tidegauge.core.store import Keys
 
 T0 = 1_800_000_000_000
 KEYS = Keys("tgc")

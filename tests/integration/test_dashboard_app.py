@@ -21,15 +21,15 @@ import redis
 from streamlit.testing.v1 import AppTest
 
 from dashboard import data
-from jobs.metrics import WindowAgg
 from jobs.redis_sink import WindowUpdate, write_batch, write_progress
-from jobs.windows import WindowSpec
 from tests.integration.seed import PANELS, seed_live
-from tidegauge.config import ENV_REDIS_URL, RedisSettings
-from tidegauge.control import read_commands
-from tidegauge.durations import to_iso
-from tidegauge.services import free_port
-from tidegauge.store import DeadLetter, Keys
+from tidegauge.core.config import ENV_REDIS_URL, RedisSettings
+from tidegauge.core.control import read_commands
+from tidegauge.core.durations import to_iso
+from tidegauge.core.metrics import WindowAgg
+from tidegauge.core.store import DeadLetter, Keys
+from tidegauge.core.windows import WindowSpec
+from tidegauge.local.services import free_port
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
 W = 10_000

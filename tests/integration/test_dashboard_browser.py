@@ -25,12 +25,12 @@ import pytest
 import redis
 from playwright import sync_api as playwright
 
-from jobs.metrics import WindowAgg
 from jobs.redis_sink import WindowUpdate, touch_status, write_batch
 from tests.integration.seed import PANELS, SPEC, W, seed_live
-from tidegauge.config import RedisSettings
-from tidegauge.services import free_port
-from tidegauge.store import Keys
+from tidegauge.core.config import RedisSettings
+from tidegauge.core.metrics import WindowAgg
+from tidegauge.core.store import Keys
+from tidegauge.local.services import free_port
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 #: Charts with data, by Streamlit element key (each panel has at least one).

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import redis
 
-from tidegauge.services import free_port
-from tidegauge.store import ALL_SERVICES, Keys, read_status, read_windows
+from tidegauge.core.store import ALL_SERVICES, Keys, read_status, read_windows
+from tidegauge.local.services import free_port
 
 START_BUDGET_S = 90.0  # start -> windows of several services and a moving batch id
 STOP_BUDGET_S = 30.0

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import redis
 
-from jobs.metrics import WindowAgg
-from jobs.windows import WindowSpec
 from tests.integration.helpers import batch_rows, load_truth, tidegauge
-from tidegauge.store import Keys, read_batches, read_range, read_windows
+from tidegauge.core.metrics import WindowAgg
+from tidegauge.core.store import Keys, read_batches, read_range, read_windows
+from tidegauge.core.windows import WindowSpec
 
 LATENESS_MS = 15_000
 TUMBLING = WindowSpec.tumbling(10_000)

@@ -22,7 +22,7 @@ from tests.integration.helpers import (
     load_truth,
     tidegauge,
 )
-from tidegauge.store import Keys, read_batches, read_dead_counts, read_dead_letters
+from tidegauge.core.store import Keys, read_batches, read_dead_counts, read_dead_letters
 
 LATENESS_MS = 20_000
 MAX_PER_TRIGGER = 1_000

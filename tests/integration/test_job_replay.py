@@ -21,7 +21,7 @@ import pytest
 import redis
 
 from tests.integration.helpers import tidegauge
-from tidegauge.store import Keys, read_batches
+from tidegauge.core.store import Keys, read_batches
 
 MAX_PER_TRIGGER = 400
 #: Times of day live in the status and batch history; the epoch is a random token per store.

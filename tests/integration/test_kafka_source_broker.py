@@ -20,7 +20,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from jobs.kafka_log import LogClient
 from jobs.kafka_source import KafkaPartition, KafkaStreamReader, _read_range, true_end_offsets
-from tidegauge.config import KafkaSettings
+from tidegauge.core.config import KafkaSettings
 
 T0 = 1_800_000_000_000  # record timestamps (epoch ms)
 

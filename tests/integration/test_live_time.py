@@ -26,7 +26,7 @@ from pathlib import Path
 import redis
 
 from tests.integration.helpers import tidegauge
-from tidegauge.store import Keys, read_arrivals, read_status, read_windows
+from tidegauge.core.store import Keys, read_arrivals, read_status, read_windows
 
 WINDOW_MS = 5_000
 

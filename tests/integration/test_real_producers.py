@@ -28,7 +28,7 @@ from confluent_kafka import Producer
 
 from jobs.kafka_source import true_end_offsets
 from tests.integration.helpers import tidegauge
-from tidegauge.store import Keys, read_dead_counts, read_dead_letters, read_status
+from tidegauge.core.store import Keys, read_dead_counts, read_dead_letters, read_status
 
 T0 = 1_772_323_200_000  # 2026-03-01T00:00:00Z
 WINDOW_MS = 10_000

@@ -1,4 +1,4 @@
-"""The Redis sink (jobs/redis_sink.py) and the read API (tidegauge/store.py) on a real redis-server.
+"""The Redis sink (jobs/redis_sink.py) and the read API (tidegauge/core/store.py), real Redis.
 
 The sink promises that each micro-batch is one transaction of absolute values, so a replayed
 batch leaves Redis exactly as it was; these tests replay batches and compare every key. The `*`
@@ -17,10 +17,9 @@ import pytest
 import redis
 
 import jobs.redis_sink as redis_sink
-from jobs.metrics import PERCENTILES, WindowAgg
 from jobs.redis_sink import LateUpdate, WindowUpdate, write_batch, write_progress
-from jobs.windows import WindowSpec
-from tidegauge.store import (
+from tidegauge.core.metrics import PERCENTILES, WindowAgg
+from tidegauge.core.store import (
     DeadLetter,
     Keys,
     RangeResult,
@@ -34,6 +33,7 @@ from tidegauge.store import (
     read_window_specs,
     read_windows,
 )
+from tidegauge.core.windows import WindowSpec
 
 S = 1_000
 W = 10 * S

@@ -32,9 +32,9 @@ from jobs.aggregate import (
     StateConfig,
     make_state_fn,
 )
-from jobs.metrics import PERCENTILES, LateAgg, WindowAgg
 from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT
-from jobs.windows import WindowSpec
+from tidegauge.core.metrics import PERCENTILES, LateAgg, WindowAgg
+from tidegauge.core.windows import WindowSpec
 
 S = 1_000
 SIZE = 10 * S
@@ -923,8 +923,8 @@ def test_state_fn_heartbeats_produce_nothing() -> None:
 import math  # noqa: E402
 
 from jobs.aggregate import arrival_counts  # noqa: E402
-from jobs.windows import LATE, ON_TIME, STRAGGLER  # noqa: E402
 from sketches.tdigest import TDigest  # noqa: E402
+from tidegauge.core.windows import LATE, ON_TIME, STRAGGLER  # noqa: E402
 
 
 def check_digest(d: TDigest, expected: Sequence[float]) -> bool:

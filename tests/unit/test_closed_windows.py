@@ -1,8 +1,8 @@
-"""The closed-window memo's bookkeeping (tidegauge/closed_windows.py), without Redis."""
+"""The closed-window memo's bookkeeping (tidegauge/core/closed_windows.py), without Redis."""
 
 from __future__ import annotations
 
-from tidegauge.closed_windows import ClosedWindows
+from tidegauge.core.closed_windows import ClosedWindows
 
 STORE = ("epoch-1", "query-1")
 

@@ -1,4 +1,4 @@
-"""The codec table (tidegauge/codecs.py) against kafka-python's own codec constants."""
+"""The codec table (tidegauge/core/codecs.py) against kafka-python's own codec constants."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from kafka import codec as kafka_codec
 from kafka.record.default_records import DefaultRecordBase
 
-from tidegauge.codecs import CODECS, codec_by_id, codec_by_name, missing_library
+from tidegauge.core.codecs import CODECS, codec_by_id, codec_by_name, missing_library
 
 
 def test_wire_ids_are_kafkas() -> None:
@@ -46,7 +46,7 @@ def test_lookups() -> None:
 
 
 def test_produce_refuses_a_codec_whose_library_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tidegauge.producer import ProduceError, _compression_type
+    from tidegauge.traffic.producer import ProduceError, _compression_type
 
     assert _compression_type("none") is None
     assert _compression_type("zstd") == "zstd"

@@ -20,10 +20,10 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from jobs.windows import WindowSpec
 from tidegauge.cli import _COMMANDS
-from tidegauge.config import JobConfig, KafkaSettings, RedisSettings
-from tidegauge.durations import parse_duration
+from tidegauge.core.config import JobConfig, KafkaSettings, RedisSettings
+from tidegauge.core.durations import parse_duration
+from tidegauge.core.windows import WindowSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"

@@ -1,4 +1,4 @@
-"""Configuration objects (tidegauge/config.py): validation, precedence, secrets.
+"""Configuration objects (tidegauge/core/config.py): validation, precedence, secrets.
 
 The environment is always injected as a mapping, except in the one test that checks the
 default falls back to os.environ (with monkeypatch).
@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from jobs.windows import WindowSpec
-from tidegauge.config import (
+from tidegauge.core.config import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_REDIS_URL,
     DEFAULT_TOPIC,
@@ -24,6 +23,7 @@ from tidegauge.config import (
     RedisSettings,
     redact_url,
 )
+from tidegauge.core.windows import WindowSpec
 
 SECRET = "s3cr3t-Pa55"
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tidegauge.control import (
+from tidegauge.core.control import (
     DemoCommands,
     Incident,
     LateBurstRequest,

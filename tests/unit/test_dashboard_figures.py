@@ -23,11 +23,11 @@ from dashboard.run import (
     plotly_js_source,
     streamlit_command,
 )
-from jobs.metrics import WindowAgg
-from jobs.windows import WindowSpec
 from sketches.tdigest import TDigest
-from tidegauge.config import RedisSettings
-from tidegauge.store import DeadLetter, JobStatus, WindowRow
+from tidegauge.core.config import RedisSettings
+from tidegauge.core.metrics import WindowAgg
+from tidegauge.core.store import DeadLetter, JobStatus, WindowRow
+from tidegauge.core.windows import WindowSpec
 
 T0 = 1_795_000_000_000  # 2026-11-18T11:06:40Z, a multiple of 10 s
 W = 10_000

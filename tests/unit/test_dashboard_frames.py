@@ -12,9 +12,9 @@ import plotly.graph_objects as go
 import pytest
 
 from dashboard import data, figures, frames
-from jobs.metrics import WindowAgg
 from sketches.tdigest import TDigest
-from tidegauge.store import ArrivalRow, JobStatus, LatenessResult, WindowRow
+from tidegauge.core.metrics import WindowAgg
+from tidegauge.core.store import ArrivalRow, JobStatus, LatenessResult, WindowRow
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""Durations and instants (tidegauge/durations.py): the only place text becomes milliseconds."""
+"""Durations and instants (tidegauge/core/durations.py): the one place text becomes ms."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from tidegauge.durations import format_duration, parse_duration, parse_instant, to_iso
+from tidegauge.core.durations import format_duration, parse_duration, parse_instant, to_iso
 
 SECOND, MINUTE, HOUR, DAY = 1_000, 60_000, 3_600_000, 86_400_000
 

@@ -1,4 +1,4 @@
-"""The event contract (tidegauge/events.py), table by table.
+"""The event contract (tidegauge/core/events.py), table by table.
 
 Each table row is one Kafka record value and what the contract makes of it. The tables are the
 executable version of docs/events.md; a row that changes is a contract change.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tidegauge.events import (
+from tidegauge.core.events import (
     DEAD_LETTER_RAW_CAP,
     MAX_TIME_MS,
     MIN_TIME_MS,
@@ -310,10 +310,11 @@ def test_parse_record_never_raises_on_huge_integers(value: bytes) -> None:
 
 
 def test_reserved_all_services_name_is_rejected() -> None:
-    # "*" is the pseudo-service the Redis sink computes (tidegauge.store.ALL_SERVICES); the sink
+    # "*" is the pseudo-service the Redis sink computes (tidegauge.core.store.ALL_SERVICES); the
+    # sink
     # raises ValueError("'*' is computed by the sink, not sent to it") when a window update
     # carries it, so an accepted {"service": "*"} fails every batch that holds it.
-    from tidegauge.store import ALL_SERVICES
+    from tidegauge.core.store import ALL_SERVICES
 
     got = parse_record(ev(service=ALL_SERVICES))
     assert isinstance(got, Rejected) and got.reason is Reason.INVALID_VALUE, got

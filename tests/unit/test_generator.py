@@ -19,27 +19,28 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tidegauge.control import DemoCommands, Incident, LateBurstRequest
-from tidegauge.durations import to_iso
-from tidegauge.events import Event, Heartbeat, Reason, Rejected, encode_event, parse_record
-from tidegauge.generator import (
-    CONTROL_KEY,
+from tidegauge.core.control import DemoCommands, Incident, LateBurstRequest
+from tidegauge.core.durations import to_iso
+from tidegauge.core.events import Event, Heartbeat, Reason, Rejected, encode_event, parse_record
+from tidegauge.traffic.cli import add_arguments, config_from_args
+from tidegauge.traffic.config import (
     DEFAULT_SERVICES,
-    HEARTBEAT_KEY,
-    HEARTBEAT_SOURCE,
-    MALFORMED_KINDS,
     SKEWED_CLOCKS_FRACTION,
     GeneratorConfig,
-    LiveCommands,
-    Record,
-    add_arguments,
-    burst_event_id,
-    config_from_args,
-    event_id,
-    generate,
-    live_burst_event_id,
     parse_latency,
     parse_services,
+)
+from tidegauge.traffic.generator import generate
+from tidegauge.traffic.live import LiveCommands
+from tidegauge.traffic.malformed import MALFORMED_KINDS
+from tidegauge.traffic.records import (
+    CONTROL_KEY,
+    HEARTBEAT_KEY,
+    HEARTBEAT_SOURCE,
+    Record,
+    burst_event_id,
+    event_id,
+    live_burst_event_id,
 )
 
 T0 = 1_800_000_000_000  # 2027-01-15T08:00:00Z

@@ -1,4 +1,4 @@
-"""WindowAgg (jobs/metrics.py): adding events, the metrics it reports, merging, bytes.
+"""WindowAgg (tidegauge/core/metrics.py): adding events, the metrics it reports, merging, bytes.
 
 One window's aggregate is exact counts plus two sketches (latency t-digest, users HyperLogLog).
 Executors merge panes into windows, the sink merges services into `*` and the read API merges
@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from jobs.metrics import PERCENTILES, WindowAgg
 from sketches.hll import HyperLogLog, hash32
 from sketches.tdigest import TDigest
+from tidegauge.core.metrics import PERCENTILES, WindowAgg
 
 NAN = math.nan
 METRIC_KEYS = {
@@ -386,7 +386,7 @@ def test_from_bytes_refuses_garbage(data: bytes) -> None:
 #   window [0, 10s)         frontier at arrival = 25s     -> overdue 15s
 #   ----[=========)---------------|------->  late with L <= 15s, accepted with L > 15s
 
-from jobs.metrics import LateAgg, fraction_at_least  # noqa: E402
+from tidegauge.core.metrics import LateAgg, fraction_at_least  # noqa: E402
 
 
 def exact_values(d: TDigest) -> list[float]:

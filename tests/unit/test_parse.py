@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT, PARSED_SCHEMA, parse_batches
-from tidegauge.events import DEAD_LETTER_RAW_CAP, Reason, parse_record
+from tidegauge.core.events import DEAD_LETTER_RAW_CAP, Reason, parse_record
 
 T = 1_795_341_600_000  # epoch ms, inside the contract's 2000..2100 range
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

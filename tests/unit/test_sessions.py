@@ -25,10 +25,10 @@ import pandas as pd
 import pytest
 
 from jobs.aggregate import ServiceWindows
-from jobs.metrics import WindowAgg
 from jobs.sessions import Sessions
-from jobs.windows import WindowSpec
 from tests.integration.test_job_analytics import LATENESS_MS, closed_sessions
+from tidegauge.core.metrics import WindowAgg
+from tidegauge.core.windows import WindowSpec
 
 S = 1_000
 GAP, BUCKET = 20 * S, 10 * S

@@ -1,4 +1,4 @@
-"""Time rules of jobs/windows.py: the frontier, the arrival classes and the primary window size.
+"""Time rules of tidegauge/core/windows.py: the frontier, arrival classes, primary window size.
 
 Pure functions on epoch-ms integers, tested without Spark against definitions written out again
 here (brute force), never against the functions themselves.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.windows import (
+from tidegauge.core.windows import (
     LATE,
     ON_TIME,
     STRAGGLER,

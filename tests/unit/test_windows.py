@@ -1,4 +1,4 @@
-"""Window and watermark math (jobs/windows.py) on epoch-ms integers, without Spark.
+"""Window and watermark math (tidegauge/core/windows.py) on epoch-ms integers, without Spark.
 
 Timelines in the comments: `|` is a window boundary, `[` / `)` the closed start and open end of
 the window under test, `x` an event time, `W` a watermark. One character is one unit unless the
@@ -13,7 +13,13 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from jobs.windows import advance_watermark, is_late, tumbling_start, tumbling_starts, window_end
+from tidegauge.core.windows import (
+    advance_watermark,
+    is_late,
+    tumbling_start,
+    tumbling_starts,
+    window_end,
+)
 
 S = 1_000  # one second in ms
 
@@ -214,7 +220,7 @@ def test_batch_sequence_max_lateness(event: int, late: bool) -> None:
 
 # --- window specs: tumbling and hopping windows built from panes -------------------------------
 
-from jobs.windows import WindowSpec, pane_size  # noqa: E402
+from tidegauge.core.windows import WindowSpec, pane_size  # noqa: E402
 
 
 @pytest.mark.parametrize(

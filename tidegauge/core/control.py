@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # only names for annotations: importing this module stays cheap
     import redis
 
-    from tidegauge.store import Keys
+    from tidegauge.core.store import Keys
 
 __all__ = [
     "ALL_SERVICES",

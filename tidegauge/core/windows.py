@@ -169,7 +169,7 @@ class WindowSpec:
     @classmethod
     def parse(cls, text: str) -> WindowSpec:
         """Parse "10s" (tumbling) or "60s/10s" (size/slide, hopping) with `parse_duration`."""
-        from tidegauge.durations import parse_duration
+        from tidegauge.core.durations import parse_duration
 
         size, _, slide = text.partition("/")
         size_ms = parse_duration(size)

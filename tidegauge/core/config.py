@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from jobs.windows import WindowSpec
+from tidegauge.core.windows import WindowSpec
 
 __all__ = [
     "DEFAULT_BOOTSTRAP",

@@ -17,11 +17,11 @@ from typing import Any, TypeVar
 import numpy as np
 import redis
 
-from jobs.metrics import LateAgg, WindowAgg, fraction_at_least
-from jobs.windows import WindowSpec
 from sketches.tdigest import TDigest
-from tidegauge.closed_windows import ClosedWindows
-from tidegauge.config import RedisSettings
+from tidegauge.core.closed_windows import ClosedWindows
+from tidegauge.core.config import RedisSettings
+from tidegauge.core.metrics import LateAgg, WindowAgg, fraction_at_least
+from tidegauge.core.windows import WindowSpec
 
 __all__ = [
     "ALL_SERVICES",
@@ -130,7 +130,7 @@ class Keys:
         """String: a random token the sink sets when it first writes to an empty store.
 
         A flushed Redis gets a new one with the next batch, so readers that remember closed
-        windows (`tidegauge.closed_windows`) know their memory is stale.
+        windows (`tidegauge.core.closed_windows`) know their memory is stale.
         """
         return f"{self.prefix}:epoch"
 
@@ -151,7 +151,7 @@ class Keys:
 
     @property
     def control(self) -> str:
-        """Hash of demo/scenario commands (`tidegauge.control` writes and parses it).
+        """Hash of demo/scenario commands (`tidegauge.core.control` writes and parses it).
 
         `pause_until` (epoch ms): while the wall clock is before it, the job's Kafka source
         reports no new data, so the topic builds a backlog the job then catches up on

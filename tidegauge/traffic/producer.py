@@ -1,14 +1,14 @@
 """The Kafka edge of `tidegauge produce`: send `generate()`'s records and write the ground truth.
 
-All decisions about the traffic live in the pure `tidegauge.generator`; this module only paces,
-sends, and records where every record landed (partition and offset from the broker's
+All decisions about the traffic live in the pure `tidegauge.traffic.generator`; this module only
+paces, sends, and records where every record landed (partition and offset from the broker's
 acknowledgement), so the ground-truth file can be checked against the topic record by record.
 
 Each record goes out with its Kafka timestamp set to the generator's `receive_ms`, standing in
 for the broker's receive time. Control records (`--scenario backlog`) are not sent: they are
 executed, by writing the job's pause into Redis.
 
-With `--live-commands`, a thread reads the demo commands (`tidegauge.control`) from Redis about
+With `--live-commands`, a thread reads the demo commands (`tidegauge.core.control`) from Redis about
 once a second and the sending loop hands each change to the generator between two records; what
 the generator did with them is logged as it happens and counted in the summary. A Redis that
 goes away while running costs a warning, not the run: the last commands read stay in force.
@@ -16,11 +16,9 @@ goes away while running costs a warning, not the run: the last commands read sta
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import logging
-import signal
 import sys
 import threading
 import time
@@ -28,7 +26,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import FrameType
 from typing import IO, Any
 
 import redis
@@ -38,21 +35,17 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from tqdm import tqdm
 
-from tidegauge.codecs import codec_by_name, missing_library
-from tidegauge.config import KafkaSettings, RedisSettings, redact_url
-from tidegauge.control import DemoCommands, read_commands
-from tidegauge.durations import format_duration, to_iso
-from tidegauge.generator import (
-    Applied,
-    GeneratorConfig,
-    LiveCommands,
-    Record,
-    config_from_args,
-    generate,
-)
-from tidegauge.topics import ensure_topic
+from tidegauge.core.codecs import codec_by_name, missing_library
+from tidegauge.core.config import KafkaSettings, RedisSettings, redact_url
+from tidegauge.core.control import DemoCommands, read_commands
+from tidegauge.core.durations import format_duration, to_iso
+from tidegauge.core.topics import ensure_topic
+from tidegauge.traffic.config import GeneratorConfig
+from tidegauge.traffic.generator import generate
+from tidegauge.traffic.live import Applied, LiveCommands
+from tidegauge.traffic.records import Record
 
-__all__ = ["ProduceError", "Summary", "produce", "run_cli"]
+__all__ = ["ProduceError", "Summary", "produce"]
 
 # Batching matters: one record per request tops out near 17k records/s (see NOTES.md).
 _PRODUCER_CONFIG: dict[str, Any] = {
@@ -198,7 +191,7 @@ class _CommandPoller:
         initial: DemoCommands | None,
         problem: tuple[str, str] | None = None,
     ) -> None:
-        from tidegauge.store import Keys  # the Redis layout, only imported when it is needed
+        from tidegauge.core.store import Keys  # the Redis layout, only imported when it is needed
 
         self._keys = Keys(settings.prefix)
         self._url = redact_url(settings.url)
@@ -264,7 +257,9 @@ def _control_executor(
     settings: RedisSettings, client: redis.Redis, clock: Callable[[], float]
 ) -> Callable[[Record], None]:
     """What carrying out a control record means: today, one pause of the job, set in Redis."""
-    from tidegauge.store import Keys  # the Redis layout, only imported when a scenario needs it
+    from tidegauge.core.store import (
+        Keys,  # the Redis layout, only imported when a scenario needs it
+    )
 
     key = Keys(settings.prefix).control
 
@@ -307,7 +302,7 @@ def produce(
     sent: `--scenario backlog` writes `pause_until` (wall clock `clock()` + the pause, epoch
     ms) into the hash `Keys(prefix).control` of `redis_settings`, which must be reachable
     before anything is sent. With `config.live_commands`, that Redis must be reachable at the
-    start too; the same hash is then read about once a second (`tidegauge.control`) and the
+    start too; the same hash is then read about once a second (`tidegauge.core.control`) and the
     generator applies what it holds. The summary lists what it did (`Summary.commands`).
     Setting `stop` (or Ctrl-C) ends the run cleanly: pending records are flushed and
     acknowledged, and the truth file is complete for everything sent.
@@ -368,7 +363,7 @@ def _start_live_commands(
 
     A late burst requested before the start is not sent: it was meant for an earlier run.
     """
-    from tidegauge.store import Keys
+    from tidegauge.core.store import Keys
 
     key = Keys(settings.prefix).control
     initial: DemoCommands | None = None
@@ -590,67 +585,3 @@ def _send(
         controls=counts["control"],
         commands=tuple(applied),
     )
-
-
-@contextmanager
-def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """SIGINT/SIGTERM set `stop` (a second one aborts), so the demo can stop us cleanly."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-def run_cli(args: argparse.Namespace) -> int:
-    """Body of `tidegauge produce`.
-
-    Exit status: 0 when done or stopped by SIGINT/SIGTERM, 1 on Kafka (or, with
-    `--scenario backlog` or `--live-commands`, Redis at the start) errors, 2 on bad flags.
-    """
-    # Our own messages say what failed; kafka-python's log lines would only repeat it as noise.
-    logging.getLogger("kafka").addHandler(logging.NullHandler())
-    # Ours (live commands carried out, Redis trouble while running) go to stderr as they happen.
-    if not _log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("tidegauge produce: %(message)s"))
-        _log.addHandler(handler)
-        _log.setLevel(logging.INFO)
-        _log.propagate = False
-    try:
-        kafka = KafkaSettings.from_env(bootstrap=args.bootstrap, topic=args.topic)
-        config = config_from_args(args)
-        redis_settings = None
-        if "backlog" in config.scenarios or config.live_commands:  # only then is Redis used
-            redis_settings = RedisSettings.from_env(url=args.redis, prefix=args.redis_prefix)
-    except ValueError as e:
-        print(f"tidegauge produce: error: {e}", file=sys.stderr)
-        return 2
-    stop = threading.Event()
-    try:
-        with _stop_on_signals(stop):
-            summary = produce(
-                config,
-                kafka,
-                truth_path=args.truth,
-                progress=not args.quiet,
-                stop=stop,
-                connect_timeout_ms=args.connect_timeout,
-                redis_settings=redis_settings,
-                compression=args.compression,
-            )
-    except (ProduceError, OSError) as e:
-        print(f"tidegauge produce: error: {e}", file=sys.stderr)
-        return 1
-    print(summary.format(), flush=True)
-    return 0

@@ -8,7 +8,7 @@ import time
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from tidegauge.config import KafkaSettings
+from tidegauge.core.config import KafkaSettings
 
 __all__ = ["add_arguments", "ensure_topic", "run"]
 

@@ -12,7 +12,7 @@ What makes a memo entry stale, and drops every entry:
 - a new Spark query id: a job started from a fresh checkpoint;
 - a watermark that went backwards (a fresh job writing to the same store before its status).
 
-Pure bookkeeping, no Redis: `tidegauge.store` reads the identity and the watermark (before the
+Pure bookkeeping, no Redis: `tidegauge.core.store` reads the identity and the watermark (before the
 data they vouch for) and calls `sync` first. Thread-safe: one memo serves every browser tab.
 """
 

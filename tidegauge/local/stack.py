@@ -14,8 +14,8 @@ dashboard (`tidegauge dashboard`). Each child is the leader of its own process g
 Connection settings reach the children through their environment (`TIDEGAUGE_KAFKA_BOOTSTRAP`,
 `TIDEGAUGE_REDIS_URL`), never their command lines, so a Redis password does not show up in `ps`.
 The generator runs with `--live-commands` and the dashboard with `--demo-controls`: the
-dashboard's demo buttons write commands into `{prefix}:control` (`tidegauge.control`), which the
-generator and the job obey.
+dashboard's demo buttons write commands into `{prefix}:control` (`tidegauge.core.control`),
+which the generator and the job obey.
 Everything here runs in the `tidegauge demo` process; nothing is imported from PySpark except the
 Java check.
 """
@@ -43,22 +43,22 @@ from typing import TextIO, TypeVar
 
 import redis
 
-from tidegauge.config import (
+from tidegauge.core.config import (
     ENV_BOOTSTRAP,
     ENV_REDIS_URL,
     KafkaSettings,
     RedisSettings,
     redact_url,
 )
-from tidegauge.services import (
+from tidegauge.core.store import Keys, connect, read_status
+from tidegauge.core.topics import DEFAULT_PARTITIONS, ensure_topic
+from tidegauge.local.services import (
     Service,
     parent_death_signal,
     start_broker,
     start_redis,
     wait_for_port,
 )
-from tidegauge.store import Keys, connect, read_status
-from tidegauge.topics import DEFAULT_PARTITIONS, ensure_topic
 
 __all__ = ["DemoError", "add_arguments", "run"]
 

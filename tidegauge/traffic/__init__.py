@@ -1,0 +1,1 @@
+"""Synthetic traffic: the deterministic generator and the Kafka producer that sends it."""
