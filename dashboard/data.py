@@ -145,7 +145,7 @@ def _series_end(
     if domain == "event":
         spec = event_spec(specs, size)
         newest = None if spec is None else read_newest_window_start(r, keys, spec)
-        return None if spec is None or newest is None else newest + spec.size_ms
+        return None if spec is None or newest is None else spec.end(newest)
     if size is None:
         return None
     got: Any = r.zrevrange(keys.arrivals_index(domain, size), 0, 0)
@@ -181,7 +181,7 @@ def read_snapshot(
         newest = read_newest_window_start(r, keys, spec)
         if newest is not None:
             windows = read_windows(
-                r, keys, spec, since_ms=newest + spec.size_ms - f.range_ms, cache=cache
+                r, keys, spec, since_ms=spec.end(newest) - f.range_ms, cache=cache
             )
     arrivals = {}
     size = read_arrival_size(r, keys)
@@ -200,7 +200,7 @@ def read_snapshot(
     if tumbling is not None:
         t_newest = newest if tumbling == spec else read_newest_window_start(r, keys, tumbling)
         if t_newest is not None:
-            until = t_newest + tumbling.size_ms
+            until = tumbling.end(t_newest)
             since = until - f.latency_range_ms
             merged = read_range_merged(r, keys, since, until, tumbling, cache=cache)
             snap_range = {

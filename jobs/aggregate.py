@@ -41,11 +41,15 @@ from tidegauge.core.windows import (
     STRAGGLER,
     WindowSpec,
     classify,
+    classify_many,
     frontier,
     is_late,
+    late_mask,
     pane_size,
     primary_size,
+    tumbling_start,
     tumbling_starts,
+    window_end,
 )
 
 __all__ = [
@@ -129,7 +133,7 @@ class ServiceWindows:
 
     def _last_end(self, pane_start: int) -> int:
         """End of the last window (any spec) that contains the pane."""
-        return max((pane_start // s.slide_ms) * s.slide_ms + s.size_ms for s in self.window_specs)
+        return max(s.last_end_containing(pane_start) for s in self.window_specs)
 
     def add(
         self,
@@ -166,7 +170,7 @@ class ServiceWindows:
             pane_lateness = np.full(n, np.nan) if lateness is None else lateness[mask]
             for spec in self.window_specs:
                 for w in spec.windows_containing(pane, self.pane_ms):
-                    end = w + spec.size_ms
+                    end = spec.end(w)
                     kind = classify(end, watermark_ms, frontier_ms)
                     if kind == LATE:
                         overdue = 0 if frontier_ms is None else frontier_ms - end
@@ -208,7 +212,7 @@ class ServiceWindows:
         assert self.sessions is not None
         spec = self.sessions.spec
         ends = event_ms + spec.gap_ms
-        late = pd.notna(users) & (ends <= watermark_ms)
+        late = pd.notna(users) & late_mask(ends, watermark_ms)
         if not late.any():
             return
         buckets = tumbling_starts(event_ms[late], spec.size_ms)
@@ -231,16 +235,16 @@ class ServiceWindows:
             for pane in panes
             for spec in self.window_specs
             for w in spec.windows_containing(pane, self.pane_ms)
-            if not is_late(w + spec.size_ms, watermark_ms)
+            if not is_late(spec.end(w), watermark_ms)
         }
         out = {}
         for spec, w in wanted:
             have = [p for p in spec.panes_of(w, self.pane_ms) if p in self.panes]
-            if len(have) == 1 and have[0] + self.pane_ms == w + spec.size_ms:
+            if len(have) == 1 and window_end(have[0], self.pane_ms) == spec.end(w):
                 out[(spec, w)] = self.panes[have[0]]
                 continue
             # Overdue is measured against each pane's end; re-base it on the window's end.
-            shifts = [float(p + self.pane_ms - w - spec.size_ms) for p in have]
+            shifts = [float(window_end(p, self.pane_ms) - spec.end(w)) for p in have]
             out[(spec, w)] = WindowAgg.merged((self.panes[p] for p in have), shifts)
         if self.sessions is not None:
             for b in self._sessions_touched:
@@ -452,12 +456,7 @@ def _classes(
     event_ms: npt.NDArray[np.int64], size_ms: int, watermark: int, front: int | None
 ) -> npt.NDArray[np.int64]:
     """Vectorised `classify` for tumbling windows of `size_ms`."""
-    ends = tumbling_starts(event_ms, size_ms) + size_ms
-    out = np.zeros(len(event_ms), dtype=np.int64)
-    if front is not None:
-        out[ends <= front] = STRAGGLER
-    out[ends <= watermark] = LATE
-    return out
+    return classify_many(tumbling_starts(event_ms, size_ms) + size_ms, watermark, front)
 
 
 def _service_batch(
@@ -517,7 +516,9 @@ def _service_batch(
     classes = _classes(event_ms, size, watermark, front)
     buckets = {}
     if proc_ms is not None:
-        buckets["processing"] = np.full(len(event_ms), proc_ms - proc_ms % size, dtype=np.int64)
+        buckets["processing"] = np.full(
+            len(event_ms), tumbling_start(proc_ms, size), dtype=np.int64
+        )
     known = ~np.isnan(arrival)
     if known.any():
         buckets["broker"] = tumbling_starts(arrival[known].astype(np.int64), size)
@@ -549,7 +550,7 @@ def _service_batch(
                 strict=True,
             )
         ):
-            start = e - e % size
+            start = tumbling_start(e, size)
             k = None if k is None or k != k else int(k)
             _append(
                 rows,

@@ -49,7 +49,7 @@ from jobs.spark import build_session, quiet_task_failures
 from tidegauge.core.config import JobConfig, KafkaSettings, RedisSettings, redact_url
 from tidegauge.core.durations import format_duration, parse_duration
 from tidegauge.core.store import DeadLetter, Keys, connect
-from tidegauge.core.windows import WindowSpec, primary_size
+from tidegauge.core.windows import WindowSpec, advance_watermark, primary_size
 
 __all__ = ["add_arguments", "build_stream", "config_from_args", "run", "run_job", "start_query"]
 
@@ -259,7 +259,7 @@ def progress_summary(progress: Mapping[str, Any], allowed_lateness_ms: int) -> d
     in_force = _iso_ms(event_time.get("watermark")) or 0
     seen_max = _iso_ms(event_time.get("max"))
     # The watermark after this batch is what the next batch will use.
-    after = in_force if seen_max is None else max(in_force, seen_max - allowed_lateness_ms)
+    after = advance_watermark(in_force, [] if seen_max is None else [seen_max], allowed_lateness_ms)
     return {
         "batch_id": progress["batchId"],
         "batch_time": _iso_ms(progress.get("timestamp")) or 0,

@@ -28,7 +28,7 @@ import pandas as pd
 
 from sketches.hll import hash32
 from tidegauge.core.metrics import WindowAgg
-from tidegauge.core.windows import WindowSpec, is_late
+from tidegauge.core.windows import WindowSpec, is_late, late_mask
 
 __all__ = ["Sessions"]
 
@@ -81,7 +81,7 @@ class Sessions:
         last = np.maximum.reduceat(reach, starts)
         events = np.add.reduceat(w, starts)
         owner = np.asarray(names, dtype=object)[codes[starts]]
-        closed = last + gap <= watermark_ms  # Spark's rule: session end <= watermark
+        closed = late_mask(last + gap, watermark_ms)  # Spark's rule: session end <= watermark
         touched = self._close(owner[closed], first[closed], last[closed])
         self.users, self.first = owner[~closed], first[~closed]
         self.last, self.events = last[~closed], events[~closed]

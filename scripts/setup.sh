@@ -34,7 +34,7 @@ java_ok() {
 pkgs=()
 command -v redis-server >/dev/null || pkgs+=(redis-server)
 # Debian's Chromium for the dashboard's real-browser test (Playwright drives it; its own browser
-# download does not work on these machines, see ../shared/NOTES.md).
+# download (`playwright install`) fails where only PyPI and Debian's mirrors are reachable).
 command -v chromium >/dev/null || pkgs+=(chromium)
 "$PYTHON" -c "import venv, ensurepip" 2>/dev/null || pkgs+=(python3-venv)
 if [ ${#pkgs[@]} -gt 0 ]; then

@@ -2,8 +2,8 @@
 
 Records are produced in multi-record batches on purpose (linger_ms, large batch_size): that is
 when the broker's ListOffsets(latest) answers "base offset of the last batch + 1", short of the
-truth (../shared/NOTES.md). Each test checks that its batches really were multi-record, so none
-passes by luck of batch sizes.
+truth (docs/architecture.md, "Stable end offsets"). Each test checks that its batches really
+were multi-record, so none passes by luck of batch sizes.
 """
 
 from __future__ import annotations

@@ -15,7 +15,10 @@ import pytest
 
 from tidegauge.core.windows import (
     advance_watermark,
+    classify,
+    classify_many,
     is_late,
+    late_mask,
     tumbling_start,
     tumbling_starts,
     window_end,
@@ -296,3 +299,59 @@ def test_windows_containing_agrees_with_brute_force() -> None:
 )
 def test_pane_size_divides_every_size_and_slide(specs: list[WindowSpec], pane: int) -> None:
     assert pane_size(specs) == pane
+
+
+# --- the rules the store, the job and the dashboard share (one place, issue 11) ------------------
+
+
+def test_spec_end_and_rate() -> None:
+    spec = WindowSpec(60_000, 10_000)
+    assert spec.end(120_000) == 180_000
+    assert spec.rate_per_s(300) == 5.0
+
+
+@pytest.mark.parametrize(
+    ("spec", "start", "watermark", "closed"),
+    [
+        #   [0, 10s) with the watermark at 9.999s: open; at 10s: closed (end <= watermark)
+        (WindowSpec.tumbling(10_000), 0, 9_999, False),
+        (WindowSpec.tumbling(10_000), 0, 10_000, True),
+        (WindowSpec(30_000, 10_000), 10_000, 39_999, False),
+        (WindowSpec(30_000, 10_000), 10_000, 40_000, True),
+        (WindowSpec.tumbling(10_000), 0, None, False),  # no watermark yet
+        # a session's stored window is its start bucket; the session may still grow
+        (WindowSpec.session(30_000, 10_000), 0, 10**12, False),
+    ],
+)
+def test_is_closed(spec: WindowSpec, start: int, watermark: int | None, closed: bool) -> None:
+    assert spec.is_closed(start, watermark) is closed
+
+
+def test_lies_within_and_index_bound() -> None:
+    spec = WindowSpec.tumbling(10_000)
+    #   range [15s, 45s): [20s, 30s) and [30s, 40s) lie inside; [10s, 20s) and [40s, 50s) do not
+    inside = [s for s in range(0, 60_000, 10_000) if spec.lies_within(s, 15_000, 45_000)]
+    assert inside == [20_000, 30_000]
+    # windows overlapping [15s, ...) start after 15s - 10s: [10s, 20s) is the first
+    assert spec.first_start_overlapping(15_000) == 5_001
+    assert all(
+        (s >= spec.first_start_overlapping(15_000)) == (spec.end(s) > 15_000)
+        for s in range(0, 40_000, 1_000)
+    )
+
+
+def test_last_end_containing() -> None:
+    # hopping 30s/10s: t = 25s lies in [0, 30), [10, 40), [20, 50): the last ends at 50s
+    assert WindowSpec(30_000, 10_000).last_end_containing(25_000) == 50_000
+    assert WindowSpec.tumbling(10_000).last_end_containing(25_000) == 30_000
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_classify_many_is_classify_per_element(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    ends = rng.integers(0, 100_000, 500)
+    watermark = int(rng.integers(0, 100_000))
+    for front in (None, watermark + int(rng.integers(0, 30_000))):
+        got = classify_many(ends, watermark, front)
+        assert got.tolist() == [classify(int(e), watermark, front) for e in ends]
+    assert late_mask(ends, watermark).tolist() == [is_late(int(e), watermark) for e in ends]

@@ -21,7 +21,7 @@ from sketches.tdigest import TDigest
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.config import RedisSettings
 from tidegauge.core.metrics import LateAgg, WindowAgg, fraction_at_least
-from tidegauge.core.windows import WindowSpec
+from tidegauge.core.windows import WindowSpec, tumbling_start
 
 __all__ = [
     "ALL_SERVICES",
@@ -297,7 +297,7 @@ def _starts(
     until_ms: int | None,
     with_late: bool = True,
 ) -> list[int]:
-    lo = "-inf" if since_ms is None else since_ms - spec.size_ms + 1
+    lo = "-inf" if since_ms is None else spec.first_start_overlapping(since_ms)
     hi = "+inf" if until_ms is None else until_ms - 1
     found: set[int] = set()
     indexes = [keys.window_index(spec.key)] + ([keys.late_index(spec.key)] if with_late else [])
@@ -324,7 +324,7 @@ def _sync(r: redis.Redis, keys: Keys, cache: ClosedWindows | None) -> int | None
 
 def _reusable(spec: WindowSpec, start: int, watermark: int | None) -> bool:
     """A window no event can change any more (sessions grow their end: never reused)."""
-    return watermark is not None and spec.kind != "session" and start + spec.size_ms <= watermark
+    return spec.is_closed(start, watermark)
 
 
 def read_windows(
@@ -361,7 +361,7 @@ def read_windows(
     got = iter(pipe.execute() if starts else [])
     rows: list[WindowRow] = []
     for start in starts:
-        closed = watermark is not None and start + spec.size_ms <= watermark
+        closed = spec.is_closed(start, watermark)
         shown = known.get(start)
         if shown is None:
             docs = {_s(k): json.loads(v) for k, v in next(got).items()}
@@ -448,10 +448,10 @@ def _row(
     n = int(doc.get("count", 0))
     return WindowRow(
         window_start=start,
-        window_end=start + spec.size_ms,
+        window_end=spec.end(start),
         service=service,
         count=n,
-        events_per_s=n * 1000.0 / spec.size_ms,
+        events_per_s=spec.rate_per_s(n),
         late=late,
         stragglers=stragglers,
         revision=revision,
@@ -521,7 +521,7 @@ def read_range(
         return RangeResult(
             service, since_ms, until_ms, None, None, 0, agg.metrics(until_ms - since_ms), agg
         )
-    lo, hi = starts[0], starts[-1] + spec.size_ms
+    lo, hi = starts[0], spec.end(starts[-1])
     return RangeResult(service, since_ms, until_ms, lo, hi, n, agg.metrics(hi - lo), agg)
 
 
@@ -564,7 +564,7 @@ def read_range_merged(
     starts = [
         s
         for s in _starts(r, keys, spec, since_ms, until_ms, with_late=False)
-        if s >= since_ms and s + spec.size_ms <= until_ms
+        if spec.lies_within(s, since_ms, until_ms)
     ]
     # (aggregate by service, windows merged into it by service): blocks, then single windows
     parts: list[tuple[dict[str, WindowAgg], dict[str, int]]] = []
@@ -574,10 +574,11 @@ def read_range_merged(
         span = MERGE_BLOCK * spec.size_ms
         blocks: dict[int, list[int]] = {}
         for start in starts:
-            blocks.setdefault(start - start % span, []).append(start)
+            blocks.setdefault(tumbling_start(start, span), []).append(start)
+        block_spec = WindowSpec.tumbling(span)
         for first, members in blocks.items():
-            whole = first >= since_ms and first + span <= until_ms
-            if not (whole and _reusable(WindowSpec.tumbling(span), first, watermark)):
+            whole = block_spec.lies_within(first, since_ms, until_ms)
+            if not (whole and _reusable(block_spec, first, watermark)):
                 loose += members
                 continue
             block = cache.get("blocks", spec.key, first)
@@ -779,7 +780,7 @@ def read_lateness(
     starts = [
         s
         for s in _starts(r, keys, spec, since_ms, until_ms)
-        if s >= since_ms and s + spec.size_ms <= until_ms
+        if spec.lies_within(s, since_ms, until_ms)
     ]
     lates = _stamped(
         r,

@@ -39,6 +39,8 @@ __all__ = [
     "WindowSpec",
     "advance_watermark",
     "classify",
+    "classify_many",
+    "late_mask",
     "frontier",
     "pane_size",
     "primary_size",
@@ -112,6 +114,23 @@ def classify(window_end_ms: int, watermark_ms: int, frontier_ms: int | None) -> 
     if frontier_ms is not None and window_end_ms <= frontier_ms:
         return STRAGGLER
     return ON_TIME
+
+
+def classify_many(
+    window_end_ms: npt.NDArray[np.int64], watermark_ms: int, frontier_ms: int | None
+) -> npt.NDArray[np.int64]:
+    """Vectorised `classify`: ON_TIME, STRAGGLER or LATE for each window end of a column."""
+    ends = np.asarray(window_end_ms, dtype=np.int64)
+    out = np.full(len(ends), ON_TIME, dtype=np.int64)
+    if frontier_ms is not None:
+        out[ends <= frontier_ms] = STRAGGLER
+    out[late_mask(ends, watermark_ms)] = LATE
+    return out
+
+
+def late_mask(window_end_ms: npt.NDArray[np.int64], watermark_ms: int) -> npt.NDArray[np.bool_]:
+    """Vectorised `is_late` for a column of window ends."""
+    return np.asarray(window_end_ms, dtype=np.int64) <= watermark_ms
 
 
 def advance_watermark(
@@ -201,6 +220,41 @@ class WindowSpec:
             raise ValueError(f"not a window key: {key!r}")
         size, _, slide = key.partition("-")
         return cls(int(size), int(slide) if slide else int(size))
+
+    def end(self, start_ms: int) -> int:
+        """Exclusive end of this spec's window starting at `start_ms` (a session: its bucket)."""
+        return window_end(start_ms, self.size_ms)
+
+    def is_closed(self, start_ms: int, watermark_ms: int | None) -> bool:
+        """No event can change the window any more: the watermark has passed its end.
+
+        A session's stored window is its start bucket; the session's own end keeps growing
+        while the user is active, so a session window is never closed by this rule.
+        """
+        return (
+            watermark_ms is not None
+            and self.kind != "session"
+            and is_late(self.end(start_ms), watermark_ms)
+        )
+
+    def lies_within(self, start_ms: int, since_ms: int, until_ms: int) -> bool:
+        """The whole window [start, end) lies inside [since, until)."""
+        return start_ms >= since_ms and self.end(start_ms) <= until_ms
+
+    def first_start_overlapping(self, since_ms: int) -> int:
+        """Smallest window start (not rounded to a slide) whose window still reaches `since_ms`.
+
+        The lower bound of an index scan for windows overlapping [since, ...).
+        """
+        return since_ms - self.size_ms + 1
+
+    def last_end_containing(self, ts_ms: int) -> int:
+        """End of the last window of this spec (by start) that holds `ts_ms`."""
+        return self.end(tumbling_start(ts_ms, self.slide_ms))
+
+    def rate_per_s(self, count: int) -> float:
+        """Events per second of a window of this spec holding `count` events."""
+        return count * 1000.0 / self.size_ms
 
     def windows_containing(self, pane_start_ms: int, pane_ms: int) -> list[int]:
         """Starts of the windows that contain the whole pane [pane_start, pane_start + pane_ms)."""

@@ -406,7 +406,7 @@ class _Demo:
         env[ENV_REDIS_URL] = redis_url
         env["PYTHONUNBUFFERED"] = "1"
         # Without these Spark may start another interpreter for its Python workers, which then
-        # time out connecting back (see NOTES.md).
+        # time out ("Timed out while waiting for the Python worker to connect back").
         env.setdefault("PYSPARK_PYTHON", sys.executable)
         env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         # Nobody edits the app during a demo; watching files would only cost CPU on small boxes.

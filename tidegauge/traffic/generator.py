@@ -3,11 +3,12 @@
 The generator is the pipeline's ground truth. It decides every record's event time, the instant it
 is sent, the instant the broker receives it and the disorder it carries (out-of-order, late,
 skewed, duplicated, malformed, buffered), so a test can compute the exact answer the job should
-give. Everything here is pure: no Kafka, no wall clock. The start of event time is passed in,
-and the randomness comes from a numpy `Generator` seeded by `GeneratorConfig.seed`. `tidegauge.traffic.producer` is the thin I/O edge that sends the
-records and writes the ground truth file; `tidegauge.traffic.cli` holds the `tidegauge produce`
-flags. The configuration (`config.py`), the record model (`records.py`), the live commands
-(`live.py`) and the malformed kinds (`malformed.py`) are modules of their own.
+give. Everything here is pure: no Kafka, no wall clock. The start of event time is passed in, and
+the randomness comes from a numpy `Generator` seeded by `GeneratorConfig.seed`.
+`tidegauge.traffic.producer` is the thin I/O edge that sends the records and writes the ground
+truth file; `tidegauge.traffic.cli` holds the `tidegauge produce` flags. The configuration
+(`config.py`), the record model (`records.py`), the live commands (`live.py`) and the malformed
+kinds (`malformed.py`) are modules of their own.
 
 Time is epoch milliseconds (UTC) everywhere. The generator keeps a clock: the instant (in event
 time) at which the simulated devices send each record. In `--pace realtime` that clock is pinned
@@ -71,8 +72,6 @@ _CHUNK = 4096
 _NONE7: tuple[None, ...] = (None,) * 7
 _NONE8: tuple[None, ...] = (None,) * 8
 _NONE12: tuple[None, ...] = (None,) * 12
-
-
 
 
 def generate(

@@ -114,4 +114,3 @@ def live_burst_event_id(seed: int, request_id: int, k: int) -> str:
     bursts' and from ordinary ids, whatever order the bursts come in.
     """
     return f"{seed:x}-r{request_id}-{k:07d}"
-
