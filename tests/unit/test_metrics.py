@@ -347,13 +347,42 @@ def _good() -> bytes:
     return agg_of(f64(1.0, 2.0), i64(200, 500), users("a", "b")).to_bytes()
 
 
-def _with_header(**changes: Any) -> bytes:
-    good = _good()
-    header = struct.Struct("<4sBqqIIII")
-    names = ["magic", "version", "count", "errors", "n_td", "n_hll", "n_late", "n_over"]
-    fields = dict(zip(names, header.unpack_from(good), strict=True))
-    fields.update(changes)
-    return header.pack(*fields.values()) + good[header.size :]
+def _entries(blob: bytes) -> list[tuple[bytes, bytes]]:
+    """The (name, payload) entries of a version-3 aggregate, read independently of the code."""
+    assert blob[:5] == b"TGWA\x03"
+    (n,) = struct.unpack_from("<H", blob, 5)
+    pos, out = 7, []
+    for _ in range(n):
+        k = blob[pos]
+        name = blob[pos + 1 : pos + 1 + k]
+        (size,) = struct.unpack_from("<I", blob, pos + 1 + k)
+        start = pos + 1 + k + 4
+        out.append((name, blob[start : start + size]))
+        pos = start + size
+    assert pos == len(blob)
+    return out
+
+
+def _pack(entries: list[tuple[bytes, bytes]], version: int = 3, magic: bytes = b"TGWA") -> bytes:
+    head = struct.pack("<4sBH", magic, version, len(entries))
+    return head + b"".join(
+        struct.pack("<B", len(n)) + n + struct.pack("<I", len(p)) + p for n, p in entries
+    )
+
+
+def _good_entries() -> list[tuple[bytes, bytes]]:
+    return _entries(_good())
+
+
+def _with_entry(name: bytes, payload: bytes) -> bytes:
+    return _pack([(n, payload if n == name else p) for n, p in _good_entries()])
+
+
+def test_stored_entries_are_the_built_in_metrics_in_order() -> None:
+    names = [n for n, _ in _good_entries()]
+    assert names == [b"count", b"errors", b"latency", b"users", b"lateness", b"overdue"]
+    assert dict(_good_entries())[b"count"] == struct.pack("<q", 2)
+    assert dict(_good_entries())[b"errors"] == struct.pack("<q", 1)
 
 
 @pytest.mark.parametrize(
@@ -363,18 +392,56 @@ def _with_header(**changes: Any) -> bytes:
         pytest.param(b"TGWA", id="magic-only"),
         pytest.param(b"\x00" * 64, id="zeros"),
         pytest.param(json.dumps({"count": 3}).encode(), id="json"),
-        pytest.param(_with_header(magic=b"XXXX"), id="bad-magic"),
-        pytest.param(_with_header(version=1), id="other-version"),
+        pytest.param(_pack(_good_entries(), magic=b"XXXX"), id="bad-magic"),
+        pytest.param(_pack(_good_entries(), version=1), id="other-version"),
         pytest.param(_good()[:-1], id="truncated"),
         pytest.param(_good() + b"\x00", id="trailing-byte"),
-        pytest.param(_with_header(n_td=1), id="lengths-disagree"),
-        pytest.param(_good()[:29] + b"XXXX" + _good()[33:], id="corrupt-digest-magic"),
-        pytest.param(_good()[:-4] + b"\xff" * 4, id="corrupt-hll-body"),
+        pytest.param(_good()[:7] + b"\x05count" + struct.pack("<I", 9_999), id="lengths-disagree"),
+        pytest.param(
+            _with_entry(b"latency", b"XXXX" + dict(_good_entries())[b"latency"][4:]),
+            id="corrupt-digest-magic",
+        ),
+        pytest.param(
+            _with_entry(b"users", dict(_good_entries())[b"users"][:-4] + b"\xff" * 4),
+            id="corrupt-hll-body",
+        ),
+        pytest.param(_with_entry(b"count", b"\x01\x02"), id="short-count"),
     ],
 )
 def test_from_bytes_refuses_garbage(data: bytes) -> None:
     with pytest.raises(ValueError):
         WindowAgg.from_bytes(data)
+
+
+def test_version_2_aggregates_still_read() -> None:
+    # what the release before the registry wrote (checkpoints and Redis hold these)
+    a = agg_of(f64(1.0, 2.0, 40.0), i64(200, 500, 503), users("a", "b", "c"))
+    a.lateness.update(f64(5.0, 7.0))
+    a.overdue.update(f64(100.0))
+    blobs = [a.latency.to_bytes(), a.users.to_bytes(), a.lateness.to_bytes(), a.overdue.to_bytes()]
+    v2 = struct.pack("<4sBqqIIII", b"TGWA", 2, a.count, a.errors, *map(len, blobs)) + b"".join(
+        blobs
+    )
+    back = WindowAgg.from_bytes(v2)
+    assert back == a
+    assert back.metrics(10_000) == a.metrics(10_000)
+    assert WindowAgg.from_bytes(v2, with_lateness=False).lateness.count == 0
+    with pytest.raises(ValueError):
+        WindowAgg.from_bytes(v2[:-1])
+
+
+def test_an_aggregate_stored_before_a_metric_existed_reads_it_as_empty() -> None:
+    a = agg_of(f64(1.0, 2.0), i64(200, 500), users("a", "b"))
+    without_users = _pack([(n, p) for n, p in _entries(a.to_bytes()) if n != b"users"])
+    back = WindowAgg.from_bytes(without_users)
+    assert back.count == 2 and back.latency == a.latency
+    assert back.users == HyperLogLog() and back.metrics(1_000)["distinct_users"] == 0
+
+
+def test_an_entry_of_a_metric_not_registered_here_is_skipped() -> None:
+    a = agg_of(f64(1.0, 2.0), i64(200, 500), users("a", "b"))
+    extra = _pack([*_entries(a.to_bytes()), (b"from_a_plugin", b"\x00\x01\x02")])
+    assert WindowAgg.from_bytes(extra) == a
 
 
 # --- LateAgg, fraction_at_least, lateness and overdue digests -----------------------------------

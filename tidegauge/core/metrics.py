@@ -1,15 +1,21 @@
-"""The mergeable aggregate of one window (or pane) for one service, and the metrics it yields.
+"""The mergeable aggregate of one window (or pane) for one service, and the built-in metrics.
 
 Pure (numpy + sketches, no Spark). Executors build pane aggregates and merge them into windows;
 the sink merges services into `*`; the read API merges windows into any range. All three use the
 same `WindowAgg.merged`, so a range answer is by construction the merge of its windows.
+
+A `WindowAgg` holds one state per registered metric (tidegauge/core/registry.py). The built-in
+metrics are declared at the end of this module: count, errors, latency (t-digest), users
+(HyperLogLog), lateness and overdue (t-digests). Stored aggregates are self-describing: a list
+of (metric name, bytes) entries, so adding a metric invalidates neither checkpoints nor stored
+windows.
 """
 
 from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +24,14 @@ import numpy.typing as npt
 
 from sketches.hll import HyperLogLog, hash32
 from sketches.tdigest import TDigest
+from tidegauge.core.registry import (
+    Batch,
+    Metric,
+    ResultContext,
+    finite_or_none,
+    metrics,
+    register_metric,
+)
 
 __all__ = ["LATENESS_PERCENTILES", "PERCENTILES", "LateAgg", "WindowAgg", "fraction_at_least"]
 
@@ -34,9 +48,16 @@ PERCENTILES: dict[str, float] = {
 LATENESS_PERCENTILES: dict[str, float] = {"lateness_p50": 0.5, "lateness_p99": 0.99}
 
 _MAGIC = b"TGWA"
-_VERSION = 2
-# magic, version, count, errors, len(latency digest), len(hll), len(lateness), len(overdue)
-_HEADER = struct.Struct("<4sBqqIIII")
+#: Version 3: magic, version u8, entries u16, then per entry: name length u8, name (UTF-8),
+#: payload length u32, payload (the metric's own encoding).
+_VERSION = 3
+_HEADER = struct.Struct("<4sBH")
+_NAME = struct.Struct("<B")
+_PAYLOAD = struct.Struct("<I")
+#: Version 2 (before the registry): magic, version, count, errors, then the lengths of the
+#: latency digest, users HyperLogLog, lateness and overdue digests. Still read.
+_V2_HEADER = struct.Struct("<4sBqqIIII")
+_INT = struct.Struct("<q")
 _LATE_MAGIC = b"TGLA"
 _LATE_HEADER = struct.Struct("<4sBqII")  # magic, version, count, len(lateness), len(overdue)
 
@@ -53,23 +74,65 @@ def fraction_at_least(digest: TDigest, threshold_ms: float, total: int) -> float
     return digest.count * (1.0 - below) / total
 
 
-@dataclass
 class WindowAgg:
-    """Events, errors (status >= 500), latency and lateness t-digests, a users HyperLogLog.
+    """One state per registered metric: events, errors, latency, users, lateness, overdue, ...
 
     `lateness` holds arrival (broker timestamp) - event time per event, in ms. `overdue`
     holds, for each event that arrived after the event-time frontier had passed its window's
     end, by how much (frontier - window end, ms, >= 0 when added): with allowed lateness L the
     event would have been late exactly when that value is >= L, which is what the what-if
     question ("how many would be late with L?") reads. See docs/time.md.
+
+    The built-in states are also attributes (`count`, `errors`, `latency`, `users`, `lateness`,
+    `overdue`); every state, built-in or not, is in `states` by metric name.
     """
 
-    count: int = 0
-    errors: int = 0
-    latency: TDigest = field(default_factory=TDigest)
-    users: HyperLogLog = field(default_factory=HyperLogLog)
-    lateness: TDigest = field(default_factory=TDigest)
-    overdue: TDigest = field(default_factory=TDigest)
+    __slots__ = ("registered", "states")
+
+    def __init__(
+        self,
+        count: int = 0,
+        errors: int = 0,
+        latency: TDigest | None = None,
+        users: HyperLogLog | None = None,
+        lateness: TDigest | None = None,
+        overdue: TDigest | None = None,
+        *,
+        registered: Sequence[Metric] | None = None,
+    ) -> None:
+        self.registered: tuple[Metric, ...] = tuple(metrics() if registered is None else registered)
+        self.states: dict[str, Any] = {m.name: m.empty() for m in self.registered}
+        given = {
+            "count": count,
+            "errors": errors,
+            "latency": latency,
+            "users": users,
+            "lateness": lateness,
+            "overdue": overdue,
+        }
+        for name, value in given.items():
+            if value is not None and name in self.states:
+                self.states[name] = value
+
+    # The built-in states by name (what most callers read).
+    count = property(lambda self: self.states["count"], lambda self, v: self._set("count", v))
+    errors = property(lambda self: self.states["errors"], lambda self, v: self._set("errors", v))
+    latency = property(lambda self: self.states["latency"], lambda self, v: self._set("latency", v))
+    users = property(lambda self: self.states["users"], lambda self, v: self._set("users", v))
+    lateness = property(
+        lambda self: self.states["lateness"], lambda self, v: self._set("lateness", v)
+    )
+    overdue = property(lambda self: self.states["overdue"], lambda self, v: self._set("overdue", v))
+
+    def _set(self, name: str, value: Any) -> None:
+        self.states[name] = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, WindowAgg) and self.states == other.states
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.states.items())
+        return f"WindowAgg({inner})"
 
     def add(
         self,
@@ -88,34 +151,37 @@ class WindowAgg:
         user_hashes: npt.NDArray[np.uint32] | None,
         lateness_ms: npt.NDArray[np.float64] | None = None,
         overdue_ms: npt.NDArray[np.float64] | None = None,
+        extra: Mapping[str, npt.NDArray[Any]] | None = None,
     ) -> None:
         """`add` with user ids already hashed by `sketches.hll.hash32` (nulls dropped).
 
         The job hashes a micro-batch's user column once and splits the hashes by pane.
         `lateness_ms` (NaN = unknown) and `overdue_ms` (only the events that have one) are
-        optional so sessions and tests can leave them out.
+        optional so sessions and tests can leave them out. `extra` holds the columns of
+        registered optional event fields (tidegauge/core/events.py), one entry per event.
         """
-        self.count += len(latency_ms)
-        self.errors += int(np.count_nonzero(status >= 500))
-        lat = latency_ms[~np.isnan(latency_ms)]
-        if len(lat):
-            self.latency.update(lat)
-        if user_hashes is not None and len(user_hashes):
-            self.users.update_hashes(user_hashes)
-        if lateness_ms is not None and len(lateness_ms):
-            self.lateness.update(lateness_ms)
-        if overdue_ms is not None and len(overdue_ms):
-            self.overdue.update(overdue_ms)
+        columns: dict[str, npt.NDArray[Any]] = {"latency_ms": latency_ms, "status": status}
+        if user_hashes is not None:
+            columns["user_hash"] = user_hashes
+        if lateness_ms is not None:
+            columns["lateness_ms"] = lateness_ms
+        if overdue_ms is not None:
+            columns["overdue_ms"] = overdue_ms
+        if extra:
+            columns.update(extra)
+        self.update(Batch(len(latency_ms), columns))
+
+    def update(self, batch: Batch) -> None:
+        """Every metric takes in the batch's columns it reads."""
+        for m in self.registered:
+            self.states[m.name] = m.update(self.states[m.name], batch)
 
     def merge(self, *others: WindowAgg) -> None:
         """Fold other aggregates into this one (sketch parameters must match)."""
-        for o in others:
-            self.count += o.count
-            self.errors += o.errors
-        self.latency.merge(*(o.latency for o in others))
-        self.users.merge(*(o.users for o in others))
-        self.lateness.merge(*(o.lateness for o in others))
-        self.overdue.merge(*(o.overdue for o in others))
+        for m in self.registered:
+            self.states[m.name] = m.merge(
+                [self.states[m.name], *(o.states.get(m.name, m.empty()) for o in others)]
+            )
 
     @classmethod
     def merged(
@@ -125,92 +191,101 @@ class WindowAgg:
         *,
         with_lateness: bool = True,
     ) -> WindowAgg:
-        """One aggregate of many, merging each sketch kind in one pass.
+        """One aggregate of many, merging each metric in one pass.
 
-        `overdue_shifts_ms` (one per aggregate) re-bases each `overdue` digest before merging:
-        panes measure it against their own end, a window against its end, so a pane ending
-        `d` ms before its window contributes its digest shifted by -d. `with_lateness=False`
-        leaves both lateness digests empty: a reader of latency and users skips that work.
+        `overdue_shifts_ms` (one per aggregate) re-bases each shiftable state (overdue) before
+        merging: panes measure it against their own end, a window against its end, so a pane
+        ending `d` ms before its window contributes its digest shifted by -d.
+        `with_lateness=False` leaves the lateness metrics empty: a reader of latency and users
+        skips that work.
         """
         items = list(aggs)
+        out = cls()
         if not items:
-            return cls()
-        if not with_lateness:
-            return cls(
-                count=sum(a.count for a in items),
-                errors=sum(a.errors for a in items),
-                latency=TDigest.merged(a.latency for a in items),
-                users=HyperLogLog.merged(a.users for a in items),
-            )
-        overdue = [a.overdue for a in items]
-        if overdue_shifts_ms is not None:
-            overdue = [
-                d.shifted(s) if s else d for d, s in zip(overdue, overdue_shifts_ms, strict=True)
-            ]
-        return cls(
-            count=sum(a.count for a in items),
-            errors=sum(a.errors for a in items),
-            latency=TDigest.merged(a.latency for a in items),
-            users=HyperLogLog.merged(a.users for a in items),
-            lateness=TDigest.merged(a.lateness for a in items),
-            overdue=TDigest.merged(overdue),
-        )
+            return out
+        shifts = None if overdue_shifts_ms is None else list(overdue_shifts_ms)
+        for m in out.registered:
+            if m.lateness and not with_lateness:
+                continue
+            states = [a.states.get(m.name, m.empty()) for a in items]
+            if shifts is not None and m.shift is not None:
+                states = [m.shift(st, d) if d else st for st, d in zip(states, shifts, strict=True)]
+            out.states[m.name] = m.merge(states)
+        return out
 
     def metrics(self, duration_ms: int) -> dict[str, Any]:
-        """The numbers shown for a window (or range) lasting `duration_ms`."""
-        q = (
-            self.latency.quantile(np.array(list(PERCENTILES.values())))
-            if self.latency.count
-            else None
-        )
-        out: dict[str, Any] = {
-            "count": self.count,
-            "events_per_s": self.count * 1000.0 / duration_ms,
-            "errors": self.errors,
-            "error_rate": self.errors / self.count if self.count else 0.0,
-            "latency_count": self.latency.count,
-            "latency_mean": self.latency.mean if self.latency.count else None,
-            "distinct_users": round(self.users.estimate()),
-        }
-        for i, name in enumerate(PERCENTILES):
-            out[name] = None if q is None else _finite(float(q[i]))
-        out.update(_lateness_metrics(self.lateness))
+        """The result fields of every metric for a window (or range) lasting `duration_ms`."""
+        context = ResultContext(self.states.get("count", 0), duration_ms)
+        out: dict[str, Any] = {}
+        for m in self.registered:
+            out.update(m.results(self.states[m.name], context))
         return out
 
     def to_bytes(self) -> bytes:
-        """Versioned binary: header, then the four sketches' own encodings."""
-        parts = [
-            self.latency.to_bytes(),
-            self.users.to_bytes(),
-            self.lateness.to_bytes(),
-            self.overdue.to_bytes(),
-        ]
-        head = _HEADER.pack(_MAGIC, _VERSION, self.count, self.errors, *(len(p) for p in parts))
-        return head + b"".join(parts)
+        """Self-describing binary: a header, then one (name, payload) entry per metric."""
+        parts = [_HEADER.pack(_MAGIC, _VERSION, len(self.registered))]
+        for m in self.registered:
+            name = m.name.encode()
+            payload = m.encode(self.states[m.name])
+            parts += [_NAME.pack(len(name)), name, _PAYLOAD.pack(len(payload)), payload]
+        return b"".join(parts)
 
     @classmethod
     def from_bytes(cls, data: bytes, with_lateness: bool = True) -> WindowAgg:
-        """Inverse of `to_bytes`; ValueError on anything else.
+        """Inverse of `to_bytes` (also reads version 2); ValueError on anything else.
 
-        `with_lateness=False` leaves the two lateness digests empty instead of decoding them:
-        readers of latency and users only (range queries, the dashboard) skip half the work.
+        A metric the data does not hold (stored before it existed) reads back empty; an entry
+        of a metric not registered here is skipped. `with_lateness=False` leaves the lateness
+        metrics empty instead of decoding them: readers of latency and users only (range
+        queries, the dashboard) skip half the work.
         """
-        if len(data) < _HEADER.size:
+        out = cls()
+        by_name = {m.name: m for m in out.registered}
+        for name, blob in _entries(data):
+            m = by_name.get(name)
+            if m is None or (m.lateness and not with_lateness):
+                continue
+            try:
+                out.states[name] = m.decode(blob)
+            except (struct.error, ValueError) as e:
+                raise ValueError(f"window aggregate: bad {name!r} entry: {e}") from None
+        return out
+
+
+def _entries(data: bytes) -> list[tuple[str, bytes]]:
+    """The (metric name, payload) entries of a stored aggregate, version 3 or 2."""
+    if len(data) >= 5 and data[:4] == _MAGIC and data[4] == 2:
+        if len(data) < _V2_HEADER.size:
             raise ValueError("window aggregate: too short")
-        magic, version, count, errors, *sizes = _HEADER.unpack_from(data)
-        if magic != _MAGIC or version != _VERSION:
-            raise ValueError(f"window aggregate: bad magic/version {magic!r}/{version}")
-        if len(data) != _HEADER.size + sum(sizes):
+        _, _, count, errors, *sizes = _V2_HEADER.unpack_from(data)
+        if len(data) != _V2_HEADER.size + sum(sizes):
             raise ValueError("window aggregate: length mismatch")
-        blobs = _split(data, _HEADER.size, sizes)
-        return cls(
-            count,
-            errors,
-            TDigest.from_bytes(blobs[0]),
-            HyperLogLog.from_bytes(blobs[1]),
-            TDigest.from_bytes(blobs[2]) if with_lateness else TDigest(),
-            TDigest.from_bytes(blobs[3]) if with_lateness else TDigest(),
-        )
+        blobs = _split(data, _V2_HEADER.size, sizes)
+        names = ("latency", "users", "lateness", "overdue")
+        ints = [("count", _INT.pack(count)), ("errors", _INT.pack(errors))]
+        return ints + list(zip(names, blobs, strict=True))
+    if len(data) < _HEADER.size:
+        raise ValueError("window aggregate: too short")
+    magic, version, n = _HEADER.unpack_from(data)
+    if magic != _MAGIC or version != _VERSION:
+        raise ValueError(f"window aggregate: bad magic/version {magic!r}/{version}")
+    pos, out = _HEADER.size, []
+    try:
+        for _ in range(n):
+            (k,) = _NAME.unpack_from(data, pos)
+            name = data[pos + 1 : pos + 1 + k].decode()
+            pos += 1 + k
+            (size,) = _PAYLOAD.unpack_from(data, pos)
+            pos += _PAYLOAD.size
+            if pos + size > len(data):
+                raise ValueError("window aggregate: length mismatch")
+            out.append((name, data[pos : pos + size]))
+            pos += size
+    except (struct.error, UnicodeDecodeError):
+        raise ValueError("window aggregate: truncated entry") from None
+    if pos != len(data):
+        raise ValueError("window aggregate: length mismatch")
+    return out
 
 
 @dataclass
@@ -284,3 +359,141 @@ def _lateness_metrics(digest: TDigest) -> dict[str, float | None]:
 
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
+
+
+# --- the built-in metrics, in the order their fields are reported --------------------------------
+
+
+def _int_metric(
+    name: str, update: Any, results: Any, fields: tuple[str, ...], labels: Mapping[str, str]
+) -> Metric:
+    return Metric(
+        name=name,
+        empty=int,
+        update=update,
+        merge=lambda states: sum(states),
+        results=results,
+        fields=fields,
+        encode=lambda v: _INT.pack(v),
+        decode=lambda b: _INT.unpack(b)[0],
+        labels=labels,
+    )
+
+
+def _count_update(state: int, batch: Batch) -> int:
+    return state + batch.n
+
+
+def _errors_update(state: int, batch: Batch) -> int:
+    status = batch.get("status")
+    return state if status is None else state + int(np.count_nonzero(status >= 500))
+
+
+def _digest_update(column: str) -> Any:
+    def update(state: TDigest, batch: Batch) -> TDigest:
+        values = batch.get(column)
+        if values is not None and len(values):
+            state.update(values)
+        return state
+
+    return update
+
+
+def _latency_update(state: TDigest, batch: Batch) -> TDigest:
+    values = batch.get("latency_ms")
+    if values is not None and len(values):
+        values = values[~np.isnan(values)]
+        if len(values):
+            state.update(values)
+    return state
+
+
+def _latency_results(state: TDigest, _: ResultContext) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "latency_count": state.count,
+        "latency_mean": state.mean if state.count else None,
+    }
+    q = state.quantile(np.array(list(PERCENTILES.values()))) if state.count else None
+    for i, name in enumerate(PERCENTILES):
+        out[name] = None if q is None else finite_or_none(float(q[i]))
+    return out
+
+
+def _users_update(state: HyperLogLog, batch: Batch) -> HyperLogLog:
+    hashes = batch.get("user_hash")
+    if hashes is not None and len(hashes):
+        state.update_hashes(hashes)
+    return state
+
+
+COUNT = register_metric(
+    _int_metric(
+        "count",
+        _count_update,
+        lambda s, c: {"count": s, "events_per_s": s * 1000.0 / c.duration_ms},
+        ("count", "events_per_s"),
+        {"count": "events", "events_per_s": "events/s"},
+    )
+)
+ERRORS = register_metric(
+    _int_metric(
+        "errors",
+        _errors_update,
+        lambda s, c: {"errors": s, "error_rate": s / c.count if c.count else 0.0},
+        ("errors", "error_rate"),
+        {"errors": "errors", "error_rate": "error rate"},
+    )
+)
+LATENCY = register_metric(
+    Metric(
+        name="latency",
+        empty=TDigest,
+        update=_latency_update,
+        merge=TDigest.merged,
+        results=_latency_results,
+        fields=("latency_count", "latency_mean", *PERCENTILES),
+        encode=TDigest.to_bytes,
+        decode=TDigest.from_bytes,
+        labels={"latency_mean": "mean ms", **{p: f"{p} ms" for p in PERCENTILES}},
+    )
+)
+USERS = register_metric(
+    Metric(
+        name="users",
+        empty=HyperLogLog,
+        update=_users_update,
+        merge=HyperLogLog.merged,
+        results=lambda s, _: {"distinct_users": round(s.estimate())},
+        fields=("distinct_users",),
+        encode=HyperLogLog.to_bytes,
+        decode=HyperLogLog.from_bytes,
+        labels={"distinct_users": "users"},
+    )
+)
+LATENESS = register_metric(
+    Metric(
+        name="lateness",
+        empty=TDigest,
+        update=_digest_update("lateness_ms"),
+        merge=TDigest.merged,
+        results=lambda s, _: _lateness_metrics(s),
+        fields=(*LATENESS_PERCENTILES, "lateness_max"),
+        encode=TDigest.to_bytes,
+        decode=TDigest.from_bytes,
+        lateness=True,
+    )
+)
+OVERDUE = register_metric(
+    Metric(
+        name="overdue",
+        empty=TDigest,
+        update=_digest_update("overdue_ms"),
+        merge=TDigest.merged,
+        results=lambda s, _: {},
+        fields=(),
+        encode=TDigest.to_bytes,
+        decode=TDigest.from_bytes,
+        lateness=True,
+        shift=lambda s, d: s.shifted(d),
+    )
+)
