@@ -22,11 +22,17 @@ from dashboard import chart, data, figures, frames
 from dashboard.run import app_settings
 from tidegauge.core import control
 from tidegauge.core.closed_windows import ClosedWindows
-from tidegauge.core.config import DEFAULT_REDIS_URL, RedisSettings, redact_url
+from tidegauge.core.config import DEFAULT_REDIS_URL, RedisSettings, plugins_from_env, redact_url
 from tidegauge.core.durations import format_duration, to_iso
+from tidegauge.core.plugins import PluginError, load_plugins
 from tidegauge.core.store import ALL_SERVICES, Keys, connect, read_services
 
 st.set_page_config(page_title="Tidegauge", page_icon="🌊", layout="wide")
+try:  # the same plugin metrics as the job and `tidegauge query` (TIDEGAUGE_PLUGINS)
+    load_plugins(plugins_from_env())
+except PluginError as e:
+    st.error(str(e))
+    st.stop()
 
 #: Time range choices of the sidebar (ms of event time ending at the newest window).
 RANGES_MS = {"5 min": 5 * 60_000, "15 min": 15 * 60_000, "1 h": 3_600_000, "6 h": 6 * 3_600_000}

@@ -21,7 +21,7 @@ import pandas as pd
 from sketches.hll import DEFAULT_P
 from sketches.tdigest import TDigest
 from tidegauge.core.durations import format_duration
-from tidegauge.core.metrics import WindowAgg
+from tidegauge.core.metrics import WindowAgg, added_result_fields
 from tidegauge.core.store import (
     ALL_SERVICES,
     ArrivalRow,
@@ -76,7 +76,14 @@ def to_utc(ms: pd.Series | Sequence[int]) -> pd.Series:
 
 def _columns(rows: Sequence[WindowRow], names: Sequence[str]) -> pd.DataFrame:
     """Rows' fields as columns, one list per field: ~5x faster than a dict per row."""
-    return pd.DataFrame({n: [getattr(r, n) for r in rows] for n in names}, columns=list(names))
+    own = WindowRow.__dataclass_fields__
+    return pd.DataFrame(
+        {
+            n: [getattr(r, n) for r in rows] if n in own else [r.extra.get(n) for r in rows]
+            for n in names
+        },
+        columns=list(names),
+    )
 
 
 def windows_frame(rows: Sequence[WindowRow]) -> pd.DataFrame:
@@ -106,9 +113,13 @@ def metrics_frame(rows: Sequence[WindowRow]) -> pd.DataFrame:
     """One row per (window, service) with latency percentiles (ms) and distinct users.
 
     Same times and order as `windows_frame`; a window without latencies has NaN percentiles,
-    so its line has a gap rather than a fake zero.
+    so its line has a gap rather than a fake zero. Result fields of metrics added by plugins
+    follow as float columns (NaN where a window predates the metric).
     """
-    df = _columns(rows, METRIC_COLUMNS)
+    added = list(added_result_fields())  # plugin metrics: one float column each
+    df = _columns(rows, METRIC_COLUMNS + added)
+    for name in added:
+        df[name] = pd.to_numeric(df[name], errors="coerce").astype("float64")
     df["window_start"] = to_utc(df["window_start"])
     df["window_end"] = to_utc(df["window_end"])
     df = df.astype(

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import struct
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,10 @@ import pandas as pd
 from jobs.parse import KIND_DEAD, KIND_EVENT
 from jobs.sessions import Sessions
 from sketches.hll import hash32
+from tidegauge.core.events import BUILT_IN_FIELDS, EventField, event_fields
 from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.plugins import ensure_plugins
+from tidegauge.core.registry import metrics
 from tidegauge.core.windows import (
     LATE,
     STRAGGLER,
@@ -144,12 +147,15 @@ class ServiceWindows:
         watermark_ms: int,
         arrival_ms: npt.NDArray[np.float64] | None = None,
         frontier_ms: int | None = None,
+        extra: Mapping[str, npt.NDArray[Any]] | None = None,
     ) -> Added:
         """Add a batch (watermark in force, frontier = max event time seen before it).
 
         `arrival_ms` is each event's broker timestamp (NaN when unknown); lateness is
         arrival - event time. Every (window, event) pair is classified by `classify`: late
         pairs go to the result's `late` (never to a pane), stragglers are counted per window.
+        `extra` holds the columns of registered event fields (one entry per event), which
+        registered metrics read.
         """
         added = Added()
         lateness = None
@@ -191,6 +197,7 @@ class ServiceWindows:
                 hashes[mask[valid]],
                 None if lateness is None else pane_lateness,
                 overdue_ms,
+                {name: col[mask] for name, col in extra.items()} if extra else None,
             )
             added.touched.add(pane)
         return added
@@ -354,6 +361,10 @@ def _frame(rows: dict[str, list[Any]]) -> pd.DataFrame:
     return pd.DataFrame({c: rows.get(c, [None] * n) for c in _COLUMNS})
 
 
+def _metric_names() -> tuple[str, ...]:
+    return tuple(m.name for m in metrics())
+
+
 @dataclass(frozen=True)
 class StateConfig:
     """What the state function needs from the job's configuration (pickled to executors)."""
@@ -364,6 +375,11 @@ class StateConfig:
     late_events_max: int = 1_000
     #: Event groups; fixed for a checkpoint (services are hashed onto shards).
     shards: int = 1
+    #: Plugin modules of the driver when the query was built, and the metric and event field
+    #: names they give: executors load the same plugins and check they got the same registry.
+    plugins: tuple[str, ...] = ()
+    metric_names: tuple[str, ...] = field(default_factory=_metric_names)
+    fields: tuple[EventField, ...] = field(default_factory=event_fields)
 
     def __post_init__(self) -> None:
         if self.allowed_lateness_ms < 0:
@@ -452,6 +468,20 @@ def arrival_counts(
     return out
 
 
+def _extra_columns(
+    pdf: pd.DataFrame, fields: tuple[EventField, ...]
+) -> dict[str, npt.NDArray[Any]] | None:
+    """The columns of registered event fields, by column name (numbers as float, NaN = absent)."""
+    out: dict[str, npt.NDArray[Any]] = {}
+    for f in fields[len(BUILT_IN_FIELDS) :]:
+        col = pdf[f.column]
+        if f.type == "string":
+            out[f.column] = col.to_numpy(dtype=object)
+        else:
+            out[f.column] = col.to_numpy(dtype=np.float64, na_value=np.nan)
+    return out or None
+
+
 def _classes(
     event_ms: npt.NDArray[np.int64], size_ms: int, watermark: int, front: int | None
 ) -> npt.NDArray[np.int64]:
@@ -485,6 +515,7 @@ def _service_batch(
         watermark,
         arrival_ms=arrival,
         frontier_ms=front,
+        extra=_extra_columns(pdf, cfg.fields),
     )
     results = sw.windows(added.touched, watermark)
     for (spec, start), agg in sorted(results.items(), key=lambda kv: (kv[0][0].key, kv[0][1])):
@@ -659,6 +690,7 @@ def make_state_fn(
     def fn(
         key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any
     ) -> Iterator[pd.DataFrame]:
+        ensure_plugins(config.plugins, config.metric_names, [f.name for f in config.fields])
         group = key[0]
         if group == KIND_EVENT:
             yield from _events(pdfs, state, config)

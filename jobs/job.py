@@ -34,7 +34,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 
 from jobs.aggregate import OUTPUT_SCHEMA, STATE_SCHEMA, StateConfig, make_state_fn
 from jobs.kafka_source import KafkaDataSource, true_end_offsets
-from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT, PARSED_SCHEMA, make_parser
+from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT, make_parser, parsed_schema
 from jobs.redis_sink import (
     ArrivalUpdate,
     LateEvent,
@@ -48,6 +48,7 @@ from jobs.redis_sink import (
 from jobs.spark import build_session, quiet_task_failures
 from tidegauge.core.config import JobConfig, KafkaSettings, RedisSettings, redact_url
 from tidegauge.core.durations import format_duration, parse_duration
+from tidegauge.core.plugins import loaded_plugins
 from tidegauge.core.store import DeadLetter, Keys, connect
 from tidegauge.core.windows import WindowSpec, advance_watermark, primary_size
 
@@ -73,8 +74,9 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
     if cfg.trigger == "available-now":
         reader = reader.option("endingOffsets", json.dumps(_current_end(cfg.kafka)))
     raw = reader.load()
-    parser = make_parser(cfg.correct_clock_skew)
-    parsed = raw.mapInArrow(parser, PARSED_SCHEMA)  # type: ignore[arg-type]
+    plugins = loaded_plugins()  # executors load the same ones (tidegauge/core/plugins.py)
+    parser = make_parser(cfg.correct_clock_skew, plugins)
+    parsed = raw.mapInArrow(parser, parsed_schema()[0])  # type: ignore[arg-type]
     watermarked = parsed.withWatermark("event_time", f"{cfg.allowed_lateness_ms} milliseconds")
     n = cfg.state_shards
     kind = F.col("kind")
@@ -96,6 +98,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         allowed_lateness_ms=cfg.allowed_lateness_ms,
         late_events_max=cfg.late_events_max,
         shards=n,
+        plugins=plugins,
     )
     return routed.groupBy("group", "shard").applyInPandasWithState(
         make_state_fn(state_cfg),  # type: ignore[arg-type]

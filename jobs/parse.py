@@ -9,13 +9,23 @@ reason and raw bytes.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from statistics import median_low
 from typing import Any
 
 import pyarrow as pa
 
-from tidegauge.core.events import DEAD_LETTER_RAW_CAP, Event, Heartbeat, parse_record
+from tidegauge.core.events import (
+    BUILT_IN_FIELDS,
+    DEAD_LETTER_RAW_CAP,
+    Event,
+    EventField,
+    Heartbeat,
+    event_fields,
+    parse_record,
+)
+from tidegauge.core.plugins import ensure_plugins
+from tidegauge.core.registry import metrics
 
 __all__ = [
     "PARSED_SCHEMA",
@@ -25,42 +35,56 @@ __all__ = [
     "clock_offsets",
     "make_parser",
     "parse_batches",
+    "parsed_schema",
 ]
 
 KIND_EVENT = "event"
 KIND_HEARTBEAT = "heartbeat"
 KIND_DEAD = "dead"
 
-#: Spark DDL of the parsed rows. `event_ms` duplicates `event_time` as epoch ms so Python code
-#: downstream never has to guess a timestamp unit.
-PARSED_SCHEMA = (
-    "partition int, offset long, kafka_ms long, kind string, event_time timestamp, "
-    "event_ms long, service string, user_id string, event_id string, latency_ms double, "
-    "status int, sent_ms long, reason string, detail string, raw binary, raw_size int, "
-    "clock_offset_ms long"
-)
+# Columns every parsed row has before the event fields, and after them (dead letters, clocks).
+_BASE = [
+    ("partition", pa.int32()),
+    ("offset", pa.int64()),
+    ("kafka_ms", pa.int64()),
+    ("kind", pa.string()),
+    ("event_time", pa.timestamp("us", tz="UTC")),
+]
+_TAIL = [
+    ("reason", pa.string()),
+    ("detail", pa.string()),
+    ("raw", pa.binary()),
+    ("raw_size", pa.int32()),
+    ("clock_offset_ms", pa.int64()),
+]
+#: Arrow type of each kind of event field (tidegauge/core/events.py); times are epoch ms.
+_FIELD_TYPES = {"string": pa.string(), "time": pa.int64(), "float": pa.float64(), "int": pa.int32()}
+_DDL = {
+    pa.int32(): "int",
+    pa.int64(): "long",
+    pa.float64(): "double",
+    pa.string(): "string",
+    pa.binary(): "binary",
+    pa.timestamp("us", tz="UTC"): "timestamp",
+}
 
-_ARROW = pa.schema(
-    [
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("kafka_ms", pa.int64()),
-        ("kind", pa.string()),
-        ("event_time", pa.timestamp("us", tz="UTC")),
-        ("event_ms", pa.int64()),
-        ("service", pa.string()),
-        ("user_id", pa.string()),
-        ("event_id", pa.string()),
-        ("latency_ms", pa.float64()),
-        ("status", pa.int32()),
-        ("sent_ms", pa.int64()),
-        ("reason", pa.string()),
-        ("detail", pa.string()),
-        ("raw", pa.binary()),
-        ("raw_size", pa.int32()),
-        ("clock_offset_ms", pa.int64()),
-    ]
-)
+
+def parsed_schema(fields: Sequence[EventField] | None = None) -> tuple[str, pa.Schema]:
+    """(Spark DDL, Arrow schema) of the parsed rows for these event fields (default: all).
+
+    Derived from the event contract: one column per field (`EventField.column`), between the
+    record's position and kind and the dead-letter columns. `event_ms` is the event time as
+    epoch ms, so Python code downstream never has to guess a timestamp unit; `event_time` is
+    the same instant as a Spark timestamp for the watermark.
+    """
+    declared = event_fields() if fields is None else fields
+    columns = [*_BASE, *((f.column, _FIELD_TYPES[f.type]) for f in declared), *_TAIL]
+    ddl = ", ".join(f"{name} {_DDL[t]}" for name, t in columns)
+    return ddl, pa.schema(columns)
+
+
+#: Spark DDL and Arrow schema of the parsed rows of the built-in contract.
+PARSED_SCHEMA, _ARROW = parsed_schema(BUILT_IN_FIELDS)
 
 
 def clock_offsets(
@@ -85,11 +109,16 @@ def clock_offsets(
     return [o if o is None or d is None else estimate[d] for d, o in zip(devices, own, strict=True)]
 
 
-def _parse_batch(batch: pa.RecordBatch, correct_clock_skew: bool = False) -> pa.RecordBatch:
+def _parse_batch(
+    batch: pa.RecordBatch,
+    correct_clock_skew: bool = False,
+    schema: pa.Schema = _ARROW,
+    extra_columns: Mapping[str, str] | None = None,
+) -> pa.RecordBatch:
     n = batch.num_rows
     values = batch.column("value").to_pylist()
     ts = batch.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds
-    cols: dict[str, list[Any]] = {name: [None] * n for name in _ARROW.names}
+    cols: dict[str, list[Any]] = {name: [None] * n for name in schema.names}
     cols["partition"] = batch.column("partition").to_pylist()
     cols["offset"] = batch.column("offset").to_pylist()
     cols["kafka_ms"] = [None if t is None else t // 1000 for t in ts]
@@ -117,6 +146,9 @@ def _parse_batch(batch: pa.RecordBatch, correct_clock_skew: bool = False) -> pa.
             latency[i] = got.latency_ms
             status[i] = got.status
             sent[i] = got.sent_time
+            if extra_columns:
+                for name, v in got.extras:
+                    cols[extra_columns[name]][i] = v
         elif isinstance(got, Heartbeat):
             kind[i] = KIND_HEARTBEAT
             event_ms[i] = got.event_time
@@ -145,9 +177,9 @@ def _parse_batch(batch: pa.RecordBatch, correct_clock_skew: bool = False) -> pa.
         pa.array(cols[f.name], type=pa.int64()).cast(f.type)
         if f.name == "event_time"
         else pa.array(cols[f.name], type=f.type)
-        for f in _ARROW
+        for f in schema
     ]
-    return pa.RecordBatch.from_arrays(arrays, schema=_ARROW)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -158,22 +190,32 @@ def parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
 
 
 def make_parser(
-    correct_clock_skew: bool = False,
+    correct_clock_skew: bool = False, plugins: Sequence[str] = ()
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The `mapInArrow` function, correcting device clocks when asked.
+    """The `mapInArrow` function for the contract now; fixes device clocks when asked.
 
-    With `correct_clock_skew`, device times are moved onto the broker's clock (`clock_offsets`)
+    Its output schema is `parsed_schema()` of this process (the driver). `plugins` are the
+    plugin modules the driver loaded: the executors load them too and check that they give
+    the same fields (and metrics), so they parse exactly the columns the schema promises. With
+    `correct_clock_skew`, device times are moved onto the broker's clock (`clock_offsets`)
     before anything looks at event time, watermark included. Each Arrow batch holds records of
     one Kafka partition (the source reads per partition, and the key, the user, picks the
     partition), so a device's offset is estimated from its own records of that batch,
     deterministically for a given offset range.
     """
-    if not correct_clock_skew:
+    snapshot = event_fields()
+    _, schema = parsed_schema(snapshot)
+    extra = {f.name: f.column for f in snapshot[len(BUILT_IN_FIELDS) :]}
+    if not correct_clock_skew and not extra:
         return parse_batches
+    field_names = [f.name for f in snapshot]
+    metric_names = [m.name for m in metrics()]
+    names = tuple(plugins)
 
     def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        ensure_plugins(names, metric_names, field_names)
         for batch in batches:
             if batch.num_rows:
-                yield _parse_batch(batch, correct_clock_skew=True)
+                yield _parse_batch(batch, correct_clock_skew, schema, extra)
 
     return parse

@@ -13,6 +13,9 @@ import os
 import sys
 from collections.abc import Sequence
 
+from tidegauge.core.config import plugins_from_env
+from tidegauge.core.plugins import PluginError, load_plugins
+
 __all__ = ["main"]
 
 _COMMANDS: dict[str, tuple[str, str]] = {
@@ -43,6 +46,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     selected = next((a for a in args_list if a in _COMMANDS), None)
     args = _parser(selected).parse_args(args_list)
+    try:
+        load_plugins(plugins_from_env())
+    except PluginError as e:
+        print(f"tidegauge {args.command}: {e}", file=sys.stderr)
+        return 2
     module = importlib.import_module(_COMMANDS[args.command][0])
     try:
         return int(module.run(args) or 0)

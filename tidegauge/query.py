@@ -13,6 +13,7 @@ import redis
 from tidegauge.core import store
 from tidegauge.core.config import RedisSettings, redact_url
 from tidegauge.core.durations import format_duration, parse_duration, parse_instant, to_iso
+from tidegauge.core.metrics import added_result_fields, field_label
 from tidegauge.core.store import ALL_SERVICES
 from tidegauge.core.windows import WindowSpec
 
@@ -131,9 +132,11 @@ def _windows(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: in
         json.dump([row.to_dict() for row in rows], sys.stdout)
         print()
         return 0
+    added = added_result_fields()  # plugin metrics get a column each, after the built-in ones
     print(
         f"{'window_start (UTC)':<26}{'service':<12}{'count':>8}{'ev/s':>9}{'err%':>7}"
         f"{'p50':>9}{'p99':>9}{'users':>8}{'late':>7}"
+        + "".join(f"{field_label(f):>14}" for f in added)
     )
     for row in rows:
         p50 = "-" if row.p50 is None else f"{row.p50:.1f}"
@@ -142,6 +145,7 @@ def _windows(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: in
             f"{to_iso(row.window_start):<26}{row.service:<12}{row.count:>8}"
             f"{row.events_per_s:>9.1f}{100 * row.error_rate:>7.2f}{p50:>9}{p99:>9}"
             f"{row.distinct_users:>8}{row.late:>7}"
+            + "".join(f"{_cell(row.value(f)):>14}" for f in added)
         )
     if not rows:
         print("(no windows stored yet)")
@@ -167,11 +171,18 @@ def _range(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int)
         f"{args.service}: {result.windows} windows, {to_iso(result.covered_from)} .. "
         f"{to_iso(result.covered_to)}"
     )
-    for name in ("count", "events_per_s", *store.METRIC_FIELDS):
+    for name in ("count", "events_per_s", *store.METRIC_FIELDS, *added_result_fields()):
         value = m.get(name)
         shown = "-" if value is None else (f"{value:.4g}" if isinstance(value, float) else value)
         print(f"  {name:<16}{shown}")
     return 0
+
+
+def _cell(value: Any) -> str:
+    """A table cell: '-' for None, 4 significant digits for floats."""
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 #: Allowed lateness values of the what-if table when none are given.

@@ -15,10 +15,10 @@ WINDOW_MS = 10_000
 
 
 def tidegauge(
-    *args: str, timeout: float = 300, check: bool = True
+    *args: str, timeout: float = 300, check: bool = True, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run `tidegauge ARGS...` with this interpreter, as a user would."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    """Run `tidegauge ARGS...` with this interpreter, as a user would (`env`: extra variables)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     proc = subprocess.run(
         [sys.executable, "-m", "tidegauge.cli", *args],
         capture_output=True,

@@ -21,21 +21,31 @@ __all__ = [
     "DEFAULT_REDIS_URL",
     "DEFAULT_TOPIC",
     "ENV_BOOTSTRAP",
+    "ENV_PLUGINS",
     "ENV_REDIS_URL",
     "ENV_TOPIC",
     "JobConfig",
     "KafkaSettings",
     "RedisSettings",
+    "plugins_from_env",
     "redact_url",
 ]
 
 ENV_BOOTSTRAP = "TIDEGAUGE_KAFKA_BOOTSTRAP"
 ENV_REDIS_URL = "TIDEGAUGE_REDIS_URL"
 ENV_TOPIC = "TIDEGAUGE_TOPIC"
+#: Comma-separated modules that register event fields and metrics (docs/extending.md).
+ENV_PLUGINS = "TIDEGAUGE_PLUGINS"
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_TOPIC = "events"
+
+
+def plugins_from_env(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The plugin modules named in `TIDEGAUGE_PLUGINS` (comma-separated), in order."""
+    env = os.environ if env is None else env
+    return tuple(p.strip() for p in env.get(ENV_PLUGINS, "").split(",") if p.strip())
 
 
 def redact_url(url: str) -> str:

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
+    "BUILT_IN_FIELDS",
     "ContractError",
     "DEAD_LETTER_RAW_CAP",
+    "EventField",
     "MAX_TIME_MS",
     "MIN_TIME_MS",
     "Event",
@@ -25,8 +28,11 @@ __all__ = [
     "Rejected",
     "encode_event",
     "encode_heartbeat",
+    "event_fields",
     "parse_record",
     "parse_time",
+    "register_field",
+    "unregister_field",
 ]
 
 #: Event times outside [2000-01-01, 2100-01-01) are rejected: they are almost always seconds sent
@@ -57,7 +63,11 @@ class Reason(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One request of one service: the unit every metric counts. Times are epoch ms, UTC."""
+    """One request of one service: the unit every metric counts. Times are epoch ms, UTC.
+
+    `extras` holds the values of registered optional fields (`register_field`) that the record
+    carried, as (name, value) pairs in registration order.
+    """
 
     event_id: str
     event_time: int
@@ -66,6 +76,163 @@ class Event:
     latency_ms: float | None = None
     status: int | None = None
     sent_time: int | None = None
+    extras: tuple[tuple[str, Any], ...] = ()
+
+    def value(self, name: str) -> Any:
+        """The value of field `name` (built-in or registered), None when absent."""
+        if name in _BUILT_IN_NAMES:
+            return getattr(self, name)
+        return dict(self.extras).get(name)
+
+
+FieldType = Literal["string", "time", "float", "int"]
+
+
+@dataclass(frozen=True)
+class EventField:
+    """One field of the event contract: its JSON name, type, rules and parsed column.
+
+    * `string`: a JSON string; required ones must not be empty; `reserved` values are refused.
+    * `time`: epoch ms or ISO-8601 with a zone (`parse_time`); the column holds epoch ms.
+    * `float`: a JSON number (not a boolean), finite, `>= minimum` when one is set; integers
+      are read as floats.
+    * `int`: a JSON integer (not a boolean, not `200.0`) that fits in 32 bits.
+
+    `column` is its name in the job's parsed rows (Spark and Arrow schemas are derived from
+    these declarations, jobs/parse.py). Registered fields are optional and numeric or string;
+    a metric reads them by `column` from its batch (tidegauge/core/registry.py).
+    """
+
+    name: str
+    type: FieldType
+    required: bool = False
+    column: str = ""
+    minimum: float | None = None
+    reserved: tuple[str, ...] = ()
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.column:
+            object.__setattr__(self, "column", self.name)
+
+    def check(self, obj: dict[str, Any]) -> Any:
+        """The value of this field in a record object; ContractError (with a reason) if bad."""
+        return self.checker()(obj.get(self.name))
+
+    def checker(self) -> Callable[[Any], Any]:
+        """A function from the raw JSON value (None when absent) to the parsed value.
+
+        Built once per field: parsing runs it for every record, so the per-type branches are
+        decided here, not per value.
+        """
+        name, required = self.name, self.required
+
+        def absent() -> None:
+            if required:
+                raise ContractError(Reason.MISSING_FIELD, f"{name} is required")
+
+        if self.type == "string":
+            reserved = frozenset(self.reserved)
+
+            def string(value: Any) -> str | None:
+                if value is None:
+                    absent()
+                    return None
+                if type(value) is not str:
+                    return _string(self, value)  # raises WRONG_TYPE (or returns a str subclass)
+                if (required and not value) or value in reserved:
+                    return _string(self, value)  # raises with the contract's detail
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError:
+                    return _string(self, value)
+                return value
+
+            return string
+        if self.type == "time":
+
+            def time_value(value: Any) -> int | None:
+                if value is None:
+                    absent()
+                    return None
+                if type(value) is int and MIN_TIME_MS <= value < MAX_TIME_MS:
+                    return value  # the common case: epoch ms in range
+                return parse_time(value, name)
+
+            return time_value
+        if self.type == "float":
+            minimum = self.minimum
+
+            def number(value: Any) -> float | None:
+                if value is None:
+                    absent()
+                    return None
+                if type(value) is float and math.isfinite(value):
+                    if minimum is None or value >= minimum:
+                        return value
+                return _number(self, value)
+
+            return number
+
+        def integer(value: Any) -> int | None:
+            if value is None:
+                absent()
+                return None
+            if type(value) is int and -_INT32 <= value < _INT32:
+                return value
+            return _integer(self, value)
+
+        return integer
+
+
+#: The contract's fields in the order a record is checked (docs/events.md): the first fault
+#: found is the one counted. Registered fields come after these.
+BUILT_IN_FIELDS: tuple[EventField, ...] = (
+    EventField("event_id", "string", required=True, doc="unique id of the request"),
+    EventField("event_time", "time", required=True, column="event_ms", doc="when it happened"),
+    EventField(
+        "service", "string", required=True, reserved=("*",), doc="the key metrics group by"
+    ),
+    EventField("user_id", "string", doc="who made it (distinct users)"),
+    EventField("sent_time", "time", column="sent_ms", doc="when the device sent it"),
+    EventField("latency_ms", "float", minimum=0.0, doc="how slow it was"),
+    EventField("status", "int", doc="its status code; >= 500 is an error"),
+)
+_BUILT_IN_NAMES = frozenset(f.name for f in BUILT_IN_FIELDS)
+_REGISTERED: dict[str, EventField] = {}
+
+
+def register_field(f: EventField) -> EventField:
+    """Add an optional field to the contract (a plugin's metric reads it). ValueError if taken."""
+    if f.required:
+        raise ValueError(f"registered field {f.name!r} must be optional")
+    taken = {g.name for g in event_fields()} | {g.column for g in event_fields()}
+    if f.name in taken or f.column in taken or f.name == "heartbeat":
+        raise ValueError(f"event field {f.name!r} is already part of the contract")
+    _REGISTERED[f.name] = f
+    _compile()
+    return f
+
+
+def unregister_field(name: str) -> None:
+    """Remove a registered field (tests that register one clean up with this)."""
+    _REGISTERED.pop(name, None)
+    _compile()
+
+
+def event_fields() -> tuple[EventField, ...]:
+    """The contract's fields: the built-in ones, then the registered ones, in check order."""
+    return BUILT_IN_FIELDS + tuple(_REGISTERED.values())
+
+
+#: (name, checker) of every field in check order, rebuilt when the registered fields change.
+_CHECKERS: list[tuple[str, Callable[[Any], Any]]] = []
+_EXTRA_NAMES: list[str] = []
+
+
+def _compile() -> None:
+    _CHECKERS[:] = [(f.name, f.checker()) for f in event_fields()]
+    _EXTRA_NAMES[:] = list(_REGISTERED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,60 +302,62 @@ def parse_time(value: Any, field: str = "event_time") -> int:
     return ms
 
 
-def _string(obj: dict[str, Any], field: str, required: bool) -> str | None:
-    value = obj.get(field)
-    if value is None:
-        if required:
-            raise ContractError(Reason.MISSING_FIELD, f"{field} is required")
-        return None
+def _string(f: EventField, value: Any) -> str:
     if not isinstance(value, str):
         raise ContractError(
-            Reason.WRONG_TYPE, f"{field} must be a string, got {type(value).__name__}"
+            Reason.WRONG_TYPE, f"{f.name} must be a string, got {type(value).__name__}"
         )
-    if required and not value:
-        raise ContractError(Reason.INVALID_VALUE, f"{field} must not be empty")
+    if f.required and not value:
+        raise ContractError(Reason.INVALID_VALUE, f"{f.name} must not be empty")
+    if value in f.reserved:
+        raise ContractError(
+            Reason.INVALID_VALUE, f"{f.name} {value!r} is reserved for all services"
+        )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise ContractError(Reason.INVALID_VALUE, f"{field} holds a lone surrogate") from None
+        raise ContractError(Reason.INVALID_VALUE, f"{f.name} holds a lone surrogate") from None
+    return value
+
+
+def _number(f: EventField, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ContractError(
+            Reason.WRONG_TYPE, f"{f.name} must be a number, got {type(value).__name__}"
+        )
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number) or (f.minimum is not None and number < f.minimum):
+        bound = "" if f.minimum is None else f" >= {f.minimum:g}"
+        raise ContractError(
+            Reason.INVALID_VALUE, f"{f.name} must be a finite number{bound}: {str(number)[:32]}"
+        )
+    return number
+
+
+def _integer(f: EventField, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ContractError(
+            Reason.WRONG_TYPE, f"{f.name} must be an integer, got {type(value).__name__}"
+        )
+    if not -_INT32 <= value < _INT32:
+        raise ContractError(Reason.INVALID_VALUE, f"{f.name} must fit in 32 bits")
     return value
 
 
 def _event(obj: dict[str, Any]) -> Event:
-    event_id = _string(obj, "event_id", required=True)
-    if "event_time" not in obj or obj["event_time"] is None:
-        raise ContractError(Reason.MISSING_FIELD, "event_time is required")
-    event_time = parse_time(obj["event_time"])
-    service = _string(obj, "service", required=True)
-    if service == "*":
-        raise ContractError(Reason.INVALID_VALUE, "service '*' is reserved for all services")
-    user_id = _string(obj, "user_id", required=False)
-    sent = obj.get("sent_time")
-    sent_time = None if sent is None else parse_time(sent, "sent_time")
-    latency = obj.get("latency_ms")
-    if latency is not None:
-        if isinstance(latency, bool) or not isinstance(latency, int | float):
-            raise ContractError(
-                Reason.WRONG_TYPE, f"latency_ms must be a number, got {type(latency).__name__}"
-            )
-        try:
-            latency = float(latency)
-        except OverflowError:
-            latency = math.inf
-        if not math.isfinite(latency) or latency < 0:
-            raise ContractError(
-                Reason.INVALID_VALUE,
-                f"latency_ms must be a finite number >= 0: {str(latency)[:32]}",
-            )
-    status = obj.get("status")
-    if status is not None and (isinstance(status, bool) or not isinstance(status, int)):
-        raise ContractError(
-            Reason.WRONG_TYPE, f"status must be an integer, got {type(status).__name__}"
-        )
-    if status is not None and not -_INT32 <= status < _INT32:
-        raise ContractError(Reason.INVALID_VALUE, "status must fit in 32 bits")
-    assert event_id is not None and service is not None
-    return Event(event_id, event_time, service, user_id, latency, status, sent_time)
+    get = obj.get
+    v = [check(get(name)) for name, check in _CHECKERS]
+    extras: tuple[tuple[str, Any], ...] = ()
+    if _EXTRA_NAMES:
+        extras = tuple((n, x) for n, x in zip(_EXTRA_NAMES, v[7:], strict=True) if x is not None)
+    # check order: event_id, event_time, service, user_id, sent_time, latency_ms, status
+    return Event(v[0], v[1], v[2], v[3], v[5], v[6], v[4], extras)
+
+
+_compile()
 
 
 def _heartbeat(obj: dict[str, Any]) -> Heartbeat:
@@ -237,6 +406,7 @@ def encode_event(event: Event) -> bytes:
         v = getattr(event, name)
         if v is not None:
             obj[name] = v
+    obj.update(event.extras)
     return json.dumps(obj, separators=(",", ":")).encode()
 
 

@@ -33,7 +33,16 @@ from tidegauge.core.registry import (
     register_metric,
 )
 
-__all__ = ["LATENESS_PERCENTILES", "PERCENTILES", "LateAgg", "WindowAgg", "fraction_at_least"]
+__all__ = [
+    "BUILT_IN_METRICS",
+    "LATENESS_PERCENTILES",
+    "PERCENTILES",
+    "LateAgg",
+    "WindowAgg",
+    "added_result_fields",
+    "field_label",
+    "fraction_at_least",
+]
 
 #: Percentiles reported for every window: metric name -> quantile.
 PERCENTILES: dict[str, float] = {
@@ -364,20 +373,65 @@ def _finite(x: float) -> float | None:
 # --- the built-in metrics, in the order their fields are reported --------------------------------
 
 
+def _pack_int(value: int) -> bytes:
+    return _INT.pack(value)
+
+
+def _unpack_int(data: bytes) -> int:
+    return int(_INT.unpack(data)[0])
+
+
+def _sum(states: Sequence[int]) -> int:
+    return sum(states)
+
+
 def _int_metric(
     name: str, update: Any, results: Any, fields: tuple[str, ...], labels: Mapping[str, str]
 ) -> Metric:
+    # Named functions, not lambdas: the job pickles the registry to its executors.
     return Metric(
         name=name,
         empty=int,
         update=update,
-        merge=lambda states: sum(states),
+        merge=_sum,
         results=results,
         fields=fields,
-        encode=lambda v: _INT.pack(v),
-        decode=lambda b: _INT.unpack(b)[0],
+        encode=_pack_int,
+        decode=_unpack_int,
         labels=labels,
     )
+
+
+def _count_results(state: int, context: ResultContext) -> dict[str, Any]:
+    return {"count": state, "events_per_s": state * 1000.0 / context.duration_ms}
+
+
+def _errors_results(state: int, context: ResultContext) -> dict[str, Any]:
+    return {"errors": state, "error_rate": state / context.count if context.count else 0.0}
+
+
+def _users_results(state: HyperLogLog, _: ResultContext) -> dict[str, Any]:
+    return {"distinct_users": round(state.estimate())}
+
+
+def _lateness_results(state: TDigest, _: ResultContext) -> dict[str, Any]:
+    return dict(_lateness_metrics(state))
+
+
+def _no_results(state: Any, _: ResultContext) -> dict[str, Any]:
+    return {}
+
+
+def _shift(state: TDigest, delta_ms: float) -> TDigest:
+    return state.shifted(delta_ms)
+
+
+def _lateness_update(state: TDigest, batch: Batch) -> TDigest:
+    return _digest_update(state, batch, "lateness_ms")
+
+
+def _overdue_update(state: TDigest, batch: Batch) -> TDigest:
+    return _digest_update(state, batch, "overdue_ms")
 
 
 def _count_update(state: int, batch: Batch) -> int:
@@ -389,14 +443,11 @@ def _errors_update(state: int, batch: Batch) -> int:
     return state if status is None else state + int(np.count_nonzero(status >= 500))
 
 
-def _digest_update(column: str) -> Any:
-    def update(state: TDigest, batch: Batch) -> TDigest:
-        values = batch.get(column)
-        if values is not None and len(values):
-            state.update(values)
-        return state
-
-    return update
+def _digest_update(state: TDigest, batch: Batch, column: str) -> TDigest:
+    values = batch.get(column)
+    if values is not None and len(values):
+        state.update(values)
+    return state
 
 
 def _latency_update(state: TDigest, batch: Batch) -> TDigest:
@@ -430,7 +481,7 @@ COUNT = register_metric(
     _int_metric(
         "count",
         _count_update,
-        lambda s, c: {"count": s, "events_per_s": s * 1000.0 / c.duration_ms},
+        _count_results,
         ("count", "events_per_s"),
         {"count": "events", "events_per_s": "events/s"},
     )
@@ -439,7 +490,7 @@ ERRORS = register_metric(
     _int_metric(
         "errors",
         _errors_update,
-        lambda s, c: {"errors": s, "error_rate": s / c.count if c.count else 0.0},
+        _errors_results,
         ("errors", "error_rate"),
         {"errors": "errors", "error_rate": "error rate"},
     )
@@ -463,7 +514,7 @@ USERS = register_metric(
         empty=HyperLogLog,
         update=_users_update,
         merge=HyperLogLog.merged,
-        results=lambda s, _: {"distinct_users": round(s.estimate())},
+        results=_users_results,
         fields=("distinct_users",),
         encode=HyperLogLog.to_bytes,
         decode=HyperLogLog.from_bytes,
@@ -474,9 +525,9 @@ LATENESS = register_metric(
     Metric(
         name="lateness",
         empty=TDigest,
-        update=_digest_update("lateness_ms"),
+        update=_lateness_update,
         merge=TDigest.merged,
-        results=lambda s, _: _lateness_metrics(s),
+        results=_lateness_results,
         fields=(*LATENESS_PERCENTILES, "lateness_max"),
         encode=TDigest.to_bytes,
         decode=TDigest.from_bytes,
@@ -487,13 +538,30 @@ OVERDUE = register_metric(
     Metric(
         name="overdue",
         empty=TDigest,
-        update=_digest_update("overdue_ms"),
+        update=_overdue_update,
         merge=TDigest.merged,
-        results=lambda s, _: {},
+        results=_no_results,
         fields=(),
         encode=TDigest.to_bytes,
         decode=TDigest.from_bytes,
         lateness=True,
-        shift=lambda s, d: s.shifted(d),
+        shift=_shift,
     )
 )
+
+#: The metrics every Tidegauge has; others come from plugins (docs/extending.md).
+BUILT_IN_METRICS: tuple[Metric, ...] = (COUNT, ERRORS, LATENCY, USERS, LATENESS, OVERDUE)
+
+
+def added_result_fields() -> tuple[str, ...]:
+    """Result fields of the registered metrics that are not built in (plugins), in order."""
+    built_in = {m.name for m in BUILT_IN_METRICS}
+    return tuple(f for m in metrics() if m.name not in built_in for f in m.fields)
+
+
+def field_label(name: str) -> str:
+    """A short label for a result field, as its metric declares it (else the field name)."""
+    for m in metrics():
+        if name in m.labels:
+            return m.labels[name]
+    return name

@@ -10,9 +10,9 @@ then plugins (`TIDEGAUGE_PLUGINS`, tidegauge/core/plugins.py). A metric's `name`
 in stored aggregates (`WindowAgg.to_bytes`): never rename or reuse one; an aggregate stored
 before a metric existed reads back with that metric empty.
 
-Executor code never reads this module's global state: the job takes a snapshot (`metrics()`)
-when it starts and ships it to the executors inside its functions, so a plugin registered in
-the driver is the plugin the executors use.
+Executors get the same registry by loading the same plugin modules: the job ships their names
+(and the metric names, to check) to its executors (tidegauge/core/plugins.py). So register
+metrics in a plugin module, not from code that only the driver runs.
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ hash per window, one field per service plus `*` (all services).
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -20,7 +21,13 @@ import redis
 from sketches.tdigest import TDigest
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.config import RedisSettings
-from tidegauge.core.metrics import LateAgg, WindowAgg, fraction_at_least
+from tidegauge.core.metrics import (
+    BUILT_IN_METRICS,
+    LateAgg,
+    WindowAgg,
+    added_result_fields,
+    fraction_at_least,
+)
 from tidegauge.core.windows import WindowSpec, tumbling_start
 
 __all__ = [
@@ -204,10 +211,23 @@ class WindowRow:
     lateness_max: float | None = None
     #: The job's watermark has passed the window's end: no event can change it any more.
     closed: bool = False
+    #: Result fields of metrics registered by plugins (None where a window predates them).
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def value(self, name: str) -> Any:
+        """Result field `name`, built in or added by a plugin (None when absent)."""
+        if name in _ROW_FIELDS:
+            return getattr(self, name)
+        return self.extra.get(name)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict for JSON output (every field is a plain value: no deep copy needed)."""
-        return dict(vars(self))
+        """Plain dict for JSON output: every result field at the top level."""
+        d = dict(vars(self))
+        d.update(d.pop("extra"))
+        return d
+
+
+_ROW_FIELDS = frozenset(f.name for f in dataclasses.fields(WindowRow))
 
 
 @dataclass(frozen=True)
@@ -417,21 +437,10 @@ def _revisions(fields: dict[Any, Any]) -> dict[str, int]:
     return out
 
 
-#: Window metrics beyond count and events/s, as stored and shown (jobs/metrics.WindowAgg.metrics).
-METRIC_FIELDS = (
-    "errors",
-    "error_rate",
-    "latency_count",
-    "latency_mean",
-    "p50",
-    "p90",
-    "p95",
-    "p99",
-    "p999",
-    "distinct_users",
-    "lateness_p50",
-    "lateness_p99",
-    "lateness_max",
+#: Built-in window metrics beyond count and events/s, as stored and shown: the result fields of
+#: the built-in metrics (tidegauge/core/metrics.py), which `WindowRow` has as attributes.
+METRIC_FIELDS = tuple(
+    f for m in BUILT_IN_METRICS for f in m.fields if f not in ("count", "events_per_s")
 )
 
 
@@ -458,6 +467,7 @@ def _row(
         closed=closed,
         spec=spec.key,
         kind=spec.kind,
+        extra={f: doc.get(f) for f in added_result_fields()},
         **{f: doc[f] for f in METRIC_FIELDS if f in doc},
     )
 
