@@ -7,7 +7,7 @@ in one SparkSession, alternating for `--rounds`:
   * baseline: the same Kafka source and parse step, then
     groupBy(window(event_time, 10s), service).agg(count, percentile_approx(latency, 5 quantiles),
     approx_count_distinct(user_id)) with the same watermark, results collected to the driver;
-  * tidegauge: `jobs.job.run_job` (t-digest + HLL per pane in state, Redis sink, status).
+  * tidegauge: `jobs.pipeline.run_job` (t-digest + HLL per pane in state, Redis sink, status).
 Both drain the topic in `available-now` mode with the same max records per trigger. Throughput is
 rows / sum of batch durations, without the first batch (Python worker start-up), and also
 including it. Prints the machine and the figures; nothing is asserted.
@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pyspark.sql import functions as F  # noqa: E402
 
 from benchmarks.machine import describe  # noqa: E402
-from jobs.job import _current_end, run_job  # noqa: E402
 from jobs.kafka_source import KafkaDataSource  # noqa: E402
 from jobs.parse import PARSED_SCHEMA, parse_batches  # noqa: E402
+from jobs.pipeline import _current_end, run_job  # noqa: E402
 from jobs.spark import build_session  # noqa: E402
 from tidegauge.core.config import JobConfig, KafkaSettings, RedisSettings  # noqa: E402
 from tidegauge.core.topics import ensure_topic  # noqa: E402

@@ -5,7 +5,7 @@ nothing beyond the wheels. It behaves like Spark's: offsets are `{"<partition>":
 dicts kept in the query checkpoint (so a restart resumes exactly), one Spark partition per Kafka
 partition offset range (read in parallel), `startingOffsets` earliest|latest,
 `maxRecordsPerTrigger`, and an optional `endingOffsets` at which the stream stops growing (that is
-how `--trigger available-now` is made deterministic, see jobs/job.py). It reads like a Kafka
+how `--trigger available-now` is made deterministic, see jobs/pipeline.py). It reads like a Kafka
 consumer in `read_committed` mode: records of aborted transactions never become rows, and no
 range reaches into a transaction still open (jobs/log_batches.py); batches in every codec
 Kafka defines are decoded (tidegauge/core/codecs.py). With `controlRedis` and

@@ -20,7 +20,7 @@ __all__ = ["main"]
 
 _COMMANDS: dict[str, tuple[str, str]] = {
     "produce": ("tidegauge.traffic.cli", "send synthetic events (and heartbeats) to Kafka"),
-    "job": ("jobs.job", "run the Spark Structured Streaming job (Kafka -> Redis)"),
+    "job": ("jobs.cli", "run the Spark Structured Streaming job (Kafka -> Redis)"),
     "query": ("tidegauge.query", "read stored results from Redis"),
     "dashboard": ("dashboard.run", "serve the Streamlit dashboard"),
     "demo": ("tidegauge.local.stack", "start broker, Redis, generator, job and dashboard together"),

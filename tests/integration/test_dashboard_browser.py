@@ -78,7 +78,7 @@ def test_every_panel_renders_with_data_in_a_real_browser(
     shot = Path(os.environ.get("TIDEGAUGE_SCREENSHOT") or tmp_path / "dashboard.png")
     alive = threading.Event()
 
-    def job_is_alive() -> None:  # an idle job reports every second (jobs/job.py)
+    def job_is_alive() -> None:  # an idle job reports every second (jobs/status.py)
         while not alive.wait(0.5):
             touch_status(redis_client, Keys(), time.time_ns() // 1_000_000)
 

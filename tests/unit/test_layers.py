@@ -182,7 +182,7 @@ def test_every_package_is_read() -> None:
     for must in (
         "sketches.hll",
         "tidegauge.core.events",
-        "jobs.job",
+        "jobs.pipeline",
         "dashboard.app",
         "tidegauge.traffic.generator",
         "tidegauge.local.stack",
@@ -214,7 +214,7 @@ def test_an_upward_or_sideways_import_is_reported() -> None:
     graph = {
         "tidegauge.core.store": {"jobs.redis_sink", "sketches.hll"},  # up: core -> jobs
         "dashboard.data": {"jobs.spark", "tidegauge.core.store"},  # sideways: dashboard -> jobs
-        "jobs.job": {"tidegauge.core.config", "jobs.parse"},  # fine
+        "jobs.pipeline": {"tidegauge.core.config", "jobs.parse"},  # fine
         "sketches.hll": {"tidegauge.core.windows"},  # up
     }
     assert direction_violations(graph) == [

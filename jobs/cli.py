@@ -1,0 +1,204 @@
+"""`tidegauge job`: its flags, the `JobConfig` they build, and the command itself."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import signal
+import sys
+import time
+from typing import Any
+
+import redis
+
+from jobs.pipeline import run_job
+from jobs.spark import build_session, quiet_task_failures
+from tidegauge.core.config import JobConfig, KafkaSettings, RedisSettings, redact_url
+from tidegauge.core.durations import format_duration, parse_duration
+from tidegauge.core.store import connect
+from tidegauge.core.windows import WindowSpec
+
+__all__ = ["add_arguments", "config_from_args", "failure_reason", "run"]
+
+log = logging.getLogger("tidegauge.job")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of `tidegauge job` (names are part of the contract with the acceptance tests)."""
+    p.add_argument("--bootstrap", help="Kafka HOST:PORT (env TIDEGAUGE_KAFKA_BOOTSTRAP)")
+    p.add_argument("--topic", help="topic to read (env TIDEGAUGE_TOPIC, default events)")
+    p.add_argument("--redis", help="Redis URL (env TIDEGAUGE_REDIS_URL)")
+    p.add_argument("--redis-prefix", default="tg", help="key prefix in Redis (default tg)")
+    p.add_argument("--checkpoint", required=True, help="directory for Spark offsets and state")
+    p.add_argument(
+        "--window",
+        action="append",
+        metavar="SIZE[/SLIDE]",
+        help="event-time window: 10s tumbling, 60s/10s hopping; repeat for several (default 10s)",
+    )
+    p.add_argument("--slide", help="slide of the (single) --window: makes it hopping")
+    p.add_argument(
+        "--session-gap",
+        help="also track per-user sessions closed after this much silence (e.g. 30s); "
+        "sessions are reported per smallest tumbling window of their last event",
+    )
+    p.add_argument("--allowed-lateness", default="30s", help="watermark delay (default 30s)")
+    p.add_argument(
+        "--trigger",
+        default="1s",
+        help="processing-time interval (default 1s) or available-now (drain the topic, exit)",
+    )
+    p.add_argument("--starting-offsets", choices=["earliest", "latest"], default="earliest")
+    p.add_argument("--max-records-per-trigger", type=int, default=None)
+    p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    p.add_argument("--shuffle-partitions", type=int, default=4)
+    p.add_argument(
+        "--dead-letter-max", type=int, default=100_000, help="dead letters kept (newest)"
+    )
+    p.add_argument(
+        "--late-events-max",
+        type=int,
+        default=10_000,
+        help="late events kept in the late store (newest by broker time), and at most this many "
+        "per state shard and batch (default 10000)",
+    )
+    p.add_argument(
+        "--correct-clock-skew",
+        action="store_true",
+        help="estimate each device's clock offset (broker receive time - sent_time) and move "
+        "event times onto the broker's clock before windowing (off by default; docs/time.md)",
+    )
+    p.add_argument(
+        "--state-shards",
+        type=int,
+        default=4,
+        help="groups the services are hashed onto in Spark state (default 4; fixed for a "
+        "checkpoint)",
+    )
+    p.add_argument("-v", "--verbose", action="store_true", help="log every batch")
+
+
+def _window_specs(
+    texts: list[str], slide: str | None, session_gap: str | None
+) -> tuple[WindowSpec, ...]:
+    specs = [WindowSpec.parse(t) for t in texts]
+    if slide is not None:
+        if len(specs) != 1 or specs[0].kind != "tumbling":
+            raise ValueError("--slide goes with exactly one --window SIZE (or write SIZE/SLIDE)")
+        specs = [WindowSpec(specs[0].size_ms, parse_duration(slide))]
+    if session_gap is not None:
+        gap = parse_duration(session_gap)
+        if gap <= 0:
+            raise ValueError("--session-gap must be positive")
+        bucket = min((s.size_ms for s in specs if s.kind == "tumbling"), default=specs[0].slide_ms)
+        specs.append(WindowSpec.session(gap, bucket))
+    return tuple(specs)
+
+
+def config_from_args(args: argparse.Namespace) -> JobConfig:
+    """Build the one validated JobConfig from flags (and environment for connection settings)."""
+    available_now = args.trigger.strip().lower() in ("available-now", "availablenow", "once")
+    return JobConfig(
+        kafka=KafkaSettings.from_env(bootstrap=args.bootstrap, topic=args.topic),
+        redis=RedisSettings.from_env(url=args.redis, prefix=args.redis_prefix),
+        checkpoint=args.checkpoint,
+        windows=_window_specs(args.window or ["10s"], args.slide, args.session_gap),
+        allowed_lateness_ms=parse_duration(args.allowed_lateness),
+        trigger="available-now" if available_now else "processing-time",
+        trigger_interval_ms=1000 if available_now else parse_duration(args.trigger),
+        starting_offsets=args.starting_offsets,
+        max_records_per_trigger=args.max_records_per_trigger,
+        master=args.master,
+        shuffle_partitions=args.shuffle_partitions,
+        dead_letter_max=args.dead_letter_max,
+        correct_clock_skew=args.correct_clock_skew,
+        late_events_max=args.late_events_max,
+        state_shards=args.state_shards,
+    )
+
+
+def _window_text(w: WindowSpec) -> str:
+    if w.kind == "session":
+        return f"sessions (gap {format_duration(w.gap_ms)})"
+    if w.kind == "tumbling":
+        return format_duration(w.size_ms)
+    return f"{format_duration(w.size_ms)}/{format_duration(w.slide_ms)}"
+
+
+def failure_reason(text: str) -> str:
+    """The one line worth printing of a failed query's text (Spark wraps errors in tracebacks).
+
+    A `SourceError` raised on an executor (an undecodable batch, an offset gone) is found in the
+    Python traceback Spark embeds and returned alone; anything else is the text's first line.
+    """
+    found = re.findall(r"SourceError: (.+)", text)
+    if found:
+        return str(found[-1]).strip()
+    return text.strip().splitlines()[0] if text.strip() else "unknown error"
+
+
+def _trigger_text(cfg: JobConfig) -> str:
+    if cfg.trigger == "available-now":
+        return cfg.trigger
+    return format_duration(cfg.trigger_interval_ms)
+
+
+def run(args: argparse.Namespace) -> int:
+    """CLI entry: validate, connect, run until done or Ctrl-C/SIGTERM."""
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    log.setLevel(logging.INFO)
+    for noisy in ("kafka", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if not args.verbose:
+        # py4j logs a failed foreachBatch call's traceback; the query's failure says it once.
+        logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+    try:
+        cfg = config_from_args(args)
+    except ValueError as e:
+        print(f"tidegauge job: {e}", file=sys.stderr)
+        return 2
+    try:
+        connect(cfg.redis).ping()
+    except redis.RedisError as e:
+        print(
+            f"tidegauge job: cannot reach Redis at {redact_url(cfg.redis.url)}: {e}",
+            file=sys.stderr,
+        )
+        return 1
+    stopping = {"flag": False}
+
+    def _stop(signum: int, frame: Any) -> None:
+        stopping["flag"] = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    print(
+        f"tidegauge job: {cfg.kafka.topic}@{cfg.kafka.bootstrap} -> {redact_url(cfg.redis.url)}; "
+        f"windows {', '.join(_window_text(w) for w in cfg.windows)}, allowed lateness "
+        f"{format_duration(cfg.allowed_lateness_ms)}, trigger "
+        f"{_trigger_text(cfg)}"
+        f"{', clock-skew correction on' if cfg.correct_clock_skew else ''}",
+        flush=True,
+    )
+    started = time.monotonic()
+    try:
+        spark = build_session(cfg.master, shuffle_partitions=cfg.shuffle_partitions)
+        if not args.verbose:
+            quiet_task_failures(spark)
+        query = run_job(cfg, spark, stop=lambda: stopping["flag"])
+    except Exception as e:  # a clear one-line reason, not a JVM stack trace
+        print(f"tidegauge job: failed: {failure_reason(str(e))}", file=sys.stderr)
+        return 1
+    last = query.lastProgress
+    rows = sum(p.numInputRows for p in query.recentProgress)
+    wm = last.eventTime.get("watermark") if last else None
+    print(
+        f"tidegauge job: stopped after {time.monotonic() - started:.1f}s; last batch "
+        f"{last.batchId if last else '-'}, {rows} rows in recent batches, watermark {wm or '-'}",
+        flush=True,
+    )
+    return 0

@@ -1,0 +1,279 @@
+"""The streaming query of `tidegauge job`: Kafka -> parse -> watermark -> windows -> Redis.
+
+    tidegauge-kafka source        (jobs/kafka_source.py, offsets in the checkpoint)
+      -> mapInArrow(parse)        (jobs/parse.py: event | heartbeat | dead, nothing dropped;
+                                   optional clock-skew correction)
+      -> withWatermark(event_time, allowed lateness)
+      -> + proc_ms (the batch's timestamp), shard (heartbeats copied to every shard)
+      -> groupBy(group, shard).applyInPandasWithState    (jobs/aggregate.py)
+      -> foreachBatch: one Redis transaction per batch   (jobs/redis_sink.py)
+
+A StreamingQueryListener (jobs/status.py) writes the job's status after every batch (and every
+idle interval), so the dashboard can tell a quiet stream from a dead job. The command line is
+jobs/cli.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+
+import redis
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.state import GroupStateTimeout
+
+from jobs.aggregate import OUTPUT_SCHEMA, STATE_SCHEMA, StateConfig, make_state_fn
+from jobs.kafka_source import KafkaDataSource, true_end_offsets
+from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT, make_parser, parsed_schema
+from jobs.redis_sink import (
+    ArrivalUpdate,
+    LateEvent,
+    LateUpdate,
+    StragglerUpdate,
+    WindowUpdate,
+    write_batch,
+)
+from jobs.spark import build_session
+from jobs.status import ProgressEvent, StatusListener
+from tidegauge.core.config import JobConfig, KafkaSettings
+from tidegauge.core.plugins import loaded_plugins
+from tidegauge.core.store import DeadLetter, Keys, connect
+from tidegauge.core.windows import primary_size
+
+__all__ = ["build_stream", "run_job", "start_query"]
+
+log = logging.getLogger("tidegauge.job")
+
+
+def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
+    """The streaming DataFrame whose micro-batches the sink writes (one row per result)."""
+    spark.dataSource.register(KafkaDataSource)
+    reader = (
+        spark.readStream.format(KafkaDataSource.name())
+        .option("bootstrap", cfg.kafka.bootstrap)
+        .option("topic", cfg.kafka.topic)
+        .option("startingOffsets", cfg.starting_offsets)
+        .option("checkpoint", cfg.checkpoint)
+        .option("controlRedis", cfg.redis.url)
+        .option("controlKey", Keys(cfg.redis.prefix).control)
+    )
+    if cfg.max_records_per_trigger:
+        reader = reader.option("maxRecordsPerTrigger", str(cfg.max_records_per_trigger))
+    if cfg.trigger == "available-now":
+        reader = reader.option("endingOffsets", json.dumps(_current_end(cfg.kafka)))
+    raw = reader.load()
+    plugins = loaded_plugins()  # executors load the same ones (tidegauge/core/plugins.py)
+    parser = make_parser(cfg.correct_clock_skew, plugins)
+    parsed = raw.mapInArrow(parser, parsed_schema()[0])  # type: ignore[arg-type]
+    watermarked = parsed.withWatermark("event_time", f"{cfg.allowed_lateness_ms} milliseconds")
+    n = cfg.state_shards
+    kind = F.col("kind")
+    # current_timestamp() is the micro-batch's timestamp, fixed for the batch and restored from
+    # the offset log on a replay: the processing time of every event of the batch.
+    routed = watermarked.withColumn("proc_ms", F.unix_millis(F.current_timestamp())).withColumn(
+        "shard",
+        F.explode(
+            F.when(kind == KIND_HEARTBEAT, F.sequence(F.lit(0), F.lit(n - 1)))
+            .when(kind == KIND_EVENT, F.array(F.pmod(F.hash("service"), F.lit(n))))
+            .otherwise(F.array(F.lit(0)))
+        ),
+    )
+    routed = routed.withColumn(
+        "group", F.when(kind == KIND_DEAD, F.lit(KIND_DEAD)).otherwise(F.lit(KIND_EVENT))
+    )
+    state_cfg = StateConfig(
+        cfg.windows,
+        allowed_lateness_ms=cfg.allowed_lateness_ms,
+        late_events_max=cfg.late_events_max,
+        shards=n,
+        plugins=plugins,
+    )
+    return routed.groupBy("group", "shard").applyInPandasWithState(
+        make_state_fn(state_cfg),  # type: ignore[arg-type]
+        outputStructType=OUTPUT_SCHEMA,
+        stateStructType=STATE_SCHEMA,
+        outputMode="update",
+        timeoutConf=GroupStateTimeout.NoTimeout,
+    )
+
+
+def _current_end(kafka: KafkaSettings) -> dict[str, int]:
+    """Committed end offsets now: what `available-now` processes before it stops."""
+    return true_end_offsets(kafka.bootstrap, kafka.topic)
+
+
+class _BatchWriter:
+    """`foreachBatch` callback (driver): collect the batch's small result, write it atomically."""
+
+    def __init__(self, cfg: JobConfig) -> None:
+        self.cfg = cfg
+        self.keys = Keys(cfg.redis.prefix)
+        self.primary_ms = primary_size(cfg.windows)
+        self._client: redis.Redis | None = None
+
+    def _redis(self) -> redis.Redis:
+        if self._client is None:
+            self._client = connect(self.cfg.redis)
+        return self._client
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        table = batch.toArrow()
+        windows: list[WindowUpdate] = []
+        dead: list[DeadLetter] = []
+        dead_counts: dict[str, int] = {}
+        late: list[LateUpdate] = []
+        stragglers: list[StragglerUpdate] = []
+        arrivals: list[ArrivalUpdate] = []
+        late_events: list[LateEvent] = []
+        for row in table.to_pylist():
+            kind = row["kind"]
+            if kind == "window":
+                windows.append(
+                    WindowUpdate(
+                        row["spec"],
+                        row["window_start"],
+                        row["service"],
+                        json.loads(row["metrics"]),
+                        row["agg"],
+                    )
+                )
+            elif kind == "late":
+                late.append(
+                    LateUpdate(
+                        row["spec"], row["window_start"], row["service"], row["count"], row["agg"]
+                    )
+                )
+            elif kind == "straggler":
+                stragglers.append(
+                    StragglerUpdate(row["spec"], row["window_start"], row["service"], row["count"])
+                )
+            elif kind == "arrivals":
+                arrivals.append(
+                    ArrivalUpdate(
+                        row["spec"],
+                        row["window_start"],
+                        row["service"],
+                        row["count"],
+                        json.loads(row["metrics"]),
+                    )
+                )
+            elif kind == "late_event":
+                late_events.append(
+                    LateEvent(
+                        service=row["service"],
+                        partition=row["partition"],
+                        offset=row["offset"],
+                        kafka_timestamp=row["kafka_ms"],
+                        window_start=row["window_start"],
+                        details=json.loads(row["metrics"]),
+                        batch_id=batch_id,
+                    )
+                )
+            elif kind == "dead":
+                dead.append(
+                    DeadLetter(
+                        partition=row["partition"],
+                        offset=row["offset"],
+                        kafka_timestamp=row["kafka_ms"] or 0,
+                        reason=row["reason"],
+                        detail=row["detail"],
+                        raw=row["raw"] or b"",
+                        raw_size=row["raw_size"] or 0,
+                        batch_id=batch_id,
+                    )
+                )
+            elif kind == "dead_count":
+                dead_counts[row["reason"]] = row["count"]
+        _retry(
+            lambda: write_batch(
+                self._redis(),
+                self.keys,
+                batch_id,
+                windows,
+                dead,
+                dead_counts,
+                dead_letter_max=self.cfg.dead_letter_max,
+                late=late,
+                stragglers=stragglers,
+                arrivals=arrivals,
+                arrival_window_ms=self.primary_ms,
+                late_events=late_events,
+                late_events_max=self.cfg.late_events_max,
+            ),
+            what=f"writing batch {batch_id} to Redis",
+        )
+        if windows or dead or late:
+            log.info(
+                "batch %d: %d window updates, %d late rows, %d stragglers, %d dead letters",
+                batch_id,
+                len(windows),
+                sum(w.count for w in late),
+                sum(s.count for s in stragglers),
+                len(dead),
+            )
+
+
+def _retry(fn: Callable[[], None], what: str, timeout_s: float = 60.0) -> None:
+    """Retry transient Redis failures with backoff; give up (and fail the batch) after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.2
+    while True:
+        try:
+            fn()
+            return
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            if time.monotonic() + delay > deadline:
+                raise RuntimeError(f"{what}: Redis unreachable for {timeout_s:.0f}s: {e}") from e
+            log.warning("%s failed (%s); retrying in %.1fs", what, e, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def start_query(spark: SparkSession, cfg: JobConfig) -> tuple[StreamingQuery, StatusListener]:
+    """Start the streaming query and its status listener; returns at once."""
+    listener = StatusListener(cfg)
+    spark.streams.addListener(listener)
+    spark.conf.set(
+        "spark.sql.streaming.noDataProgressEventInterval", str(max(cfg.trigger_interval_ms, 1000))
+    )
+    writer = (
+        build_stream(spark, cfg)
+        .writeStream.outputMode("update")
+        .queryName("tidegauge")
+        .foreachBatch(_BatchWriter(cfg))
+        .option("checkpointLocation", cfg.checkpoint)
+    )
+    interval = 0 if cfg.trigger == "available-now" else cfg.trigger_interval_ms
+    query = writer.trigger(processingTime=f"{interval} milliseconds").start()
+    listener.query_ids.add(str(query.id))
+    return query, listener
+
+
+def run_job(
+    cfg: JobConfig, spark: SparkSession | None = None, stop: Callable[[], bool] | None = None
+) -> StreamingQuery:
+    """Run the job until `available-now` has drained the topic, `stop()` says so, or it fails."""
+    spark = spark or build_session(cfg.master, shuffle_partitions=cfg.shuffle_partitions)
+    query, listener = start_query(spark, cfg)
+    try:
+        if cfg.trigger == "available-now":
+            # Offsets were capped at the topic's end when the query started (endingOffsets), so
+            # "all available" is finite: process it in max-records batches, then stop.
+            query.processAllAvailable()
+        else:
+            while query.isActive and not (stop and stop()):
+                query.awaitTermination(1)
+    finally:
+        if query.isActive:
+            query.stop()
+        # Listener events are delivered asynchronously; make sure the last batches are recorded.
+        spark.streams.removeListener(listener)
+        for progress in query.recentProgress:
+            listener.onQueryProgress(ProgressEvent(progress))
+    if query.exception() is not None:
+        raise RuntimeError(f"streaming query failed: {query.exception()}")
+    return query

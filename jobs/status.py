@@ -1,0 +1,132 @@
+"""The job's status in Redis: a summary of every batch's progress, written by a query listener.
+
+`progress_summary` is pure (a `StreamingQueryProgress` as a dict in, the stored summary out);
+`StatusListener` writes it after every batch and refreshes the status on idle triggers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import redis
+from pyspark.sql.streaming import StreamingQueryListener
+
+from jobs.redis_sink import (
+    touch_status,
+    write_progress,
+)
+from tidegauge.core.config import JobConfig
+from tidegauge.core.store import Keys, connect
+from tidegauge.core.windows import advance_watermark
+
+__all__ = ["ProgressEvent", "StatusListener", "progress_summary"]
+
+log = logging.getLogger("tidegauge.job")
+
+
+def _iso_ms(text: str | None) -> int | None:
+    if not text:
+        return None
+    return round(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def progress_summary(progress: Mapping[str, Any], allowed_lateness_ms: int) -> dict[str, Any]:
+    """The status document for one StreamingQueryProgress, given as its JSON dict (pure).
+
+    Reads the JSON form because PySpark's SourceProgress objects turn offsets into Python reprs.
+    """
+    sources = progress.get("sources") or [{}]
+    src = sources[0]
+
+    def offsets(value: Any) -> dict[str, int]:
+        return {str(k): int(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+    event_time = progress.get("eventTime") or {}
+    in_force = _iso_ms(event_time.get("watermark")) or 0
+    seen_max = _iso_ms(event_time.get("max"))
+    # The watermark after this batch is what the next batch will use.
+    after = advance_watermark(in_force, [] if seen_max is None else [seen_max], allowed_lateness_ms)
+    return {
+        "batch_id": progress["batchId"],
+        "batch_time": _iso_ms(progress.get("timestamp")) or 0,
+        "status_time": round(time.time() * 1000),
+        "watermark": after,
+        "watermark_in_force": in_force,
+        "max_event_time": seen_max,
+        "input_rows": progress.get("numInputRows", 0),
+        "input_rows_per_s": _finite(progress.get("inputRowsPerSecond")),
+        "processed_rows_per_s": _finite(progress.get("processedRowsPerSecond")),
+        "batch_duration_ms": progress.get("batchDuration", 0),
+        "durations_ms": progress.get("durationMs") or {},
+        "start_offsets": offsets(src.get("startOffset")),
+        "offsets": offsets(src.get("endOffset")),
+        "latest_offsets": offsets(src.get("latestOffset")),
+        "state_rows": sum(op.get("numRowsTotal", 0) for op in progress.get("stateOperators", [])),
+        # Spark's own count of rows its stateful operators dropped as late (docs/time.md: 0 for
+        # this job, which counts late rows itself instead of letting Spark drop them).
+        "spark_rows_dropped_by_watermark": sum(
+            op.get("numRowsDroppedByWatermark", 0) for op in progress.get("stateOperators", [])
+        ),
+        "query_id": str(progress.get("id")),
+    }
+
+
+def _finite(x: Any) -> float:
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return 0.0
+    return f if f == f and f not in (float("inf"), float("-inf")) else 0.0
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """A progress event as the listener receives it, for replaying `recentProgress` into it."""
+
+    progress: Any
+
+
+class StatusListener(StreamingQueryListener):
+    """Driver-side listener: job status to Redis after every batch and every idle interval."""
+
+    def __init__(self, cfg: JobConfig) -> None:
+        self.cfg = cfg
+        self.keys = Keys(cfg.redis.prefix)
+        self.client = connect(cfg.redis)
+        self.query_ids: set[str] = set()
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's name)
+        """Nothing to record until the first batch."""
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+        """Write the status of the batch that just finished."""
+        p = json.loads(event.progress.json)
+        if self.query_ids and str(p.get("id")) not in self.query_ids:
+            return
+        try:
+            summary = progress_summary(p, self.cfg.allowed_lateness_ms)
+            # How often the job reports (a batch per trigger, else an idle event at least every
+            # second): the dashboard calls the job stale after 3 of these without a word.
+            summary["report_interval_ms"] = max(self.cfg.trigger_interval_ms, 1000)
+            summary["allowed_lateness_ms"] = self.cfg.allowed_lateness_ms
+            write_progress(self.client, self.keys, summary)
+        except redis.RedisError as e:  # status is informational; never kill the query for it
+            log.warning("could not write status: %s", e)
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+        """No new data: say we are alive, so a quiet stream does not look like a dead job."""
+        if self.query_ids and str(event.id) not in self.query_ids:
+            return
+        try:
+            touch_status(self.client, self.keys, round(time.time() * 1000))
+        except redis.RedisError as e:
+            log.warning("could not write status: %s", e)
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+        """Nothing to record."""
