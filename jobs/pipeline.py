@@ -26,22 +26,19 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.state import GroupStateTimeout
 
-from jobs.aggregate import OUTPUT_SCHEMA, STATE_SCHEMA, StateConfig, make_state_fn
+from jobs.aggregate import StateConfig, make_state_fn
 from jobs.kafka_source import KafkaDataSource, true_end_offsets
 from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT, make_parser, parsed_schema
 from jobs.redis_sink import (
-    ArrivalUpdate,
-    LateEvent,
-    LateUpdate,
-    StragglerUpdate,
-    WindowUpdate,
     write_batch,
 )
+from jobs.rows import OUTPUT_SCHEMA, decode_rows
 from jobs.spark import build_session
+from jobs.state import STATE_SCHEMA
 from jobs.status import ProgressEvent, StatusListener
 from tidegauge.core.config import JobConfig, KafkaSettings
 from tidegauge.core.plugins import loaded_plugins
-from tidegauge.core.store import DeadLetter, Keys, connect
+from tidegauge.core.store import Keys, connect
 from tidegauge.core.windows import primary_size
 
 __all__ = ["build_stream", "run_job", "start_query"]
@@ -121,73 +118,8 @@ class _BatchWriter:
         return self._client
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        table = batch.toArrow()
-        windows: list[WindowUpdate] = []
-        dead: list[DeadLetter] = []
-        dead_counts: dict[str, int] = {}
-        late: list[LateUpdate] = []
-        stragglers: list[StragglerUpdate] = []
-        arrivals: list[ArrivalUpdate] = []
-        late_events: list[LateEvent] = []
-        for row in table.to_pylist():
-            kind = row["kind"]
-            if kind == "window":
-                windows.append(
-                    WindowUpdate(
-                        row["spec"],
-                        row["window_start"],
-                        row["service"],
-                        json.loads(row["metrics"]),
-                        row["agg"],
-                    )
-                )
-            elif kind == "late":
-                late.append(
-                    LateUpdate(
-                        row["spec"], row["window_start"], row["service"], row["count"], row["agg"]
-                    )
-                )
-            elif kind == "straggler":
-                stragglers.append(
-                    StragglerUpdate(row["spec"], row["window_start"], row["service"], row["count"])
-                )
-            elif kind == "arrivals":
-                arrivals.append(
-                    ArrivalUpdate(
-                        row["spec"],
-                        row["window_start"],
-                        row["service"],
-                        row["count"],
-                        json.loads(row["metrics"]),
-                    )
-                )
-            elif kind == "late_event":
-                late_events.append(
-                    LateEvent(
-                        service=row["service"],
-                        partition=row["partition"],
-                        offset=row["offset"],
-                        kafka_timestamp=row["kafka_ms"],
-                        window_start=row["window_start"],
-                        details=json.loads(row["metrics"]),
-                        batch_id=batch_id,
-                    )
-                )
-            elif kind == "dead":
-                dead.append(
-                    DeadLetter(
-                        partition=row["partition"],
-                        offset=row["offset"],
-                        kafka_timestamp=row["kafka_ms"] or 0,
-                        reason=row["reason"],
-                        detail=row["detail"],
-                        raw=row["raw"] or b"",
-                        raw_size=row["raw_size"] or 0,
-                        batch_id=batch_id,
-                    )
-                )
-            elif kind == "dead_count":
-                dead_counts[row["reason"]] = row["count"]
+        rows = decode_rows(batch.toArrow().to_pylist(), batch_id)
+        windows, dead, late, stragglers = rows.windows, rows.dead, rows.late, rows.stragglers
         _retry(
             lambda: write_batch(
                 self._redis(),
@@ -195,13 +127,13 @@ class _BatchWriter:
                 batch_id,
                 windows,
                 dead,
-                dead_counts,
+                rows.dead_counts,
                 dead_letter_max=self.cfg.dead_letter_max,
                 late=late,
                 stragglers=stragglers,
-                arrivals=arrivals,
+                arrivals=rows.arrivals,
                 arrival_window_ms=self.primary_ms,
-                late_events=late_events,
+                late_events=rows.late_events,
                 late_events_max=self.cfg.late_events_max,
             ),
             what=f"writing batch {batch_id} to Redis",

@@ -24,15 +24,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jobs.aggregate import (
-    OUTPUT_SCHEMA,
-    DeadCounts,
-    ServiceWindows,
-    ShardState,
-    StateConfig,
-    make_state_fn,
-)
+from jobs.aggregate import StateConfig, make_state_fn
+from jobs.panes import ServiceWindows
 from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT
+from jobs.rows import OUTPUT_SCHEMA
+from jobs.state import DeadCounts, ShardState
 from tidegauge.core.metrics import PERCENTILES, LateAgg, WindowAgg
 from tidegauge.core.windows import WindowSpec
 

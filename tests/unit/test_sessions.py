@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jobs.aggregate import ServiceWindows
+from jobs.panes import ServiceWindows
 from jobs.sessions import Sessions
 from tests.integration.test_job_analytics import LATENESS_MS, closed_sessions
 from tidegauge.core.metrics import WindowAgg

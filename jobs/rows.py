@@ -1,0 +1,143 @@
+"""The stateful step's output rows: one schema for every kind, encoded and decoded here.
+
+The state function writes them (`append_row`, `frame`) on executors; the sink's batch writer
+reads them back on the driver (`decode_rows`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from jobs.redis_sink import ArrivalUpdate, LateEvent, LateUpdate, StragglerUpdate, WindowUpdate
+from tidegauge.core.store import DeadLetter
+
+__all__ = [
+    "DOMAINS",
+    "OUTPUT_SCHEMA",
+    "BatchRows",
+    "append_row",
+    "decode_rows",
+    "frame",
+    "new_rows",
+]
+
+#: Time domains of the arrival series, beside event time: when the job processed an event
+#: (its micro-batch's timestamp) and when the broker received it (the Kafka record timestamp).
+DOMAINS = ("processing", "broker")
+
+
+#: One schema for every output kind (columns that do not apply are null):
+#: window     spec, service, window_start, count, metrics (JSON), agg (WindowAgg bytes): absolute
+#: late       spec, service, window_start, count, agg (LateAgg bytes): late rows of this batch
+#: straggler  spec, service, window_start, count   (stragglers of this batch for that window)
+#: arrivals   spec (a DOMAIN), service, window_start, count, metrics (JSON: late, stragglers,
+#:            proc_ms): events of this batch by processing-time or broker-time window
+#: late_event service, window_start, partition, offset, kafka_ms, metrics (JSON: the event)
+#: dead       partition, offset, kafka_ms, reason, detail, raw, raw_size
+#: dead_count reason, count                  (absolute count so far)
+OUTPUT_SCHEMA = (
+    "kind string, spec string, service string, window_start long, count long, metrics string, "
+    "agg binary, partition int, offset long, kafka_ms long, reason string, detail string, "
+    "raw binary, raw_size int"
+)
+_COLUMNS = [c.strip().split(" ")[0] for c in OUTPUT_SCHEMA.split(",")]
+
+
+def new_rows() -> dict[str, list[Any]]:
+    """An empty collection of output rows, one list per column."""
+    return {c: [] for c in _COLUMNS}
+
+
+def frame(rows: dict[str, list[Any]]) -> pd.DataFrame:
+    """The collected rows as one output DataFrame (every column of OUTPUT_SCHEMA)."""
+    n = max((len(v) for v in rows.values()), default=0)
+    return pd.DataFrame({c: rows.get(c, [None] * n) for c in _COLUMNS})
+
+
+def append_row(rows: dict[str, list[Any]], **values: Any) -> None:
+    """Append one output row (columns not given are null)."""
+    for c in _COLUMNS:
+        rows[c].append(values.get(c))
+
+
+@dataclass
+class BatchRows:
+    """A micro-batch's output rows, by kind, as the sink takes them."""
+
+    windows: list[WindowUpdate] = field(default_factory=list)
+    late: list[LateUpdate] = field(default_factory=list)
+    stragglers: list[StragglerUpdate] = field(default_factory=list)
+    arrivals: list[ArrivalUpdate] = field(default_factory=list)
+    late_events: list[LateEvent] = field(default_factory=list)
+    dead: list[DeadLetter] = field(default_factory=list)
+    dead_counts: dict[str, int] = field(default_factory=dict)
+
+
+def decode_rows(rows: Iterable[Mapping[str, Any]], batch_id: int) -> BatchRows:
+    """Output rows (dicts of OUTPUT_SCHEMA columns) back into the sink's updates."""
+    out = BatchRows()
+    for row in rows:
+        kind = row["kind"]
+        if kind == "window":
+            out.windows.append(
+                WindowUpdate(
+                    row["spec"],
+                    row["window_start"],
+                    row["service"],
+                    json.loads(row["metrics"]),
+                    row["agg"],
+                )
+            )
+        elif kind == "late":
+            out.late.append(
+                LateUpdate(
+                    row["spec"], row["window_start"], row["service"], row["count"], row["agg"]
+                )
+            )
+        elif kind == "straggler":
+            out.stragglers.append(
+                StragglerUpdate(row["spec"], row["window_start"], row["service"], row["count"])
+            )
+        elif kind == "arrivals":
+            out.arrivals.append(
+                ArrivalUpdate(
+                    row["spec"],
+                    row["window_start"],
+                    row["service"],
+                    row["count"],
+                    json.loads(row["metrics"]),
+                )
+            )
+        elif kind == "late_event":
+            out.late_events.append(
+                LateEvent(
+                    service=row["service"],
+                    partition=row["partition"],
+                    offset=row["offset"],
+                    kafka_timestamp=row["kafka_ms"],
+                    window_start=row["window_start"],
+                    details=json.loads(row["metrics"]),
+                    batch_id=batch_id,
+                )
+            )
+        elif kind == "dead":
+            out.dead.append(
+                DeadLetter(
+                    partition=row["partition"],
+                    offset=row["offset"],
+                    kafka_timestamp=row["kafka_ms"] or 0,
+                    reason=row["reason"],
+                    detail=row["detail"],
+                    raw=row["raw"] or b"",
+                    raw_size=row["raw_size"] or 0,
+                    batch_id=batch_id,
+                )
+            )
+        elif kind == "dead_count":
+            out.dead_counts[row["reason"]] = row["count"]
+    return out
