@@ -33,6 +33,8 @@ from tidegauge.core.store import (
     read_dead_letters,
     read_late_events,
     read_lateness,
+    read_newest_arrival_start,
+    read_newest_window_start,
     read_range_merged,
     read_services,
     read_status,
@@ -47,7 +49,6 @@ __all__ = [
     "Filters",
     "Snapshot",
     "pick_spec",
-    "read_newest_window_start",
     "read_snapshot",
 ]
 
@@ -82,21 +83,6 @@ class Filters:
         """The services to draw: the chosen ones that exist, else every known service."""
         chosen = [s for s in self.services if s in known]
         return chosen or list(known)
-
-
-def read_newest_window_start(r: redis.Redis, keys: Keys, spec: WindowSpec) -> int | None:
-    """Start (ms) of the newest stored window of `spec`, or None when there is none.
-
-    One ZREVRANGE on the window index: the store's `read_windows` selects by time range, and
-    the chart's range ends at the newest window, so this is read first.
-    """
-    got: Any = r.zrevrange(keys.window_index(spec.key), 0, 0)
-    if not got:
-        return None
-    member = got[0]
-    if not isinstance(member, (bytes, str)):  # only with withscores=True, not asked for here
-        raise TypeError(f"unexpected ZREVRANGE member {member!r}")
-    return int(member)
 
 
 def pick_spec(specs: list[WindowSpec], kind: str) -> WindowSpec | None:
@@ -148,8 +134,8 @@ def _series_end(
         return None if spec is None or newest is None else spec.end(newest)
     if size is None:
         return None
-    got: Any = r.zrevrange(keys.arrivals_index(domain, size), 0, 0)
-    return int(got[0]) + size if got else None
+    newest = read_newest_arrival_start(r, keys, domain, size)
+    return None if newest is None else newest + size
 
 
 def read_snapshot(

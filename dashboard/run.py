@@ -100,7 +100,10 @@ def add_app_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"Redis URL (default: ${ENV_REDIS_URL} or redis://127.0.0.1:6379/0)",
     )
     parser.add_argument(
-        "--redis-prefix", "--prefix", dest="prefix", default="tg",
+        "--redis-prefix",
+        "--prefix",
+        dest="prefix",
+        default="tg",
         help="Redis key prefix (default: tg)",
     )
     parser.add_argument(

@@ -32,6 +32,7 @@ from pyspark.sql.types import StructType
 
 from jobs.kafka_log import LogClient, SourceError
 from jobs.log_batches import CommittedRange
+from tidegauge.core.store.keys import ControlFields
 
 __all__ = [
     "SCHEMA",
@@ -238,7 +239,7 @@ class KafkaStreamReader(DataSourceStreamReader):
                 import redis
 
                 self._redis = redis.Redis.from_url(self.control_url, socket_timeout=2)
-            raw = self._redis.hget(self.control_key, "pause_until")
+            raw = self._redis.hget(self.control_key, ControlFields.PAUSE_UNTIL)
         except Exception as e:  # control is best effort: never stop the stream for it
             log.warning("cannot read the pause request from Redis: %s", e)
             return None

@@ -18,7 +18,7 @@ from typing import Any
 import redis
 
 from tidegauge.core.metrics import LateAgg, WindowAgg
-from tidegauge.core.store import ALL_SERVICES, DeadLetter, Keys
+from tidegauge.core.store import ALL_SERVICES, DeadLetter, Keys, batch_field
 from tidegauge.core.windows import WindowSpec
 
 __all__ = [
@@ -176,11 +176,11 @@ def write_batch(
         tx.sadd(keys.services, *sorted(services))
     for lt in late:
         blob = lt.agg or LateAgg(lt.count).to_bytes()
-        tx.hset(keys.window_late(lt.spec, lt.start_ms), f"{lt.service}|{batch_id}", blob)
+        tx.hset(keys.window_late(lt.spec, lt.start_ms), batch_field(lt.service, batch_id), blob)
         tx.zadd(keys.late_index(lt.spec), {str(lt.start_ms): lt.start_ms})
         tx.sadd(keys.window_specs, lt.spec)
     for st in stragglers:
-        field = f"{st.service}|{batch_id}"
+        field = batch_field(st.service, batch_id)
         tx.hset(keys.window_stragglers(st.spec, st.start_ms), field, str(st.count))
     if arrivals:
         assert arrival_window_ms is not None
@@ -190,7 +190,9 @@ def write_batch(
             doc = json.dumps(
                 {**a.metrics, "events": a.count}, separators=(",", ":"), sort_keys=True
             )
-            tx.hset(keys.arrivals(a.domain, size, a.start_ms), f"{a.service}|{batch_id}", doc)
+            tx.hset(
+                keys.arrivals(a.domain, size, a.start_ms), batch_field(a.service, batch_id), doc
+            )
             tx.zadd(keys.arrivals_index(a.domain, size), {str(a.start_ms): a.start_ms})
     kept = {e.to_json(): e.kafka_timestamp or 0 for e in late_events}
     if kept:

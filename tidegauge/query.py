@@ -1,4 +1,4 @@
-"""`tidegauge query`: stored results, read through tidegauge/core/store.py, as tables or JSON."""
+"""`tidegauge query`: stored results, read through tidegauge/core/store/, as tables or JSON."""
 
 from __future__ import annotations
 

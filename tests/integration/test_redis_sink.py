@@ -1,4 +1,4 @@
-"""The Redis sink (jobs/redis_sink.py) and the read API (tidegauge/core/store.py), real Redis.
+"""The Redis sink (jobs/redis_sink.py) and the read API (tidegauge/core/store/), real Redis.
 
 The sink promises that each micro-batch is one transaction of absolute values, so a replayed
 batch leaves Redis exactly as it was; these tests replay batches and compare every key. The `*`

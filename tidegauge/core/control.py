@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tidegauge.core.store.keys import ControlFields
+
 if TYPE_CHECKING:  # only names for annotations: importing this module stays cheap
     import redis
 
@@ -45,12 +47,12 @@ __all__ = [
 #: `incident_service` value meaning "every service".
 ALL_SERVICES = "*"
 
-# Field names of the control hash (docs/events.md, "Live commands").
-_PAUSE_UNTIL = "pause_until"
-_INCIDENT_UNTIL = "incident_until"
-_INCIDENT_FACTOR = "incident_factor"
-_INCIDENT_SERVICE = "incident_service"
-_LATE_BURST = "late_burst"
+# Field names of the control hash (docs/events.md, "Live commands"): the key layout owns them.
+_PAUSE_UNTIL = ControlFields.PAUSE_UNTIL
+_INCIDENT_UNTIL = ControlFields.INCIDENT_UNTIL
+_INCIDENT_FACTOR = ControlFields.INCIDENT_FACTOR
+_INCIDENT_SERVICE = ControlFields.INCIDENT_SERVICE
+_LATE_BURST = ControlFields.LATE_BURST
 
 
 @dataclass(frozen=True)

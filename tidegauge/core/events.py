@@ -190,9 +190,7 @@ class EventField:
 BUILT_IN_FIELDS: tuple[EventField, ...] = (
     EventField("event_id", "string", required=True, doc="unique id of the request"),
     EventField("event_time", "time", required=True, column="event_ms", doc="when it happened"),
-    EventField(
-        "service", "string", required=True, reserved=("*",), doc="the key metrics group by"
-    ),
+    EventField("service", "string", required=True, reserved=("*",), doc="the key metrics group by"),
     EventField("user_id", "string", doc="who made it (distinct users)"),
     EventField("sent_time", "time", column="sent_ms", doc="when the device sent it"),
     EventField("latency_ms", "float", minimum=0.0, doc="how slow it was"),

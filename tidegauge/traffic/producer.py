@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from tidegauge.core.codecs import codec_by_name, missing_library
 from tidegauge.core.config import KafkaSettings, RedisSettings, redact_url
-from tidegauge.core.control import DemoCommands, read_commands
+from tidegauge.core.control import DemoCommands, read_commands, request_pause
 from tidegauge.core.durations import format_duration, to_iso
 from tidegauge.core.topics import ensure_topic
 from tidegauge.traffic.config import GeneratorConfig
@@ -261,7 +261,7 @@ def _control_executor(
         Keys,  # the Redis layout, only imported when a scenario needs it
     )
 
-    key = Keys(settings.prefix).control
+    keys = Keys(settings.prefix)
 
     def execute(record: Record) -> None:
         command = json.loads(record.value)
@@ -269,9 +269,8 @@ def _control_executor(
             raise ProduceError(f"unknown control record {record.value!r}")
         # The job compares pause_until with its own wall clock, so it is wall time, not the
         # generator clock (the two agree in realtime pace, the only pace with a backlog).
-        pause_until = int(clock() * 1000) + int(command["pause_ms"])
         try:
-            client.hset(key, "pause_until", pause_until)
+            request_pause(client, keys, int(clock() * 1000), int(command["pause_ms"]))
         except redis.RedisError as e:
             raise ProduceError(
                 f"cannot write the pause to Redis at {redact_url(settings.url)}: {e}"

@@ -1,0 +1,103 @@
+"""The Redis key layout and the read API. docs/redis.md is the human-readable twin.
+
+The job's sink writes these keys (jobs/redis_sink.py); `tidegauge query`, the dashboard and the
+tests read them only through this package, so there is one definition of what is stored.
+
+All times are epoch milliseconds (UTC). Window metrics are stored as small JSON documents in a
+hash per window, one field per service plus `*` (all services).
+
+    keys.py      the key layout and every field format      records.py   rows, status, letters
+    windows.py   windows and ranges                         status.py    status, batches, letters
+    lateness.py  late rows, what-if, late events            arrivals.py  the three time domains
+    index.py     window indexes and the closed-window memo
+"""
+
+from tidegauge.core.closed_windows import ClosedWindows
+from tidegauge.core.store.arrivals import (
+    TIME_DOMAINS,
+    ArrivalRow,
+    event_arrivals,
+    event_spec,
+    read_arrival_size,
+    read_arrivals,
+    read_newest_arrival_start,
+)
+from tidegauge.core.store.keys import (
+    ALL_SERVICES,
+    ControlFields,
+    Keys,
+    batch_field,
+    connect,
+    split_batch_field,
+)
+from tidegauge.core.store.lateness import (
+    LateCounters,
+    LatenessResult,
+    read_late_counters,
+    read_late_events,
+    read_lateness,
+)
+from tidegauge.core.store.records import (
+    DeadLetter,
+    JobStatus,
+    WindowRow,
+)
+from tidegauge.core.store.status import (
+    read_batches,
+    read_dead_counts,
+    read_dead_letters,
+    read_status,
+    read_watermarks,
+)
+from tidegauge.core.store.windows import (
+    MERGE_BLOCK,
+    METRIC_FIELDS,
+    RangeAggs,
+    RangeResult,
+    read_newest_window_start,
+    read_range,
+    read_range_merged,
+    read_services,
+    read_window_specs,
+    read_windows,
+)
+
+__all__ = [
+    "read_newest_arrival_start",
+    "read_newest_window_start",
+    "ControlFields",
+    "batch_field",
+    "split_batch_field",
+    "ALL_SERVICES",
+    "TIME_DOMAINS",
+    "ArrivalRow",
+    "ClosedWindows",
+    "LateCounters",
+    "LatenessResult",
+    "event_arrivals",
+    "event_spec",
+    "read_arrival_size",
+    "read_arrivals",
+    "read_late_counters",
+    "read_late_events",
+    "read_lateness",
+    "read_watermarks",
+    "DeadLetter",
+    "METRIC_FIELDS",
+    "JobStatus",
+    "Keys",
+    "MERGE_BLOCK",
+    "RangeAggs",
+    "RangeResult",
+    "WindowRow",
+    "connect",
+    "read_batches",
+    "read_dead_counts",
+    "read_dead_letters",
+    "read_services",
+    "read_status",
+    "read_range",
+    "read_range_merged",
+    "read_window_specs",
+    "read_windows",
+]

@@ -1,0 +1,142 @@
+"""Arrivals: events counted by event, processing and broker time."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import redis
+
+from tidegauge.core.closed_windows import ClosedWindows
+from tidegauge.core.store.index import _stamped, _sync
+from tidegauge.core.store.keys import ALL_SERVICES, Keys, _s, split_batch_field
+from tidegauge.core.store.records import WindowRow
+from tidegauge.core.store.windows import read_window_specs, read_windows
+from tidegauge.core.windows import WindowSpec
+
+
+@dataclass(frozen=True)
+class ArrivalRow:
+    """Events of one service (`*` = all) in one window of a time domain, classified."""
+
+    domain: str
+    window_start: int
+    window_end: int
+    service: str
+    events: int
+    late: int
+    stragglers: int
+
+    @property
+    def events_per_s(self) -> float:
+        """Events per second of the window."""
+        return self.events * 1000.0 / (self.window_end - self.window_start)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON output."""
+        return {**asdict(self), "events_per_s": self.events_per_s}
+
+
+def event_arrivals(windows: Sequence[WindowRow]) -> list[ArrivalRow]:
+    """The event-time series of tumbling windows: every event once, late ones included."""
+    return [
+        ArrivalRow(
+            "event",
+            w.window_start,
+            w.window_end,
+            w.service,
+            w.count + w.late,
+            w.late,
+            w.stragglers,
+        )
+        for w in windows
+    ]
+
+
+#: The three clocks an event can be counted by (docs/time.md).
+TIME_DOMAINS = ("event", "processing", "broker")
+
+
+def read_arrival_size(r: redis.Redis, keys: Keys) -> int | None:
+    """Window size (ms) of the processing- and broker-time series, or None before any.
+
+    The smallest stored size: every size holds every event once, the smallest is the finest.
+    """
+    sizes: Any = r.smembers(keys.arrival_sizes)
+    return min((int(_s(v)) for v in sizes), default=None)
+
+
+def event_spec(specs: Sequence[WindowSpec], arrival_size: int | None) -> WindowSpec | None:
+    """The tumbling spec whose windows make the event-time series (same size as the others)."""
+    tumbling = [s for s in specs if s.kind == "tumbling"]
+    return next(
+        (s for s in tumbling if s.size_ms == arrival_size), tumbling[0] if tumbling else None
+    )
+
+
+def read_arrivals(
+    r: redis.Redis,
+    keys: Keys,
+    domain: str,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    service: str | None = None,
+    cache: ClosedWindows | None = None,
+) -> list[ArrivalRow]:
+    """Events per window by event time, processing time or broker time, ordered by start.
+
+    All three count every event once (late ones included) in tumbling windows of the job's
+    primary size, so the series can be drawn on one axis. "event" is read from the windows
+    (count + late of the primary tumbling spec); the other two from the arrival series.
+    With `cache`, a window is re-read only when its number of fields changed: each batch adds
+    its own "service|batch" field and a replayed batch rewrites its field unchanged, so the
+    count is a version stamp (broker-time windows can still grow long after their end).
+    """
+    if domain not in TIME_DOMAINS:
+        raise ValueError(f"domain must be one of {', '.join(TIME_DOMAINS)}, got {domain!r}")
+    size = read_arrival_size(r, keys)
+    if domain == "event":
+        spec = event_spec(read_window_specs(r, keys), size)
+        if spec is None:
+            return []
+        return event_arrivals(read_windows(r, keys, spec, service, since_ms, until_ms, cache))
+    if size is None:
+        return []
+    if cache is not None:
+        _sync(r, keys, cache)
+    lo = "-inf" if since_ms is None else since_ms - size + 1
+    hi = "+inf" if until_ms is None else until_ms - 1
+    members: Any = r.zrangebyscore(keys.arrivals_index(domain, size), lo, hi)
+    starts = sorted(int(_s(v)) for v in members)
+    per_window = _stamped(
+        r,
+        cache,
+        f"arrivals:{domain}",
+        str(size),
+        starts,
+        lambda s: keys.arrivals(domain, size, s),
+        lambda s, fields: _arrival_rows(domain, s, size, fields),
+    )
+    return [row for rows in per_window for row in rows if service in (None, row.service)]
+
+
+def _arrival_rows(domain: str, start: int, size: int, fields: dict[Any, Any]) -> list[ArrivalRow]:
+    """One window's "service|batch" fields summed per service and over all (`*`), by service."""
+    sums: dict[str, list[int]] = {}
+    for k, v in fields.items():
+        svc = split_batch_field(k)[0]
+        doc = json.loads(v)
+        for name in (svc, ALL_SERVICES):
+            acc = sums.setdefault(name, [0, 0, 0])
+            acc[0] += int(doc["events"])
+            acc[1] += int(doc["late"])
+            acc[2] += int(doc["stragglers"])
+    return [ArrivalRow(domain, start, start + size, svc, *sums[svc]) for svc in sorted(sums)]
+
+
+def read_newest_arrival_start(r: redis.Redis, keys: Keys, domain: str, size: int) -> int | None:
+    """Start (ms) of the newest stored window of one arrival series, or None when empty."""
+    got: Any = r.zrevrange(keys.arrivals_index(domain, size), 0, 0)
+    return int(got[0]) if got else None

@@ -1,0 +1,157 @@
+"""The Redis key layout: every key Tidegauge uses, and every field format of its hashes.
+
+Nothing else spells a key or parses a field: the sink writes through `Keys` and the field
+helpers here, the read API reads through them (docs/redis.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeVar
+
+import redis
+
+from tidegauge.core.config import RedisSettings
+
+T = TypeVar("T")
+
+#: The pseudo-service that aggregates every service.
+ALL_SERVICES = "*"
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Every Redis key Tidegauge uses, under one prefix (default `tg`)."""
+
+    prefix: str = "tg"
+
+    def window(self, spec: str, start_ms: int) -> str:
+        """Hash: service -> JSON metrics of the window of `spec` (a WindowSpec key) at start."""
+        return f"{self.prefix}:win:{spec}:{start_ms}"
+
+    def window_aggs(self, spec: str, start_ms: int) -> str:
+        """Hash: service -> serialised WindowAgg (counts, t-digest, HyperLogLog) of the window."""
+        return f"{self.prefix}:agg:{spec}:{start_ms}"
+
+    def window_index(self, spec: str) -> str:
+        """Sorted set of window starts (member and score = start ms) of one window spec."""
+        return f"{self.prefix}:win:{spec}:idx"
+
+    def window_late(self, spec: str, start_ms: int) -> str:
+        """Hash: "service|batch_id" -> LateAgg bytes of the window's late rows in that batch."""
+        return f"{self.prefix}:late:{spec}:{start_ms}"
+
+    def window_stragglers(self, spec: str, start_ms: int) -> str:
+        """Hash: "service|batch_id" -> stragglers of that window in that batch (one revision)."""
+        return f"{self.prefix}:strag:{spec}:{start_ms}"
+
+    def arrivals(self, domain: str, size_ms: int, start_ms: int) -> str:
+        """Hash: "service|batch_id" -> JSON {events, late, stragglers, proc_ms}.
+
+        The batch's events of one service in this processing-time or broker-time window.
+        """
+        return f"{self.prefix}:arr:{domain}:{size_ms}:{start_ms}"
+
+    def arrivals_index(self, domain: str, size_ms: int) -> str:
+        """Sorted set of window starts with arrivals in `domain`."""
+        return f"{self.prefix}:arr:{domain}:{size_ms}:idx"
+
+    @property
+    def arrival_sizes(self) -> str:
+        """Set of window sizes (ms) the arrival series are stored in."""
+        return f"{self.prefix}:arr:sizes"
+
+    @property
+    def late_events(self) -> str:
+        """Sorted set of late events (JSON members), score = broker timestamp (ms); capped."""
+        return f"{self.prefix}:late:events"
+
+    def late_index(self, spec: str) -> str:
+        """Sorted set of window starts that have late rows."""
+        return f"{self.prefix}:late:{spec}:idx"
+
+    @property
+    def window_specs(self) -> str:
+        """Set of window spec keys ("10000" tumbling, "60000-10000" hopping) with data."""
+        return f"{self.prefix}:win:specs"
+
+    @property
+    def services(self) -> str:
+        """Set of every service seen."""
+        return f"{self.prefix}:services"
+
+    @property
+    def epoch(self) -> str:
+        """String: a random token the sink sets when it first writes to an empty store.
+
+        A flushed Redis gets a new one with the next batch, so readers that remember closed
+        windows (`tidegauge.core.closed_windows`) know their memory is stale.
+        """
+        return f"{self.prefix}:epoch"
+
+    @property
+    def status(self) -> str:
+        """Hash: the job's status after its latest batch."""
+        return f"{self.prefix}:status"
+
+    @property
+    def batches(self) -> str:
+        """Sorted set: one JSON summary per batch, score = batch id (recent ones kept)."""
+        return f"{self.prefix}:batches"
+
+    @property
+    def dead_letters(self) -> str:
+        """Sorted set of dead letters (JSON members), score = Kafka timestamp (ms); capped."""
+        return f"{self.prefix}:dead:letters"
+
+    @property
+    def control(self) -> str:
+        """Hash of demo/scenario commands (`tidegauge.core.control` writes and parses it).
+
+        `pause_until` (epoch ms): while the wall clock is before it, the job's Kafka source
+        reports no new data, so the topic builds a backlog the job then catches up on
+        (`--scenario backlog`, the dashboard's backlog button). `incident_until`,
+        `incident_factor`, `incident_service` and `late_burst` are read by a generator
+        running with `--live-commands`.
+        """
+        return f"{self.prefix}:control"
+
+    @property
+    def dead_counts(self) -> str:
+        """Hash: reason -> number of dead letters ever seen (exact, not capped)."""
+        return f"{self.prefix}:dead:count"
+
+
+def connect(settings: RedisSettings) -> redis.Redis:
+    """A client for `settings.url`; connection errors surface on first use."""
+    return redis.Redis.from_url(settings.url, socket_connect_timeout=3, socket_timeout=10)
+
+
+def _s(v: bytes | str) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+# --- field formats ----------------------------------------------------------------------------
+# Late rows, stragglers and arrivals are per-batch facts stored under "service|batch" fields, so a
+# replayed batch overwrites its own field instead of adding to another.
+
+
+def batch_field(service: str, batch_id: int) -> str:
+    """The hash field of one service's per-batch fact: "service|batch"."""
+    return f"{service}|{batch_id}"
+
+
+def split_batch_field(field_name: bytes | str) -> tuple[str, int]:
+    """(service, batch id) of a "service|batch" field (a service may itself contain "|")."""
+    service, _, batch = _s(field_name).rpartition("|")
+    return service, int(batch)
+
+
+class ControlFields:
+    """Field names of the control hash `Keys.control` (docs/events.md, "Live commands")."""
+
+    PAUSE_UNTIL = "pause_until"
+    INCIDENT_UNTIL = "incident_until"
+    INCIDENT_FACTOR = "incident_factor"
+    INCIDENT_SERVICE = "incident_service"
+    LATE_BURST = "late_burst"

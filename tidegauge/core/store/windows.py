@@ -1,0 +1,365 @@
+"""Windows and ranges: rows of stored windows, and any time range merged from them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import redis
+
+from tidegauge.core.closed_windows import ClosedWindows
+from tidegauge.core.metrics import (
+    BUILT_IN_METRICS,
+    LateAgg,
+    WindowAgg,
+    added_result_fields,
+)
+from tidegauge.core.store.index import _reusable, _starts, _sync
+from tidegauge.core.store.keys import ALL_SERVICES, Keys, _s, split_batch_field
+from tidegauge.core.store.records import WindowRow
+from tidegauge.core.windows import WindowSpec, tumbling_start
+
+
+def read_window_specs(r: redis.Redis, keys: Keys) -> list[WindowSpec]:
+    """Window specs with stored results: tumbling first, then by size and slide."""
+    members: Any = r.smembers(keys.window_specs)
+    specs = [WindowSpec.from_key(_s(v)) for v in members]
+    return sorted(specs, key=lambda s: (s.kind != "tumbling", s.size_ms, s.slide_ms))
+
+
+def read_services(r: redis.Redis, keys: Keys) -> list[str]:
+    """Every service seen, sorted (without `*`)."""
+    members: Any = r.smembers(keys.services)
+    return sorted(_s(v) for v in members)
+
+
+def read_windows(
+    r: redis.Redis,
+    keys: Keys,
+    spec: WindowSpec | None = None,
+    service: str | None = None,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    cache: ClosedWindows | None = None,
+) -> list[WindowRow]:
+    """Stored windows of one spec, ordered by start then service.
+
+    `spec` defaults to the first stored spec (the smallest tumbling one); `since_ms`/`until_ms`
+    select windows that end after `since_ms` and start before `until_ms`; `service` = `*`
+    selects the all-services rows. With `cache`, closed windows read before are not read
+    again (only their late counts, which still change).
+    """
+    if spec is None:
+        specs = read_window_specs(r, keys)
+        if not specs:
+            return []
+        spec = specs[0]
+    watermark = _sync(r, keys, cache)
+    starts = _starts(r, keys, spec, since_ms, until_ms)
+    known = {s: cache.get("rows", spec.key, s) for s in starts} if cache else {}
+    pipe = r.pipeline(transaction=False)
+    for start in starts:
+        if known.get(start) is None:
+            pipe.hgetall(keys.window(spec.key, start))
+        pipe.hgetall(keys.window_late(spec.key, start))
+        if known.get(start) is None:
+            pipe.hgetall(keys.window_stragglers(spec.key, start))
+    got = iter(pipe.execute() if starts else [])
+    rows: list[WindowRow] = []
+    for start in starts:
+        closed = spec.is_closed(start, watermark)
+        shown = known.get(start)
+        if shown is None:
+            docs = {_s(k): json.loads(v) for k, v in next(got).items()}
+            late_fields, strag_fields = next(got), next(got)
+            strag = _per_service(strag_fields, lambda v: int(v))
+            revisions = _revisions(strag_fields)
+            shown = {
+                svc: _row(
+                    spec,
+                    start,
+                    svc,
+                    doc,
+                    0,
+                    stragglers=strag.get(svc, 0),
+                    revision=revisions.get(svc, 0),
+                    closed=closed,
+                )
+                for svc, doc in docs.items()
+            }
+            if cache is not None and _reusable(spec, start, watermark):
+                cache.put("rows", spec.key, start, shown)
+        else:
+            late_fields = next(got)
+        late = _per_service(late_fields, LateAgg.count_of)
+        for svc in sorted(set(shown) | set(late)):
+            if service is not None and svc != service:
+                continue
+            row = shown.get(svc) or _row(spec, start, svc, {}, 0, closed=closed)
+            n = late.get(svc, 0)
+            rows.append(row if row.late == n else replace(row, late=n))
+    return rows
+
+
+def _per_service(fields: dict[Any, Any], value: Any) -> dict[str, int]:
+    """Sum "service|batch" fields per service, and over all services as `*`."""
+    out: dict[str, int] = {}
+    for k, v in fields.items():
+        svc = split_batch_field(k)[0]
+        out[svc] = out.get(svc, 0) + value(v)
+    if out:
+        out[ALL_SERVICES] = sum(out.values())
+    return out
+
+
+def _revisions(fields: dict[Any, Any]) -> dict[str, int]:
+    """Batches that corrected each service's window; `*` counts distinct batches."""
+    pairs = [split_batch_field(k) for k in fields]
+    out: dict[str, int] = {}
+    for svc, _ in pairs:
+        out[svc] = out.get(svc, 0) + 1
+    if pairs:
+        out[ALL_SERVICES] = len({b for _, b in pairs})
+    return out
+
+
+#: Built-in window metrics beyond count and events/s, as stored and shown: the result fields of
+#: the built-in metrics (tidegauge/core/metrics.py), which `WindowRow` has as attributes.
+METRIC_FIELDS = tuple(
+    f for m in BUILT_IN_METRICS for f in m.fields if f not in ("count", "events_per_s")
+)
+
+
+def _row(
+    spec: WindowSpec,
+    start: int,
+    service: str,
+    doc: dict[str, Any],
+    late: int,
+    stragglers: int = 0,
+    revision: int = 0,
+    closed: bool = False,
+) -> WindowRow:
+    n = int(doc.get("count", 0))
+    return WindowRow(
+        window_start=start,
+        window_end=spec.end(start),
+        service=service,
+        count=n,
+        events_per_s=spec.rate_per_s(n),
+        late=late,
+        stragglers=stragglers,
+        revision=revision,
+        closed=closed,
+        spec=spec.key,
+        kind=spec.kind,
+        extra={f: doc.get(f) for f in added_result_fields()},
+        **{f: doc[f] for f in METRIC_FIELDS if f in doc},
+    )
+
+
+@dataclass(frozen=True)
+class RangeResult:
+    """Metrics of a time range, merged from the stored windows that lie inside it."""
+
+    service: str
+    range_from: int
+    range_to: int
+    covered_from: int | None
+    covered_to: int | None
+    windows: int
+    metrics: dict[str, Any]
+    #: The merged aggregate itself (latency t-digest, users HLL), for CDFs and further merges.
+    agg: WindowAgg | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict for JSON output (metrics flattened in)."""
+        d = {k: v for k, v in vars(self).items() if k not in ("metrics", "agg")}
+        d.update(self.metrics)
+        return d
+
+
+def read_range(
+    r: redis.Redis,
+    keys: Keys,
+    since_ms: int,
+    until_ms: int,
+    service: str = ALL_SERVICES,
+    spec: WindowSpec | None = None,
+) -> RangeResult:
+    """Merge the sketches of every window of `spec` lying inside [since, until) into one answer.
+
+    "p99 over the last 15 minutes" is the p99 of the merged t-digest of those windows, and the
+    distinct users the merged HyperLogLog: exact merges, not averages of window figures.
+    `spec` defaults to the smallest tumbling spec (non-overlapping, so nothing counts twice).
+    """
+    if until_ms <= since_ms:
+        raise ValueError("the range must end after it starts")
+    if spec is None:
+        tumbling = [s for s in read_window_specs(r, keys) if s.kind == "tumbling"]
+        if not tumbling:
+            return RangeResult(
+                service,
+                since_ms,
+                until_ms,
+                None,
+                None,
+                0,
+                WindowAgg().metrics(until_ms - since_ms),
+                WindowAgg(),
+            )
+        spec = tumbling[0]
+    merged = read_range_merged(r, keys, since_ms, until_ms, spec, [service])
+    starts = merged.starts
+    agg = merged.aggs.get(service, WindowAgg())
+    n = merged.windows.get(service, 0)
+    if not starts:
+        return RangeResult(
+            service, since_ms, until_ms, None, None, 0, agg.metrics(until_ms - since_ms), agg
+        )
+    lo, hi = starts[0], spec.end(starts[-1])
+    return RangeResult(service, since_ms, until_ms, lo, hi, n, agg.metrics(hi - lo), agg)
+
+
+#: A range merges closed windows in aligned blocks of this many, each merged once and kept in
+#: the memo: an hour of 10 s windows is then ~60 merges per refresh instead of 360.
+MERGE_BLOCK = 6
+
+
+@dataclass(frozen=True)
+class RangeAggs:
+    """The windows of a spec inside a range, merged.
+
+    Their starts, and per service the merged aggregate and how many windows had the service.
+    """
+
+    starts: list[int]
+    aggs: dict[str, WindowAgg]
+    windows: dict[str, int]
+
+
+def read_range_merged(
+    r: redis.Redis,
+    keys: Keys,
+    since_ms: int,
+    until_ms: int,
+    spec: WindowSpec,
+    services: Sequence[str] | None = None,
+    with_lateness: bool = False,
+    cache: ClosedWindows | None = None,
+) -> RangeAggs:
+    """Merge the stored `WindowAgg`s of the windows of `spec` inside [since, until), per service.
+
+    For `services` (None: every service and `*`). One ZRANGEBYSCORE and one pipeline, so a
+    dashboard can merge any range for many services in two round trips. The lateness digests
+    are left empty unless `with_lateness` (`read_lateness` asks for them). With `cache`,
+    closed windows are decoded once, and whole blocks of `MERGE_BLOCK` closed windows are
+    merged once; later calls reuse both.
+    """
+    watermark = _sync(r, keys, cache) if cache is not None else None
+    starts = [
+        s
+        for s in _starts(r, keys, spec, since_ms, until_ms, with_late=False)
+        if spec.lies_within(s, since_ms, until_ms)
+    ]
+    # (aggregate by service, windows merged into it by service): blocks, then single windows
+    parts: list[tuple[dict[str, WindowAgg], dict[str, int]]] = []
+    loose = starts
+    if cache is not None and spec.kind == "tumbling":
+        loose = []
+        span = MERGE_BLOCK * spec.size_ms
+        blocks: dict[int, list[int]] = {}
+        for start in starts:
+            blocks.setdefault(tumbling_start(start, span), []).append(start)
+        block_spec = WindowSpec.tumbling(span)
+        for first, members in blocks.items():
+            whole = block_spec.lies_within(first, since_ms, until_ms)
+            if not (whole and _reusable(block_spec, first, watermark)):
+                loose += members
+                continue
+            block = cache.get("blocks", spec.key, first)
+            if block is None:
+                block = _merge_block(r, keys, spec, members)
+                cache.put("blocks", spec.key, first, block)
+            parts.append(block)
+    aggs = _window_aggs(r, keys, spec, loose, services, with_lateness, cache, watermark)
+    parts += [(a, dict.fromkeys(a, 1)) for a in aggs]
+    names = services if services is not None else sorted({s for a, _ in parts for s in a})
+    out: dict[str, WindowAgg] = {}
+    counts: dict[str, int] = {}
+    for svc in names:
+        items = [(a[svc], n[svc]) for a, n in parts if svc in a]
+        if items:
+            out[svc] = WindowAgg.merged((a for a, _ in items), with_lateness=with_lateness)
+            counts[svc] = sum(n for _, n in items)
+    return RangeAggs(starts, out, counts)
+
+
+def _merge_block(
+    r: redis.Redis, keys: Keys, spec: WindowSpec, starts: list[int]
+) -> tuple[dict[str, WindowAgg], dict[str, int]]:
+    """Closed windows merged per service (lateness included), with each service's window count.
+
+    The windows are decoded for this merge only, not kept one by one: once merged, the block
+    stands for them (keeping both would hold an hour of decoded HyperLogLogs twice).
+    """
+    aggs = _window_aggs(r, keys, spec, starts, None, True, None, None)
+    services = sorted({s for a in aggs for s in a})
+    merged = {s: WindowAgg.merged(a[s] for a in aggs if s in a) for s in services}
+    return merged, {s: sum(s in a for a in aggs) for s in services}
+
+
+def _window_aggs(
+    r: redis.Redis,
+    keys: Keys,
+    spec: WindowSpec,
+    starts: Sequence[int],
+    services: Sequence[str] | None,
+    with_lateness: bool,
+    cache: ClosedWindows | None,
+    watermark: int | None,
+) -> list[dict[str, WindowAgg]]:
+    """Each window's aggregates by service; closed ones decoded once when there is a memo."""
+    known = {s: cache.get("aggs", spec.key, s) for s in starts} if cache else {}
+    misses = [s for s in starts if known.get(s) is None]
+    whole = services is None or cache is not None  # a memo keeps every service of a window
+    pipe = r.pipeline(transaction=False)
+    for start in misses:
+        if whole:
+            pipe.hgetall(keys.window_aggs(spec.key, start))
+        else:
+            pipe.hmget(keys.window_aggs(spec.key, start), list(services or ()))
+    got = iter(pipe.execute() if misses else [])
+    out = []
+    for start in starts:
+        aggs = known.get(start)
+        if aggs is None:
+            fetched = next(got)
+            reuse = cache is not None and _reusable(spec, start, watermark)
+            pairs = fetched.items() if whole else zip(services or (), fetched, strict=True)
+            aggs = {
+                _s(svc): WindowAgg.from_bytes(blob, with_lateness or reuse)
+                for svc, blob in pairs
+                if blob is not None
+            }
+            if cache is not None and reuse:
+                cache.put("aggs", spec.key, start, aggs)
+        out.append(aggs if services is None else {s: aggs[s] for s in services if s in aggs})
+    return out
+
+
+def read_newest_window_start(r: redis.Redis, keys: Keys, spec: WindowSpec) -> int | None:
+    """Start (ms) of the newest stored window of `spec`, or None when there is none.
+
+    One ZREVRANGE on the window index: `read_windows` selects by time range, and a chart's
+    range ends at the newest window, so this is read first.
+    """
+    got: Any = r.zrevrange(keys.window_index(spec.key), 0, 0)
+    if not got:
+        return None
+    member = got[0]
+    if not isinstance(member, (bytes, str)):  # only with withscores=True, not asked for here
+        raise TypeError(f"unexpected ZREVRANGE member {member!r}")
+    return int(member)
