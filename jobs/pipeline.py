@@ -172,6 +172,9 @@ def start_query(spark: SparkSession, cfg: JobConfig) -> tuple[StreamingQuery, St
     spark.conf.set(
         "spark.sql.streaming.noDataProgressEventInterval", str(max(cfg.trigger_interval_ms, 1000))
     )
+    # The stateful step's partitions are fixed in a new checkpoint from this setting: set it
+    # per query, so a shared session runs every job as `tidegauge job` would.
+    spark.conf.set("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
     writer = (
         build_stream(spark, cfg)
         .writeStream.outputMode("update")

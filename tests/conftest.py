@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -52,18 +54,63 @@ def topic_factory(broker: Service, request: pytest.FixtureRequest) -> Callable[.
     return make
 
 
-_db_ids = itertools.count(1)
+class RedisDatabases:
+    """The session redis-server's 16 databases, handed out flushed, one holder at a time.
+
+    No test names a database number: a test takes one from here and gives it back when done,
+    so module-scoped runs and per-test databases never share one.
+    """
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._free = list(range(16))
+
+    def acquire(self) -> RedisSettings:
+        if not self._free:
+            raise RuntimeError("all 16 Redis databases are held: release some in teardown")
+        settings = RedisSettings(url=f"redis://{self.address}/{self._free.pop(0)}")
+        client = redis.Redis.from_url(settings.url)
+        client.flushdb()
+        client.close()
+        return settings
+
+    def release(self, settings: RedisSettings) -> None:
+        self._free.append(int(settings.url.rsplit("/", 1)[1]))
+
+
+@pytest.fixture(scope="session")
+def redis_databases(redis_server: Service) -> RedisDatabases:
+    return RedisDatabases(redis_server.address)
+
+
+def _db_factory(databases: RedisDatabases) -> Iterator[Callable[[], RedisSettings]]:
+    held: list[RedisSettings] = []
+
+    def make() -> RedisSettings:
+        held.append(databases.acquire())
+        return held[-1]
+
+    yield make
+    for settings in held:
+        databases.release(settings)
 
 
 @pytest.fixture
-def redis_settings(redis_server: Service) -> Iterator[RedisSettings]:
+def redis_db(redis_databases: RedisDatabases) -> Iterator[Callable[[], RedisSettings]]:
+    """Factory: a flushed database of its own per call, for this test."""
+    yield from _db_factory(redis_databases)
+
+
+@pytest.fixture(scope="module")
+def module_redis_db(redis_databases: RedisDatabases) -> Iterator[Callable[[], RedisSettings]]:
+    """Factory: a flushed database of its own per call, for this test module."""
+    yield from _db_factory(redis_databases)
+
+
+@pytest.fixture
+def redis_settings(redis_db: Callable[[], RedisSettings]) -> RedisSettings:
     """A flushed Redis database of its own for one test."""
-    db = next(_db_ids) % 16
-    settings = RedisSettings(url=f"redis://{redis_server.address}/{db}")
-    client = redis.Redis.from_url(settings.url)
-    client.flushdb()
-    yield settings
-    client.close()
+    return redis_db()
 
 
 @pytest.fixture
@@ -83,3 +130,107 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 __all__ = ["Path"]
+
+
+# --- the CLI as factories: `produce` and `job` with the suite's defaults -------------------------
+
+
+def flags(**options: object) -> list[str]:
+    """Keyword options as CLI flags: `allowed_lateness="20s"` -> `--allowed-lateness 20s`.
+
+    True is a bare flag, False and None are left out, a list or tuple repeats the flag.
+    """
+    out: list[str] = []
+    for name, value in options.items():
+        flag = "--" + name.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            out.append(flag)
+        elif isinstance(value, list | tuple):
+            for v in value:
+                out += [flag, str(v)]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+@pytest.fixture(scope="session")
+def produce(broker: Service) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """`tidegauge produce` on the session broker: fast pace and quiet unless told otherwise."""
+    from tests.integration.helpers import tidegauge
+
+    def run(topic: str, *, env: dict[str, str] | None = None, **options: object) -> Any:
+        options = {"pace": "fast", "quiet": True, **options}
+        return tidegauge(
+            "produce", *flags(bootstrap=broker.address, topic=topic, **options), env=env
+        )
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def job(broker: Service) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """`tidegauge job` on the session broker: available-now on local[2] unless told otherwise."""
+    from tests.integration.helpers import tidegauge
+
+    def run(
+        topic: str,
+        redis_url: str,
+        checkpoint: object,
+        *,
+        env: dict[str, str] | None = None,
+        check: bool = True,
+        **options: object,
+    ) -> Any:
+        options = {"trigger": "available-now", "master": "local[2]", **options}
+        args = flags(
+            bootstrap=broker.address, topic=topic, redis=redis_url, checkpoint=checkpoint, **options
+        )
+        return tidegauge("job", *args, env=env, check=check)
+
+    return run
+
+
+# --- the spark tier: one local SparkSession, streaming queries in this process -------------------
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local[2] SparkSession for every test of tests/spark (JVM started once)."""
+    from jobs.spark import build_session
+
+    session = build_session("local[2]", app_name="tidegauge-tests", ui=False)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def job_in_process(spark: Any, broker: Service) -> Callable[..., Any]:
+    """`tidegauge job`'s configuration from the same flags, run as a query of the shared session.
+
+    For tests that need the job's results but not a job process of its own (the CLI's own
+    behaviour is tested through `job`). Runs until available-now has drained the topic; the
+    query is stopped in `run_job`'s finally, even when it fails.
+    """
+    import argparse
+
+    from jobs.cli import add_arguments, config_from_args
+    from jobs.pipeline import run_job
+
+    def run(topic: str, redis_url: str, checkpoint: object, **options: object) -> Any:
+        options = {"trigger": "available-now", **options}
+        parser = argparse.ArgumentParser()
+        add_arguments(parser)
+        args = parser.parse_args(
+            flags(
+                bootstrap=broker.address,
+                topic=topic,
+                redis=redis_url,
+                checkpoint=checkpoint,
+                **options,
+            )
+        )
+        return run_job(config_from_args(args), spark)
+
+    return run

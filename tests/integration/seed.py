@@ -68,7 +68,6 @@ class Seeded:
     #: Every latency written, for percentile checks.
     latencies: list[float] = field(default_factory=list)
 
-
     def late_by_service(self, services: list[str]) -> dict[int, int]:
         """Late events per window start, summed over `services`."""
         out: dict[int, int] = {}

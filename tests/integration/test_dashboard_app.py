@@ -22,6 +22,7 @@ from streamlit.testing.v1 import AppTest
 
 from dashboard import data
 from jobs.redis_sink import WindowUpdate, write_batch, write_progress
+from tests import procs
 from tests.integration.seed import PANELS, seed_live
 from tidegauge.core.config import ENV_REDIS_URL, RedisSettings
 from tidegauge.core.control import read_commands
@@ -337,28 +338,6 @@ def test_unreachable_redis_is_an_error_message_not_a_traceback(
 # --- `tidegauge dashboard` as a real server ------------------------------------------------------
 
 
-def _children(pid: int) -> list[int]:
-    """Direct children of `pid`, from /proc."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            stat = (entry / "stat").read_text()
-            # the command name (field 2) may hold spaces: the ppid is after the last ")"
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry.name))
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 @pytest.fixture
 def dashboard_process(redis_settings: RedisSettings) -> Iterator[tuple[subprocess.Popen[str], int]]:
     port = free_port()
@@ -372,7 +351,7 @@ def dashboard_process(redis_settings: RedisSettings) -> Iterator[tuple[subproces
     )
     yield proc, port
     if proc.poll() is None:
-        for pid in _children(proc.pid):
+        for pid in procs.children(proc.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         proc.kill()
@@ -397,11 +376,11 @@ def test_dashboard_command_serves_health_and_stops_on_sigint(
         time.sleep(0.2)
     assert status == 200, f"no health 200 within 20 s (exit code {proc.poll()})"
 
-    children = _children(proc.pid)
+    children = procs.children(proc.pid)
     assert children, "the launcher should run Streamlit as a child process"
     os.kill(proc.pid, signal.SIGINT)  # to the launcher alone, as `kill -INT PID` would
     proc.wait(timeout=20)
     assert proc.returncode in (0, 130)
-    assert not [pid for pid in children if _alive(pid)]
+    assert not [pid for pid in children if procs.alive(pid)]
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import redis
 
+from tests import procs
 from tidegauge.core.store import ALL_SERVICES, Keys, read_status, read_windows
 from tidegauge.local.services import free_port
 
@@ -34,61 +35,9 @@ STOP_BUDGET_S = 30.0
 MARK_VAR = "TIDEGAUGE_DEMO_TEST_MARK"
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state, ppid) of a process, or None when it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2 :].split()
-    return fields[0], int(fields[1])
-
-
-def _alive(pid: int) -> bool:
-    """Running or sleeping: not gone and not a zombie waiting to be reaped."""
-    st = _stat(pid)
-    return st is not None and st[0] not in ("Z", "X")
-
-
-def _comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return "?"
-
-
-def _descendants(root: int) -> set[int]:
-    """Every process below `root`, by walking the ppid chains of /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            st = _stat(int(entry.name))
-            if st is not None:
-                children.setdefault(st[1], []).append(int(entry.name))
-    found: set[int] = set()
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
 def _marked(mark: str) -> list[int]:
     """Live processes whose environment carries `mark` (everything the demo started)."""
-    needle = f"{MARK_VAR}={mark}".encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            env = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if needle in env.split(b"\0") and _alive(int(entry.name)):
-            pids.append(int(entry.name))
-    return pids
+    return procs.with_env(MARK_VAR, mark)
 
 
 def _port_open(port: int) -> bool:
@@ -163,8 +112,12 @@ def _start_demo(*args: str) -> Demo:
         env.pop(var, None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "tidegauge.cli", "demo", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        text=True, env=env, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        start_new_session=True,
     )
     demo = Demo(proc, mark, time.monotonic())
     threading.Thread(target=demo.pump, daemon=True).start()
@@ -227,8 +180,8 @@ def test_demo_serves_moving_windows_and_stops_without_orphans(tmp_path: Path) ->
         print(f"first windows in Redis {first_windows_s:.1f}s after start; batches {batch_ids}")
 
         # Everything the demo runs, recorded while it runs: the Spark JVM must be in the tree.
-        tree = _descendants(demo.proc.pid)
-        names = {pid: _comm(pid) for pid in tree}
+        tree = procs.descendants(demo.proc.pid)
+        names = {pid: procs.comm(pid) for pid in tree}
         assert "java" in names.values(), f"no JVM among the demo's processes: {names}"
         java = [pid for pid, name in names.items() if name == "java"]
         assert set(java) <= set(_marked(demo.mark)), "the JVM should carry the demo's environment"
@@ -244,9 +197,9 @@ def test_demo_serves_moving_windows_and_stops_without_orphans(tmp_path: Path) ->
         # No orphans: every recorded process is gone (or a zombie about to be reaped), and
         # nothing carrying the demo's environment is still running.
         grace = time.monotonic() + 5
-        while time.monotonic() < grace and [p for p in tree if _alive(p)]:
+        while time.monotonic() < grace and [p for p in tree if procs.alive(p)]:
             time.sleep(0.1)
-        survivors = {p: names[p] for p in tree if _alive(p)}
+        survivors = {p: names[p] for p in tree if procs.alive(p)}
         assert not survivors, f"left behind: {survivors}"
         assert not _marked(demo.mark)
         for p in (broker_port, int(redis_url.rsplit(":", 1)[1].split("/")[0]), port):
@@ -258,8 +211,11 @@ def test_unreachable_redis_is_a_clear_error_and_leaves_nothing(tmp_path: Path) -
     closed = free_port()
     started = time.monotonic()
     with _demo(
-        "--redis", f"redis://127.0.0.1:{closed}/0", "--no-dashboard",
-        "--state-dir", str(tmp_path / "state"),
+        "--redis",
+        f"redis://127.0.0.1:{closed}/0",
+        "--no-dashboard",
+        "--state-dir",
+        str(tmp_path / "state"),
     ) as demo:
         code = demo.proc.wait(15)
         demo.drain()

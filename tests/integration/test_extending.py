@@ -47,10 +47,10 @@ def rank_error(values: list[float], estimate: float, q: float) -> float:
 
 
 @pytest.fixture(scope="module")
-def run(broker, redis_server, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def run(broker, module_redis_db, job, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     tmp = tmp_path_factory.mktemp("extending")
     topic = "extending-events"
-    url = f"redis://{redis_server.address}/9"
+    url = module_redis_db().url
     tidegauge("topic", "--bootstrap", broker.address, "--topic", topic, "--partitions", "2")
     rng = np.random.default_rng(5)
     expected: dict[tuple[int, str], list[float]] = defaultdict(list)
@@ -80,25 +80,14 @@ def run(broker, redis_server, tmp_path_factory: pytest.TempPathFactory) -> dict[
     producer.flush()
     producer.close()
     common = ["--redis", url, "--redis-prefix", PREFIX]
-    tidegauge(
-        "job",
-        "--bootstrap",
-        broker.address,
-        "--topic",
+    job(
         topic,
-        *common,
-        "--checkpoint",
-        str(tmp / "checkpoint"),
-        "--window",
-        "10s",
-        "--allowed-lateness",
-        "1h",
-        "--trigger",
-        "available-now",
-        "--max-records-per-trigger",
-        "1000",
-        "--master",
-        "local[2]",
+        url,
+        tmp / "checkpoint",
+        redis_prefix=PREFIX,
+        window="10s",
+        allowed_lateness="1h",
+        max_records_per_trigger=1000,
         env=ENV,
     )
     with_plugin = json.loads(tidegauge("query", "windows", *common, "--json", env=ENV).stdout)

@@ -29,78 +29,43 @@ MAX_PER_TRIGGER = 1_000
 
 
 @pytest.fixture(scope="module")
-def run(broker, redis_server, tmp_path_factory: pytest.TempPathFactory) -> dict:  # type: ignore[no-untyped-def]
+def run(broker, module_redis_db, produce, job, tmp_path_factory: pytest.TempPathFactory) -> dict:  # type: ignore[no-untyped-def]
     """Produce once, run the job once; the tests below look at the result from several sides."""
     tmp = tmp_path_factory.mktemp("e2e")
     topic = "e2e-events"
-    url = f"redis://{redis_server.address}/15"
-    redis.Redis.from_url(url).flushdb()
+    url = module_redis_db().url
     truth_path = tmp / "truth.jsonl"
     tidegauge("topic", "--bootstrap", broker.address, "--topic", topic, "--partitions", "3")
-    produced = tidegauge(
-        "produce",
-        "--bootstrap",
-        broker.address,
-        "--topic",
+    produced = produce(
         topic,
-        "--pace",
-        "fast",
-        "--start-time",
-        "2026-01-01T00:00:00Z",
-        "--count",
-        "6000",
-        "--rate",
-        "100",
-        "--seed",
-        "7",
-        "--out-of-order-fraction",
-        "0.1",
-        "--max-delay",
-        "8s",
-        "--late-fraction",
-        "0.03",
-        "--lateness",
-        "20s",
-        "--malformed-fraction",
-        "0.01",
-        "--duplicate-fraction",
-        "0.01",
-        "--iso-fraction",
-        "0.1",
-        "--heartbeat-interval",
-        "1s",
-        "--truth",
-        str(truth_path),
-        "--quiet",
+        start_time="2026-01-01T00:00:00Z",
+        count="6000",
+        rate="100",
+        seed="7",
+        out_of_order_fraction="0.1",
+        max_delay="8s",
+        late_fraction="0.03",
+        lateness="20s",
+        malformed_fraction="0.01",
+        duplicate_fraction="0.01",
+        iso_fraction="0.1",
+        heartbeat_interval="1s",
+        truth=str(truth_path),
     )
-    job = tidegauge(
-        "job",
-        "--bootstrap",
-        broker.address,
-        "--topic",
+    ran = job(
         topic,
-        "--redis",
         url,
-        "--checkpoint",
         str(tmp / "checkpoint"),
-        "--window",
-        "10s",
-        "--allowed-lateness",
-        "20s",
-        "--trigger",
-        "available-now",
-        "--starting-offsets",
-        "earliest",
-        "--max-records-per-trigger",
-        str(MAX_PER_TRIGGER),
-        "--master",
-        "local[2]",
+        window="10s",
+        allowed_lateness="20s",
+        starting_offsets="earliest",
+        max_records_per_trigger=str(MAX_PER_TRIGGER),
     )
     return {
         "url": url,
         "truth": load_truth(truth_path),
         "produced": produced.stdout,
-        "job": job.stdout,
+        "job": ran.stdout,
         "client": redis.Redis.from_url(url),
     }
 

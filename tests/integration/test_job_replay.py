@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import redis
 
+from tests import procs
 from tests.integration.helpers import tidegauge
 from tidegauge.core.store import Keys, read_batches
 
@@ -84,7 +85,7 @@ def job_args(bootstrap: str, topic: str, url: str, checkpoint: Path, trigger: st
 
 
 @pytest.fixture(scope="module")
-def stream(broker, redis_server, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def stream(broker, module_redis_db, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     tmp = tmp_path_factory.mktemp("replay")
     topic = "replay-events"
     tidegauge("topic", "--bootstrap", broker.address, "--topic", topic)
@@ -118,15 +119,13 @@ def stream(broker, redis_server, tmp_path_factory: pytest.TempPathFactory) -> di
         "0.02",
         "--quiet",
     )
-    url = f"redis://{redis_server.address}/13"
+    url = module_redis_db().url
     client = redis.Redis.from_url(url)
-    client.flushdb()
     checkpoint = tmp / "reference"
     tidegauge(*job_args(broker.address, topic, url, checkpoint, "available-now"))
     return {
         "broker": broker.address,
         "topic": topic,
-        "redis": redis_server.address,
         "tmp": tmp,
         "url": url,
         "client": client,
@@ -155,42 +154,9 @@ def test_replaying_the_last_batch_changes_nothing(stream: dict[str, Any]) -> Non
     assert snapshot(r) == before
 
 
-def _tree(pid: int) -> set[int]:
-    """pid and all its descendants, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        out.add(p)
-        todo.extend(children.get(p, []))
-    return out
-
-
-def _alive(pids: set[int]) -> list[int]:
-    out = []
-    for p in pids:
-        try:
-            state = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            out.append(p)
-    return out
-
-
-def test_killed_job_resumes_to_the_same_state(stream: dict[str, Any]) -> None:
-    url = f"redis://{stream['redis']}/12"
+def test_killed_job_resumes_to_the_same_state(stream: dict[str, Any], redis_settings) -> None:  # type: ignore[no-untyped-def]
+    url = redis_settings.url
     r = redis.Redis.from_url(url)
-    r.flushdb()
     checkpoint = stream["tmp"] / "killed"
     args = job_args(stream["broker"], stream["topic"], url, checkpoint, "500ms")
     proc = subprocess.Popen(
@@ -209,7 +175,7 @@ def test_killed_job_resumes_to_the_same_state(stream: dict[str, Any]) -> None:
             time.sleep(0.2)
         else:
             pytest.fail("job made no progress")
-        tree = _tree(proc.pid)
+        tree = {proc.pid, *procs.descendants(proc.pid)}
         os.killpg(proc.pid, signal.SIGKILL)  # no goodbye: JVM and Python workers die too
         proc.wait(10)
     finally:
@@ -217,10 +183,12 @@ def test_killed_job_resumes_to_the_same_state(stream: dict[str, Any]) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
     # PySpark's worker daemon runs in a process group of its own; it exits when the JVM's pipe
     # closes, so give it a moment, then insist that nothing of the job is left.
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and _alive(tree):
-        time.sleep(0.2)
-    assert not _alive(tree), [Path(f"/proc/{p}/cmdline").read_bytes()[:120] for p in _alive(tree)]
+    procs.wait_until(
+        lambda: not procs.living(tree),
+        20,
+        "the killed job's processes to go",
+        lambda: str([Path(f"/proc/{p}/cmdline").read_bytes()[:120] for p in procs.living(tree)]),
+    )
     total = sum(b["input_rows"] for b in read_batches(r, Keys()))
     assert total < 3000, "the job finished before it was killed; the test proves nothing"
     tidegauge(*job_args(stream["broker"], stream["topic"], url, checkpoint, "available-now"))

@@ -162,10 +162,17 @@ def test_true_end_offsets_of_an_empty_topic(
 # --- _read_range ----------------------------------------------------------------------------
 
 
-def read(topic: Topic, partition: int, start: int, end: int, chunk: int = 20_000,
-         poll_timeout_ms: int = 10_000) -> tuple[list[Record], list[pa.RecordBatch]]:
-    part = KafkaPartition(topic.kafka.bootstrap, topic.kafka.topic, partition, start, end,
-                          poll_timeout_ms)
+def read(
+    topic: Topic,
+    partition: int,
+    start: int,
+    end: int,
+    chunk: int = 20_000,
+    poll_timeout_ms: int = 10_000,
+) -> tuple[list[Record], list[pa.RecordBatch]]:
+    part = KafkaPartition(
+        topic.kafka.bootstrap, topic.kafka.topic, partition, start, end, poll_timeout_ms
+    )
     batches = list(_read_range(part, chunk=chunk))
     rows: list[Record] = []
     for b in batches:
@@ -259,7 +266,8 @@ def test_read_range_ends_on_a_transaction_marker(
     # and 21 are markers and the true end is 22, so [0, 22) holds 20 records and ends on one.
     topic = make_topic(1)
     producer = KafkaProducer(
-        bootstrap_servers=topic.kafka.bootstrap, transactional_id=f"tx-{topic.kafka.topic}",
+        bootstrap_servers=topic.kafka.bootstrap,
+        transactional_id=f"tx-{topic.kafka.topic}",
         enable_idempotence=True,
     )
     try:
@@ -385,7 +393,8 @@ def test_reader_starting_latest_starts_at_the_true_end(
         assert end == {"0": 1_000, "1": 937, "2": 805}
         parts = reader.partitions(initial, end)
         assert [(pt.partition, pt.start, pt.end) for pt in parts] == [  # type: ignore[attr-defined]
-            (1, 900, 937), (2, 800, 805),
+            (1, 900, 937),
+            (2, 800, 805),
         ]
     finally:
         reader.stop()
@@ -401,8 +410,7 @@ def test_reader_resumes_from_the_checkpointed_offsets(
     offsets.mkdir()
     for batch_id, end in enumerate([{"0": 10, "1": 10, "2": 10}, {"0": 200, "1": 40, "2": 290}]):
         (offsets / str(batch_id)).write_text(
-            f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{T0},"conf":{{}}}}\n'
-            + json.dumps(end)
+            f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{T0},"conf":{{}}}}\n' + json.dumps(end)
         )
     reader = reader_for(topic, maxRecordsPerTrigger="100", checkpoint=str(tmp_path))
     try:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import redis
 
+from tests import procs
 from tests.integration.helpers import tidegauge
 from tidegauge.core.store import Keys, read_arrivals, read_status, read_windows
 
@@ -54,22 +55,16 @@ def running_job(*args: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
 
 
 def _wait(what: str, cond, timeout_s: float, log: Path) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}; job log:\n{log.read_text()[-4000:]}")
+    procs.wait_until(cond, timeout_s, what, lambda: f"job log:\n{log.read_text()[-4000:]}", 0.2)
 
 
 def test_backlog_spikes_processing_time_but_not_event_time(
     broker,
-    redis_server,
+    redis_settings,
     tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
-    topic, url = "backlog-events", f"redis://{redis_server.address}/12"
+    topic, url = "backlog-events", redis_settings.url
     r = redis.Redis.from_url(url)
-    r.flushdb()
     tidegauge("topic", "--bootstrap", broker.address, "--topic", topic, "--partitions", "3")
     log = tmp_path / "job.log"
     job = [
@@ -175,12 +170,11 @@ def test_backlog_spikes_processing_time_but_not_event_time(
 
 def test_heartbeats_alone_close_the_last_window(
     broker,
-    redis_server,
+    redis_settings,
     tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
-    topic, url = "quiet-events", f"redis://{redis_server.address}/11"
+    topic, url = "quiet-events", redis_settings.url
     r = redis.Redis.from_url(url)
-    r.flushdb()
     tidegauge("topic", "--bootstrap", broker.address, "--topic", topic, "--partitions", "3")
     log = tmp_path / "job.log"
     trigger_ms, lateness_ms = 2_000, 5_000

@@ -24,6 +24,7 @@ import redis
 from kafka import KafkaConsumer, TopicPartition
 
 from jobs.kafka_log import LogClient
+from tests import procs
 from tidegauge.core.config import KafkaSettings, RedisSettings
 from tidegauge.core.control import request_late_burst, request_pause, start_incident
 from tidegauge.core.events import Event, Heartbeat, Rejected, parse_record
@@ -312,12 +313,12 @@ def test_sigterm_stops_cleanly(topic_factory: Callable[..., KafkaSettings], tmp_
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # running in realtime: wait for acknowledged records
-            if truth_path.exists() and truth_path.stat().st_size > 0:
-                break
-            time.sleep(0.1)
-        time.sleep(1.0)
+        # running in realtime: stop it once a fair number of records were acknowledged
+        def events_acknowledged() -> int:
+            lines = truth_path.read_text().splitlines() if truth_path.exists() else []
+            return sum(json.loads(line)["kind"] == "event" for line in lines)
+
+        procs.wait_until(lambda: events_acknowledged() > 150, 30, "150 acknowledged events")
         os.kill(proc.pid, signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     finally:

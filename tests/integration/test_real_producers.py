@@ -144,34 +144,22 @@ def windows_of(events: list[dict[str, Any]]) -> tuple[Counter, Counter]:
 
 
 @pytest.fixture(scope="module")
-def run(broker, redis_server, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def run(
+    broker, module_redis_db, produce, job, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     tmp = tmp_path_factory.mktemp("producers")
     topic = "real-producers"
-    url = f"redis://{redis_server.address}/10"
+    url = module_redis_db().url
     tidegauge("topic", "--bootstrap", broker.address, "--topic", topic, "--partitions", "3")
     stream = write_stream(broker.address, topic)
-    tidegauge(
-        "job",
-        "--bootstrap",
-        broker.address,
-        "--topic",
+    job(
         topic,
-        "--redis",
         url,
-        "--redis-prefix",
-        PREFIX,
-        "--checkpoint",
         str(tmp / "checkpoint"),
-        "--window",
-        "10s",
-        "--allowed-lateness",
-        "1h",
-        "--trigger",
-        "available-now",
-        "--max-records-per-trigger",
-        "350",
-        "--master",
-        "local[2]",
+        redis_prefix=PREFIX,
+        window="10s",
+        allowed_lateness="1h",
+        max_records_per_trigger="350",
     )
     rows = json.loads(
         tidegauge("query", "windows", "--redis", url, "--redis-prefix", PREFIX, "--json").stdout
@@ -217,7 +205,7 @@ def test_the_job_read_to_the_end_markers_included(run: dict[str, Any]) -> None:
 
 def test_a_codec_the_job_cannot_decode_stops_it_with_one_clear_line(
     broker,
-    redis_server,
+    redis_settings,
     tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     topic = "hidden-codec"
@@ -249,7 +237,7 @@ def test_a_codec_the_job_cannot_decode_stops_it_with_one_clear_line(
             "--topic",
             topic,
             "--redis",
-            f"redis://{redis_server.address}/10",
+            redis_settings.url,
             "--redis-prefix",
             "hidden",
             "--checkpoint",

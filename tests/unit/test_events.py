@@ -77,10 +77,16 @@ VALID: list[tuple[str, bytes, Event | Heartbeat]] = [
     ("ISO with milliseconds", ev(event_time="2026-11-22T10:00:00.123Z"), E(event_time=T + 123)),
     ("ISO with space separator", ev(event_time="2026-11-22 10:00:00Z"), E()),
     ("integral float time", ev(event_time=float(T)), E()),
-    ("integral float written with .0", b'{"event_id":"e1","event_time":1795341600000.0,'
-     b'"service":"checkout"}', E()),
-    ("exponent float time", b'{"event_id":"e1","event_time":1.7953416e12,"service":"checkout"}',
-     E()),
+    (
+        "integral float written with .0",
+        b'{"event_id":"e1","event_time":1795341600000.0,"service":"checkout"}',
+        E(),
+    ),
+    (
+        "exponent float time",
+        b'{"event_id":"e1","event_time":1.7953416e12,"service":"checkout"}',
+        E(),
+    ),
     ("first valid ms (2000-01-01)", ev(event_time=MIN_TIME_MS), E(event_time=MIN_TIME_MS)),
     ("last valid ms (2099-12-31)", ev(event_time=MAX_TIME_MS - 1), E(event_time=MAX_TIME_MS - 1)),
     ("ISO sent_time", ev(sent_time="2026-11-22T10:00:01Z"), E(sent_time=T + 1000)),
@@ -102,8 +108,11 @@ VALID: list[tuple[str, bytes, Event | Heartbeat]] = [
     ),
     ("heartbeat minimal", rec(heartbeat=True, event_time=T), Heartbeat(T)),
     ("heartbeat ISO time", rec(heartbeat=True, event_time="2026-11-22T10:00:00Z"), Heartbeat(T)),
-    ("heartbeat non-string source dropped", rec(heartbeat=True, event_time=T, source=3),
-     Heartbeat(T)),
+    (
+        "heartbeat non-string source dropped",
+        rec(heartbeat=True, event_time=T, source=3),
+        Heartbeat(T),
+    ),
     (
         "heartbeat ignores event fields",
         rec(heartbeat=True, event_time=T, event_id="x", service="s", partition=0),
@@ -131,7 +140,7 @@ INVALID: list[tuple[str, bytes | None, Reason]] = [
     ("None", None, Reason.EMPTY),
     ("no bytes", b"", Reason.EMPTY),
     ("not UTF-8", b'{"event_id":"\xff"}', Reason.INVALID_UTF8),
-    ("Latin-1 bytes", "{\"service\":\"caf\xe9\"}".encode("latin-1"), Reason.INVALID_UTF8),
+    ("Latin-1 bytes", '{"service":"caf\xe9"}'.encode("latin-1"), Reason.INVALID_UTF8),
     ("truncated JSON", ev()[:-1], Reason.INVALID_JSON),
     ("plain text", b"hello", Reason.INVALID_JSON),
     ("only whitespace", b"   ", Reason.INVALID_JSON),
@@ -165,11 +174,16 @@ INVALID: list[tuple[str, bytes | None, Reason]] = [
     ("empty event_id", ev(event_id=""), Reason.INVALID_VALUE),
     ("empty service", ev(service=""), Reason.INVALID_VALUE),
     ("negative latency", ev(latency_ms=-0.5), Reason.INVALID_VALUE),
-    ("NaN latency", b'{"event_id":"e1","event_time":1795341600000,"service":"s","latency_ms":NaN}',
-     Reason.INVALID_VALUE),
-    ("infinite latency",
-     b'{"event_id":"e1","event_time":1795341600000,"service":"s","latency_ms":Infinity}',
-     Reason.INVALID_VALUE),
+    (
+        "NaN latency",
+        b'{"event_id":"e1","event_time":1795341600000,"service":"s","latency_ms":NaN}',
+        Reason.INVALID_VALUE,
+    ),
+    (
+        "infinite latency",
+        b'{"event_id":"e1","event_time":1795341600000,"service":"s","latency_ms":Infinity}',
+        Reason.INVALID_VALUE,
+    ),
     # Seconds where milliseconds were meant land in January 1970: outside 2000..2100.
     ("seconds instead of ms", ev(event_time=T // 1000), Reason.INVALID_TIME),
     ("microseconds instead of ms", ev(event_time=T * 1000), Reason.INVALID_TIME),
@@ -178,31 +192,49 @@ INVALID: list[tuple[str, bytes | None, Reason]] = [
     ("negative time", ev(event_time=-1), Reason.INVALID_TIME),
     ("fractional ms", ev(event_time=T + 0.5), Reason.INVALID_TIME),
     ("NaN time", b'{"event_id":"e1","event_time":NaN,"service":"s"}', Reason.INVALID_TIME),
-    ("infinite time", b'{"event_id":"e1","event_time":-Infinity,"service":"s"}',
-     Reason.INVALID_TIME),
+    (
+        "infinite time",
+        b'{"event_id":"e1","event_time":-Infinity,"service":"s"}',
+        Reason.INVALID_TIME,
+    ),
     ("ISO without zone", ev(event_time="2026-11-22T10:00:00"), Reason.INVALID_TIME),
     ("ISO date only", ev(event_time="2026-11-22"), Reason.INVALID_TIME),
     ("not a time", ev(event_time="yesterday"), Reason.INVALID_TIME),
     ("numeric string", ev(event_time=str(T)), Reason.INVALID_TIME),
     ("ISO before 2000", ev(event_time="1999-12-31T23:59:59.999Z"), Reason.INVALID_TIME),
     # Local 2000-01-01T00:30 at +01:00 is 1999-12-31T23:30Z: the range applies in UTC.
-    ("ISO 2000 local but 1999 UTC", ev(event_time="2000-01-01T00:30:00+01:00"),
-     Reason.INVALID_TIME),
+    (
+        "ISO 2000 local but 1999 UTC",
+        ev(event_time="2000-01-01T00:30:00+01:00"),
+        Reason.INVALID_TIME,
+    ),
     ("ISO 2100", ev(event_time="2100-01-01T00:00:00Z"), Reason.INVALID_TIME),
     ("bad sent_time", ev(sent_time="2026-11-22T10:00:00"), Reason.INVALID_TIME),
     ("sent_time in seconds", ev(sent_time=T // 1000), Reason.INVALID_TIME),
     ("heartbeat without time", rec(heartbeat=True, partition=0), Reason.MISSING_FIELD),
     ("heartbeat null time", rec(heartbeat=True, event_time=None), Reason.MISSING_FIELD),
     ("heartbeat boolean time", rec(heartbeat=True, event_time=True), Reason.WRONG_TYPE),
-    ("heartbeat string partition", rec(heartbeat=True, event_time=T, partition="1"),
-     Reason.WRONG_TYPE),
-    ("heartbeat boolean partition", rec(heartbeat=True, event_time=T, partition=True),
-     Reason.WRONG_TYPE),
-    ("heartbeat float partition", rec(heartbeat=True, event_time=T, partition=1.0),
-     Reason.WRONG_TYPE),
+    (
+        "heartbeat string partition",
+        rec(heartbeat=True, event_time=T, partition="1"),
+        Reason.WRONG_TYPE,
+    ),
+    (
+        "heartbeat boolean partition",
+        rec(heartbeat=True, event_time=T, partition=True),
+        Reason.WRONG_TYPE,
+    ),
+    (
+        "heartbeat float partition",
+        rec(heartbeat=True, event_time=T, partition=1.0),
+        Reason.WRONG_TYPE,
+    ),
     ("heartbeat seconds", rec(heartbeat=True, event_time=T // 1000), Reason.INVALID_TIME),
-    ("heartbeat no zone", rec(heartbeat=True, event_time="2026-11-22T10:00:00"),
-     Reason.INVALID_TIME),
+    (
+        "heartbeat no zone",
+        rec(heartbeat=True, event_time="2026-11-22T10:00:00"),
+        Reason.INVALID_TIME,
+    ),
 ]
 
 
@@ -221,8 +253,14 @@ def test_every_reason_has_a_row() -> None:
 def test_reason_codes_are_stable() -> None:
     # Dead letters are counted in Redis under these strings; renaming one loses history.
     assert [r.value for r in Reason] == [
-        "empty", "invalid_utf8", "invalid_json", "not_an_object",
-        "missing_field", "wrong_type", "invalid_time", "invalid_value",
+        "empty",
+        "invalid_utf8",
+        "invalid_json",
+        "not_an_object",
+        "missing_field",
+        "wrong_type",
+        "invalid_time",
+        "invalid_value",
     ]
 
 
@@ -275,7 +313,7 @@ def _mangled(seed: int, n: int) -> list[bytes]:
                 b[rng.randrange(len(b))] = rng.randrange(256)
         elif op == 2:
             other = rng.choice(seeds)
-            b = b[: rng.randrange(len(b) + 1)] + other[rng.randrange(len(other) + 1):]
+            b = b[: rng.randrange(len(b) + 1)] + other[rng.randrange(len(other) + 1) :]
         else:
             b = bytearray(rng.randbytes(rng.randrange(64)))
         out.append(bytes(b))

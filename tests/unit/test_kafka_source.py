@@ -24,61 +24,93 @@ from jobs.kafka_source import _checkpointed_end, split_limit
     ("start", "end", "limit", "expected"),
     [
         pytest.param(
-            {"0": 0, "1": 0, "2": 0}, {"0": 5, "1": 3, "2": 0}, 100, {"0": 5, "1": 3, "2": 0},
+            {"0": 0, "1": 0, "2": 0},
+            {"0": 5, "1": 3, "2": 0},
+            100,
+            {"0": 5, "1": 3, "2": 0},
             id="limit-larger-than-available-takes-everything",
         ),
         pytest.param(
-            {"0": 0, "1": 0, "2": 0}, {"0": 8, "1": 3, "2": 0}, 11, {"0": 8, "1": 3, "2": 0},
+            {"0": 0, "1": 0, "2": 0},
+            {"0": 8, "1": 3, "2": 0},
+            11,
+            {"0": 8, "1": 3, "2": 0},
             id="limit-equal-to-available",
         ),
         pytest.param(
-            {"0": 0, "1": 0, "2": 0}, {"0": 100, "1": 100, "2": 100}, 30,
+            {"0": 0, "1": 0, "2": 0},
+            {"0": 100, "1": 100, "2": 100},
+            30,
             {"0": 10, "1": 10, "2": 10},
             id="equal-shares",
         ),
         pytest.param(
             # 10 // 3 = 3 for p0, 7 // 2 = 3 for p1, p2 (visited last) absorbs the remainder
-            {"0": 0, "1": 0, "2": 0}, {"0": 100, "1": 100, "2": 100}, 10,
+            {"0": 0, "1": 0, "2": 0},
+            {"0": 100, "1": 100, "2": 100},
+            10,
             {"0": 3, "1": 3, "2": 4},
             id="remainder-goes-to-the-last-visited",
         ),
         pytest.param(
             # p0 has only 2: it takes them and its unused share goes to the others (14 + 14)
-            {"0": 0, "1": 0, "2": 0}, {"0": 2, "1": 50, "2": 50}, 30,
+            {"0": 0, "1": 0, "2": 0},
+            {"0": 2, "1": 50, "2": 50},
+            30,
             {"0": 2, "1": 14, "2": 14},
             id="uneven-partitions",
         ),
         pytest.param(
-            {"0": 7, "1": 7, "2": 7}, {"0": 7, "1": 57, "2": 107}, 40,
+            {"0": 7, "1": 7, "2": 7},
+            {"0": 7, "1": 57, "2": 107},
+            40,
             {"0": 7, "1": 27, "2": 27},
             id="partition-with-nothing-new",
         ),
         pytest.param(
             # shares 1 // 3 = 0, 1 // 2 = 0, then the last partition visited takes the one record
-            {"0": 0, "1": 0, "2": 0}, {"0": 5, "1": 5, "2": 5}, 1, {"0": 0, "1": 0, "2": 1},
+            {"0": 0, "1": 0, "2": 0},
+            {"0": 5, "1": 5, "2": 5},
+            1,
+            {"0": 0, "1": 0, "2": 1},
             id="limit-1",
         ),
         pytest.param(
-            {"0": 4, "1": 9}, {"0": 10, "1": 20}, 0, {"0": 4, "1": 9},
+            {"0": 4, "1": 9},
+            {"0": 10, "1": 20},
+            0,
+            {"0": 4, "1": 9},
             id="limit-0-stays-put",
         ),
         pytest.param(
             # p2 appeared after `start` was taken: it starts at offset 0 with 4 records
             # order: p2 (4 available) -> 9 // 3 = 3; p0 -> 6 // 2 = 3; p1 -> 3
-            {"0": 10, "1": 10}, {"0": 20, "1": 20, "2": 4}, 9, {"0": 13, "1": 13, "2": 3},
+            {"0": 10, "1": 10},
+            {"0": 20, "1": 20, "2": 4},
+            9,
+            {"0": 13, "1": 13, "2": 3},
             id="new-partition-missing-in-start",
         ),
         pytest.param(
-            {"0": 10, "1": 10}, {"0": 20, "1": 20, "2": 4}, 100, {"0": 20, "1": 20, "2": 4},
+            {"0": 10, "1": 10},
+            {"0": 20, "1": 20, "2": 4},
+            100,
+            {"0": 20, "1": 20, "2": 4},
             id="new-partition-missing-in-start-everything",
         ),
         pytest.param(
             # ties are broken by partition NUMBER, not string order ("10" < "2" as strings)
-            {"2": 0, "10": 0}, {"2": 100, "10": 100}, 3, {"2": 1, "10": 2},
+            {"2": 0, "10": 0},
+            {"2": 100, "10": 100},
+            3,
+            {"2": 1, "10": 2},
             id="tie-break-numeric",
         ),
         pytest.param(
-            {"0": 1_000_000}, {"0": 1_000_500}, 100, {"0": 1_000_100},
+            {"0": 1_000_000},
+            {"0": 1_000_500},
+            100,
+            {"0": 1_000_100},
             id="single-partition-large-offsets",
         ),
         pytest.param({}, {}, 100, {}, id="no-partitions"),
@@ -182,7 +214,7 @@ def test_checkpointed_end_picks_the_highest_batch(tmp_path: Path) -> None:
     _write_offsets(tmp_path, 1, {"0": 200, "1": 190, "2": 180})
     # Spark's side files: checksums, temp files, the commit log; none of them is a batch
     (tmp_path / "offsets" / ".1.crc").write_bytes(b"\x00garbage")
-    (tmp_path / "offsets" / ".2.tmp").write_text("v1\n{}\n{\"0\": 999}")
+    (tmp_path / "offsets" / ".2.tmp").write_text('v1\n{}\n{"0": 999}')
     (tmp_path / "commits").mkdir()
     (tmp_path / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}')
     assert _checkpointed_end(str(tmp_path)) == {"0": 200, "1": 190, "2": 180}
@@ -228,11 +260,11 @@ def test_checkpointed_end_empty_offset_log(tmp_path: Path) -> None:
         pytest.param(b"v1\n", id="version-only"),
         pytest.param(f"v1\n{_METADATA}".encode(), id="no-source-line"),
         pytest.param(f"v1\n{_METADATA}\n-".encode(), id="source-without-offset"),
-        pytest.param(f"v1\n{_METADATA}\n{{\"0\": 12".encode(), id="truncated-json"),
+        pytest.param(f'v1\n{_METADATA}\n{{"0": 12'.encode(), id="truncated-json"),
         pytest.param(f"v1\n{_METADATA}\n[1, 2, 3]".encode(), id="json-list"),
-        pytest.param(f"v1\n{_METADATA}\n{{\"0\": \"twelve\"}}".encode(), id="non-numeric-offset"),
-        pytest.param(f"v1\n{_METADATA}\n{{\"0\": null}}".encode(), id="null-offset"),
-        pytest.param(f"v1\n{_METADATA}\n{{\"0\": [12]}}".encode(), id="list-offset"),
+        pytest.param(f'v1\n{_METADATA}\n{{"0": "twelve"}}'.encode(), id="non-numeric-offset"),
+        pytest.param(f'v1\n{_METADATA}\n{{"0": null}}'.encode(), id="null-offset"),
+        pytest.param(f'v1\n{_METADATA}\n{{"0": [12]}}'.encode(), id="list-offset"),
         pytest.param(b"\xff\xfe\x00garbage\x80\n\x81\n\x82", id="binary-garbage"),
     ],
 )

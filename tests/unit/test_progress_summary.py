@@ -28,8 +28,14 @@ def ms(iso: str) -> int:
     return secs * 1000 + int((frac or "0").ljust(3, "0")[:3])
 
 
-def _source(start: dict[str, int] | None, end: dict[str, int], latest: dict[str, int], rows: int,
-            in_rate: float, proc_rate: float) -> dict[str, Any]:
+def _source(
+    start: dict[str, int] | None,
+    end: dict[str, int],
+    latest: dict[str, int],
+    rows: int,
+    in_rate: float,
+    proc_rate: float,
+) -> dict[str, Any]:
     src: dict[str, Any] = {
         "description": "tidegauge-kafka",
         "startOffset": start,
@@ -72,8 +78,13 @@ FIRST = {
     # first batch: no previous trigger, so Spark has no input rate (NaN, left out of the JSON)
     "processedRowsPerSecond": 347.14,
     "durationMs": {
-        "addBatch": 3_800, "commitOffsets": 25, "getBatch": 0, "latestOffset": 14,
-        "queryPlanning": 420, "triggerExecution": 4_321, "walCommit": 31,
+        "addBatch": 3_800,
+        "commitOffsets": 25,
+        "getBatch": 0,
+        "latestOffset": 14,
+        "queryPlanning": 420,
+        "triggerExecution": 4_321,
+        "walCommit": 31,
     },
     "eventTime": {
         "avg": "2026-11-22T09:59:50.250Z",
@@ -83,8 +94,14 @@ FIRST = {
     },
     "stateOperators": [_state_operator(6, 0)],
     "sources": [
-        _source(None, {"0": 500, "1": 500, "2": 500}, {"0": 500, "1": 500, "2": 500}, 1_500,
-                float("nan"), 347.14)
+        _source(
+            None,
+            {"0": 500, "1": 500, "2": 500},
+            {"0": 500, "1": 500, "2": 500},
+            1_500,
+            float("nan"),
+            347.14,
+        )
     ],
     "sink": {"description": "ForeachBatchSink", "numOutputRows": -1},
     "observedMetrics": {},
@@ -101,8 +118,13 @@ NORMAL = {
     "inputRowsPerSecond": 175.56,
     "processedRowsPerSecond": 1_108.37,
     "durationMs": {
-        "addBatch": 700, "commitOffsets": 20, "getBatch": 0, "latestOffset": 9,
-        "queryPlanning": 50, "triggerExecution": 812, "walCommit": 25,
+        "addBatch": 700,
+        "commitOffsets": 20,
+        "getBatch": 0,
+        "latestOffset": 9,
+        "queryPlanning": 50,
+        "triggerExecution": 812,
+        "walCommit": 25,
     },
     "eventTime": {
         "avg": "2026-11-22T10:00:01.000Z",
@@ -112,8 +134,14 @@ NORMAL = {
     },
     "stateOperators": [_state_operator(7, 3), _state_operator(2, 0)],
     "sources": [
-        _source({"0": 500, "1": 500, "2": 500}, {"0": 800, "1": 800, "2": 800},
-                {"0": 1_000, "1": 990, "2": 1_010}, 900, 175.56, 1_108.37)
+        _source(
+            {"0": 500, "1": 500, "2": 500},
+            {"0": 800, "1": 800, "2": 800},
+            {"0": 1_000, "1": 990, "2": 1_010},
+            900,
+            175.56,
+            1_108.37,
+        )
     ],
     "sink": {"description": "ForeachBatchSink", "numOutputRows": -1},
     "observedMetrics": {},
@@ -133,8 +161,14 @@ IDLE = {
     "eventTime": {"watermark": "2026-11-22T09:59:35.250Z"},
     "stateOperators": [_state_operator(7, 0)],
     "sources": [
-        _source({"0": 1_000, "1": 990, "2": 1_010}, {"0": 1_000, "1": 990, "2": 1_010},
-                {"0": 1_000, "1": 990, "2": 1_010}, 0, 0.0, 0.0)
+        _source(
+            {"0": 1_000, "1": 990, "2": 1_010},
+            {"0": 1_000, "1": 990, "2": 1_010},
+            {"0": 1_000, "1": 990, "2": 1_010},
+            0,
+            0.0,
+            0.0,
+        )
     ],
     "sink": {"description": "ForeachBatchSink", "numOutputRows": -1},
     "observedMetrics": {},
@@ -236,8 +270,14 @@ def test_summary_feeds_write_progress() -> None:
     # every field write_progress reads is present and of the right kind
     for p in (FIRST, NORMAL, IDLE):
         s = progress_summary(p, LATENESS)
-        for key in ("batch_id", "batch_time", "status_time", "watermark", "input_rows",
-                    "batch_duration_ms"):
+        for key in (
+            "batch_id",
+            "batch_time",
+            "status_time",
+            "watermark",
+            "input_rows",
+            "batch_duration_ms",
+        ):
             assert isinstance(s[key], int), key
         assert isinstance(s["query_id"], str)
         for key in ("offsets", "latest_offsets", "start_offsets"):

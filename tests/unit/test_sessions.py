@@ -26,7 +26,7 @@ import pytest
 
 from jobs.panes import ServiceWindows
 from jobs.sessions import Sessions
-from tests.integration.test_job_analytics import LATENESS_MS, closed_sessions
+from tests.spark.test_job_analytics import LATENESS_MS, closed_sessions
 from tidegauge.core.metrics import WindowAgg
 from tidegauge.core.windows import WindowSpec
 

@@ -1,11 +1,11 @@
 """Windowed analytics end to end: counts, errors, percentiles, distinct users, ranges, hopping.
 
-One seeded stream goes through the real broker, `tidegauge job` (tumbling 10s and hopping 30s/10s
-windows at once) and Redis. Expected answers are computed here from the generator's ground truth
-and the job's recorded batch boundaries with the watermark rule spelled out in helpers.py:
-counts exactly, percentiles as rank error against exact numpy quantiles, distinct users within
-3 %, range queries equal to merging the stored windows, hopping windows equal to a direct
-computation over the same accepted events.
+One seeded stream goes through the real broker, the job (tumbling 10s and hopping 30s/10s windows
+at once, run as a query of the test session's local Spark) and Redis. Expected answers are computed
+here from the generator's ground truth and the job's recorded batch boundaries with the watermark
+rule spelled out in helpers.py: counts exactly, percentiles as rank error against exact numpy
+quantiles, distinct users within 3 %, range queries equal to merging the stored windows, hopping
+windows equal to a direct computation over the same accepted events.
 """
 
 from __future__ import annotations
@@ -64,73 +64,38 @@ def rank_error(values: np.ndarray, estimate: float, q: float) -> float:
 
 
 @pytest.fixture(scope="module")
-def run(broker, redis_server, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def run(
+    broker, module_redis_db, produce, job_in_process, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     tmp = tmp_path_factory.mktemp("analytics")
     topic = "analytics-events"
-    url = f"redis://{redis_server.address}/14"
-    redis.Redis.from_url(url).flushdb()
+    url = module_redis_db().url
     truth_path = tmp / "truth.jsonl"
     tidegauge("topic", "--bootstrap", broker.address, "--topic", topic)
-    tidegauge(
-        "produce",
-        "--bootstrap",
-        broker.address,
-        "--topic",
+    produce(
         topic,
-        "--pace",
-        "fast",
-        "--start-time",
-        "2026-02-01T00:00:00Z",
-        "--count",
-        "40000",
-        "--rate",
-        "200",
-        "--seed",
-        "3",
-        "--users",
-        "3000",
-        "--error-rate",
-        "0.03",
-        "--out-of-order-fraction",
-        "0.1",
-        "--max-delay",
-        "8s",
-        "--late-fraction",
-        "0.02",
-        "--lateness",
-        "15s",
-        "--malformed-fraction",
-        "0.002",
-        "--duplicate-fraction",
-        "0.01",
-        "--truth",
-        str(truth_path),
-        "--quiet",
+        start_time="2026-02-01T00:00:00Z",
+        count="40000",
+        rate="200",
+        seed="3",
+        users="3000",
+        error_rate="0.03",
+        out_of_order_fraction="0.1",
+        max_delay="8s",
+        late_fraction="0.02",
+        lateness="15s",
+        malformed_fraction="0.002",
+        duplicate_fraction="0.01",
+        truth=str(truth_path),
     )
-    tidegauge(
-        "job",
-        "--bootstrap",
-        broker.address,
-        "--topic",
+    job_in_process(
         topic,
-        "--redis",
         url,
-        "--checkpoint",
         str(tmp / "checkpoint"),
-        "--window",
-        "10s",
-        "--window",
-        "30s/10s",
-        "--session-gap",
-        "20s",
-        "--allowed-lateness",
-        "15s",
-        "--trigger",
-        "available-now",
-        "--max-records-per-trigger",
-        "5000",
-        "--master",
-        "local[2]",
+        window=["10s", "30s/10s"],
+        session_gap="20s",
+        allowed_lateness="15s",
+        max_records_per_trigger="5000",
     )
     r = redis.Redis.from_url(url)
     rows = batch_rows(load_truth(truth_path), read_batches(r, Keys()))

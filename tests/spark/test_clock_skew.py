@@ -30,69 +30,39 @@ def _window(t: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def skewed(broker, redis_server, tmp_path_factory: pytest.TempPathFactory) -> dict:  # type: ignore[no-untyped-def]
+def skewed(  # type: ignore[no-untyped-def]
+    broker, module_redis_db, produce, job_in_process, tmp_path_factory: pytest.TempPathFactory
+) -> dict:
     tmp = tmp_path_factory.mktemp("skew")
     topic = "skewed-events"
     truth_path = tmp / "truth.jsonl"
     tidegauge("topic", "--bootstrap", broker.address, "--topic", topic, "--partitions", "3")
-    tidegauge(
-        "produce",
-        "--bootstrap",
-        broker.address,
-        "--topic",
+    produce(
         topic,
-        "--pace",
-        "fast",
-        "--start-time",
-        "2026-02-01T00:00:00Z",
-        "--count",
-        "4000",
-        "--rate",
-        "50",
-        "--seed",
-        "11",
-        "--users",
-        "300",
-        "--zipf",
-        "0.5",
-        "--scenario",
-        "skewed-clocks",
-        "--skew-fraction",
-        "0.4",
-        "--max-skew",
-        "2m",
-        "--out-of-order-fraction",
-        "0",
-        "--truth",
-        str(truth_path),
-        "--quiet",
+        start_time="2026-02-01T00:00:00Z",
+        count="4000",
+        rate="50",
+        seed="11",
+        users="300",
+        zipf="0.5",
+        scenario="skewed-clocks",
+        skew_fraction="0.4",
+        max_skew="2m",
+        out_of_order_fraction="0",
+        truth=str(truth_path),
     )
     runs = {}
-    for db, correct in ((13, True), (14, False)):
-        url = f"redis://{redis_server.address}/{db}"
-        redis.Redis.from_url(url).flushdb()
-        args = [
-            "job",
-            "--bootstrap",
-            broker.address,
-            "--topic",
+    for correct in (True, False):
+        url = module_redis_db().url
+        job_in_process(
             topic,
-            "--redis",
             url,
-            "--checkpoint",
-            str(tmp / f"ckpt-{db}"),
-            "--window",
-            "10s",
-            "--allowed-lateness",
-            "5m",
-            "--trigger",
-            "available-now",
-            "--max-records-per-trigger",
-            "1000",
-            "--master",
-            "local[2]",
-        ]
-        tidegauge(*args, *(["--correct-clock-skew"] if correct else []))
+            tmp / f"ckpt-{correct}",
+            window="10s",
+            allowed_lateness="5m",
+            max_records_per_trigger=1000,
+            correct_clock_skew=correct,
+        )
         runs[correct] = url
     return {"truth": load_truth(truth_path), "runs": runs}
 
