@@ -16,14 +16,17 @@ import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
 import plotly
 
-from tidegauge.core.config import ENV_REDIS_URL, RedisSettings
-from tidegauge.core.durations import format_duration, parse_duration
+from tidegauge.core.config import (
+    ENV_REDIS_URL,
+    DashboardSettings,
+    dashboard_settings_from_args,
+)
+from tidegauge.core.durations import parse_duration
 
 __all__ = [
     "APP_PATH",
@@ -46,42 +49,6 @@ APP_PATH = Path(__file__).with_name("app.py")
 #: and the plotly.js file dashboard/chart.py loads from there.
 STATIC_DIR = APP_PATH.with_name("static")
 PLOTLY_JS = "plotly.min.js"
-
-#: Fastest refresh accepted: every refresh is a handful of Redis round trips per open browser tab.
-MIN_REFRESH_MS = 250
-
-
-@dataclass(frozen=True)
-class DashboardSettings:
-    """What the Streamlit app needs. Durations are integer milliseconds."""
-
-    redis: RedisSettings
-    refresh_ms: int = 1_000
-    window_range_ms: int = 15 * 60_000
-    #: None: 3 of the job's report intervals (its trigger, at least 1 s), as the job states.
-    stale_after_ms: int | None = None
-    demo_controls: bool = False
-
-    def __post_init__(self) -> None:
-        if self.refresh_ms < MIN_REFRESH_MS:
-            raise ValueError(f"--refresh must be at least {format_duration(MIN_REFRESH_MS)}")
-        if self.window_range_ms <= 0:
-            raise ValueError("--window-range must be positive")
-        if self.stale_after_ms is not None and self.stale_after_ms <= 0:
-            raise ValueError("--stale-after must be positive")
-
-    def app_argv(self) -> list[str]:
-        """The app's own flags (to pass after `--`); the Redis URL is left to the environment."""
-        argv = [
-            f"--redis-prefix={self.redis.prefix}",
-            f"--refresh={format_duration(self.refresh_ms)}",
-            f"--window-range={format_duration(self.window_range_ms)}",
-        ]
-        if self.stale_after_ms is not None:
-            argv.append(f"--stale-after={format_duration(self.stale_after_ms)}")
-        if self.demo_controls:
-            argv.append("--demo-controls")
-        return argv
 
 
 def _duration(text: str) -> int:
@@ -147,16 +114,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _settings_from_args(args: argparse.Namespace, env: Mapping[str, str]) -> DashboardSettings:
-    return DashboardSettings(
-        redis=RedisSettings.from_env(env, url=args.redis, prefix=args.prefix),
-        refresh_ms=args.refresh,
-        window_range_ms=args.window_range,
-        stale_after_ms=args.stale_after,
-        demo_controls=args.demo_controls,
-    )
-
-
 def app_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) -> DashboardSettings:
     """Settings of the Streamlit app from its argv (after `--`) and the environment.
 
@@ -172,7 +129,7 @@ def app_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) -> D
         raise ValueError(f"cannot parse dashboard flags: {' '.join(argv)}") from None
     if unknown:
         raise ValueError(f"unknown dashboard flags: {' '.join(unknown)}")
-    return _settings_from_args(args, os.environ if env is None else env)
+    return dashboard_settings_from_args(args, os.environ if env is None else env)
 
 
 def plotly_js_source() -> Path:
@@ -220,7 +177,7 @@ def streamlit_command(settings: DashboardSettings, port: int, address: str) -> l
 def run(args: argparse.Namespace) -> int:
     """Serve the dashboard until the server exits or we get SIGINT/SIGTERM."""
     try:
-        settings = _settings_from_args(args, os.environ)
+        settings = dashboard_settings_from_args(args, os.environ)
     except ValueError as e:
         print(f"tidegauge dashboard: {e}", file=sys.stderr)
         return 2

@@ -14,12 +14,16 @@ import redis
 
 from jobs.pipeline import run_job
 from jobs.spark import build_session, quiet_task_failures
-from tidegauge.core.config import JobConfig, KafkaSettings, RedisSettings, redact_url
-from tidegauge.core.durations import format_duration, parse_duration
+from tidegauge.core.config import (
+    JobConfig,
+    job_config_from_args,
+    redact_url,
+)
+from tidegauge.core.durations import format_duration
 from tidegauge.core.store import connect
 from tidegauge.core.windows import WindowSpec
 
-__all__ = ["add_arguments", "config_from_args", "failure_reason", "run"]
+__all__ = ["add_arguments", "failure_reason", "run"]
 
 log = logging.getLogger("tidegauge.job")
 
@@ -79,45 +83,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="log every batch")
 
 
-def _window_specs(
-    texts: list[str], slide: str | None, session_gap: str | None
-) -> tuple[WindowSpec, ...]:
-    specs = [WindowSpec.parse(t) for t in texts]
-    if slide is not None:
-        if len(specs) != 1 or specs[0].kind != "tumbling":
-            raise ValueError("--slide goes with exactly one --window SIZE (or write SIZE/SLIDE)")
-        specs = [WindowSpec(specs[0].size_ms, parse_duration(slide))]
-    if session_gap is not None:
-        gap = parse_duration(session_gap)
-        if gap <= 0:
-            raise ValueError("--session-gap must be positive")
-        bucket = min((s.size_ms for s in specs if s.kind == "tumbling"), default=specs[0].slide_ms)
-        specs.append(WindowSpec.session(gap, bucket))
-    return tuple(specs)
-
-
-def config_from_args(args: argparse.Namespace) -> JobConfig:
-    """Build the one validated JobConfig from flags (and environment for connection settings)."""
-    available_now = args.trigger.strip().lower() in ("available-now", "availablenow", "once")
-    return JobConfig(
-        kafka=KafkaSettings.from_env(bootstrap=args.bootstrap, topic=args.topic),
-        redis=RedisSettings.from_env(url=args.redis, prefix=args.redis_prefix),
-        checkpoint=args.checkpoint,
-        windows=_window_specs(args.window or ["10s"], args.slide, args.session_gap),
-        allowed_lateness_ms=parse_duration(args.allowed_lateness),
-        trigger="available-now" if available_now else "processing-time",
-        trigger_interval_ms=1000 if available_now else parse_duration(args.trigger),
-        starting_offsets=args.starting_offsets,
-        max_records_per_trigger=args.max_records_per_trigger,
-        master=args.master,
-        shuffle_partitions=args.shuffle_partitions,
-        dead_letter_max=args.dead_letter_max,
-        correct_clock_skew=args.correct_clock_skew,
-        late_events_max=args.late_events_max,
-        state_shards=args.state_shards,
-    )
-
-
 def _window_text(w: WindowSpec) -> str:
     if w.kind == "session":
         return f"sessions (gap {format_duration(w.gap_ms)})"
@@ -157,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         # py4j logs a failed foreachBatch call's traceback; the query's failure says it once.
         logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
     try:
-        cfg = config_from_args(args)
+        cfg = job_config_from_args(args)
     except ValueError as e:
         print(f"tidegauge job: {e}", file=sys.stderr)
         return 2

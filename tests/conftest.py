@@ -215,8 +215,9 @@ def job_in_process(spark: Any, broker: Service) -> Callable[..., Any]:
     """
     import argparse
 
-    from jobs.cli import add_arguments, config_from_args
+    from jobs.cli import add_arguments
     from jobs.pipeline import run_job
+    from tidegauge.core.config import job_config_from_args
 
     def run(topic: str, redis_url: str, checkpoint: object, **options: object) -> Any:
         options = {"trigger": "available-now", **options}
@@ -231,6 +232,6 @@ def job_in_process(spark: Any, broker: Service) -> Callable[..., Any]:
                 **options,
             )
         )
-        return run_job(config_from_args(args), spark)
+        return run_job(job_config_from_args(args), spark)
 
     return run

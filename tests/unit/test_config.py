@@ -300,3 +300,23 @@ def test_job_accepts_edges(overrides: dict[str, Any]) -> None:
 def test_frozen(obj: object, field: str) -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         setattr(obj, field, "changed")
+
+
+def test_given_prefers_the_flag_then_the_variable() -> None:
+    from tidegauge.core.config import given
+
+    env = {"TIDEGAUGE_KAFKA_BOOTSTRAP": "k:1"}
+    assert given("f:2", "TIDEGAUGE_KAFKA_BOOTSTRAP", "--bootstrap", env) == ("f:2", "--bootstrap")
+    assert given(None, "TIDEGAUGE_KAFKA_BOOTSTRAP", "--bootstrap", env) == (
+        "k:1",
+        "TIDEGAUGE_KAFKA_BOOTSTRAP",
+    )
+    assert given(None, "TIDEGAUGE_KAFKA_BOOTSTRAP", "--bootstrap", {}) is None
+    assert given("", "X", "--x", {"X": ""}) is None
+
+
+def test_plugins_from_env() -> None:
+    from tidegauge.core.config import plugins_from_env
+
+    assert plugins_from_env({"TIDEGAUGE_PLUGINS": " a.b , c ,,"}) == ("a.b", "c")
+    assert plugins_from_env({}) == ()

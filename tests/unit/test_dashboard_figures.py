@@ -17,14 +17,13 @@ import pytest
 from dashboard import chart, figures, frames
 from dashboard.run import (
     PLOTLY_JS,
-    DashboardSettings,
     app_settings,
     install_plotly_js,
     plotly_js_source,
     streamlit_command,
 )
 from sketches.tdigest import TDigest
-from tidegauge.core.config import RedisSettings
+from tidegauge.core.config import DashboardSettings, RedisSettings
 from tidegauge.core.metrics import WindowAgg
 from tidegauge.core.store import DeadLetter, JobStatus, WindowRow
 from tidegauge.core.windows import WindowSpec

@@ -7,6 +7,7 @@ combination fails before Spark or Kafka is touched.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 from collections.abc import Mapping
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from tidegauge.core.durations import format_duration, parse_duration
 from tidegauge.core.windows import WindowSpec
 
 __all__ = [
@@ -24,10 +26,15 @@ __all__ = [
     "ENV_PLUGINS",
     "ENV_REDIS_URL",
     "ENV_TOPIC",
+    "MIN_REFRESH_MS",
+    "DashboardSettings",
     "JobConfig",
     "KafkaSettings",
     "RedisSettings",
     "plugins_from_env",
+    "dashboard_settings_from_args",
+    "given",
+    "job_config_from_args",
     "redact_url",
 ]
 
@@ -40,6 +47,21 @@ ENV_PLUGINS = "TIDEGAUGE_PLUGINS"
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_TOPIC = "events"
+
+
+def given(
+    flag_value: str | None, variable: str, flag: str, env: Mapping[str, str] | None = None
+) -> tuple[str, str] | None:
+    """A setting the user gave, as (value, where from): the flag wins over the variable.
+
+    None when neither is set, so the caller falls back to its own (the demo starts a local
+    broker or Redis then).
+    """
+    if flag_value:
+        return flag_value, flag
+    env = os.environ if env is None else env
+    value = env.get(variable)
+    return (value, variable) if value else None
 
 
 def plugins_from_env(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
@@ -173,3 +195,98 @@ class JobConfig:
             raise ValueError("--late-events-max must be >= 0")
         if not 1 <= self.state_shards <= 1024:
             raise ValueError("--state-shards must be between 1 and 1024")
+
+
+#: Fastest refresh accepted: every refresh is a handful of Redis round trips per open browser tab.
+MIN_REFRESH_MS = 250
+
+
+@dataclass(frozen=True)
+class DashboardSettings:
+    """What the Streamlit app needs. Durations are integer milliseconds."""
+
+    redis: RedisSettings
+    refresh_ms: int = 1_000
+    window_range_ms: int = 15 * 60_000
+    #: None: 3 of the job's report intervals (its trigger, at least 1 s), as the job states.
+    stale_after_ms: int | None = None
+    demo_controls: bool = False
+
+    def __post_init__(self) -> None:
+        if self.refresh_ms < MIN_REFRESH_MS:
+            raise ValueError(f"--refresh must be at least {format_duration(MIN_REFRESH_MS)}")
+        if self.window_range_ms <= 0:
+            raise ValueError("--window-range must be positive")
+        if self.stale_after_ms is not None and self.stale_after_ms <= 0:
+            raise ValueError("--stale-after must be positive")
+
+    def app_argv(self) -> list[str]:
+        """The app's own flags (to pass after `--`); the Redis URL is left to the environment."""
+        argv = [
+            f"--redis-prefix={self.redis.prefix}",
+            f"--refresh={format_duration(self.refresh_ms)}",
+            f"--window-range={format_duration(self.window_range_ms)}",
+        ]
+        if self.stale_after_ms is not None:
+            argv.append(f"--stale-after={format_duration(self.stale_after_ms)}")
+        if self.demo_controls:
+            argv.append("--demo-controls")
+        return argv
+
+
+def dashboard_settings_from_args(
+    args: argparse.Namespace, env: Mapping[str, str]
+) -> DashboardSettings:
+    """The dashboard's settings from its flags (dashboard/run.py) and the environment."""
+    return DashboardSettings(
+        redis=RedisSettings.from_env(env, url=args.redis, prefix=args.prefix),
+        refresh_ms=args.refresh,
+        window_range_ms=args.window_range,
+        stale_after_ms=args.stale_after,
+        demo_controls=args.demo_controls,
+    )
+
+
+# --- `tidegauge job` ----------------------------------------------------------------------------
+
+
+def _window_specs(
+    texts: list[str], slide: str | None, session_gap: str | None
+) -> tuple[WindowSpec, ...]:
+    specs = [WindowSpec.parse(t) for t in texts]
+    if slide is not None:
+        if len(specs) != 1 or specs[0].kind != "tumbling":
+            raise ValueError("--slide goes with exactly one --window SIZE (or write SIZE/SLIDE)")
+        specs = [WindowSpec(specs[0].size_ms, parse_duration(slide))]
+    if session_gap is not None:
+        gap = parse_duration(session_gap)
+        if gap <= 0:
+            raise ValueError("--session-gap must be positive")
+        bucket = min((s.size_ms for s in specs if s.kind == "tumbling"), default=specs[0].slide_ms)
+        specs.append(WindowSpec.session(gap, bucket))
+    return tuple(specs)
+
+
+def job_config_from_args(args: argparse.Namespace) -> JobConfig:
+    """The one validated JobConfig of `tidegauge job`, from its flags and the environment.
+
+    The flags are declared in jobs/cli.py; connection settings may come from the environment.
+    """
+    available_now = args.trigger.strip().lower() in ("available-now", "availablenow", "once")
+    return JobConfig(
+        kafka=KafkaSettings.from_env(bootstrap=args.bootstrap, topic=args.topic),
+        redis=RedisSettings.from_env(url=args.redis, prefix=args.redis_prefix),
+        checkpoint=args.checkpoint,
+        windows=_window_specs(args.window or ["10s"], args.slide, args.session_gap),
+        allowed_lateness_ms=parse_duration(args.allowed_lateness),
+        trigger="available-now" if available_now else "processing-time",
+        trigger_interval_ms=1000 if available_now else parse_duration(args.trigger),
+        starting_offsets=args.starting_offsets,
+        max_records_per_trigger=args.max_records_per_trigger,
+        master=args.master,
+        shuffle_partitions=args.shuffle_partitions,
+        dead_letter_max=args.dead_letter_max,
+        correct_clock_skew=args.correct_clock_skew,
+        late_events_max=args.late_events_max,
+        state_shards=args.state_shards,
+    )

@@ -48,6 +48,7 @@ from tidegauge.core.config import (
     ENV_REDIS_URL,
     KafkaSettings,
     RedisSettings,
+    given,
     redact_url,
 )
 from tidegauge.core.store import Keys, connect, read_status
@@ -297,18 +298,18 @@ class _Demo:
         return self.own_checkpoint
 
     def start_kafka(self) -> str:
-        given = self.args.bootstrap or os.environ.get(ENV_BOOTSTRAP)
-        if given:
-            source = "--bootstrap" if self.args.bootstrap else ENV_BOOTSTRAP
-            host, port = _first_server(given)
+        setting = given(self.args.bootstrap, ENV_BOOTSTRAP, "--bootstrap")
+        if setting:
+            bootstrap, source = setting
+            host, port = _first_server(bootstrap)
             try:
                 self.in_thread(lambda: wait_for_port(host, port, timeout_s=10), "Kafka", 15)
             except (TimeoutError, OSError) as e:
                 raise DemoError(
-                    f"cannot reach the Kafka broker at {given} (from {source}): {e}"
+                    f"cannot reach the Kafka broker at {bootstrap} (from {source}): {e}"
                 ) from e
-            self.line("broker", "ready", f"{given}  (external, from {source})")
-            return given
+            self.line("broker", "ready", f"{bootstrap}  (external, from {source})")
+            return bootstrap
         log = self.log_dir / "broker.log"
         try:
             svc = start_broker(log_path=log)
@@ -319,10 +320,9 @@ class _Demo:
         return svc.address
 
     def start_redis(self) -> str:
-        given = self.args.redis or os.environ.get(ENV_REDIS_URL)
-        if given:
-            source = "--redis" if self.args.redis else ENV_REDIS_URL
-            url = given
+        setting = given(self.args.redis, ENV_REDIS_URL, "--redis")
+        if setting:
+            url, source = setting
         else:
             log = self.log_dir / "redis.log"
             try:
@@ -680,9 +680,9 @@ def _validate(args: argparse.Namespace) -> str | None:
     if not args.ready_timeout > 0:
         return "--ready-timeout must be positive"
     try:
-        if args.bootstrap or os.environ.get(ENV_BOOTSTRAP):
+        if given(args.bootstrap, ENV_BOOTSTRAP, "--bootstrap"):
             KafkaSettings.from_env(bootstrap=args.bootstrap)
-        if args.redis or os.environ.get(ENV_REDIS_URL):
+        if given(args.redis, ENV_REDIS_URL, "--redis"):
             RedisSettings.from_env(url=args.redis, prefix=args.redis_prefix)
         else:
             RedisSettings(prefix=args.redis_prefix)

@@ -68,10 +68,8 @@ _ERROR_WEIGHTS = (0.55, 0.2, 0.15, 0.1)
 # config, so the same seed gives the same stream whatever --count or --duration says.
 _CHUNK = 4096
 
-# Runs of None for the Record fields a kind does not use.
-_NONE7: tuple[None, ...] = (None,) * 7
-_NONE8: tuple[None, ...] = (None,) * 8
-_NONE12: tuple[None, ...] = (None,) * 12
+#: A Record's fields by name, all but `seq`: what waits in the send-order heap.
+Payload = dict[str, Any]
 
 
 def generate(
@@ -150,8 +148,9 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
 
     # Heap items: (send_ms, class, tiebreak, payload). Heartbeats (class 0) go before records
     # (class 1) sent in the same ms; the tiebreak keeps push order, so a duplicate directly
-    # follows its original. payload = the Record fields after `seq`.
-    heap: list[tuple[int, int, int, tuple[Any, ...]]] = []
+    # follows its original. payload = the Record's fields by name, all but `seq` (given when
+    # the record leaves the heap, in send order).
+    heap: list[tuple[int, int, int, Payload]] = []
     push = heapq.heappush
     pop = heapq.heappop
     tiebreak = 0
@@ -177,17 +176,36 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
         u, ok, err = status_draws(rng, n)
         return np.where(u < cfg.error_rate, err, ok)
 
-    def heartbeat(at: int, p: int) -> tuple[Any, ...]:
+    def heartbeat(at: int, p: int) -> Payload:
         value = encode_heartbeat(Heartbeat(event_time=at, partition=p, source=cfg.source))
-        return ("heartbeat", HEARTBEAT_KEY, value, p, at, at, None, at, at, at, *_NONE8)
+        return dict(
+            kind="heartbeat",
+            key=HEARTBEAT_KEY,
+            value=value,
+            partition=p,
+            send_ms=at,
+            receive_ms=at,
+            event_time=at,
+            true_time=at,
+            sent_time=at,
+        )
 
-    def control(at: int) -> list[tuple[Any, ...]]:
+    def control(at: int) -> list[Payload]:
         value = dumps({"control": "pause", "pause_ms": cfg.backlog_pause_ms})
-        return [("control", CONTROL_KEY, value, None, at, at, *_NONE12)]
+        return [
+            dict(
+                kind="control",
+                key=CONTROL_KEY,
+                value=value,
+                partition=None,
+                send_ms=at,
+                receive_ms=at,
+            )
+        ]
 
     def late_burst(
         at: int, span_ms: int, n: int, rng: np.random.Generator, ids: Callable[[int], str]
-    ) -> list[tuple[Any, ...]]:
+    ) -> list[Payload]:
         # One device, offline for the span, sends what it buffered, oldest first, all at `at`.
         # Everything is drawn from `rng`, the burst's own stream, so the rest of the run is
         # unchanged.
@@ -200,42 +218,41 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
         lats = latencies_of(rng, svc_idx).tolist()
         stats = statuses_of(rng, n).tolist()
         nets = rng.integers(0, net_high, n).tolist()
-        out: list[tuple[Any, ...]] = []
+        out: list[Payload] = []
         for k, (t, s) in enumerate(zip(trues, svc_idx.tolist(), strict=True)):
             eid = ids(k)
             et, st = t + skew, at + skew
             ev = Event(eid, et, names[s], user_id, lats[k], stats[k], st)
             out.append(
-                (
-                    "event",
-                    key,
-                    encode_event(ev),
-                    None,
-                    at,
-                    at + nets[k],
-                    eid,
-                    et,
-                    t,
-                    st,
-                    names[s],
-                    user_id,
-                    lats[k],
-                    stats[k],
-                    at - t,
-                    "buffered",
-                    skew,
-                    None,
+                dict(
+                    kind="event",
+                    key=key,
+                    value=encode_event(ev),
+                    partition=None,
+                    send_ms=at,
+                    receive_ms=at + nets[k],
+                    event_id=eid,
+                    event_time=et,
+                    true_time=t,
+                    sent_time=st,
+                    service=names[s],
+                    user_id=user_id,
+                    latency_ms=lats[k],
+                    status=stats[k],
+                    delay_ms=at - t,
+                    intent="buffered",
+                    skew_ms=skew,
                 )
             )
         return out
 
-    def burst(at: int) -> list[tuple[Any, ...]]:
+    def burst(at: int) -> list[Payload]:
         return late_burst(
             at, cfg.burst_span_ms, cfg.burst_count, rng_burst, lambda k: burst_event_id(seed, k)
         )
 
     # Scenario records at fixed instants of the clock, in time order (a tie: control first).
-    scheduled: list[tuple[int, Callable[[int], list[tuple[Any, ...]]]]] = []
+    scheduled: list[tuple[int, Callable[[int], list[Payload]]]] = []
     if "backlog" in cfg.scenarios:
         scheduled.append((t0 + cfg.backlog_offset_ms, control))
     if "late-burst" in cfg.scenarios:
@@ -289,7 +306,7 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
             for payload in payloads:
                 push(heap, (t, 1, tiebreak, payload))
                 tiebreak += 1
-            device = Record(0, *payloads[0]).user_id
+            device = payloads[0]["user_id"]
             live.applied.append(
                 Applied(
                     "late_burst",
@@ -338,7 +355,7 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
             if scheduled and scheduled[0][0] < t:
                 release_scheduled(t)
             while heap and heap[0][0] < t:
-                yield Record(seq, *pop(heap)[3])
+                yield Record(seq, **pop(heap)[3])
                 seq += 1
             if live is not None and live._version != live_version:
                 apply_live(t)
@@ -364,19 +381,16 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
                 _, reason, build = MALFORMED_KINDS[n_malformed % len(MALFORMED_KINDS)]
                 n_malformed += 1
                 obj = json.loads(encode_event(Event(eid, t, service, user_id, latency, status, t)))
-                payload: tuple[Any, ...] = (
-                    "malformed",
-                    key,
-                    build(obj),
-                    None,
-                    t,
-                    t + nets[i],
-                    None,
-                    None,
-                    t,
-                    t,
-                    *_NONE7,
-                    reason,
+                payload: Payload = dict(
+                    kind="malformed",
+                    key=key,
+                    value=build(obj),
+                    partition=None,
+                    send_ms=t,
+                    receive_ms=t + nets[i],
+                    true_time=t,
+                    sent_time=t,
+                    reason=reason,
                 )
                 push(heap, (t, 1, tiebreak, payload))
                 tiebreak += 1
@@ -404,27 +418,30 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
                 f'{user_json},"latency_ms":{latency!r},"status":{status},'
                 f'"sent_time":{times_json[1]}}}'
             ).encode()
-            fields = (
-                eid,
-                et,
-                t,
-                st,
-                service,
-                user_id,
-                latency,
-                status,
-                delay,
-                intent,
-                skew,
-                None,
+            fields: Payload = dict(
+                key=key,
+                value=value,
+                partition=None,
+                send_ms=send,
+                event_id=eid,
+                event_time=et,
+                true_time=t,
+                sent_time=st,
+                service=service,
+                user_id=user_id,
+                latency_ms=latency,
+                status=status,
+                delay_ms=delay,
+                intent=intent,
+                skew_ms=skew,
             )
             push(
                 heap,
-                (send, 1, tiebreak, ("event", key, value, None, send, send + nets[i], *fields)),
+                (send, 1, tiebreak, dict(fields, kind="event", receive_ms=send + nets[i])),
             )
             tiebreak += 1
             if duplicate[i]:
-                dup = ("duplicate", key, value, None, send, send + dup_nets[i], *fields)
+                dup = dict(fields, kind="duplicate", receive_ms=send + dup_nets[i])
                 push(heap, (send, 1, tiebreak, dup))
                 tiebreak += 1
 
@@ -440,11 +457,11 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
             tiebreak += 1
         hb_next += interval
     while heap:
-        yield Record(seq, *pop(heap)[3])
+        yield Record(seq, **pop(heap)[3])
         seq += 1
     if interval > 0:
         for p in partitions:
-            yield Record(seq, *heartbeat(clock_end, p))
+            yield Record(seq, **heartbeat(clock_end, p))
             seq += 1
 
 

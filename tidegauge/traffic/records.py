@@ -53,18 +53,18 @@ class Record:
     partition: int | None
     send_ms: int
     receive_ms: int
-    event_id: str | None
-    event_time: int | None
-    true_time: int | None
-    sent_time: int | None
-    service: str | None
-    user_id: str | None
-    latency_ms: float | None
-    status: int | None
-    delay_ms: int | None
-    intent: Intent | None
-    skew_ms: int | None
-    reason: Reason | None
+    event_id: str | None = None
+    event_time: int | None = None
+    true_time: int | None = None
+    sent_time: int | None = None
+    service: str | None = None
+    user_id: str | None = None
+    latency_ms: float | None = None
+    status: int | None = None
+    delay_ms: int | None = None
+    intent: Intent | None = None
+    skew_ms: int | None = None
+    reason: Reason | None = None
 
     def truth(self, partition: int | None, offset: int | None) -> dict[str, Any]:
         """The ground-truth line of this record once it landed at (partition, offset).
