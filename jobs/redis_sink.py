@@ -40,7 +40,7 @@ BATCH_HISTORY = 2000
 class WindowUpdate:
     """The new absolute state of one (window, service) after a batch.
 
-    `spec` is the window spec's key (jobs/windows.WindowSpec.key), `agg` the serialised
+    `spec` is the window spec's key (tidegauge.core.windows.WindowSpec.key), `agg` the serialised
     WindowAgg (sketches included), `metrics` the numbers computed from it on the executor.
     """
 
