@@ -8,29 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from sketches.tdigest import TDigest
 from tidegauge.core.events import EventField, register_field
+from tidegauge.core.metrics import digest_quantiles, update_digest_of
 from tidegauge.core.registry import Batch, Metric, ResultContext, register_metric
 
 FIELD = register_field(EventField("bytes", "float", minimum=0.0, doc="response size in bytes"))
 
 
 def _update(state: TDigest, batch: Batch) -> TDigest:
-    values = batch.get("bytes")
-    if values is not None and len(values):
-        values = values[~np.isnan(values)]
-        if len(values):
-            state.update(values)
-    return state
+    return update_digest_of(state, batch.get("bytes"))
 
 
 def _results(state: TDigest, _: ResultContext) -> dict[str, Any]:
-    if not state.count:
-        return {"bytes_p50": None, "bytes_p99": None}
-    p50, p99 = state.quantile(np.array([0.5, 0.99]))
-    return {"bytes_p50": float(p50), "bytes_p99": float(p99)}
+    return digest_quantiles(state, {"bytes_p50": 0.5, "bytes_p99": 0.99})
 
 
 METRIC = register_metric(

@@ -40,8 +40,10 @@ __all__ = [
     "LateAgg",
     "WindowAgg",
     "added_result_fields",
+    "digest_quantiles",
     "field_label",
     "fraction_at_least",
+    "update_digest_of",
 ]
 
 #: Percentiles reported for every window: metric name -> quantile.
@@ -450,13 +452,26 @@ def _digest_update(state: TDigest, batch: Batch, column: str) -> TDigest:
     return state
 
 
-def _latency_update(state: TDigest, batch: Batch) -> TDigest:
-    values = batch.get("latency_ms")
+def update_digest_of(state: TDigest, values: npt.NDArray[Any] | None) -> TDigest:
+    """Add a column's values to a t-digest, leaving out NaN (absent) ones."""
     if values is not None and len(values):
+        values = np.asarray(values, dtype=np.float64)
         values = values[~np.isnan(values)]
         if len(values):
             state.update(values)
     return state
+
+
+def digest_quantiles(state: TDigest, quantiles: Mapping[str, float]) -> dict[str, float | None]:
+    """{name: the digest's quantile q} (None for an empty digest or a non-finite answer)."""
+    if not state.count:
+        return dict.fromkeys(quantiles)
+    q = state.quantile(np.array(list(quantiles.values())))
+    return {name: finite_or_none(float(q[i])) for i, name in enumerate(quantiles)}
+
+
+def _latency_update(state: TDigest, batch: Batch) -> TDigest:
+    return update_digest_of(state, batch.get("latency_ms"))
 
 
 def _latency_results(state: TDigest, _: ResultContext) -> dict[str, Any]:
@@ -464,9 +479,7 @@ def _latency_results(state: TDigest, _: ResultContext) -> dict[str, Any]:
         "latency_count": state.count,
         "latency_mean": state.mean if state.count else None,
     }
-    q = state.quantile(np.array(list(PERCENTILES.values()))) if state.count else None
-    for i, name in enumerate(PERCENTILES):
-        out[name] = None if q is None else finite_or_none(float(q[i]))
+    out.update(digest_quantiles(state, PERCENTILES))
     return out
 
 
