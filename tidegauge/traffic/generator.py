@@ -7,8 +7,8 @@ give. Everything here is pure: no Kafka, no wall clock. The start of event time 
 the randomness comes from a numpy `Generator` seeded by `GeneratorConfig.seed`.
 `tidegauge.traffic.producer` is the thin I/O edge that sends the records and writes the ground
 truth file; `tidegauge.traffic.cli` holds the `tidegauge produce` flags. The configuration
-(`config.py`), the record model (`records.py`), the live commands (`live.py`) and the malformed
-kinds (`malformed.py`) are modules of their own.
+(`config.py`), the record model (`records.py`), the live commands (`live.py`), the malformed
+kinds (`malformed.py`) and the value encoder (`encoder.py`) are modules of their own.
 
 Time is epoch milliseconds (UTC) everywhere. The generator keeps a clock: the instant (in event
 time) at which the simulated devices send each record. In `--pace realtime` that clock is pinned
@@ -37,10 +37,10 @@ import numpy as np
 
 from tidegauge.core.control import ALL_SERVICES
 from tidegauge.core.durations import format_duration, to_iso
-from tidegauge.core.events import Event, Heartbeat, encode_event, encode_heartbeat
 from tidegauge.traffic.config import BURST_TOP_USERS, GeneratorConfig
+from tidegauge.traffic.encoder import ValueEncoder
 from tidegauge.traffic.live import Applied, LiveCommands
-from tidegauge.traffic.malformed import MALFORMED_KINDS, dumps
+from tidegauge.traffic.malformed import MALFORMED_KINDS
 from tidegauge.traffic.records import (
     CONTROL_KEY,
     HEARTBEAT_KEY,
@@ -127,7 +127,7 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
 
     names = [name for name, _ in cfg.services]
     name_keys = [name.encode("utf-8") for name in names]
-    service_json = [json.dumps(name) for name in names]
+    encoder = ValueEncoder(names, cfg.source)
     service_cdf = _cdf(np.array([w for _, w in cfg.services], dtype=np.float64))
     medians = np.array([cfg.latency_of(n)[0] for n in names], dtype=np.float64)
     sigmas = np.array([cfg.latency_of(n)[1] for n in names], dtype=np.float64)
@@ -177,7 +177,7 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
         return np.where(u < cfg.error_rate, err, ok)
 
     def heartbeat(at: int, p: int) -> Payload:
-        value = encode_heartbeat(Heartbeat(event_time=at, partition=p, source=cfg.source))
+        value = encoder.heartbeat(at, p)
         return dict(
             kind="heartbeat",
             key=HEARTBEAT_KEY,
@@ -191,7 +191,7 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
         )
 
     def control(at: int) -> list[Payload]:
-        value = dumps({"control": "pause", "pause_ms": cfg.backlog_pause_ms})
+        value = encoder.control({"control": "pause", "pause_ms": cfg.backlog_pause_ms})
         return [
             dict(
                 kind="control",
@@ -222,12 +222,11 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
         for k, (t, s) in enumerate(zip(trues, svc_idx.tolist(), strict=True)):
             eid = ids(k)
             et, st = t + skew, at + skew
-            ev = Event(eid, et, names[s], user_id, lats[k], stats[k], st)
             out.append(
                 dict(
                     kind="event",
                     key=key,
-                    value=encode_event(ev),
+                    value=encoder.event(eid, et, names[s], user_id, lats[k], stats[k], st),
                     partition=None,
                     send_ms=at,
                     receive_ms=at + nets[k],
@@ -380,7 +379,7 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
             if malformed[i]:
                 _, reason, build = MALFORMED_KINDS[n_malformed % len(MALFORMED_KINDS)]
                 n_malformed += 1
-                obj = json.loads(encode_event(Event(eid, t, service, user_id, latency, status, t)))
+                obj = json.loads(encoder.event(eid, t, service, user_id, latency, status, t))
                 payload: Payload = dict(
                     kind="malformed",
                     key=key,
@@ -406,18 +405,7 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
                 intent, delay = "in_order", 0
             send = t + delay
             et, st = t + skew, send + skew
-            # Byte for byte what encode_event() writes (the unit tests hold it to that), without
-            # a dict and an encoder per record: this line is the generator's hot path.
-            if iso[i]:
-                times_json = f'"{to_iso(et)}"', f'"{to_iso(st)}"'
-            else:
-                times_json = et, st
-            user_json = "" if user_id is None else f',"user_id":"{user_id}"'
-            value = (
-                f'{{"event_id":"{eid}","event_time":{times_json[0]},"service":{service_json[s]}'
-                f'{user_json},"latency_ms":{latency!r},"status":{status},'
-                f'"sent_time":{times_json[1]}}}'
-            ).encode()
+            value = encoder.event(eid, et, service, user_id, latency, status, st, bool(iso[i]))
             fields: Payload = dict(
                 key=key,
                 value=value,

@@ -12,13 +12,9 @@ from typing import Any
 
 from tidegauge.core.durations import to_iso
 from tidegauge.core.events import Reason
+from tidegauge.traffic.encoder import dumps
 
-__all__ = ["MALFORMED_KINDS", "dumps"]
-
-
-def dumps(obj: Any) -> bytes:
-    """Compact JSON bytes, as every generated value is encoded."""
-    return json.dumps(obj, separators=(",", ":")).encode("utf-8")
+__all__ = ["MALFORMED_KINDS"]
 
 
 def _truncated(obj: dict[str, Any]) -> bytes:
