@@ -112,7 +112,6 @@ class WindowAgg:
         registered: Sequence[Metric] | None = None,
     ) -> None:
         self.registered: tuple[Metric, ...] = tuple(metrics() if registered is None else registered)
-        self.states: dict[str, Any] = {m.name: m.empty() for m in self.registered}
         given = {
             "count": count,
             "errors": errors,
@@ -121,9 +120,22 @@ class WindowAgg:
             "lateness": lateness,
             "overdue": overdue,
         }
-        for name, value in given.items():
-            if value is not None and name in self.states:
-                self.states[name] = value
+        self.states: dict[str, Any] = {
+            m.name: m.empty() if given.get(m.name) is None else given[m.name]
+            for m in self.registered
+        }
+
+    @classmethod
+    def _of(cls, states: dict[str, Any], registered: tuple[Metric, ...]) -> WindowAgg:
+        """An aggregate of these states; metrics without one get an empty state.
+
+        Readers build aggregates from decoded or merged states: empty sketches are made only
+        for the metrics that need one (an empty HyperLogLog is 16 KB of registers).
+        """
+        out = cls.__new__(cls)
+        out.registered = registered
+        out.states = {m.name: states[m.name] if m.name in states else m.empty() for m in registered}
+        return out
 
     # The built-in states by name (what most callers read).
     count = property(lambda self: self.states["count"], lambda self, v: self._set("count", v))
@@ -190,9 +202,7 @@ class WindowAgg:
     def merge(self, *others: WindowAgg) -> None:
         """Fold other aggregates into this one (sketch parameters must match)."""
         for m in self.registered:
-            self.states[m.name] = m.merge(
-                [self.states[m.name], *(o.states.get(m.name, m.empty()) for o in others)]
-            )
+            self.states[m.name] = m.merge([self.states[m.name], *(_state(o, m) for o in others)])
 
     @classmethod
     def merged(
@@ -211,18 +221,19 @@ class WindowAgg:
         skips that work.
         """
         items = list(aggs)
-        out = cls()
+        registered = metrics()
         if not items:
-            return out
+            return cls._of({}, registered)
         shifts = None if overdue_shifts_ms is None else list(overdue_shifts_ms)
-        for m in out.registered:
+        merged: dict[str, Any] = {}
+        for m in registered:
             if m.lateness and not with_lateness:
                 continue
-            states = [a.states.get(m.name, m.empty()) for a in items]
+            states = [_state(a, m) for a in items]
             if shifts is not None and m.shift is not None:
                 states = [m.shift(st, d) if d else st for st, d in zip(states, shifts, strict=True)]
-            out.states[m.name] = m.merge(states)
-        return out
+            merged[m.name] = m.merge(states)
+        return cls._of(merged, registered)
 
     def metrics(self, duration_ms: int) -> dict[str, Any]:
         """The result fields of every metric for a window (or range) lasting `duration_ms`."""
@@ -250,17 +261,24 @@ class WindowAgg:
         metrics empty instead of decoding them: readers of latency and users only (range
         queries, the dashboard) skip half the work.
         """
-        out = cls()
-        by_name = {m.name: m for m in out.registered}
+        registered = metrics()
+        by_name = {m.name: m for m in registered}
+        states: dict[str, Any] = {}
         for name, blob in _entries(data):
             m = by_name.get(name)
             if m is None or (m.lateness and not with_lateness):
                 continue
             try:
-                out.states[name] = m.decode(blob)
+                states[name] = m.decode(blob)
             except (struct.error, ValueError) as e:
                 raise ValueError(f"window aggregate: bad {name!r} entry: {e}") from None
-        return out
+        return cls._of(states, registered)
+
+
+def _state(agg: WindowAgg, m: Metric) -> Any:
+    """`agg`'s state of metric `m`, or an empty one (an aggregate made before `m` existed)."""
+    state = agg.states.get(m.name)
+    return m.empty() if state is None else state
 
 
 def _entries(data: bytes) -> list[tuple[str, bytes]]:
