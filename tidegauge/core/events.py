@@ -78,12 +78,6 @@ class Event:
     sent_time: int | None = None
     extras: tuple[tuple[str, Any], ...] = ()
 
-    def value(self, name: str) -> Any:
-        """The value of field `name` (built-in or registered), None when absent."""
-        if name in _BUILT_IN_NAMES:
-            return getattr(self, name)
-        return dict(self.extras).get(name)
-
 
 FieldType = Literal["string", "time", "float", "int"]
 
@@ -114,10 +108,6 @@ class EventField:
     def __post_init__(self) -> None:
         if not self.column:
             object.__setattr__(self, "column", self.name)
-
-    def check(self, obj: dict[str, Any]) -> Any:
-        """The value of this field in a record object; ContractError (with a reason) if bad."""
-        return self.checker()(obj.get(self.name))
 
     def checker(self) -> Callable[[Any], Any]:
         """A function from the raw JSON value (None when absent) to the parsed value.
@@ -196,7 +186,6 @@ BUILT_IN_FIELDS: tuple[EventField, ...] = (
     EventField("latency_ms", "float", minimum=0.0, doc="how slow it was"),
     EventField("status", "int", doc="its status code; >= 500 is an error"),
 )
-_BUILT_IN_NAMES = frozenset(f.name for f in BUILT_IN_FIELDS)
 _REGISTERED: dict[str, EventField] = {}
 
 

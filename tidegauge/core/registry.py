@@ -28,10 +28,9 @@ __all__ = [
     "Batch",
     "Metric",
     "ResultContext",
-    "metric",
+    "finite_or_none",
     "metrics",
     "register_metric",
-    "result_fields",
     "unregister_metric",
 ]
 
@@ -120,16 +119,6 @@ def unregister_metric(name: str) -> None:
 def metrics() -> tuple[Metric, ...]:
     """A snapshot of the registered metrics, in registration order."""
     return tuple(_REGISTRY.values())
-
-
-def metric(name: str) -> Metric:
-    """The registered metric called `name` (KeyError when there is none)."""
-    return _REGISTRY[name]
-
-
-def result_fields(registered: Sequence[Metric] | None = None) -> tuple[str, ...]:
-    """Every result field of the registered metrics (or of `registered`), in order."""
-    return tuple(f for m in (metrics() if registered is None else registered) for f in m.fields)
 
 
 def finite_or_none(x: float) -> float | None:
