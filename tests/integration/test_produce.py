@@ -233,36 +233,21 @@ def test_cli_produces_and_summarises(
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
 def test_compression_writes_batches_in_that_codec(
-    topic_factory: Callable[..., KafkaSettings], tmp_path: Path, codec: str
+    topic_factory: Callable[..., KafkaSettings],
+    produce: Callable[..., Any],
+    tmp_path: Path,
+    codec: str,
 ) -> None:
     kafka = topic_factory(2)
     truth_path = tmp_path / "truth.jsonl"
-    proc = subprocess.run(
-        [
-            *CLI,
-            "--bootstrap",
-            kafka.bootstrap,
-            "--topic",
-            kafka.topic,
-            "--partitions",
-            "2",
-            "--pace",
-            "fast",
-            "--count",
-            "600",
-            "--malformed-fraction",
-            "0.02",
-            "--compression",
-            codec,
-            "--truth",
-            str(truth_path),
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    produce(
+        kafka.topic,
+        partitions=2,
+        count=600,
+        malformed_fraction=0.02,
+        compression=codec,
+        truth=truth_path,
     )
-    assert proc.returncode == 0, proc.stderr
     truth = read_truth(truth_path)
     assert_topic_matches_truth(kafka, truth)  # what a consumer reads back is what was meant
     # and on the broker, the data batches really are in that codec
