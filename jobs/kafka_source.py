@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -128,8 +129,9 @@ def _read_range(part: KafkaPartition, chunk: int = 20_000) -> Iterator[pa.Record
     never rows. A range the broker does not serve within the poll timeout is an error, as is a
     batch that cannot be decoded (`SourceError`, one line: codec, partition, offset, remedy).
     """
-    client = LogClient(part.bootstrap, part.topic, client_id=f"tidegauge-read-{part.partition}")
+    client = _reader_client(part.bootstrap, part.topic)
     committed = CommittedRange(part.start, part.end)
+    ok = False
     try:
         cols: dict[str, list[Any]] = {n: [] for n in _ARROW_SCHEMA.names}
         pos = part.start
@@ -165,7 +167,30 @@ def _read_range(part: KafkaPartition, chunk: int = 20_000) -> Iterator[pa.Record
                 )
         if cols["offset"]:
             yield pa.RecordBatch.from_pydict(cols, schema=_ARROW_SCHEMA)
+        ok = True
     finally:
+        if not ok:  # a failed or abandoned read may leave a half-read response: start afresh
+            _drop_reader_client(part.bootstrap, part.topic)
+
+
+#: Executor side: one client per (bootstrap, topic) and Python worker, kept across tasks and
+#: micro-batches (Spark reuses its Python workers): connecting and fetching metadata cost
+#: 20-130 ms, paid once per worker instead of once per partition and batch.
+_READERS: dict[tuple[str, str], LogClient] = {}
+
+
+def _reader_client(bootstrap: str, topic: str) -> LogClient:
+    client = _READERS.get((bootstrap, topic))
+    if client is None:
+        client = _READERS[(bootstrap, topic)] = LogClient(
+            bootstrap, topic, client_id=f"tidegauge-read-{os.getpid()}"
+        )
+    return client
+
+
+def _drop_reader_client(bootstrap: str, topic: str) -> None:
+    client = _READERS.pop((bootstrap, topic), None)
+    if client is not None:
         client.close()
 
 

@@ -43,6 +43,10 @@ from tidegauge.core.windows import primary_size
 
 __all__ = ["build_stream", "run_job", "start_query"]
 
+#: Parsed columns the stateful step never reads: `sent_ms` only served the clock-skew correction
+#: in the parse step. (`event_time` stays: without it Spark no longer passes the watermark on.)
+_NOT_IN_STATE = ("sent_ms",)
+
 log = logging.getLogger("tidegauge.job")
 
 
@@ -81,7 +85,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
     )
     routed = routed.withColumn(
         "group", F.when(kind == KIND_DEAD, F.lit(KIND_DEAD)).otherwise(F.lit(KIND_EVENT))
-    )
+    ).drop(*_NOT_IN_STATE)  # every column is shuffled and converted to Arrow: carry only these
     state_cfg = StateConfig(
         cfg.windows,
         allowed_lateness_ms=cfg.allowed_lateness_ms,

@@ -231,6 +231,8 @@ def write_progress(r: redis.Redis, keys: Keys, summary: Mapping[str, Any]) -> No
     for name in ("report_interval_ms", "allowed_lateness_ms"):
         if summary.get(name) is not None:
             status[name] = int(summary[name])
+    if summary.get("freshness"):  # kept from the last batch with records while the stream is quiet
+        status["freshness"] = json.dumps(summary["freshness"], sort_keys=True)
     with r.pipeline(transaction=True) as tx:
         # Status only moves forward: a late progress event for an older batch must not win.
         tx.watch(keys.status)

@@ -78,6 +78,9 @@ class JobStatus:
     report_interval_ms: int | None = None
     #: The job's --allowed-lateness; None if unknown (status written by an older job).
     allowed_lateness_ms: int | None = None
+    #: Freshness of the latest batch that had records (`tidegauge.core.freshness.Freshness` as a
+    #: dict: batch_id, commit_time, records, p50_ms, p99_ms, max_ms); None before any.
+    freshness: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""

@@ -29,11 +29,15 @@ def read_status(r: redis.Redis, keys: Keys) -> JobStatus | None:
         status_time=int(d.get("status_time", d["batch_time"])),
         report_interval_ms=int(d["report_interval_ms"]) if "report_interval_ms" in d else None,
         allowed_lateness_ms=int(d["allowed_lateness_ms"]) if "allowed_lateness_ms" in d else None,
+        freshness=json.loads(d["freshness"]) if "freshness" in d else None,
     )
 
 
 def read_batches(r: redis.Redis, keys: Keys, limit: int | None = None) -> list[dict[str, Any]]:
-    """Per-batch summaries (oldest first): offsets before/after, rows, watermark, durations."""
+    """Per-batch summaries (oldest first): offsets before/after, rows, watermark, durations.
+
+    Each has `freshness` (see `JobStatus.freshness`), None for a batch without records.
+    """
     start = 0 if limit is None else -limit
     members: Any = r.zrange(keys.batches, start, -1)
     return [json.loads(v) for v in members]
