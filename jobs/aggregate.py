@@ -16,7 +16,8 @@ watermark before we can count them as late). Dead letters form one group ("dead"
 
 Besides window results, each batch emits what it decided about time (docs/time.md): late rows
 per window (count and lateness digests), stragglers per window, per-event arrival counts in
-processing-time and broker-time windows, and the late events themselves (capped).
+processing-time and broker-time windows, the late events themselves (capped), and the broker
+timestamps of its records, from which the sink measures freshness (tidegauge/core/freshness.py).
 
 This module is the state function; its parts are modules of their own: the panes of a service
 (jobs/panes.py), the state codec (jobs/state.py) and the output rows (jobs/rows.py).
@@ -38,6 +39,7 @@ from jobs.parse import KIND_DEAD, KIND_EVENT
 from jobs.rows import append_row, frame, new_rows
 from jobs.state import DeadCounts, ShardState
 from tidegauge.core.events import BUILT_IN_FIELDS, EventField, event_fields
+from tidegauge.core.freshness import encode_times
 from tidegauge.core.plugins import ensure_plugins
 from tidegauge.core.registry import metrics
 from tidegauge.core.windows import (
@@ -249,7 +251,16 @@ def _int_or_none(v: Any) -> int | None:
     return None if v is None or pd.isna(v) else int(v)
 
 
-def _events(pdfs: Iterator[pd.DataFrame], state: Any, cfg: StateConfig) -> Iterator[pd.DataFrame]:
+def _broker_times_row(rows: dict[str, list[Any]], kafka_ms: pd.Series) -> None:
+    """Append the histogram of these records' broker timestamps (tidegauge/core/freshness.py)."""
+    if len(kafka_ms):
+        times = kafka_ms.to_numpy(dtype=np.float64, na_value=np.nan)
+        append_row(rows, kind="broker_times", agg=encode_times(times))
+
+
+def _events(
+    pdfs: Iterator[pd.DataFrame], state: Any, cfg: StateConfig, shard_no: int = 0
+) -> Iterator[pd.DataFrame]:
     watermark = int(state.getCurrentWatermarkMs())
     front = frontier(watermark, cfg.allowed_lateness_ms)
     shard = ShardState.from_bytes(state.get[0], cfg) if state.exists else ShardState(cfg.shards)
@@ -268,6 +279,8 @@ def _events(pdfs: Iterator[pd.DataFrame], state: Any, cfg: StateConfig) -> Itera
         events = events.sort_values(["partition", "offset"], kind="stable")
     by_service = {str(k): g for k, g in events.groupby("service", sort=True)} if len(events) else {}
     rows: dict[str, list[Any]] = new_rows()
+    # Every shard gets a copy of each heartbeat: shard 0 reports theirs.
+    _broker_times_row(rows, events["kafka_ms"] if shard_no else pdf["kafka_ms"])
     empty = (
         events.iloc[0:0] if len(events) else pdf.iloc[0:0].assign(event_ms=pd.Series(dtype="int64"))
     )
@@ -293,19 +306,20 @@ def _events(pdfs: Iterator[pd.DataFrame], state: Any, cfg: StateConfig) -> Itera
 
 def _dead(pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
     counts = DeadCounts.from_bytes(state.get[0]) if state.exists else DeadCounts()
+    times: list[pd.Series] = []
     for pdf in pdfs:
         counts.add(pdf["reason"].tolist())
+        times.append(pdf["kafka_ms"])
         out = pdf[["partition", "offset", "kafka_ms", "reason", "detail", "raw", "raw_size"]].copy()
         out.insert(0, "kind", "dead")
         yield frame({c: out[c].tolist() for c in out.columns})
     state.update((counts.to_bytes(),))
-    yield frame(
-        {
-            "kind": ["dead_count"] * len(counts.by_reason),
-            "reason": list(counts.by_reason),
-            "count": list(counts.by_reason.values()),
-        }
-    )
+    rows = new_rows()
+    for reason, n in counts.by_reason.items():
+        append_row(rows, kind="dead_count", reason=reason, count=n)
+    if times:
+        _broker_times_row(rows, pd.concat(times))
+    yield frame(rows)
 
 
 def make_state_fn(
@@ -324,7 +338,7 @@ def make_state_fn(
         ensure_plugins(config.plugins, config.metric_names, [f.name for f in config.fields])
         group = key[0]
         if group == KIND_EVENT:
-            yield from _events(pdfs, state, config)
+            yield from _events(pdfs, state, config, int(key[1]))
         elif group == KIND_DEAD:
             yield from _dead(pdfs, state)
         else:

@@ -6,7 +6,8 @@
       -> withWatermark(event_time, allowed lateness)
       -> + proc_ms (the batch's timestamp), shard (heartbeats copied to every shard)
       -> groupBy(group, shard).applyInPandasWithState    (jobs/aggregate.py)
-      -> foreachBatch: one Redis transaction per batch   (jobs/redis_sink.py)
+      -> foreachBatch: one Redis transaction per batch   (jobs/redis_sink.py), then the
+                       batch's freshness (tidegauge/core/freshness.py)
 
 A StreamingQueryListener (jobs/status.py) writes the job's status after every batch (and every
 idle interval), so the dashboard can tell a quiet stream from a dead job. The command line is
@@ -37,11 +38,15 @@ from jobs.spark import build_session
 from jobs.state import STATE_SCHEMA
 from jobs.status import ProgressEvent, StatusListener
 from tidegauge.core.config import JobConfig, KafkaSettings
+from tidegauge.core.freshness import freshness, merge_times
 from tidegauge.core.plugins import loaded_plugins
 from tidegauge.core.store import Keys, connect
 from tidegauge.core.windows import primary_size
 
 __all__ = ["build_stream", "run_job", "start_query"]
+
+#: How many recent batches' freshness the batch writer keeps for the status listener.
+_FRESHNESS_KEPT = 100
 
 #: Parsed columns the stateful step never reads: `sent_ms` only served the clock-skew correction
 #: in the parse step. (`event_time` stays: without it Spark no longer passes the watermark on.)
@@ -115,6 +120,9 @@ class _BatchWriter:
         self.keys = Keys(cfg.redis.prefix)
         self.primary_ms = primary_size(cfg.windows)
         self._client: redis.Redis | None = None
+        #: Batch id -> freshness of its records (Freshness.to_dict()), measured when the batch
+        #: is committed; the status listener takes it into the batch's history entry.
+        self.freshness: dict[int, dict[str, int]] = {}
 
     def _redis(self) -> redis.Redis:
         if self._client is None:
@@ -142,6 +150,11 @@ class _BatchWriter:
             ),
             what=f"writing batch {batch_id} to Redis",
         )
+        fresh = freshness(merge_times(rows.broker_times), round(time.time() * 1000), batch_id)
+        if fresh is not None:
+            self.freshness[batch_id] = fresh.to_dict()
+            for old in [b for b in self.freshness if b < batch_id - _FRESHNESS_KEPT]:
+                del self.freshness[old]  # the listener has long written these
         if windows or dead or late:
             log.info(
                 "batch %d: %d window updates, %d late rows, %d stragglers, %d dead letters",
@@ -171,7 +184,8 @@ def _retry(fn: Callable[[], None], what: str, timeout_s: float = 60.0) -> None:
 
 def start_query(spark: SparkSession, cfg: JobConfig) -> tuple[StreamingQuery, StatusListener]:
     """Start the streaming query and its status listener; returns at once."""
-    listener = StatusListener(cfg)
+    batch_writer = _BatchWriter(cfg)
+    listener = StatusListener(cfg, batch_writer.freshness)
     spark.streams.addListener(listener)
     spark.conf.set(
         "spark.sql.streaming.noDataProgressEventInterval", str(max(cfg.trigger_interval_ms, 1000))
@@ -183,7 +197,7 @@ def start_query(spark: SparkSession, cfg: JobConfig) -> tuple[StreamingQuery, St
         build_stream(spark, cfg)
         .writeStream.outputMode("update")
         .queryName("tidegauge")
-        .foreachBatch(_BatchWriter(cfg))
+        .foreachBatch(batch_writer)
         .option("checkpointLocation", cfg.checkpoint)
     )
     interval = 0 if cfg.trigger == "available-now" else cfg.trigger_interval_ms

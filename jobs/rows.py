@@ -40,6 +40,8 @@ DOMAINS = ("processing", "broker")
 #: late_event service, window_start, partition, offset, kafka_ms, metrics (JSON: the event)
 #: dead       partition, offset, kafka_ms, reason, detail, raw, raw_size
 #: dead_count reason, count                  (absolute count so far)
+#: broker_times agg (tidegauge/core/freshness.py histogram): the broker timestamps of the
+#:            group's records in this batch, from which the sink measures freshness
 OUTPUT_SCHEMA = (
     "kind string, spec string, service string, window_start long, count long, metrics string, "
     "agg binary, partition int, offset long, kafka_ms long, reason string, detail string, "
@@ -76,6 +78,8 @@ class BatchRows:
     late_events: list[LateEvent] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
     dead_counts: dict[str, int] = field(default_factory=dict)
+    #: Broker-time histograms of the batch's records, one per state group.
+    broker_times: list[bytes] = field(default_factory=list)
 
 
 def decode_rows(rows: Iterable[Mapping[str, Any]], batch_id: int) -> BatchRows:
@@ -140,4 +144,6 @@ def decode_rows(rows: Iterable[Mapping[str, Any]], batch_id: int) -> BatchRows:
             )
         elif kind == "dead_count":
             out.dead_counts[row["reason"]] = row["count"]
+        elif kind == "broker_times":
+            out.broker_times.append(row["agg"])
     return out

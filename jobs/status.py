@@ -95,11 +95,13 @@ class ProgressEvent:
 class StatusListener(StreamingQueryListener):
     """Driver-side listener: job status to Redis after every batch and every idle interval."""
 
-    def __init__(self, cfg: JobConfig) -> None:
+    def __init__(self, cfg: JobConfig, freshness: dict[int, dict[str, int]] | None = None) -> None:
         self.cfg = cfg
         self.keys = Keys(cfg.redis.prefix)
         self.client = connect(cfg.redis)
         self.query_ids: set[str] = set()
+        #: Batch id -> freshness, filled by the batch writer when it commits a batch.
+        self.freshness = {} if freshness is None else freshness
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's name)
         """Nothing to record until the first batch."""
@@ -115,6 +117,9 @@ class StatusListener(StreamingQueryListener):
             # second): the dashboard calls the job stale after 3 of these without a word.
             summary["report_interval_ms"] = max(self.cfg.trigger_interval_ms, 1000)
             summary["allowed_lateness_ms"] = self.cfg.allowed_lateness_ms
+            # get, not pop: run_job replays the last progress events into the listener, and
+            # a replayed event must write the same history entry (the writer prunes old ones).
+            summary["freshness"] = self.freshness.get(int(summary["batch_id"]))
             write_progress(self.client, self.keys, summary)
         except redis.RedisError as e:  # status is informational; never kill the query for it
             log.warning("could not write status: %s", e)

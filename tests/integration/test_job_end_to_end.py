@@ -10,6 +10,7 @@ dead-letter store with the reason the contract gives it.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 
 import pytest
@@ -22,7 +23,13 @@ from tests.integration.helpers import (
     load_truth,
     tidegauge,
 )
-from tidegauge.core.store import Keys, read_batches, read_dead_counts, read_dead_letters
+from tidegauge.core.store import (
+    Keys,
+    read_batches,
+    read_dead_counts,
+    read_dead_letters,
+    read_status,
+)
 
 LATENESS_MS = 20_000
 MAX_PER_TRIGGER = 1_000
@@ -252,3 +259,33 @@ def test_late_events_are_kept_with_how_late_they_were(run: dict) -> None:
             t["service"],
         )
         assert e["window_end"] <= e["watermark"] and e["behind_ms"] >= 0
+
+
+def _nearest_rank(ages: list[int], q: float) -> int:
+    return sorted(ages)[max(1, math.ceil(q * len(ages))) - 1]
+
+
+def test_freshness_of_every_batch_equals_its_records_broker_times(run: dict) -> None:
+    """Per batch: commit time - broker timestamp of each of its records, p50/p99/max exact."""
+    truth, r = run["truth"], run["client"]
+    batches = read_batches(r, Keys())
+    measured = 0
+    for b, rows in zip(batches, batch_rows(truth, batches), strict=True):
+        fresh = b["freshness"]
+        if not rows:
+            assert fresh is None
+            continue
+        assert fresh["batch_id"] == b["batch_id"]
+        # Committed while the batch ran.
+        assert b["batch_time"] <= fresh["commit_time"] <= b["batch_time"] + b["batch_duration_ms"]
+        ages = [fresh["commit_time"] - t["receive_ms"] for t in rows]
+        assert fresh["records"] == len(rows) == b["input_rows"]
+        assert fresh["p50_ms"] == _nearest_rank(ages, 0.5)
+        assert fresh["p99_ms"] == _nearest_rank(ages, 0.99)
+        assert fresh["max_ms"] == max(ages)
+        measured += 1
+    assert measured >= len(truth) // MAX_PER_TRIGGER
+    status = read_status(r, Keys())
+    assert status is not None
+    last = [b for b in batches if b["freshness"]][-1]
+    assert status.freshness == last["freshness"]

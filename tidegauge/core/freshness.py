@@ -33,10 +33,16 @@ def encode_times(times_ms: npt.ArrayLike) -> bytes:
     arr = np.asarray(times_ms, dtype=np.float64)
     arr = arr[~np.isnan(arr)].astype(np.int64)
     uniq, counts = np.unique(arr, return_counts=True)
-    return _HEAD.pack(_MAGIC, len(uniq)) + uniq.astype("<i8").tobytes() + counts.astype("<i8").tobytes()
+    return (
+        _HEAD.pack(_MAGIC, len(uniq))
+        + uniq.astype("<i8").tobytes()
+        + counts.astype("<i8").tobytes()
+    )
 
 
 def _decode(blob: bytes) -> TimeHistogram:
+    if len(blob) < _HEAD.size:
+        raise ValueError("not a broker-time histogram")
     magic, n = _HEAD.unpack_from(blob)
     if magic != _MAGIC or len(blob) != _HEAD.size + 16 * n:
         raise ValueError("not a broker-time histogram")
