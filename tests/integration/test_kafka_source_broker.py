@@ -507,3 +507,27 @@ def test_an_open_transaction_holds_the_end_back(make_topic: Callable[[int], Topi
     finally:
         plain.close()
         tx.close()
+
+
+def test_reads_reuse_one_client_per_topic_and_a_failed_read_starts_afresh(
+    make_topic: Callable[[int], Topic],
+) -> None:
+    """Executors keep their connection across micro-batches; a failure does not poison it."""
+    from jobs import kafka_source
+
+    topic = make_topic(2)
+    topic.produce({0: 500, 1: 500})
+    key = (topic.kafka.bootstrap, topic.kafka.topic)
+    kafka_source._drop_reader_client(*key)
+    rows, _ = read(topic, 0, 0, 250)
+    client = kafka_source._READERS[key]
+    for part, start, end in [(1, 0, 500), (0, 250, 500)]:
+        rows, _ = read(topic, part, start, end)
+        assert rows == topic.records[part][start:end]
+        assert kafka_source._READERS[key] is client
+    with pytest.raises(RuntimeError, match="not readable"):
+        read(topic, 0, 600, 700, poll_timeout_ms=500)
+    assert key not in kafka_source._READERS
+    rows, _ = read(topic, 1, 10, 20)
+    assert rows == topic.records[1][10:20]
+    assert kafka_source._READERS[key] is not client

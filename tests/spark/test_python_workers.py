@@ -1,0 +1,34 @@
+"""The session's Python workers import pyspark from the installed package, not its zip.
+
+That is what `jobs/worker_daemon.py` is for: on CPython 3.11 a worker re-reads every zip on its
+path before each task (~140 ms of CPU), the largest fixed cost of a small micro-batch.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+pytestmark = pytest.mark.spark
+
+
+def _where(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    import pyspark
+
+    zips = ";".join(p for p in sys.path if p.endswith(".zip") and "pyspark" in p)
+    for b in batches:
+        yield pa.RecordBatch.from_pydict(
+            {"module": [pyspark.__file__] * b.num_rows, "zips": [zips] * b.num_rows}
+        )
+
+
+def test_workers_import_pyspark_from_the_installed_package(spark: Any) -> None:
+    import pyspark
+
+    rows = spark.range(0, 8, numPartitions=4).mapInArrow(_where, "module string, zips string")
+    got = {(r.module, r.zips) for r in rows.collect()}
+    assert got == {(pyspark.__file__, "")}
