@@ -1,16 +1,19 @@
 """The Python worker daemon of Tidegauge's executors: pyspark's own, minus a per-task zip re-read.
 
 Spark starts its Python workers through a daemon module (`spark.python.daemon.module`, default
-`pyspark.daemon`) with `pyspark.zip` and py4j's zip of `$SPARK_HOME/python/lib` first on
-`PYTHONPATH`. Before every task a worker calls `importlib.invalidate_caches()`; on CPython 3.11
-that makes each cached zip importer re-read its whole zip directory, ~140 ms of CPU per task
-(py-spy), the largest fixed cost of a small micro-batch (BENCHMARKS.md).
+`pyspark.daemon`) with three archives first on `PYTHONPATH`: `pyspark.zip` and py4j's zip of
+`$SPARK_HOME/python/lib`, and the jar holding Spark's core classes (for distributions that ship
+the Python files inside it). Before every task a worker calls `importlib.invalidate_caches()`; on
+CPython 3.11 that makes each cached zip importer re-read its archive's whole directory (the core
+jar alone has thousands of entries): ~140 ms of CPU per task (py-spy), the largest fixed cost of a
+small micro-batch (BENCHMARKS.md).
 
-When those zips are the very files of the pyspark package this interpreter has installed (a pip
-installed pyspark is its own SPARK_HOME), the installed package is the same code, so the zips are
+When those archives lie inside the pyspark package this interpreter has installed (a pip
+installed pyspark is its own SPARK_HOME), the installed package is the same code, so they are
 taken off `sys.path` before pyspark is imported and workers import from the package directory,
-whose importer invalidates in microseconds. Zips of any other Spark distribution stay (their
-version must match the JVM's). Then pyspark's daemon runs unchanged. Set by `jobs.spark`.
+whose importer invalidates in microseconds (and finds compiled bytecode, which a zip does not
+have). Archives of any other Spark distribution stay (their version must match the JVM's). Then
+pyspark's daemon runs unchanged. Set by `jobs.spark`.
 """
 
 from __future__ import annotations
@@ -22,18 +25,21 @@ import sys
 __all__ = ["redundant_zips"]
 
 
+_ARCHIVES = (".zip", ".jar")
+
+
 def redundant_zips(path: list[str], installed_pyspark: str | None) -> list[str]:
-    """Entries of `path` that are zips inside the installed pyspark package's directory."""
+    """Entries of `path` that are archives (zip, jar) inside the installed pyspark package."""
     if installed_pyspark is None:
         return []
-    lib = os.path.join(os.path.realpath(installed_pyspark), "python", "lib") + os.sep
-    return [p for p in path if p.endswith(".zip") and os.path.realpath(p).startswith(lib)]
+    home = os.path.realpath(installed_pyspark) + os.sep
+    return [p for p in path if p.endswith(_ARCHIVES) and os.path.realpath(p).startswith(home)]
 
 
 def _installed_pyspark() -> str | None:
-    """Directory of the pyspark package found without the zips, or None."""
-    zips = [p for p in sys.path if p.endswith(".zip")]
-    rest = [p for p in sys.path if not p.endswith(".zip")]
+    """Directory of the pyspark package found without the archives, or None."""
+    zips = [p for p in sys.path if p.endswith(_ARCHIVES)]
+    rest = [p for p in sys.path if not p.endswith(_ARCHIVES)]
     saved = sys.path[:]
     sys.path[:] = rest
     try:
@@ -48,7 +54,7 @@ def _installed_pyspark() -> str | None:
 
 
 def main() -> None:
-    """Drop the redundant zips, then run `pyspark.daemon.manager` (it reads sys.argv itself)."""
+    """Drop the redundant archives, then run `pyspark.daemon.manager` (it reads sys.argv itself)."""
     for z in redundant_zips(sys.path, _installed_pyspark()):
         sys.path.remove(z)
         sys.path_importer_cache.pop(z, None)

@@ -1,7 +1,7 @@
-"""The session's Python workers import pyspark from the installed package, not its zip.
+"""The session's Python workers import pyspark from the installed package, not from archives.
 
-That is what `jobs/worker_daemon.py` is for: on CPython 3.11 a worker re-reads every zip on its
-path before each task (~140 ms of CPU), the largest fixed cost of a small micro-batch.
+That is what `jobs/worker_daemon.py` is for: on CPython 3.11 a worker re-reads every zip or jar
+on its path before each task (~140 ms of CPU), the largest fixed cost of a small micro-batch.
 """
 
 from __future__ import annotations
@@ -17,9 +17,13 @@ pytestmark = pytest.mark.spark
 
 
 def _where(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    import zipimport
+
     import pyspark
 
-    zips = ";".join(p for p in sys.path if p.endswith(".zip") and "pyspark" in p)
+    zips = ";".join(
+        p for p, imp in sys.path_importer_cache.items() if isinstance(imp, zipimport.zipimporter)
+    )
     for b in batches:
         yield pa.RecordBatch.from_pydict(
             {"module": [pyspark.__file__] * b.num_rows, "zips": [zips] * b.num_rows}

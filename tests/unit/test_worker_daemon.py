@@ -1,4 +1,4 @@
-"""The worker daemon takes only the installed pyspark's own zips off the workers' path."""
+"""The worker daemon takes only the installed pyspark's own archives off the workers' path."""
 
 from __future__ import annotations
 
@@ -20,11 +20,12 @@ def test_only_zips_inside_the_installed_package_are_redundant(tmp_path) -> None:
     path = [
         str(lib / "pyspark.zip"),
         str(lib / "py4j-0.10.9.9-src.zip"),
+        str(pkg / "jars" / "spark-core_2.13-4.1.4.jar"),
         str(other / "pyspark.zip"),
         str(tmp_path / "site-packages"),
         "/usr/lib/python311.zip",
     ]
-    assert redundant_zips(path, str(pkg)) == path[:2]
+    assert redundant_zips(path, str(pkg)) == path[:3]
     assert redundant_zips(path, None) == []
 
 
