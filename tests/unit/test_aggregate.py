@@ -29,6 +29,7 @@ from jobs.panes import ServiceWindows
 from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT
 from jobs.rows import OUTPUT_SCHEMA
 from jobs.state import DeadCounts, ShardState
+from tidegauge.core.freshness import merge_times
 from tidegauge.core.metrics import PERCENTILES, LateAgg, WindowAgg
 from tidegauge.core.windows import WindowSpec
 
@@ -728,7 +729,7 @@ def test_state_fn_events_first_batch() -> None:
         (TK, "api", T, 3),
         (TK, "api", T + SIZE, 1),
     }
-    assert set(out["kind"]) == {"window", "arrivals"}
+    assert set(out["kind"]) == {"window", "arrivals", "broker_times"}
     aggs = window_aggs(out)
     assert aggs == {
         (TK, T): _agg_of(frames, T, T + SIZE),
@@ -1374,7 +1375,14 @@ def test_state_fn_time_outputs_agree_with_the_definition(
                     },
                 }
 
-        assert set(out["kind"]) <= {"window", "late", "straggler", "arrivals", "late_event"}
+        assert set(out["kind"]) <= {
+            "window",
+            "late",
+            "straggler",
+            "arrivals",
+            "late_event",
+            "broker_times",
+        }
         # late: count per window, and a LateAgg of exactly those events
         late_rows = out[out["kind"] == "late"].to_dict("records")
         assert {(r["spec"], r["service"], r["window_start"]): r["count"] for r in late_rows} == (
@@ -1509,7 +1517,7 @@ def test_state_fn_heartbeats_alone_close_sessions_and_evict_state(
     for w in steps[: steps.index(watermark) + 1]:
         state.watermark_ms = w
         out = run_cfg(cfg, [heartbeat_frame([w, w + 1], proc_ms=w + 500)], state)
-    assert set(out["kind"]) <= {"window"}
+    assert set(out["kind"]) <= {"window", "broker_times"}
     assert rows_of(out, "window", "spec", "service", "window_start") == {
         (SESSION.key, s, T) for s, _ in closed
     }
@@ -1527,8 +1535,27 @@ def test_state_fn_heartbeats_alone_close_sessions_and_evict_state(
 def test_state_fn_heartbeats_without_state_create_none() -> None:
     state = FakeGroupState(T + 50 * S)
     out = run_cfg(StateConfig((TUMBLING, SESSION)), [heartbeat_frame([T], T)], state)
-    assert len(out) == 0
+    assert set(out["kind"]) == {"broker_times"}  # the heartbeat's, for freshness
     assert not state.exists and state.updates == 0
+
+
+@pytest.mark.parametrize("shard", [0, 1])
+def test_state_fn_reports_each_records_broker_time_once(shard: int) -> None:
+    """Events in their shard; heartbeats (copied into every shard) by shard 0 only; dead letters."""
+    events = timed_frame(
+        [("api", T + 1, float(T + 7), 0, 0, math.nan), ("api", T + 2, math.nan, 0, 1, math.nan)]
+    )
+    beats = heartbeat_frame([T + 3, T + 3], proc_ms=T)
+    cfg = StateConfig((TUMBLING,), shards=2)
+    out = list(make_state_fn(cfg)((KIND_EVENT, shard), iter([events, beats]), FakeGroupState(0)))
+    blobs = [b for f in out for b in f[f["kind"] == "broker_times"]["agg"]]
+    times, counts = merge_times(blobs)
+    expected = {T + 7: 1, T + 3: 2} if shard == 0 else {T + 7: 1}
+    assert dict(zip(times.tolist(), counts.tolist(), strict=True)) == expected
+    rows = [(0, o, T + 9, "bad_json", "", b"{", 1) for o in (2, 3)]
+    dead = run((KIND_DEAD, 0), [dead_frame(rows)], FakeGroupState(0))
+    times, counts = merge_times(dead[dead["kind"] == "broker_times"]["agg"])
+    assert dict(zip(times.tolist(), counts.tolist(), strict=True)) == {T + 9: 2}
 
 
 def test_state_fn_counts_events_late_for_their_session_as_late() -> None:
