@@ -40,6 +40,10 @@ RANGES_MS = {"5 min": 5 * 60_000, "15 min": 15 * 60_000, "1 h": 3_600_000, "6 h"
 #: Before the job states its report interval, a status older than this reads as stale.
 FALLBACK_STALE_MS = 5_000
 
+#: Top-row figures per line: the stream's six, then the job's three under them. Nine in one
+#: line would cut labels ("Watermark d…") at 1600 px with the sidebar open.
+HEADLINES_PER_ROW = 6
+
 
 def _own_argv() -> list[str]:
     # `streamlit run app.py -- FLAGS` makes sys.argv [app.py, *FLAGS]; under AppTest sys.argv is
@@ -177,8 +181,10 @@ def _status(snap: data.Snapshot, f: data.Filters) -> None:
                 icon="⚠️",
             )
     heads = frames.headline(snap.status, snap.windows, snap.batches, snap.read_at_ms, f.range_ms)
-    for col, h in zip(st.columns(len(heads)), heads, strict=True):
-        col.metric(h.label, h.value, help=h.help)
+    for first in range(0, len(heads), HEADLINES_PER_ROW):
+        line = heads[first : first + HEADLINES_PER_ROW]
+        for col, h in zip(st.columns(HEADLINES_PER_ROW)[: len(line)], line, strict=True):
+            col.metric(h.label, h.value, help=h.help)
     if snap.status is not None:
         wm = "none yet" if snap.status.watermark <= 0 else to_iso(snap.status.watermark)
         offsets = frames.offsets_summary(frames.offsets_frame(snap.status))
@@ -358,6 +364,12 @@ def _lateness(snap: data.Snapshot, f: data.Filters) -> None:
 def _health(snap: data.Snapshot) -> None:
     st.subheader("Pipeline health")
     _chart(figures.pipeline_health(frames.health_frame(snap.batches)), "health")
+    st.caption(
+        "Per batch, by when it ran: input vs processed rows/s; the batch's duration; its "
+        "freshness, how old its records were when its results were committed to Redis (commit "
+        "time − broker timestamp: p50, p99, oldest). Freshness far above the duration means "
+        "records waited for their batch to start: a backlog, or a long trigger interval."
+    )
     left, right = st.columns([1, 2])
     with left:
         st.caption("Kafka offsets and lag by partition")

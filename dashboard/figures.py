@@ -26,6 +26,7 @@ from tidegauge.core.store import ALL_SERVICES
 
 __all__ = [
     "DOMAIN_STYLE",
+    "FRESHNESS_STYLE",
     "LATENCY_PERCENTILES",
     "TEMPLATE",
     "TOTAL_NAME",
@@ -66,6 +67,14 @@ DOMAIN_STYLE = {
     "broker": ("by broker time", "#2ca02c"),
 }
 
+#: `frames.health_frame` freshness columns of `pipeline_health`, in trace order: legend name
+#: and line style.
+FRESHNESS_STYLE: dict[str, tuple[str, dict[str, Any]]] = {
+    "freshness_p50_ms": ("freshness p50", {"width": 1.6, "color": "#17becf"}),
+    "freshness_p99_ms": ("freshness p99", {"width": 2.2, "color": "#d62728"}),
+    "freshness_max_ms": ("freshness max", {"width": 1.4, "color": "#8c564b", "dash": "dot"}),
+}
+
 _HEIGHT = 420
 _TOTAL_COLOR = "#7f7f7f"
 
@@ -96,21 +105,32 @@ def _col(frame: pd.DataFrame, column: str) -> np.ndarray:
     return frame[column].to_numpy()
 
 
-def _two_rows(
-    top: float, spacing: float, *, x_title: str, y_title: str, y2: dict[str, Any]
+def _stacked(
+    shares: Sequence[float], spacing: float, *, x_title: str, ys: Sequence[dict[str, Any]]
 ) -> dict[str, Any]:
-    """Axes of two stacked plots sharing a time axis, as `make_subplots(rows=2, shared_xaxes)`.
+    """Axes of plots stacked on one time axis, as `make_subplots(rows=n, shared_xaxes=True)`.
 
-    `top` is the upper plot's share of the height. The upper y axis starts at zero; `y2` is
-    the lower one's settings. Traces of the lower plot use xaxis "x2" and yaxis "y2".
+    `shares` are the plots' shares of the height, top first; `spacing` the gap between two
+    plots; `ys` each plot's y axis settings (`_axis` arguments: title and any property).
+    Plot i (from 1, top down) uses xaxis "x{i}" and yaxis "y{i}" ("x" and "y" for the first);
+    every x axis matches the bottom one, which alone has tick labels and `x_title`.
     """
-    low_top = (1.0 - spacing) * (1.0 - top)
-    return {
-        "xaxis": _axis(anchor="y", matches="x2", showticklabels=False, type="date"),
-        "yaxis": _axis(y_title, anchor="x", domain=[low_top + spacing, 1.0], rangemode="tozero"),
-        "xaxis2": _axis(x_title, anchor="y2", type="date"),
-        "yaxis2": _axis(anchor="x2", domain=[0.0, low_top], **y2),
-    }
+    n = len(shares)
+    height = 1.0 - spacing * (n - 1)
+    out: dict[str, Any] = {}
+    top = 1.0
+    for i, (share, y) in enumerate(zip(shares, ys, strict=True), start=1):
+        last = i == n
+        bottom = 0.0 if last else top - share * height
+        suffix = "" if i == 1 else str(i)
+        out[f"xaxis{suffix}"] = (
+            _axis(x_title, anchor=f"y{suffix}", type="date")
+            if last
+            else _axis(anchor=f"y{suffix}", matches=f"x{n}", showticklabels=False, type="date")
+        )
+        out[f"yaxis{suffix}"] = _axis(anchor=f"x{suffix}", domain=[bottom, top], **y)
+        top = bottom - spacing
+    return out
 
 
 def empty_figure(message: str) -> Figure:
@@ -435,12 +455,14 @@ def time_domains(
             "yaxis": "y2",
         }
     )
-    axes = _two_rows(
-        0.62,
+    axes = _stacked(
+        (0.62, 0.38),
         0.06,
         x_title="time (UTC): window start, or when the batch ran",
-        y_title="events/s",
-        y2={"title": "event time (UTC)", "type": "date"},
+        ys=(
+            {"title": "events/s", "rangemode": "tozero"},
+            {"title": "event time (UTC)", "type": "date"},
+        ),
     )
     return {"data": data, "layout": _layout(height=560, **axes)}
 
@@ -617,14 +639,19 @@ def what_if(frame: pd.DataFrame, *, chosen_ms: int, job_ms: int | None = None) -
 
 
 def pipeline_health(frame: pd.DataFrame) -> Figure:
-    """Input vs processed rows/s per batch (top) and batch duration (bottom), by batch time.
+    """Per batch, by batch time: rows/s (top), batch duration (middle), freshness (bottom).
 
     Processed below input for long means the job falls behind; duration near the trigger
-    interval means it has no headroom left.
+    interval means it has no headroom left. Freshness is how old the batch's records were when
+    its results were committed to Redis (commit time − broker timestamp; p50, p99 and the
+    oldest, ms, in the order of `FRESHNESS_STYLE`): transport, waiting for the trigger and the
+    batch itself; far above the batch's duration means records waited for their batch to start
+    (a backlog). A batch without records leaves a gap.
     """
     if frame.empty:
         return empty_figure("No batches yet")
     t = _col(frame, "batch_time")
+    batch_ids = _col(frame, "batch_id")[:, None]
     data: list[dict[str, Any]] = [
         {
             "type": "scatter",
@@ -646,17 +673,39 @@ def pipeline_health(frame: pd.DataFrame) -> Figure:
             "y": _col(frame, "batch_duration_ms"),
             "name": "batch duration (ms)",
             "marker": {"color": "#7f7f7f"},
-            "customdata": _col(frame, "batch_id")[:, None],
+            "customdata": batch_ids,
             "hovertemplate": "batch #%{customdata[0]}: %{y:,} ms<extra></extra>",
             "xaxis": "x2",
             "yaxis": "y2",
         }
     )
-    axes = _two_rows(
-        0.6,
-        0.08,
+    for col, (name, line) in FRESHNESS_STYLE.items():
+        data.append(
+            {
+                "type": "scatter",
+                "x": t,
+                "y": _col(frame, col),
+                "name": name,
+                # markers too: a batch with records between two without is a lone point
+                "mode": "lines+markers",
+                "marker": {"size": 4, "color": line["color"]},
+                "line": line,
+                "connectgaps": False,
+                "customdata": batch_ids,
+                "hovertemplate": f"{name} %{{y:,.0f}} ms (batch #%{{customdata[0]}})"
+                "<extra></extra>",
+                "xaxis": "x3",
+                "yaxis": "y3",
+            }
+        )
+    axes = _stacked(
+        (0.42, 0.28, 0.30),
+        0.06,
         x_title="processing time (UTC), when the batch ran",
-        y_title="rows/s",
-        y2={"title": "duration (ms)", "rangemode": "tozero"},
+        ys=(
+            {"title": "rows/s", "rangemode": "tozero"},
+            {"title": "duration (ms)", "rangemode": "tozero"},
+            {"title": "freshness (ms)", "rangemode": "tozero"},
+        ),
     )
-    return {"data": data, "layout": _layout(**axes)}
+    return {"data": data, "layout": _layout(height=600, **axes)}

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import redis
@@ -17,7 +18,7 @@ from tidegauge.core.metrics import added_result_fields, field_label
 from tidegauge.core.store import ALL_SERVICES
 from tidegauge.core.windows import WindowSpec
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "format_freshness", "run"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,7 +48,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--service", default=ALL_SERVICES, help="one service (default: * = all)")
     g.add_argument("--window", help="tumbling window spec to merge (default: smallest stored)")
 
-    s = sub.add_parser("status", help="the job's latest batch: id, age, watermark, offsets")
+    s = sub.add_parser(
+        "status", help="the job's latest batch: id, age, watermark, freshness, offsets"
+    )
     common(s)
     s.add_argument(
         "--max-age", help="exit 1 unless the job reported within this long (health checks)"
@@ -283,10 +286,30 @@ def _status(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int
             f"watermark {to_iso(status.watermark)} "
             f"(delay {format_duration(now - status.watermark)})"
         )
+        print(format_freshness(status.freshness))
         print("offsets " + ", ".join(f"p{p}={o}" for p, o in sorted(status.offsets.items())))
     if args.max_age and age > parse_duration(args.max_age):
         return _fail(f"stale: last report {format_duration(age)} ago (> {args.max_age})")
     return 0
+
+
+def format_freshness(freshness: Mapping[str, int] | None) -> str:
+    """The status's freshness line: "freshness p50 120ms, p99 480ms, max 900ms (batch 12, ...)".
+
+    Freshness of a record = when its batch's results were committed to Redis - its broker
+    timestamp (ms). The job keeps that of the latest batch with records (`JobStatus.freshness`),
+    so in a quiet stream it names an older batch than the status line. Negative values (the
+    broker's clock ahead of the job's) keep their sign.
+    """
+    if freshness is None:
+        return "freshness: no batch with records yet"
+    n = freshness["records"]
+    return (
+        f"freshness p50 {format_duration(freshness['p50_ms'])}, "
+        f"p99 {format_duration(freshness['p99_ms'])}, "
+        f"max {format_duration(freshness['max_ms'])} "
+        f"(batch {freshness['batch_id']}, {n:,} record{'' if n == 1 else 's'})"
+    )
 
 
 def _dead(r: redis.Redis, keys: store.Keys, args: argparse.Namespace) -> int:

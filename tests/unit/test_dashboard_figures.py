@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from dataclasses import fields
@@ -338,15 +339,68 @@ def test_lateness_histogram_is_in_seconds_with_log_counts() -> None:
     assert fig.layout.yaxis.type == "log"
 
 
-def test_two_row_figures_share_the_time_axis() -> None:
+def test_stacked_figures_share_the_time_axis() -> None:
     health = frames.health_frame(
         [{"batch_id": i, "batch_time": T0 + i * 1000, "batch_duration_ms": 90} for i in range(3)]
     )
-    fig = built(figures.pipeline_health, health)
-    assert fig.layout.xaxis.matches == "x2"  # zooming one row zooms the other
-    assert fig.data[2].xaxis == "x2" and fig.data[2].yaxis == "y2"
-    top, bottom = fig.layout.yaxis.domain, fig.layout.yaxis2.domain
-    assert bottom[0] == 0 and top[1] == 1 and bottom[1] < top[0]
+    wm = frames.watermark_frame(
+        [{"batch_time": T0 + 60_000, "watermark": T0 + 20_000, "max_event_time": T0 + 50_000}]
+    )
+    for fig, rows in (
+        (built(figures.pipeline_health, health), 3),
+        (built(figures.time_domains, frames.arrivals_frame({}), wm), 2),
+    ):
+        suffixes = ["", *(str(i) for i in range(2, rows + 1))]  # x, x2, x3: top down
+        for a in suffixes[:-1]:  # zooming one row zooms the others; labels only at the bottom
+            assert fig.layout[f"xaxis{a}"].matches == f"x{rows}"
+            assert fig.layout[f"xaxis{a}"].showticklabels is False
+        assert fig.layout[f"xaxis{rows}"].title.text
+        domains = [fig.layout[f"yaxis{a}"].domain for a in suffixes]
+        assert domains[0][1] == 1 and domains[-1][0] == 0
+        for upper, lower in itertools.pairwise(domains):
+            assert lower[1] < upper[0]
+
+
+def fresh(batch_id: int, records: int, p50: int, p99: int, top: int) -> dict[str, int]:
+    """A batch's freshness as the job stores it (Freshness.to_dict())."""
+    return {
+        "batch_id": batch_id,
+        "commit_time": T0 + batch_id * 1000 + 400,
+        "records": records,
+        "p50_ms": p50,
+        "p99_ms": p99,
+        "max_ms": top,
+    }
+
+
+def test_pipeline_health_draws_freshness_per_batch_below_the_duration() -> None:
+    b4, b6 = fresh(4, 50, 800, 1900, 2400), fresh(6, 9, 700, 1200, 1300)
+    freshness = {4: b4, 5: None, 6: b6}
+    batches = [
+        {"batch_id": b, "batch_time": T0 + b * 1000, "batch_duration_ms": 300, "freshness": f}
+        for b, f in freshness.items()
+    ]
+    fig = built(figures.pipeline_health, frames.health_frame(batches))
+    assert [t.name for t in fig.data] == [
+        "input rows/s",
+        "processed rows/s",
+        "batch duration (ms)",
+        "freshness p50",
+        "freshness p99",
+        "freshness max",
+    ]
+    by_name = {t.name: t for t in fig.data}
+    for name, key in (("freshness p50", "p50_ms"), ("freshness p99", "p99_ms")):
+        y = list(by_name[name].y)
+        assert [y[0], y[2]] == [b4[key], b6[key]]
+        assert np.isnan(y[1])  # the batch without records is a gap, not a zero
+    assert list(by_name["freshness max"].y)[::2] == [b4["max_ms"], b6["max_ms"]]
+    for name in ("freshness p50", "freshness p99", "freshness max"):
+        t = by_name[name]
+        assert t.xaxis == "x3" and t.yaxis == "y3" and t.connectgaps is False
+        assert list(t.customdata[:, 0]) == [4, 5, 6]  # the batch id, for the hover
+    assert fig.layout.yaxis3.title.text == "freshness (ms)"
+    assert by_name["batch duration (ms)"].yaxis == "y2"
 
 
 # --- run.py: settings and the child's command line ---------------------------------------------

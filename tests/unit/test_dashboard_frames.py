@@ -96,7 +96,36 @@ def test_headline_uses_the_newest_complete_window_and_range_totals() -> None:
 def test_headline_without_anything_yet_shows_dashes() -> None:
     h = {x.label: x.value for x in frames.headline(None, [], [], T, 60_000)}
     assert h["Events/s"] == "–" and h["Watermark delay"] == "–" and h["Last batch age"] == "–"
+    assert h["Freshness p99"] == "–"
     assert h["Late events"] == "0"
+
+
+def test_headline_freshness_is_the_p99_of_the_latest_batch_with_records() -> None:
+    commit = T + 99_000
+    fresh = {
+        "batch_id": 6,
+        "commit_time": commit,
+        "records": 3000,
+        "p50_ms": 120,
+        "p99_ms": 1_480,
+        "max_ms": 62_250,
+    }
+    now = commit + 2_000
+    # the job's last batch (#7) had no records: the figure is that of batch #6
+    heads = frames.headline(status(freshness=fresh), [], [], now, 60_000)
+    h = next(x for x in heads if x.label == "Freshness p99")
+    assert h.value == "1.4s"  # 1,480 ms in the row's 0.1 s steps (rounded down, like the ages)
+    assert "broker timestamp → committed to Redis" in h.help
+    assert "batch #6 (3,000 records, committed 2.0s ago)" in h.help
+    assert "p50 120ms, p99 1s480ms, max 1m2s250ms" in h.help
+    # the job's three figures come last (the app puts them on a line of their own)
+    assert [x.label for x in heads][-3:] == ["Watermark delay", "Freshness p99", "Last batch age"]
+    assert len(heads) == 9
+
+
+def test_headline_freshness_before_any_batch_with_records() -> None:
+    h = next(x for x in frames.headline(status(), [], [], T, 60_000) if x.label == "Freshness p99")
+    assert h.value == "–" and h.help == "no batch with records yet"
 
 
 # --- series ------------------------------------------------------------------------------------
@@ -159,6 +188,34 @@ def test_health_frame_orders_batches_and_keeps_rates() -> None:
     assert h["batch_id"].tolist() == [1, 2]
     assert h["processed_rows_per_s"].tolist() == [0.0, 50.0]
     assert h["batch_duration_ms"].tolist() == [90, 100]
+    # history written before the job measured freshness: NaN, not a fake zero
+    assert h[["freshness_p50_ms", "freshness_p99_ms", "freshness_max_ms"]].isna().all().all()
+
+
+def test_health_frame_freshness_per_batch_nan_without_records() -> None:
+    def fresh(batch_id: int, p50: int, p99: int, top: int) -> dict[str, int]:
+        return {
+            "batch_id": batch_id,
+            "commit_time": T + batch_id * 1000 + 300,
+            "records": 10,
+            "p50_ms": p50,
+            "p99_ms": p99,
+            "max_ms": top,
+        }
+
+    batches: list[dict[str, object]] = [
+        {"batch_id": 3, "batch_time": T + 3000, "freshness": fresh(3, 900, 1700, 1750)},
+        {"batch_id": 1, "batch_time": T + 1000, "freshness": fresh(1, 400, 650, 700)},
+        {"batch_id": 2, "batch_time": T + 2000, "freshness": None},  # no records
+        {"batch_id": 4, "batch_time": T + 4000},  # written by an older job: no key at all
+    ]
+    h = frames.health_frame(batches)
+    assert h["batch_id"].tolist() == [1, 2, 3, 4]
+    for col in ("freshness_p50_ms", "freshness_p99_ms", "freshness_max_ms"):
+        assert h[col].dtype == np.float64
+        assert h[col].isna().tolist() == [False, True, False, True]
+    got = h.loc[[0, 2], ["freshness_p50_ms", "freshness_p99_ms", "freshness_max_ms"]]
+    assert got.values.tolist() == [[400, 650, 700], [900, 1700, 1750]]
 
 
 def test_users_band_is_two_standard_errors_of_the_hll() -> None:
@@ -288,7 +345,7 @@ def test_panel_figures_render_data_and_say_when_there_is_none() -> None:
     health = frames.health_frame(
         [{"batch_id": 1, "batch_time": T, "input_rows": 3, "batch_duration_ms": 90}]
     )
-    assert len(built(figures.pipeline_health, health).data) == 3
+    assert len(built(figures.pipeline_health, health).data) == 6  # 2 rates, duration, 3 freshness
     late = frames.lateness_frame([row(T, "*", 10, late=4, stragglers=3, revision=2)])
     fig = built(figures.lateness_windows, late, window_size_ms=W)
     assert [list(t.y) for t in fig.data] == [[4], [3], [2]]

@@ -1,0 +1,100 @@
+"""`tidegauge query status` output (tidegauge/query.py), with the store read replaced: no Redis."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import pytest
+
+from tidegauge import query
+from tidegauge.core.store import JobStatus, Keys
+
+pytestmark = pytest.mark.unit
+
+T = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+FRESH = {
+    "batch_id": 12,
+    "commit_time": T + 5_400,
+    "records": 3000,
+    "p50_ms": 120,
+    "p99_ms": 480,
+    "max_ms": 61_900,
+}
+
+
+def status(**kw: object) -> JobStatus:
+    base: dict[str, object] = dict(
+        batch_id=12,
+        batch_time=T + 5_000,
+        watermark=T - 30_000,
+        input_rows=3000,
+        offsets={"0": 5},
+        latest_offsets={"0": 9},
+        batch_duration_ms=400,
+        query_id="q",
+        status_time=T + 5_400,
+    )
+    base.update(kw)
+    return JobStatus(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("freshness", "line"),
+    [
+        (FRESH, "freshness p50 120ms, p99 480ms, max 1m1s900ms (batch 12, 3,000 records)"),
+        (
+            {**FRESH, "records": 1, "p50_ms": 0, "p99_ms": 0, "max_ms": 0},
+            "freshness p50 0s, p99 0s, max 0s (batch 12, 1 record)",
+        ),
+        # the broker's clock ahead of the job's: the sign stays, nothing is clamped
+        (
+            {**FRESH, "p50_ms": -250, "p99_ms": -20, "max_ms": 30},
+            "freshness p50 -250ms, p99 -20ms, max 30ms (batch 12, 3,000 records)",
+        ),
+        (None, "freshness: no batch with records yet"),
+    ],
+)
+def test_format_freshness(freshness: dict[str, int] | None, line: str) -> None:
+    assert query.format_freshness(freshness) == line
+
+
+def _run_status(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], st: JobStatus, **kw: Any
+) -> tuple[int, str]:
+    monkeypatch.setattr(query.store, "read_status", lambda r, keys: st)
+    args = argparse.Namespace(**({"json": False, "max_age": None} | kw))
+    code = query._status(None, Keys("tg"), args, T + 6_000)  # type: ignore[arg-type]
+    return code, capsys.readouterr().out
+
+
+def test_status_text_has_the_freshness_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = _run_status(monkeypatch, capsys, status(freshness=FRESH))
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "batch 12 at 2026-01-01T00:00:05.000Z (600ms ago), 3000 rows"
+    assert lines[1] == "watermark 2025-12-31T23:59:30.000Z (delay 36s)"
+    assert lines[2] == "freshness p50 120ms, p99 480ms, max 1m1s900ms (batch 12, 3,000 records)"
+    assert lines[3] == "offsets p0=5"
+
+
+def test_status_text_before_any_batch_with_records(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, out = _run_status(monkeypatch, capsys, status())
+    assert "freshness: no batch with records yet" in out.splitlines()
+
+
+def test_status_json_carries_freshness_as_stored(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, out = _run_status(monkeypatch, capsys, status(freshness=FRESH), json=True)
+    doc = json.loads(out)
+    assert doc["freshness"] == FRESH
+    assert doc["age_ms"] == 6_000 - 5_400
+    _, out = _run_status(monkeypatch, capsys, status(), json=True)
+    assert json.loads(out)["freshness"] is None
