@@ -39,7 +39,9 @@ __all__ = [
     "SCHEMA",
     "KafkaDataSource",
     "KafkaPartition",
+    "KafkaRanges",
     "KafkaStreamReader",
+    "group_ranges",
     "split_limit",
     "true_end_offsets",
 ]
@@ -118,6 +120,36 @@ class KafkaPartition(InputPartition):
         self.start = start
         self.end = end
         self.poll_timeout_ms = poll_timeout_ms
+
+
+class KafkaRanges(InputPartition):
+    """Offset ranges of several Kafka partitions, read one after another by one task."""
+
+    def __init__(self, ranges: list[KafkaPartition]) -> None:
+        super().__init__(value=[r.value for r in ranges])
+        self.ranges = ranges
+
+
+def group_ranges(ranges: list[KafkaPartition], min_records: int) -> list[InputPartition]:
+    """Consecutive ranges joined into tasks of at least `min_records` records (pure).
+
+    A task costs a Python round trip or two whatever it reads, and two cores run three tasks in
+    two waves: at low rates one task reading every partition's few records beats one task per
+    partition; at high rates each task still gets a partition or more. Ranges are taken in
+    order, a task closes once it holds `min_records`, and a short remainder joins the last task.
+    Deterministic, so a replayed batch reads the same tasks.
+    """
+    groups: list[list[KafkaPartition]] = []
+    size = 0
+    for r in ranges:
+        if not groups or size >= min_records:
+            groups.append([])
+            size = 0
+        groups[-1].append(r)
+        size += r.end - r.start
+    if len(groups) > 1 and size < min_records:
+        groups[-2].extend(groups.pop())
+    return [g[0] if len(g) == 1 else KafkaRanges(g) for g in groups]
 
 
 def _read_range(part: KafkaPartition, chunk: int = 20_000) -> Iterator[pa.RecordBatch]:
@@ -229,6 +261,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.ending: Offsets | None = json.loads(ending) if ending else None
         self.poll_timeout_ms = int(options.get("pollTimeoutMs", "30000"))
         self.checkpoint = options.get("checkpoint")
+        min_task = options.get("minRecordsPerTask")
+        self.min_task_records = int(min_task) if min_task else None
         self._log: LogClient | None = None
         self._pos: Offsets | None = None
         self._initial: Offsets | None = None
@@ -290,9 +324,12 @@ class KafkaStreamReader(DataSourceStreamReader):
         return end
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        """One input partition per Kafka partition that has records in [start, end)."""
+        """One input partition per Kafka partition that has records in [start, end).
+
+        With `minRecordsPerTask`, small ranges share a task (`group_ranges`).
+        """
         self._pos = {p: int(v) for p, v in end.items()}
-        return [
+        ranges: list[KafkaPartition] = [
             KafkaPartition(
                 self.bootstrap,
                 self.topic,
@@ -304,9 +341,14 @@ class KafkaStreamReader(DataSourceStreamReader):
             for p, e in sorted(end.items(), key=lambda kv: int(kv[0]))
             if int(e) > int(start.get(p, 0))
         ]
+        if self.min_task_records:
+            return group_ranges(ranges, self.min_task_records)
+        return list(ranges)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Executor side: the records of one partition range."""
+        """Executor side: the records of one partition range, or of several one after another."""
+        if isinstance(partition, KafkaRanges):
+            return (b for r in partition.ranges for b in _read_range(r))
         assert isinstance(partition, KafkaPartition)
         return _read_range(partition)
 
@@ -326,6 +368,7 @@ class KafkaDataSource(DataSource):
     """`spark.readStream.format("tidegauge-kafka").option("bootstrap", ...).option("topic", ...)`.
 
     Options: bootstrap, topic, startingOffsets (earliest|latest), maxRecordsPerTrigger,
+    minRecordsPerTask (small ranges share a task, see `group_ranges`),
     endingOffsets (JSON offsets dict), pollTimeoutMs, checkpoint (the query's checkpoint dir),
     controlRedis and controlKey (where pause requests are read, see `paused_until`).
     """

@@ -45,6 +45,11 @@ from tidegauge.core.windows import primary_size
 
 __all__ = ["build_stream", "run_job", "start_query"]
 
+#: Kafka partitions' ranges share a read task until it holds this many records: one task at
+#: low rates (each costs ~80 ms of Python round trips however little it reads), one or more
+#: partitions per task at high rates (jobs/kafka_source.py `group_ranges`).
+MIN_RECORDS_PER_TASK = 10_000
+
 #: How many recent batches' freshness the batch writer keeps for the status listener.
 _FRESHNESS_KEPT = 100
 
@@ -64,6 +69,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         .option("topic", cfg.kafka.topic)
         .option("startingOffsets", cfg.starting_offsets)
         .option("checkpoint", cfg.checkpoint)
+        .option("minRecordsPerTask", str(MIN_RECORDS_PER_TASK))
         .option("controlRedis", cfg.redis.url)
         .option("controlKey", Keys(cfg.redis.prefix).control)
     )
