@@ -4,7 +4,7 @@
 
 Starts its own broker (Tansu) and redis-server, produces `--events` seeded events once, then runs
 in one SparkSession, alternating for `--rounds`:
-  * baseline: the same Kafka source and parse step, then
+  * baseline: the same Kafka source and parse step (jobs/event_source.py), then
     groupBy(window(event_time, 10s), service).agg(count, percentile_approx(latency, 5 quantiles),
     approx_count_distinct(user_id)) with the same watermark, results collected to the driver;
   * tidegauge: `jobs.pipeline.run_job` (t-digest + HLL per pane in state, Redis sink, status).
@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pyspark.sql import functions as F  # noqa: E402
 
 from benchmarks.machine import describe  # noqa: E402
-from jobs.kafka_source import KafkaDataSource  # noqa: E402
-from jobs.parse import PARSED_SCHEMA, parse_batches  # noqa: E402
+from jobs.event_source import EventDataSource  # noqa: E402
+from jobs.parse import PARSED_SCHEMA  # noqa: E402
 from jobs.pipeline import _current_end, run_job  # noqa: E402
 from jobs.spark import build_session  # noqa: E402
 from tidegauge.core.config import JobConfig, KafkaSettings, RedisSettings  # noqa: E402
@@ -56,16 +56,18 @@ def throughput(progress: list[Any]) -> tuple[int, float, float]:
 
 
 def run_baseline(spark: Any, kafka: KafkaSettings, per_trigger: int, checkpoint: str) -> list[Any]:
-    raw = (
-        spark.readStream.format(KafkaDataSource.name())
+    events = (
+        spark.readStream.format(EventDataSource.name())
+        .schema(PARSED_SCHEMA)
         .option("bootstrap", kafka.bootstrap)
         .option("topic", kafka.topic)
         .option("maxRecordsPerTrigger", str(per_trigger))
         .option("endingOffsets", json.dumps(_current_end(kafka)))
         .option("checkpoint", checkpoint)
+        .option("minRecordsPerTask", "10000")
         .load()
+        .where("kind = 'event'")
     )
-    events = raw.mapInArrow(parse_batches, PARSED_SCHEMA).where("kind = 'event'")
     agg = (
         events.withWatermark("event_time", "30 seconds")
         .groupBy(F.window("event_time", "10 seconds"), "service")
@@ -108,7 +110,7 @@ def main() -> None:
         summary = produce(gen, kafka)
         print(f"produced {summary.records:,} records in {time.monotonic() - t:.1f}s")
         spark = build_session(args.master, shuffle_partitions=2, ui=False)
-        spark.dataSource.register(KafkaDataSource)
+        spark.dataSource.register(EventDataSource)
         results: dict[str, list[tuple[int, float, float]]] = {"baseline": [], "tidegauge": []}
         for rnd in range(args.rounds):
             for name in ("baseline", "tidegauge"):

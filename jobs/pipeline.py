@@ -1,7 +1,8 @@
 """The streaming query of `tidegauge job`: Kafka -> parse -> watermark -> windows -> Redis.
 
-    tidegauge-kafka source        (jobs/kafka_source.py, offsets in the checkpoint)
-      -> mapInArrow(parse)        (jobs/parse.py: event | heartbeat | dead, nothing dropped;
+    tidegauge-events source       (jobs/event_source.py: the Kafka source of jobs/kafka_source.py,
+                                   offsets in the checkpoint, whose read task parses with
+                                   jobs/parse.py: event | heartbeat | dead, nothing dropped;
                                    optional clock-skew correction)
       -> withWatermark(event_time, allowed lateness)
       -> + proc_ms (the batch's timestamp), shard (heartbeats copied to every shard)
@@ -28,8 +29,9 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from jobs.aggregate import StateConfig, make_state_fn
-from jobs.kafka_source import KafkaDataSource, true_end_offsets
-from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT, make_parser, parsed_schema
+from jobs.event_source import EventDataSource, event_source_options
+from jobs.kafka_source import true_end_offsets
+from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT, parsed_schema
 from jobs.redis_sink import (
     write_batch,
 )
@@ -62,9 +64,12 @@ log = logging.getLogger("tidegauge.job")
 
 def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
     """The streaming DataFrame whose micro-batches the sink writes (one row per result)."""
-    spark.dataSource.register(KafkaDataSource)
+    spark.dataSource.register(EventDataSource)
+    plugins = loaded_plugins()  # executors load the same ones (tidegauge/core/plugins.py)
     reader = (
-        spark.readStream.format(KafkaDataSource.name())
+        spark.readStream.format(EventDataSource.name())
+        .schema(parsed_schema()[0])
+        .options(**event_source_options(cfg.correct_clock_skew))
         .option("bootstrap", cfg.kafka.bootstrap)
         .option("topic", cfg.kafka.topic)
         .option("startingOffsets", cfg.starting_offsets)
@@ -77,10 +82,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         reader = reader.option("maxRecordsPerTrigger", str(cfg.max_records_per_trigger))
     if cfg.trigger == "available-now":
         reader = reader.option("endingOffsets", json.dumps(_current_end(cfg.kafka)))
-    raw = reader.load()
-    plugins = loaded_plugins()  # executors load the same ones (tidegauge/core/plugins.py)
-    parser = make_parser(cfg.correct_clock_skew, plugins)
-    parsed = raw.mapInArrow(parser, parsed_schema()[0])  # type: ignore[arg-type]
+    parsed = reader.load()  # parsed in the read task (jobs/event_source.py)
     watermarked = parsed.withWatermark("event_time", f"{cfg.allowed_lateness_ms} milliseconds")
     n = cfg.state_shards
     kind = F.col("kind")

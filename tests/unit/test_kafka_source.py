@@ -9,10 +9,17 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from jobs.kafka_source import _checkpointed_end, split_limit
+from jobs.kafka_source import (
+    KafkaPartition,
+    KafkaRanges,
+    _checkpointed_end,
+    group_ranges,
+    split_limit,
+)
 
 # --- split_limit: table ---------------------------------------------------------------------
 #
@@ -272,3 +279,45 @@ def test_checkpointed_end_garbled_newest_entry(tmp_path: Path, content: bytes) -
     _write_offsets(tmp_path, 0, {"0": 1})
     (tmp_path / "offsets" / "1").write_bytes(content)
     assert _checkpointed_end(str(tmp_path)) is None
+
+
+# --- group_ranges ---------------------------------------------------------------------------
+
+
+def _ranges(sizes: list[int]) -> list[KafkaPartition]:
+    return [KafkaPartition("b:9092", "t", p, 100, 100 + n) for p, n in enumerate(sizes)]
+
+
+def _layout(parts: list[Any]) -> list[list[int]]:
+    return [
+        [r.partition for r in p.ranges] if isinstance(p, KafkaRanges) else [p.partition]
+        for p in parts
+    ]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "expected"),
+    [
+        ([70, 65, 80], [[0, 1, 2]]),  # a low-rate batch: one task
+        ([20_000, 20_000, 20_000], [[0], [1], [2]]),  # a big batch: a task per partition
+        ([6_000, 6_000, 6_000], [[0, 1, 2]]),
+        ([6_000, 6_000, 6_000, 9_000], [[0, 1], [2, 3]]),
+        ([15_000, 3_000], [[0, 1]]),  # a short remainder joins the last task
+        ([500], [[0]]),
+    ],
+)
+def test_small_ranges_share_a_task(sizes: list[int], expected: list[list[int]]) -> None:
+    parts = group_ranges(_ranges(sizes), 10_000)
+    assert _layout(parts) == expected
+    # every range is read exactly once, in order
+    flat = [r for p in parts for r in (p.ranges if isinstance(p, KafkaRanges) else [p])]
+    assert [(r.partition, r.start, r.end) for r in flat] == [
+        (r.partition, r.start, r.end) for r in _ranges(sizes)
+    ]
+
+
+def test_grouping_is_a_function_of_the_ranges() -> None:
+    """A replayed batch plans the same tasks."""
+    a = group_ranges(_ranges([3, 9_999, 1, 12_000, 7]), 10_000)
+    b = group_ranges(_ranges([3, 9_999, 1, 12_000, 7]), 10_000)
+    assert [p.value for p in a] == [p.value for p in b]

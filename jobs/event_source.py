@@ -1,0 +1,96 @@
+"""Kafka records parsed into events inside the read task: the source `tidegauge job` reads.
+
+`tidegauge-kafka` (jobs/kafka_source.py) yields raw records; parsing them in a `mapInArrow`
+after it costs every read task a second Python round trip, and every record a trip JVM -> Arrow
+-> Python and back before anything is computed (BENCHMARKS.md: ~80 ms per task at low rates, a
+third of the read path's throughput at high ones). `tidegauge-events` is the same source, same
+offsets, options and checkpoint, whose `read` hands each Arrow chunk of raw records (one Kafka
+partition's, at most `CHUNK` records) straight to the parser (jobs/parse.py) and yields parsed
+rows: one Python step from the broker to typed rows. The parse is exactly the `mapInArrow` one,
+chunk by chunk, so clock-skew estimates (per device, per chunk of one partition) are unchanged.
+
+Options besides the Kafka source's: `correctClockSkew` (true|false), and `plugins`,
+`metricNames`, `fieldNames` (JSON lists: the driver's plugin modules and the registry they gave,
+which each executor loads and checks, see tidegauge/core/plugins.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
+
+from jobs.kafka_source import KafkaDataSource, KafkaPartition, KafkaRanges, KafkaStreamReader
+from jobs.kafka_source import _read_range as read_range
+from jobs.parse import make_parser, parsed_schema
+from tidegauge.core.events import event_fields
+from tidegauge.core.plugins import ensure_plugins, load_plugins, loaded_plugins
+from tidegauge.core.registry import metrics
+
+__all__ = ["CHUNK", "EventDataSource", "EventStreamReader", "event_source_options"]
+
+#: Records per Arrow chunk handed to the parser: Spark's default Arrow batch size
+#: (`spark.sql.execution.arrow.maxRecordsPerBatch`), which is what `mapInArrow` saw.
+CHUNK = 10_000
+
+
+def event_source_options(correct_clock_skew: bool) -> dict[str, str]:
+    """The options that make executors parse with this process's contract (plugins included)."""
+    return {
+        "correctClockSkew": "true" if correct_clock_skew else "false",
+        "plugins": json.dumps(list(loaded_plugins())),
+        "metricNames": json.dumps([m.name for m in metrics()]),
+        "fieldNames": json.dumps([f.name for f in event_fields()]),
+    }
+
+
+class EventStreamReader(KafkaStreamReader):
+    """The Kafka planner, whose read task also parses (executor side)."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        super().__init__(options)
+        self.correct_clock_skew = options.get("correctClockSkew", "false") == "true"
+        self.plugins = tuple(json.loads(options.get("plugins", "[]")))
+        self.metric_names = tuple(json.loads(options.get("metricNames", "null")) or ())
+        self.field_names = tuple(json.loads(options.get("fieldNames", "null")) or ())
+
+    def _parser(self) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+        if self.metric_names or self.field_names:
+            ensure_plugins(self.plugins, self.metric_names, self.field_names)
+        return make_parser(self.correct_clock_skew)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Executor side: the parsed records of one range, or of several one after another."""
+        ranges = partition.ranges if isinstance(partition, KafkaRanges) else [partition]
+        parse = self._parser()
+        for r in ranges:
+            assert isinstance(r, KafkaPartition)
+            yield from parse(read_range(r, chunk=CHUNK))
+
+
+class EventDataSource(KafkaDataSource):
+    """`spark.readStream.format("tidegauge-events")`: Kafka records as parsed event rows."""
+
+    @classmethod
+    def name(cls) -> str:
+        """Format name used with `spark.readStream.format`."""
+        return "tidegauge-events"
+
+    def schema(self) -> str:
+        """The parsed rows' schema of the contract with the driver's plugins.
+
+        (Spark asks in a planner process of its own, which loads the plugins named here; the
+        job passes the schema itself anyway.)
+        """
+        load_plugins(json.loads(self.options.get("plugins", "[]")))
+        return parsed_schema()[0]
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """The planner for one query."""
+        for required in ("bootstrap", "topic"):
+            if not self.options.get(required):
+                raise ValueError(f"tidegauge-events source needs option {required!r}")
+        return EventStreamReader(self.options)
