@@ -1,6 +1,8 @@
 """Raw Kafka records -> typed rows, judged by the event contract (tidegauge/core/events.py).
 
-Runs on executors inside `mapInArrow`, one Arrow batch at a time. Nothing is dropped here: every
+Runs on executors inside the event source's read task (jobs/event_source.py), one Arrow chunk of
+one Kafka partition's records at a time (`mapInArrow`-shaped: batches in, batches out). Nothing
+is dropped here: every
 record comes out as exactly one row whose `kind` says what it is (event, heartbeat or dead), so
 the stateful step downstream can count each kind and the dead letters reach Redis with their
 reason and raw bytes.
