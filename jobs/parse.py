@@ -2,10 +2,9 @@
 
 Runs on executors inside the event source's read task (jobs/event_source.py), one Arrow chunk of
 one Kafka partition's records at a time (`mapInArrow`-shaped: batches in, batches out). Nothing
-is dropped here: every
-record comes out as exactly one row whose `kind` says what it is (event, heartbeat or dead), so
-the stateful step downstream can count each kind and the dead letters reach Redis with their
-reason and raw bytes.
+is dropped here: every record comes out as exactly one row whose `kind` says what it is (event,
+heartbeat or dead), so the stateful step downstream can count each kind and the dead letters
+reach Redis with their reason and raw bytes.
 """
 
 from __future__ import annotations
