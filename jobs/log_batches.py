@@ -29,16 +29,18 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 __all__ = ["CommittedRange", "LogBatch", "LogRecord", "control_type"]
 
 Marker = Literal["commit", "abort"]
 
 
-@dataclass(frozen=True)
-class LogRecord:
-    """One data record: offset, CreateTime in epoch ms (None if the broker has none)."""
+class LogRecord(NamedTuple):
+    """One data record: offset, CreateTime in epoch ms (None if the broker has none).
+
+    A named tuple, not a dataclass: one is made per record read (~1 µs cheaper each).
+    """
 
     offset: int
     timestamp_ms: int | None

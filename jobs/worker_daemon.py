@@ -63,6 +63,7 @@ PRELOAD = (
     "pyarrow",
     "pyspark.sql.pandas.serializers",
     "jobs.aggregate",
+    "jobs.event_source",
     "jobs.kafka_source",
     "jobs.parse",
 )
