@@ -56,7 +56,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--starting-offsets", choices=["earliest", "latest"], default="earliest")
     p.add_argument("--max-records-per-trigger", type=int, default=None)
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
-    p.add_argument("--shuffle-partitions", type=int, default=4)
+    p.add_argument(
+        "--shuffle-partitions",
+        type=int,
+        default=None,
+        help="partitions of the stateful step (default: one per core of a local master, "
+        "4 on a cluster; fixed in a new checkpoint)",
+    )
     p.add_argument(
         "--dead-letter-max", type=int, default=100_000, help="dead letters kept (newest)"
     )

@@ -21,6 +21,7 @@ from tidegauge.core.config import (
     JobConfig,
     KafkaSettings,
     RedisSettings,
+    default_shuffle_partitions,
     redact_url,
 )
 from tidegauge.core.windows import WindowSpec
@@ -320,3 +321,21 @@ def test_plugins_from_env() -> None:
 
     assert plugins_from_env({"TIDEGAUGE_PLUGINS": " a.b , c ,,"}) == ("a.b", "c")
     assert plugins_from_env({}) == ()
+
+
+@pytest.mark.parametrize(
+    ("master", "cores", "expected"),
+    [
+        ("local[2]", 8, 2),
+        ("local[3,2]", 8, 3),  # local[N, maxFailures]
+        ("local[*]", 2, 2),
+        ("local", 6, 6),
+        ("local[*, 4]", 2, 2),
+        ("spark://10.0.0.1:7077", 2, 4),
+        ("yarn", 2, 4),
+    ],
+)
+def test_shuffle_partitions_default_to_the_local_cores(
+    master: str, cores: int, expected: int
+) -> None:
+    assert default_shuffle_partitions(master, cores) == expected
