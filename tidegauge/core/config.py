@@ -300,7 +300,9 @@ def job_config_from_args(args: argparse.Namespace) -> JobConfig:
         starting_offsets=args.starting_offsets,
         max_records_per_trigger=args.max_records_per_trigger,
         master=args.master,
-        shuffle_partitions=args.shuffle_partitions or default_shuffle_partitions(args.master),
+        shuffle_partitions=default_shuffle_partitions(args.master)
+        if args.shuffle_partitions is None
+        else args.shuffle_partitions,
         dead_letter_max=args.dead_letter_max,
         correct_clock_skew=args.correct_clock_skew,
         late_events_max=args.late_events_max,
