@@ -236,4 +236,15 @@ def _progress(
         "query_id": "q-1",
         "report_interval_ms": 1000,
         "allowed_lateness_ms": LATENESS_MS,
+        # A plausible freshness: the commit 300 ms after the trigger, records up to ~1.5 s old.
+        "freshness": {
+            "batch_id": batch_id,
+            "commit_time": batch_time + 300,
+            "records": rows,
+            "p50_ms": 700 + 37 * (batch_id % 7),
+            "p99_ms": 1_200 + 53 * (batch_id % 5),
+            "max_ms": 1_350 + 53 * (batch_id % 5),
+        }
+        if rows
+        else None,
     }
