@@ -51,6 +51,11 @@ _FS_CHECKPOINTS = (
 )
 
 
+def _daemon_module(master: str) -> str:
+    """The Python worker daemon for this master: ours locally, pyspark's own elsewhere."""
+    return "jobs.worker_daemon" if master.strip().startswith("local") else "pyspark.daemon"
+
+
 def build_session(
     master: str = "local[*]",
     app_name: str = "tidegauge",
@@ -73,8 +78,11 @@ def build_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
-        # Python workers without the per-task re-read of pyspark.zip (jobs/worker_daemon.py).
-        .config("spark.python.daemon.module", "jobs.worker_daemon")
+        # Python workers without the per-task archive re-read and gc pass (jobs/worker_daemon.py).
+        # Local masters only: executors elsewhere may not have the project installed, and a
+        # daemon module that cannot be imported there would keep every Python worker from
+        # starting.
+        .config("spark.python.daemon.module", _daemon_module(master))
         # Checkpoint files through Hadoop's FileSystem API (write a temporary file, rename it:
         # atomic on local disks and HDFS) instead of FileContext, which on a local disk without
         # Hadoop's native library forks `readlink` for every file: 3x less commit time per batch.
