@@ -183,8 +183,14 @@ def start_job(argv: list[str], log_path: Path) -> Job:
     out = open(log_path, "ab")  # noqa: SIM115 (the child owns it)
     try:
         proc = subprocess.Popen(
-            argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=parent_death_signal(),
+            argv,
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=parent_death_signal(),
         )
     finally:
         out.close()
@@ -261,8 +267,11 @@ class Recomputed:
     compared: int
 
 
-def recompute(batches: list[dict[str, Any]], history: list[dict[str, Any]],
-              acks: dict[int, tuple[np.ndarray, np.ndarray]]) -> Recomputed:
+def recompute(
+    batches: list[dict[str, Any]],
+    history: list[dict[str, Any]],
+    acks: dict[int, tuple[np.ndarray, np.ndarray]],
+) -> Recomputed:
     """Per-record freshness of `batches` from their offset ranges and the acked timestamps."""
     prev_end: dict[int, dict[int, int]] = {}
     for a, b in zip(history, history[1:], strict=False):
@@ -298,12 +307,14 @@ def recompute(batches: list[dict[str, Any]], history: list[dict[str, Any]],
             p99_diff = max(p99_diff, abs(nearest_rank(ages, 0.99) - int(fresh["p99_ms"])))
     pooled = np.sort(np.concatenate(ages_all)) if ages_all else np.zeros(0, np.int64)
     return Recomputed(
-        records=records, matched=matched,
+        records=records,
+        matched=matched,
         p50=nearest_rank(pooled, 0.5) if len(pooled) else None,
         p99=nearest_rank(pooled, 0.99) if len(pooled) else None,
         max=int(pooled[-1]) if len(pooled) else None,
         commit_source="; ".join(sorted(sources)) or "-",
-        p50_diff=p50_diff if compared else None, p99_diff=p99_diff if compared else None,
+        p50_diff=p50_diff if compared else None,
+        p99_diff=p99_diff if compared else None,
         compared=compared,
     )
 
@@ -311,8 +322,10 @@ def recompute(batches: list[dict[str, Any]], history: list[dict[str, Any]],
 def phase_medians(batches: list[dict[str, Any]]) -> list[tuple[str, float]]:
     """Median of each `durations_ms` phase over `batches`, largest first (the total left out)."""
     names = {k for b in batches for k in (b.get("durations_ms") or {})} - {"triggerExecution"}
-    med = {k: float(np.median([(b.get("durations_ms") or {}).get(k, 0) for b in batches]))
-           for k in names}
+    med = {
+        k: float(np.median([(b.get("durations_ms") or {}).get(k, 0) for b in batches]))
+        for k in names
+    }
     return sorted(med.items(), key=lambda kv: -kv[1])
 
 
@@ -327,14 +340,29 @@ def cpu_text(v: float | None) -> str:
 # --- one rate -----------------------------------------------------------------------------------
 
 
-def run_rate(args: argparse.Namespace, rate: int, index: int, job: Job, r: redis.Redis,
-             kafka: KafkaSettings, services: dict[str, Service], tmp: Path) -> dict[str, Any]:
+def run_rate(
+    args: argparse.Namespace,
+    rate: int,
+    index: int,
+    job: Job,
+    r: redis.Redis,
+    kafka: KafkaSettings,
+    services: dict[str, Service],
+    tmp: Path,
+) -> dict[str, Any]:
     keys = Keys(PREFIX)
     trigger_ms = parse_duration(args.trigger)
     nproc = processes_for(rate, args.per_process)
     load = OfferedLoad(
-        bootstrap=kafka.bootstrap, topic=kafka.topic, partitions=PARTITIONS, rate=rate,
-        processes=nproc, warmup_s=args.warmup, seconds=args.seconds, workdir=tmp, seed=index + 1,
+        bootstrap=kafka.bootstrap,
+        topic=kafka.topic,
+        partitions=PARTITIONS,
+        rate=rate,
+        processes=nproc,
+        warmup_s=args.warmup,
+        seconds=args.seconds,
+        workdir=tmp,
+        seed=index + 1,
         client=args.client,
     )
     pids = {"job": job.proc.pid, **{n: s.proc.pid for n, s in services.items()}}
@@ -347,10 +375,13 @@ def run_rate(args: argparse.Namespace, rate: int, index: int, job: Job, r: redis
 
     try:
         load.prepare()
-        print(f"\nrate {rate:,} events/s: {nproc} {args.client} producer process(es), "
-              f"{load.events:,} events "
-              f"built in {load.prepare_s:.1f}s; warm-up {args.warmup:g}s, measured "
-              f"{args.seconds:g}s", flush=True)
+        print(
+            f"\nrate {rate:,} events/s: {nproc} {args.client} producer process(es), "
+            f"{load.events:,} events "
+            f"built in {load.prepare_s:.1f}s; warm-up {args.warmup:g}s, measured "
+            f"{args.seconds:g}s",
+            flush=True,
+        )
         t0 = load.start()
         t_warm, t_end = t0 + args.warmup, t0 + args.warmup + args.seconds
         wait_until(t_warm)
@@ -398,9 +429,12 @@ def run_rate(args: argparse.Namespace, rate: int, index: int, job: Job, r: redis
     lag = sum(max(0, o - job_end.get(p, 0)) for p, o in enumerate(end["next_offsets"]))
     last = sel[-1] if sel else None
     job_lag = (
-        sum(max(0, v - by_partition(last.get("offsets")).get(p, 0))
-            for p, v in by_partition(last.get("latest_offsets")).items())
-        if last else None
+        sum(
+            max(0, v - by_partition(last.get("offsets")).get(p, 0))
+            for p, v in by_partition(last.get("latest_offsets")).items()
+        )
+        if last
+        else None
     )
     cpu: dict[str, float | None] = {}
     for k, before in cpu0.items():
@@ -408,48 +442,83 @@ def run_rate(args: argparse.Namespace, rate: int, index: int, job: Job, r: redis
         cpu[k] = after - before if before is not None and after is not None else None
     cpu["producers"] = end["cpu_s"] - warm["cpu_s"] if warm and end else None
 
-    print(f"  producer: {end['sent'] - warm['sent']:,} sent, {end['acked'] - warm['acked']:,} "
-          f"acked in {interval:.1f}s = {acked_rate:,.0f} acked/s ({acked_rate / rate:.1%} of "
-          f"offered); {final['failed']:,} failed; {end['behind']:,} due but unsent at the end"
-          + (f"; first error {errors[0]}" if errors else ""))
-    print(f"  job: {len(sel)} batches, {rows:,} rows ({rows / args.seconds:,.0f} rows/s); batch "
-          f"duration median {ms(float(np.median(durations)) if durations else None)}, max "
-          f"{ms(durations[-1] if durations else None)}; {over} of {len(sel)} longer than the "
-          f"{args.trigger} trigger")
+    print(
+        f"  producer: {end['sent'] - warm['sent']:,} sent, {end['acked'] - warm['acked']:,} "
+        f"acked in {interval:.1f}s = {acked_rate:,.0f} acked/s ({acked_rate / rate:.1%} of "
+        f"offered); {final['failed']:,} failed; {end['behind']:,} due but unsent at the end"
+        + (f"; first error {errors[0]}" if errors else "")
+    )
+    print(
+        f"  job: {len(sel)} batches, {rows:,} rows ({rows / args.seconds:,.0f} rows/s); batch "
+        f"duration median {ms(float(np.median(durations)) if durations else None)}, max "
+        f"{ms(durations[-1] if durations else None)}; {over} of {len(sel)} longer than the "
+        f"{args.trigger} trigger"
+    )
     parts = phase_medians(sel)
     if parts:
-        print("  where batch time goes (median ms per phase, Spark's durationMs): "
-              + ", ".join(f"{k} {v:,.0f}" for k, v in parts))
+        print(
+            "  where batch time goes (median ms per phase, Spark's durationMs): "
+            + ", ".join(f"{k} {v:,.0f}" for k, v in parts)
+        )
     if fresh:
-        print(f"  freshness, the job's per-batch figures ({len(fresh)} batches with records): "
-              f"p50 {ms(job_p50)} (median of batch p50s), p99 {ms(job_p99)} (max of batch p99s),"
-              f" max {ms(job_max)}")
+        print(
+            f"  freshness, the job's per-batch figures ({len(fresh)} batches with records): "
+            f"p50 {ms(job_p50)} (median of batch p50s), p99 {ms(job_p99)} (max of batch p99s),"
+            f" max {ms(job_max)}"
+        )
     else:
-        print("  freshness, the job's figures: "
-              + ("none (every batch's freshness is null)" if has_key
-                 else "not recorded (no `freshness` in the job's batch history)"))
-    print(f"  freshness, recomputed per record and pooled (record-weighted) over "
-          f"{rec.matched:,} of {rec.records:,} records: p50 {ms(rec.p50)}, p99 {ms(rec.p99)}, "
-          f"max {ms(rec.max)}; commit time: {rec.commit_source}")
+        print(
+            "  freshness, the job's figures: "
+            + (
+                "none (every batch's freshness is null)"
+                if has_key
+                else "not recorded (no `freshness` in the job's batch history)"
+            )
+        )
+    print(
+        f"  freshness, recomputed per record and pooled (record-weighted) over "
+        f"{rec.matched:,} of {rec.records:,} records: p50 {ms(rec.p50)}, p99 {ms(rec.p99)}, "
+        f"max {ms(rec.max)}; commit time: {rec.commit_source}"
+    )
     if rec.compared:
-        print(f"  check: recomputed per-batch p50/p99 vs the job's, max |diff| "
-              f"{rec.p50_diff} / {rec.p99_diff} ms over {rec.compared} batches")
-    print(f"  lag at the end of the interval: {lag:,} records acked but not committed "
-          f"({lag / rate:.2f} s of input); the job's own view (latest - offsets, last batch): "
-          f"{'-' if job_lag is None else f'{job_lag:,}'}")
-    print("  after the load stopped: "
-          + (f"caught up in {drained_s:.1f}s" if drained_s is not None
-             else f"NOT caught up after {args.drain_timeout:g}s"))
-    print(f"  CPU seconds over the interval: job {cpu_text(cpu['job'])}, producers "
-          f"{cpu_text(cpu['producers'])}, broker {cpu_text(cpu.get('broker'))}, redis "
-          f"{cpu_text(cpu.get('redis'))}; {os.cpu_count()} cores x {interval:.0f}s = "
-          f"{(os.cpu_count() or 1) * interval:.0f}", flush=True)
+        print(
+            f"  check: recomputed per-batch p50/p99 vs the job's, max |diff| "
+            f"{rec.p50_diff} / {rec.p99_diff} ms over {rec.compared} batches"
+        )
+    print(
+        f"  lag at the end of the interval: {lag:,} records acked but not committed "
+        f"({lag / rate:.2f} s of input); the job's own view (latest - offsets, last batch): "
+        f"{'-' if job_lag is None else f'{job_lag:,}'}"
+    )
+    print(
+        "  after the load stopped: "
+        + (
+            f"caught up in {drained_s:.1f}s"
+            if drained_s is not None
+            else f"NOT caught up after {args.drain_timeout:g}s"
+        )
+    )
+    print(
+        f"  CPU seconds over the interval: job {cpu_text(cpu['job'])}, producers "
+        f"{cpu_text(cpu['producers'])}, broker {cpu_text(cpu.get('broker'))}, redis "
+        f"{cpu_text(cpu.get('redis'))}; {os.cpu_count()} cores x {interval:.0f}s = "
+        f"{(os.cpu_count() or 1) * interval:.0f}",
+        flush=True,
+    )
     return {
-        "rate": rate, "acked_rate": acked_rate, "batches": len(sel), "over": over,
+        "rate": rate,
+        "acked_rate": acked_rate,
+        "batches": len(sel),
+        "over": over,
         "dur_med": float(np.median(durations)) if durations else None,
         "dur_max": durations[-1] if durations else None,
-        "job_p50": job_p50, "job_p99": job_p99, "job_max": job_max,
-        "pooled_p99": rec.p99, "lag": lag, "drained_s": drained_s, "cpu": cpu,
+        "job_p50": job_p50,
+        "job_p99": job_p99,
+        "job_max": job_max,
+        "pooled_p99": rec.p99,
+        "lag": lag,
+        "drained_s": drained_s,
+        "cpu": cpu,
     }
 
 
@@ -478,18 +547,37 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=15.0, help="seconds per rate before measuring")
     ap.add_argument("--trigger", default="1s", help="the job's --trigger (default 1s)")
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--per-process", type=float, default=20_000,
-                    help="events/s one producer process offers at most (default 20000)")
-    ap.add_argument("--client", choices=["kafka-python", "confluent"], default="kafka-python",
-                    help="producer client (default kafka-python; confluent costs the shared "
-                         "cores ~6x less CPU per record)")
-    ap.add_argument("--drain-timeout", type=float, default=120.0,
-                    help="seconds to wait for the job to catch up after each rate")
-    ap.add_argument("--start-timeout", type=float, default=240.0,
-                    help="seconds to wait for the job's first status")
-    ap.add_argument("--job-arg", action="append", default=[],
-                    help="extra flag for `tidegauge job` (repeat; e.g. --job-arg=--shuffle-"
-                         "partitions=2)")
+    ap.add_argument(
+        "--per-process",
+        type=float,
+        default=20_000,
+        help="events/s one producer process offers at most (default 20000)",
+    )
+    ap.add_argument(
+        "--client",
+        choices=["kafka-python", "confluent"],
+        default="kafka-python",
+        help="producer client (default kafka-python; confluent costs the shared "
+        "cores ~6x less CPU per record)",
+    )
+    ap.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=120.0,
+        help="seconds to wait for the job to catch up after each rate",
+    )
+    ap.add_argument(
+        "--start-timeout",
+        type=float,
+        default=240.0,
+        help="seconds to wait for the job's first status",
+    )
+    ap.add_argument(
+        "--job-arg",
+        action="append",
+        default=[],
+        help="extra flag for `tidegauge job` (repeat; e.g. --job-arg=--shuffle-partitions=2)",
+    )
     args = ap.parse_args()
     rates = [int(x) for x in args.rates.split(",") if x.strip()]
     if not rates or min(rates) <= 0:
@@ -510,10 +598,27 @@ def main() -> None:
         url = f"redis://{services['redis'].address}/0"
         r = connect(RedisSettings(url=url))
         argv = [
-            sys.executable, "-m", "tidegauge.cli", "job", "--bootstrap", kafka.bootstrap,
-            "--topic", kafka.topic, "--redis", url, "--redis-prefix", PREFIX,
-            "--checkpoint", str(tmp / "checkpoint"), "--trigger", args.trigger,
-            "--master", args.master, "--starting-offsets", "latest", *args.job_arg,
+            sys.executable,
+            "-m",
+            "tidegauge.cli",
+            "job",
+            "--bootstrap",
+            kafka.bootstrap,
+            "--topic",
+            kafka.topic,
+            "--redis",
+            url,
+            "--redis-prefix",
+            PREFIX,
+            "--checkpoint",
+            str(tmp / "checkpoint"),
+            "--trigger",
+            args.trigger,
+            "--master",
+            args.master,
+            "--starting-offsets",
+            "latest",
+            *args.job_arg,
         ]
         print(f"job: {' '.join(argv[1:])}", flush=True)
         t = time.monotonic()
@@ -524,11 +629,15 @@ def main() -> None:
             s = run_rate(args, rate, i, job, r, kafka, services, tmp)
             summaries.append(s)
             if s["drained_s"] is None and i + 1 < len(rates):
-                print(f"\nstopping: the job did not catch up after {rate:,}/s, so the next "
-                      f"rates would measure a backlog, not their own load")
+                print(
+                    f"\nstopping: the job did not catch up after {rate:,}/s, so the next "
+                    f"rates would measure a backlog, not their own load"
+                )
                 break
-        print("\nsummary (freshness: job's median batch p50, max batch p99, pooled p99 "
-              "recomputed per record, max):")
+        print(
+            "\nsummary (freshness: job's median batch p50, max batch p99, pooled p99 "
+            "recomputed per record, max):"
+        )
         for s in summaries:
             print(summary_line(s))
     except KeyboardInterrupt:

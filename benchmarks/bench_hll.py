@@ -30,7 +30,7 @@ from sketches.hll import HyperLogLog, _index_rank, datasketch_hashfunc, hash32  
 
 
 def machine() -> str:
-    return describe(('numpy', 'pandas', 'pyarrow', 'datasketch'))
+    return describe(("numpy", "pandas", "pyarrow", "datasketch"))
 
 
 def ids(n: int) -> pa.Array:

@@ -41,7 +41,7 @@ from tidegauge.traffic.producer import produce  # noqa: E402
 
 
 def machine() -> str:
-    return describe(('pyspark', 'numpy', 'kafka-python'))
+    return describe(("pyspark", "numpy", "kafka-python"))
 
 
 def throughput(progress: list[Any]) -> tuple[int, float, float]:
@@ -104,8 +104,13 @@ def main() -> None:
         ensure_topic(kafka, 3)
         t = time.monotonic()
         gen = GeneratorConfig(
-            seed=1, rate=2000.0, count=args.events, pace="fast", start_time_ms=1_780_000_000_000,
-            out_of_order_fraction=0.05, heartbeat_interval_ms=1000,
+            seed=1,
+            rate=2000.0,
+            count=args.events,
+            pace="fast",
+            start_time_ms=1_780_000_000_000,
+            out_of_order_fraction=0.05,
+            heartbeat_interval_ms=1000,
         )
         summary = produce(gen, kafka)
         print(f"produced {summary.records:,} records in {time.monotonic() - t:.1f}s")
@@ -121,19 +126,25 @@ def main() -> None:
                     cfg = JobConfig(
                         kafka=kafka,
                         redis=RedisSettings(url=f"redis://{redis_server.address}/{rnd}"),
-                        checkpoint=ck, trigger="available-now",
-                        max_records_per_trigger=args.per_trigger, master=args.master,
+                        checkpoint=ck,
+                        trigger="available-now",
+                        max_records_per_trigger=args.per_trigger,
+                        master=args.master,
                         shuffle_partitions=2,
                     )
                     progress = list(run_job(cfg, spark=spark).recentProgress)
                 rows, overall, steady = throughput(progress)
                 results[name].append((rows, overall, steady))
-                print(f"round {rnd} {name:<10} rows {rows:,}  {overall:,.0f} rows/s overall, "
-                      f"{steady:,.0f} rows/s without the first batch")
+                print(
+                    f"round {rnd} {name:<10} rows {rows:,}  {overall:,.0f} rows/s overall, "
+                    f"{steady:,.0f} rows/s without the first batch"
+                )
         best = {k: max(v, key=lambda x: x[2]) for k, v in results.items()}
         ratio = best["tidegauge"][2] / best["baseline"][2]
-        print(f"best steady: baseline {best['baseline'][2]:,.0f} rows/s, tidegauge "
-              f"{best['tidegauge'][2]:,.0f} rows/s, ratio {ratio:.2f}")
+        print(
+            f"best steady: baseline {best['baseline'][2]:,.0f} rows/s, tidegauge "
+            f"{best['tidegauge'][2]:,.0f} rows/s, ratio {ratio:.2f}"
+        )
         spark.stop()
     finally:
         redis_server.stop()

@@ -1,10 +1,10 @@
-"""The Kafka source's executor read path alone: records/s of `_read_range`, per codec, no Spark.
+"""The Kafka source's executor read path alone: records/s of `read_range`, per codec, no Spark.
 
     .venv/bin/python benchmarks/bench_source.py [--records 200000] [--rounds 3] [--codec none lz4]
 
 Starts its own broker (Tansu), writes `--records` generator-shaped JSON events (~200 bytes) to a
 one-partition topic per codec with a batching kafka-python producer, then reads the whole range
-with `jobs.kafka_source._read_range` (what one Spark task does) `--rounds` times and prints the
+with `jobs.kafka_source.read_range` (what one Spark task does) `--rounds` times and prints the
 best and median records/s and CPU seconds per 100k records. Nothing is asserted.
 """
 
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kafka import KafkaProducer  # noqa: E402
 
 from benchmarks.machine import describe  # noqa: E402
-from jobs.kafka_source import KafkaPartition, _read_range  # noqa: E402
+from jobs.kafka_source import KafkaPartition, read_range  # noqa: E402
 from tidegauge.core.config import KafkaSettings  # noqa: E402
 from tidegauge.core.topics import ensure_topic  # noqa: E402
 from tidegauge.local.services import start_broker  # noqa: E402
@@ -59,7 +59,7 @@ def fill(bootstrap: str, topic: str, records: int, codec: str) -> None:
 def read_once(bootstrap: str, topic: str, records: int) -> tuple[float, float, int]:
     part = KafkaPartition(bootstrap, topic, 0, 0, records)
     wall, cpu = time.perf_counter(), time.process_time()
-    rows = sum(b.num_rows for b in _read_range(part))
+    rows = sum(b.num_rows for b in read_range(part))
     return time.perf_counter() - wall, time.process_time() - cpu, rows
 
 

@@ -46,7 +46,7 @@ def best_of(fn: Callable[[], object], repeat: int) -> float:
 
 
 def machine() -> str:
-    return describe(('numpy', 'fastdigest', 'tdigest'))
+    return describe(("numpy", "fastdigest", "tdigest"))
 
 
 def rank_errors(sorted_data: np.ndarray, estimates: np.ndarray) -> np.ndarray:

@@ -157,8 +157,13 @@ def _prepare(spec: _Spec) -> tuple[list[bytes], list[int], list[bytes], list[int
     from tidegauge.traffic.generator import generate
 
     cfg = GeneratorConfig(
-        seed=spec.seed, rate=spec.rate, count=spec.count, pace="fast",
-        start_time_ms=1_780_000_000_000, partitions=spec.partitions, heartbeat_interval_ms=0,
+        seed=spec.seed,
+        rate=spec.rate,
+        count=spec.count,
+        pace="fast",
+        start_time_ms=1_780_000_000_000,
+        partitions=spec.partitions,
+        heartbeat_interval_ms=0,
     )
     bodies: list[bytes] = []
     delays: list[int] = []
@@ -192,40 +197,68 @@ class _Client:
     `finish()` flushes and closes.
     """
 
-    def __init__(self, spec: _Spec, acks: _Acks, bodies: list[bytes], delays: list[int],
-                 keys: list[bytes], parts: list[int]) -> None:
+    def __init__(
+        self,
+        spec: _Spec,
+        acks: _Acks,
+        bodies: list[bytes],
+        delays: list[int],
+        keys: list[bytes],
+        parts: list[int],
+    ) -> None:
         self.spec, self.acks = spec, acks
         self.bodies, self.delays, self.keys, self.parts = bodies, delays, keys, parts
         if spec.client == "confluent":
             from confluent_kafka import Producer
 
-            self.producer: Any = Producer({
-                "bootstrap.servers": spec.bootstrap, "acks": 1, "linger.ms": 5,
-                "batch.size": 256 * 1024, "queue.buffering.max.messages": 2_000_000,
-                "enable.idempotence": False, "client.id": "tidegauge-bench-load",
-            })
+            self.producer: Any = Producer(
+                {
+                    "bootstrap.servers": spec.bootstrap,
+                    "acks": 1,
+                    "linger.ms": 5,
+                    "batch.size": 256 * 1024,
+                    "queue.buffering.max.messages": 2_000_000,
+                    "enable.idempotence": False,
+                    "client.id": "tidegauge-bench-load",
+                }
+            )
             self.producer.list_topics(spec.topic, timeout=10)  # metadata before the clock
         else:
             from kafka import KafkaProducer
 
-            self.producer = KafkaProducer(bootstrap_servers=spec.bootstrap.split(","),
-                                          **_PRODUCER_CONFIG)
+            self.producer = KafkaProducer(
+                bootstrap_servers=spec.bootstrap.split(","), **_PRODUCER_CONFIG
+            )
             self.producer.partitions_for(spec.topic)  # metadata before the clock starts
 
     def send(self, i0: int, i1: int, now_ms: int) -> None:
         bodies, delays, keys, parts, topic = (
-            self.bodies, self.delays, self.keys, self.parts, self.spec.topic)
+            self.bodies,
+            self.delays,
+            self.keys,
+            self.parts,
+            self.spec.topic,
+        )
         if self.spec.client == "confluent":
             produce, cb = self.producer.produce, self.acks.delivered
             for i in range(i0, i1):
-                produce(topic, bodies[i] + b'%d,"sent_time":%d}' % (now_ms - delays[i], now_ms),
-                        keys[i], parts[i], on_delivery=cb)
+                produce(
+                    topic,
+                    bodies[i] + b'%d,"sent_time":%d}' % (now_ms - delays[i], now_ms),
+                    keys[i],
+                    parts[i],
+                    on_delivery=cb,
+                )
             self.producer.poll(0)
         else:
             send, ok, err = self.producer.send, self.acks.ok, self.acks.err
             for i in range(i0, i1):
-                send(topic, value=bodies[i] + b'%d,"sent_time":%d}' % (now_ms - delays[i], now_ms),
-                     key=keys[i], partition=parts[i]).add_callback(ok).add_errback(err)
+                send(
+                    topic,
+                    value=bodies[i] + b'%d,"sent_time":%d}' % (now_ms - delays[i], now_ms),
+                    key=keys[i],
+                    partition=parts[i],
+                ).add_callback(ok).add_errback(err)
 
     def serve(self) -> None:
         if self.spec.client == "confluent":
@@ -267,12 +300,20 @@ def _worker(spec: _Spec, conn: Connection, stop: Any) -> None:
         marks = _send(spec.rate, len(bodies), client, acks, t0, warmup_s, seconds, stop)
         np.save(
             spec.acks_path,
-            np.stack([np.frombuffer(a, dtype=np.int64) for a in (acks.parts, acks.offsets,
-                                                                   acks.times)])
-            if acks.acked else np.zeros((3, 0), np.int64),
+            np.stack(
+                [np.frombuffer(a, dtype=np.int64) for a in (acks.parts, acks.offsets, acks.times)]
+            )
+            if acks.acked
+            else np.zeros((3, 0), np.int64),
         )
-        conn.send(("done", ProducerResult(
-            spec.index, len(bodies), prepare_s, marks, spec.acks_path, acks.first_error)))
+        conn.send(
+            (
+                "done",
+                ProducerResult(
+                    spec.index, len(bodies), prepare_s, marks, spec.acks_path, acks.first_error
+                ),
+            )
+        )
     except KeyboardInterrupt:
         return
     except Exception as e:  # reported to the coordinator, which fails the run
@@ -281,8 +322,14 @@ def _worker(spec: _Spec, conn: Connection, stop: Any) -> None:
 
 
 def _send(
-    rate: float, n: int, client: _Client, acks: _Acks, t0: float, warmup_s: float,
-    seconds: float, stop: Any,
+    rate: float,
+    n: int,
+    client: _Client,
+    acks: _Acks,
+    t0: float,
+    warmup_s: float,
+    seconds: float,
+    stop: Any,
 ) -> dict[str, Mark]:
     marks: dict[str, Mark] = {}
     mono0 = time.monotonic() + (t0 - time.time())
@@ -296,8 +343,12 @@ def _send(
         ru = resource.getrusage(resource.RUSAGE_SELF)
         elapsed = time.monotonic() - mono0
         marks[name] = Mark(
-            at_s=time.time(), sent=sent, acked=acks.acked, failed=acks.failed,
-            behind=max(0, due_at(elapsed) - sent), next_offsets=tuple(acks.next_offsets),
+            at_s=time.time(),
+            sent=sent,
+            acked=acks.acked,
+            failed=acks.failed,
+            behind=max(0, due_at(elapsed) - sent),
+            next_offsets=tuple(acks.next_offsets),
             cpu_s=ru.ru_utime + ru.ru_stime,
         )
 
@@ -368,13 +419,20 @@ class OfferedLoad:
         count = math.ceil(share * (self.warmup_s + self.seconds))
         for i in range(self.processes):
             spec = _Spec(
-                index=i, bootstrap=self.bootstrap, topic=self.topic, partitions=self.partitions,
-                rate=share, count=count, seed=self.seed * 1000 + i,
-                acks_path=str(self.workdir / f"acks-{self.seed}-{i}.npy"), client=self.client,
+                index=i,
+                bootstrap=self.bootstrap,
+                topic=self.topic,
+                partitions=self.partitions,
+                rate=share,
+                count=count,
+                seed=self.seed * 1000 + i,
+                acks_path=str(self.workdir / f"acks-{self.seed}-{i}.npy"),
+                client=self.client,
             )
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=_worker, args=(spec, child, self._stop), daemon=True,
-                            name=f"bench-load-{i}")
+            p = ctx.Process(
+                target=_worker, args=(spec, child, self._stop), daemon=True, name=f"bench-load-{i}"
+            )
             p.start()
             child.close()
             self._procs.append(p)

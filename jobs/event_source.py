@@ -23,8 +23,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from jobs.kafka_source import KafkaDataSource, KafkaPartition, KafkaRanges, KafkaStreamReader
-from jobs.kafka_source import _read_range as read_range
+from jobs.kafka_source import KafkaDataSource, KafkaStreamReader, ranges_of, read_range
 from jobs.parse import make_parser, parsed_schema
 from tidegauge.core.events import event_fields
 from tidegauge.core.plugins import ensure_plugins, load_plugins, loaded_plugins
@@ -64,10 +63,8 @@ class EventStreamReader(KafkaStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor side: the parsed records of one range, or of several one after another."""
-        ranges = partition.ranges if isinstance(partition, KafkaRanges) else [partition]
         parse = self._parser()
-        for r in ranges:
-            assert isinstance(r, KafkaPartition)
+        for r in ranges_of(partition):
             yield from parse(read_range(r, chunk=CHUNK))
 
 

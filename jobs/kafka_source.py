@@ -42,6 +42,8 @@ __all__ = [
     "KafkaRanges",
     "KafkaStreamReader",
     "group_ranges",
+    "ranges_of",
+    "read_range",
     "split_limit",
     "true_end_offsets",
 ]
@@ -152,7 +154,15 @@ def group_ranges(ranges: list[KafkaPartition], min_records: int) -> list[InputPa
     return [g[0] if len(g) == 1 else KafkaRanges(g) for g in groups]
 
 
-def _read_range(part: KafkaPartition, chunk: int = 20_000) -> Iterator[pa.RecordBatch]:
+def ranges_of(partition: InputPartition) -> list[KafkaPartition]:
+    """The offset ranges one input partition (a task) reads, in order."""
+    if isinstance(partition, KafkaRanges):
+        return partition.ranges
+    assert isinstance(partition, KafkaPartition)
+    return [partition]
+
+
+def read_range(part: KafkaPartition, chunk: int = 20_000) -> Iterator[pa.RecordBatch]:
     """Executor side: the committed records of [start, end) of one partition, as Arrow batches.
 
     Reads batch by batch (`jobs/kafka_log.py`) and lets `CommittedRange` decide which records
@@ -347,10 +357,7 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor side: the records of one partition range, or of several one after another."""
-        if isinstance(partition, KafkaRanges):
-            return (b for r in partition.ranges for b in _read_range(r))
-        assert isinstance(partition, KafkaPartition)
-        return _read_range(partition)
+        return (b for r in ranges_of(partition) for b in read_range(r))
 
     def commit(self, end: dict) -> None:
         """Spark finished everything up to `end`; remember it as the base for the next batch."""

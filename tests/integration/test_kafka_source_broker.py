@@ -19,7 +19,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from jobs.kafka_log import LogClient
-from jobs.kafka_source import KafkaPartition, KafkaStreamReader, _read_range, true_end_offsets
+from jobs.kafka_source import KafkaPartition, KafkaStreamReader, read_range, true_end_offsets
 from tidegauge.core.config import KafkaSettings
 
 T0 = 1_800_000_000_000  # record timestamps (epoch ms)
@@ -159,7 +159,7 @@ def test_true_end_offsets_of_an_empty_topic(
     assert time.monotonic() - started < 3  # nothing to wait for
 
 
-# --- _read_range ----------------------------------------------------------------------------
+# --- read_range ----------------------------------------------------------------------------
 
 
 def read(
@@ -173,7 +173,7 @@ def read(
     part = KafkaPartition(
         topic.kafka.bootstrap, topic.kafka.topic, partition, start, end, poll_timeout_ms
     )
-    batches = list(_read_range(part, chunk=chunk))
+    batches = list(read_range(part, chunk=chunk))
     rows: list[Record] = []
     for b in batches:
         assert b.schema == SOURCE_SCHEMA
