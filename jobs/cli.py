@@ -165,11 +165,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"tidegauge job: failed: {failure_reason(str(e))}", file=sys.stderr)
         return 1
     last = query.lastProgress
-    rows = sum(p.numInputRows for p in query.recentProgress)
     wm = last.eventTime.get("watermark") if last else None
     print(
         f"tidegauge job: stopped after {time.monotonic() - started:.1f}s; last batch "
-        f"{last.batchId if last else '-'}, {rows} rows in recent batches, watermark {wm or '-'}",
+        f"{last.batchId if last else '-'}, watermark {wm or '-'} (`tidegauge query status` "
+        "has the batches' records and freshness)",
         flush=True,
     )
     return 0

@@ -12,6 +12,13 @@ chunk by chunk, so clock-skew estimates (per device, per chunk of one partition)
 Options besides the Kafka source's: `correctClockSkew` (true|false), and `plugins`,
 `metricNames`, `fieldNames` (JSON lists: the driver's plugin modules and the registry they gave,
 which each executor loads and checks, see tidegauge/core/plugins.py).
+
+`tidegauge-summaries` is the source the job reads: the same again, whose read task goes one
+step further and summarises each parsed chunk per service against the batch's watermark
+(jobs/deltas.py), so a few rows per service and chunk leave the task instead of one per record.
+The planner reads each batch's watermark and timestamp from the query's offset log
+(jobs/offset_log.py) and hands them to the tasks with their ranges. Its options add the window
+settings: `windows` (JSON list of window spec keys), `allowedLatenessMs`, `lateEventsMax`.
 """
 
 from __future__ import annotations
@@ -23,13 +30,25 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
+from jobs.aggregate import StateConfig
+from jobs.deltas import SUMMARY_SCHEMA, summarise, summary_batch
 from jobs.kafka_source import KafkaDataSource, KafkaStreamReader, ranges_of, read_range
+from jobs.offset_log import BatchClock, batch_clock
 from jobs.parse import make_parser, parsed_schema
 from tidegauge.core.events import event_fields
 from tidegauge.core.plugins import ensure_plugins, load_plugins, loaded_plugins
 from tidegauge.core.registry import metrics
+from tidegauge.core.windows import WindowSpec
 
-__all__ = ["CHUNK", "EventDataSource", "EventStreamReader", "event_source_options"]
+__all__ = [
+    "CHUNK",
+    "EventDataSource",
+    "EventStreamReader",
+    "SummaryDataSource",
+    "SummaryStreamReader",
+    "event_source_options",
+    "summary_source_options",
+]
 
 #: Records per Arrow chunk handed to the parser: Spark's default Arrow batch size
 #: (`spark.sql.execution.arrow.maxRecordsPerBatch`), which is what `mapInArrow` saw.
@@ -68,6 +87,59 @@ class EventStreamReader(KafkaStreamReader):
             yield from parse(read_range(r, chunk=CHUNK))
 
 
+def summary_source_options(
+    correct_clock_skew: bool,
+    specs: tuple[WindowSpec, ...],
+    allowed_lateness_ms: int,
+    late_events_max: int,
+) -> dict[str, str]:
+    """`event_source_options` plus the window settings the read tasks summarise with."""
+    return {
+        **event_source_options(correct_clock_skew),
+        "windows": json.dumps([s.key for s in specs]),
+        "allowedLatenessMs": str(allowed_lateness_ms),
+        "lateEventsMax": str(late_events_max),
+    }
+
+
+class ClockedPartition(InputPartition):
+    """A task's offset ranges and the clock of its batch (picklable)."""
+
+    def __init__(self, ranges: InputPartition, clock: BatchClock) -> None:
+        super().__init__(value=(ranges.value, clock.batch_id))
+        self.ranges = ranges
+        self.clock = clock
+
+
+class SummaryStreamReader(EventStreamReader):
+    """The Kafka planner, whose read task parses and summarises (executor side)."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        super().__init__(options)
+        self.specs = tuple(WindowSpec.from_key(k) for k in json.loads(options["windows"]))
+        self.allowed_lateness_ms = int(options.get("allowedLatenessMs", "0"))
+        self.late_events_max = int(options.get("lateEventsMax", "1000"))
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        """The Kafka source's tasks, each told the batch's watermark and timestamp."""
+        parts = super().partitions(start, end)
+        if not parts:
+            return parts
+        clock = batch_clock(self.checkpoint, end)
+        return [ClockedPartition(p, clock) for p in parts]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Executor side: one summary batch per chunk of parsed records (jobs/deltas.py)."""
+        assert isinstance(partition, ClockedPartition)
+        parse = self._parser()
+        cfg = StateConfig(self.specs, self.allowed_lateness_ms, self.late_events_max)
+        clock = partition.clock
+        for r in ranges_of(partition.ranges):
+            for parsed in parse(read_range(r, chunk=CHUNK)):
+                cols = summarise(parsed.to_pandas(), clock.watermark_ms, clock.timestamp_ms, cfg)
+                yield summary_batch(cols)
+
+
 class EventDataSource(KafkaDataSource):
     """`spark.readStream.format("tidegauge-events")`: Kafka records as parsed event rows."""
 
@@ -91,3 +163,23 @@ class EventDataSource(KafkaDataSource):
             if not self.options.get(required):
                 raise ValueError(f"tidegauge-events source needs option {required!r}")
         return EventStreamReader(self.options)
+
+
+class SummaryDataSource(EventDataSource):
+    """`spark.readStream.format("tidegauge-summaries")`: what `tidegauge job` reads."""
+
+    @classmethod
+    def name(cls) -> str:
+        """Format name used with `spark.readStream.format`."""
+        return "tidegauge-summaries"
+
+    def schema(self) -> str:
+        """Summary rows (jobs/deltas.py), whatever the plugins."""
+        return SUMMARY_SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """The planner for one query."""
+        for required in ("bootstrap", "topic", "windows"):
+            if not self.options.get(required):
+                raise ValueError(f"tidegauge-summaries source needs option {required!r}")
+        return SummaryStreamReader(self.options)

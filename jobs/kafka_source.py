@@ -24,7 +24,6 @@ import logging
 import os
 import time
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -33,6 +32,7 @@ from pyspark.sql.types import StructType
 
 from jobs.kafka_log import LogClient, SourceError
 from jobs.log_batches import CommittedRange
+from jobs.offset_log import Offsets, checkpointed_end
 from tidegauge.core.store.keys import ControlFields
 
 __all__ = [
@@ -62,8 +62,6 @@ _ARROW_SCHEMA = pa.schema(
         ("value", pa.binary()),
     ]
 )
-
-Offsets = dict[str, int]
 
 
 def split_limit(start: Mapping[str, int], end: Mapping[str, int], limit: int) -> Offsets:
@@ -236,28 +234,6 @@ def _drop_reader_client(bootstrap: str, topic: str) -> None:
         client.close()
 
 
-def _checkpointed_end(checkpoint: str | None) -> Offsets | None:
-    """Our source's end offset in the newest entry of the query's offset log, if any.
-
-    The reader needs a base for `maxRecordsPerTrigger`; on a restart Spark may ask for the
-    latest offset before telling the reader where the last batch ended.
-    """
-    if not checkpoint:
-        return None
-    log_dir = Path(checkpoint) / "offsets"
-    if not log_dir.is_dir():
-        return None
-    ids = [int(f.name) for f in log_dir.iterdir() if f.name.isdigit()]
-    if not ids:
-        return None
-    # v1 / metadata / one line per source; ours is the only source.
-    try:
-        lines = (log_dir / str(max(ids))).read_text().splitlines()
-        return {str(k): int(v) for k, v in json.loads(lines[2]).items()}
-    except (OSError, IndexError, ValueError, TypeError, AttributeError):
-        return None  # unreadable: fall back to initialOffset (Spark itself validates the log)
-
-
 class KafkaStreamReader(DataSourceStreamReader):
     """Driver-side planner: decides each micro-batch's offset range."""
 
@@ -324,7 +300,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         if self.ending is not None:
             end = {p: min(v, self.ending.get(p, v)) for p, v in end.items()}
         if self._pos is None:
-            self._pos = _checkpointed_end(self.checkpoint) or self.initialOffset()
+            self._pos = checkpointed_end(self.checkpoint) or self.initialOffset()
         base = {p: self._pos.get(p, 0) for p in end}
         if self.paused_until() is not None:
             return base

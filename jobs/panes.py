@@ -108,8 +108,7 @@ class ServiceWindows:
         if arrival_ms is not None:
             lateness = np.asarray(arrival_ms, dtype=np.float64) - event_ms
         if self.sessions is not None:
-            self._sessions_touched |= self.sessions.add(users, event_ms, watermark_ms)
-            self._session_late(added, event_ms, users, lateness, watermark_ms, frontier_ms)
+            self.add_sessions(added, users, event_ms, lateness, watermark_ms, frontier_ms)
         if not len(event_ms):
             return added
         valid = pd.notna(users)
@@ -147,6 +146,42 @@ class ServiceWindows:
             )
             added.touched.add(pane)
         return added
+
+    def add_sessions(
+        self,
+        added: Added,
+        users: npt.NDArray[Any],
+        event_ms: npt.NDArray[np.int64],
+        lateness: npt.NDArray[np.float64] | None,
+        watermark_ms: int,
+        frontier_ms: int | None,
+    ) -> None:
+        """The session part of `add`: fold the events into open sessions, count the late ones.
+
+        The job runs the pane part of `add` in the read tasks (jobs/deltas.py), which see a
+        chunk of records each, and this part in the stateful step: a user's session can span
+        every chunk of a batch, so sessions need all of the batch's (user, time) pairs.
+        """
+        if self.sessions is None:
+            return
+        self._sessions_touched |= self.sessions.add(users, event_ms, watermark_ms)
+        self._session_late(added, event_ms, users, lateness, watermark_ms, frontier_ms)
+
+    def merge_panes(self, panes: Mapping[int, WindowAgg]) -> set[int]:
+        """Merge panes that `add` built elsewhere from other events; returns their starts.
+
+        `panes` come from a `ServiceWindows` of the same window specs (a read task's, see
+        jobs/deltas.py), which already left out the panes every window of is closed and
+        measured overdue against each pane's end, as `add` does here. They are taken over,
+        not copied.
+        """
+        for start, part in panes.items():
+            agg = self.panes.get(start)
+            if agg is None:
+                self.panes[start] = part
+            else:
+                agg.merge(part)
+        return set(panes)
 
     def _session_late(
         self,

@@ -1,11 +1,12 @@
-"""The streaming query of `tidegauge job`: Kafka -> parse -> watermark -> windows -> Redis.
+"""The streaming query of `tidegauge job`: Kafka -> summaries -> watermark -> windows -> Redis.
 
-    tidegauge-events source       (jobs/event_source.py: the Kafka source of jobs/kafka_source.py,
-                                   offsets in the checkpoint, whose read task parses with
-                                   jobs/parse.py: event | heartbeat | dead, nothing dropped;
-                                   optional clock-skew correction)
+    tidegauge-summaries source    (jobs/event_source.py: the Kafka source of jobs/kafka_source.py,
+                                   offsets in the checkpoint, whose read task parses each chunk
+                                   with jobs/parse.py (event | heartbeat | dead, nothing
+                                   dropped; optional clock-skew correction) and summarises it
+                                   per service against the batch's watermark, jobs/deltas.py)
       -> withWatermark(event_time, allowed lateness)
-      -> + proc_ms (the batch's timestamp), shard (heartbeats copied to every shard)
+      -> + shard (heartbeat summaries copied to every shard)
       -> groupBy(group, shard).applyInPandasWithState    (jobs/aggregate.py)
       -> foreachBatch: one Redis transaction per batch   (jobs/redis_sink.py), then the
                        batch's freshness (tidegauge/core/freshness.py)
@@ -29,16 +30,15 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from jobs.aggregate import StateConfig, make_state_fn
-from jobs.event_source import EventDataSource, event_source_options
+from jobs.deltas import KIND_DELTA, KIND_TIMES, SUMMARY_SCHEMA
+from jobs.event_source import SummaryDataSource, summary_source_options
 from jobs.kafka_source import true_end_offsets
-from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT, parsed_schema
-from jobs.redis_sink import (
-    write_batch,
-)
+from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT
+from jobs.redis_sink import write_batch
 from jobs.rows import OUTPUT_SCHEMA, decode_rows
 from jobs.spark import build_session
 from jobs.state import STATE_SCHEMA
-from jobs.status import ProgressEvent, StatusListener
+from jobs.status import Committed, ProgressEvent, StatusListener
 from tidegauge.core.config import JobConfig, KafkaSettings
 from tidegauge.core.freshness import freshness, merge_times
 from tidegauge.core.plugins import loaded_plugins
@@ -52,24 +52,23 @@ __all__ = ["build_stream", "run_job", "start_query"]
 #: partitions per task at high rates (jobs/kafka_source.py `group_ranges`).
 MIN_RECORDS_PER_TASK = 10_000
 
-#: How many recent batches' freshness the batch writer keeps for the status listener.
-_FRESHNESS_KEPT = 100
-
-#: Parsed columns the stateful step never reads: `sent_ms` only served the clock-skew correction
-#: in the parse step. (`event_time` stays: without it Spark no longer passes the watermark on.)
-_NOT_IN_STATE = ("sent_ms",)
+#: How many recent batches' measurements the batch writer keeps for the status listener.
+_COMMITTED_KEPT = 100
 
 log = logging.getLogger("tidegauge.job")
 
 
 def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
     """The streaming DataFrame whose micro-batches the sink writes (one row per result)."""
-    spark.dataSource.register(EventDataSource)
+    spark.dataSource.register(SummaryDataSource)
     plugins = loaded_plugins()  # executors load the same ones (tidegauge/core/plugins.py)
+    options = summary_source_options(
+        cfg.correct_clock_skew, cfg.windows, cfg.allowed_lateness_ms, cfg.late_events_max
+    )
     reader = (
-        spark.readStream.format(EventDataSource.name())
-        .schema(parsed_schema()[0])
-        .options(**event_source_options(cfg.correct_clock_skew))
+        spark.readStream.format(SummaryDataSource.name())
+        .schema(SUMMARY_SCHEMA)
+        .options(**options)
         .option("bootstrap", cfg.kafka.bootstrap)
         .option("topic", cfg.kafka.topic)
         .option("startingOffsets", cfg.starting_offsets)
@@ -82,23 +81,22 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         reader = reader.option("maxRecordsPerTrigger", str(cfg.max_records_per_trigger))
     if cfg.trigger == "available-now":
         reader = reader.option("endingOffsets", json.dumps(_current_end(cfg.kafka)))
-    parsed = reader.load()  # parsed in the read task (jobs/event_source.py)
-    watermarked = parsed.withWatermark("event_time", f"{cfg.allowed_lateness_ms} milliseconds")
+    summaries = reader.load()  # parsed and summarised in the read task (jobs/deltas.py)
+    watermarked = summaries.withWatermark("event_time", f"{cfg.allowed_lateness_ms} milliseconds")
     n = cfg.state_shards
     kind = F.col("kind")
-    # current_timestamp() is the micro-batch's timestamp, fixed for the batch and restored from
-    # the offset log on a replay: the processing time of every event of the batch.
-    routed = watermarked.withColumn("proc_ms", F.unix_millis(F.current_timestamp())).withColumn(
+    routed = watermarked.withColumn(
         "shard",
         F.explode(
             F.when(kind == KIND_HEARTBEAT, F.sequence(F.lit(0), F.lit(n - 1)))
-            .when(kind == KIND_EVENT, F.array(F.pmod(F.hash("service"), F.lit(n))))
+            .when(kind == KIND_DELTA, F.array(F.pmod(F.hash("service"), F.lit(n))))
             .otherwise(F.array(F.lit(0)))
         ),
     )
     routed = routed.withColumn(
-        "group", F.when(kind == KIND_DEAD, F.lit(KIND_DEAD)).otherwise(F.lit(KIND_EVENT))
-    ).drop(*_NOT_IN_STATE)  # every column is shuffled and converted to Arrow: carry only these
+        "group",
+        F.when(kind.isin(KIND_DEAD, KIND_TIMES), F.lit(KIND_DEAD)).otherwise(F.lit(KIND_EVENT)),
+    )
     state_cfg = StateConfig(
         cfg.windows,
         allowed_lateness_ms=cfg.allowed_lateness_ms,
@@ -128,9 +126,9 @@ class _BatchWriter:
         self.keys = Keys(cfg.redis.prefix)
         self.primary_ms = primary_size(cfg.windows)
         self._client: redis.Redis | None = None
-        #: Batch id -> freshness of its records (Freshness.to_dict()), measured when the batch
-        #: is committed; the status listener takes it into the batch's history entry.
-        self.freshness: dict[int, dict[str, int]] = {}
+        #: Batch id -> its records and their freshness, measured when the batch is committed;
+        #: the status listener takes them into the batch's history entry.
+        self.committed: dict[int, Committed] = {}
 
     def _redis(self) -> redis.Redis:
         if self._client is None:
@@ -159,10 +157,11 @@ class _BatchWriter:
             what=f"writing batch {batch_id} to Redis",
         )
         fresh = freshness(merge_times(rows.broker_times), round(time.time() * 1000), batch_id)
-        if fresh is not None:
-            self.freshness[batch_id] = fresh.to_dict()
-            for old in [b for b in self.freshness if b < batch_id - _FRESHNESS_KEPT]:
-                del self.freshness[old]  # the listener has long written these
+        self.committed[batch_id] = Committed(
+            rows.records, None if fresh is None else fresh.to_dict()
+        )
+        for old in [b for b in self.committed if b < batch_id - _COMMITTED_KEPT]:
+            del self.committed[old]  # the listener has long written these
         if windows or dead or late:
             log.info(
                 "batch %d: %d window updates, %d late rows, %d stragglers, %d dead letters",
@@ -193,7 +192,7 @@ def _retry(fn: Callable[[], None], what: str, timeout_s: float = 60.0) -> None:
 def start_query(spark: SparkSession, cfg: JobConfig) -> tuple[StreamingQuery, StatusListener]:
     """Start the streaming query and its status listener; returns at once."""
     batch_writer = _BatchWriter(cfg)
-    listener = StatusListener(cfg, batch_writer.freshness)
+    listener = StatusListener(cfg, batch_writer.committed)
     spark.streams.addListener(listener)
     spark.conf.set(
         "spark.sql.streaming.noDataProgressEventInterval", str(max(cfg.trigger_interval_ms, 1000))

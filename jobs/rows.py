@@ -40,8 +40,9 @@ DOMAINS = ("processing", "broker")
 #: late_event service, window_start, partition, offset, kafka_ms, metrics (JSON: the event)
 #: dead       partition, offset, kafka_ms, reason, detail, raw, raw_size
 #: dead_count reason, count                  (absolute count so far)
-#: broker_times agg (tidegauge/core/freshness.py histogram): the broker timestamps of the
-#:            group's records in this batch, from which the sink measures freshness
+#: broker_times agg (tidegauge/core/freshness.py histogram), count: the broker timestamps of
+#:            one chunk's records in this batch, from which the sink measures freshness, and
+#:            how many records the chunk had (with or without a timestamp)
 OUTPUT_SCHEMA = (
     "kind string, spec string, service string, window_start long, count long, metrics string, "
     "agg binary, partition int, offset long, kafka_ms long, reason string, detail string, "
@@ -78,8 +79,10 @@ class BatchRows:
     late_events: list[LateEvent] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
     dead_counts: dict[str, int] = field(default_factory=dict)
-    #: Broker-time histograms of the batch's records, one per state group.
+    #: Broker-time histograms of the batch's records, one per chunk read.
     broker_times: list[bytes] = field(default_factory=list)
+    #: Records the batch read from Kafka (events, heartbeats and dead letters).
+    records: int = 0
 
 
 def decode_rows(rows: Iterable[Mapping[str, Any]], batch_id: int) -> BatchRows:
@@ -146,4 +149,5 @@ def decode_rows(rows: Iterable[Mapping[str, Any]], batch_id: int) -> BatchRows:
             out.dead_counts[row["reason"]] = row["count"]
         elif kind == "broker_times":
             out.broker_times.append(row["agg"])
+            out.records += int(row["count"] or 0)
     return out

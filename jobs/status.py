@@ -25,7 +25,7 @@ from tidegauge.core.config import JobConfig
 from tidegauge.core.store import Keys, connect
 from tidegauge.core.windows import advance_watermark
 
-__all__ = ["ProgressEvent", "StatusListener", "progress_summary"]
+__all__ = ["Committed", "ProgressEvent", "StatusListener", "progress_summary"]
 
 log = logging.getLogger("tidegauge.job")
 
@@ -36,10 +36,15 @@ def _iso_ms(text: str | None) -> int | None:
     return round(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
 
 
-def progress_summary(progress: Mapping[str, Any], allowed_lateness_ms: int) -> dict[str, Any]:
+def progress_summary(
+    progress: Mapping[str, Any], allowed_lateness_ms: int, records: int | None = None
+) -> dict[str, Any]:
     """The status document for one StreamingQueryProgress, given as its JSON dict (pure).
 
     Reads the JSON form because PySpark's SourceProgress objects turn offsets into Python reprs.
+    `records` is how many Kafka records the batch read, when the batch writer counted them: the
+    job's source yields summary rows (jobs/deltas.py), so Spark's row counts are not records;
+    the input and processing rates are scaled by the same ratio.
     """
     sources = progress.get("sources") or [{}]
     src = sources[0]
@@ -52,6 +57,11 @@ def progress_summary(progress: Mapping[str, Any], allowed_lateness_ms: int) -> d
     seen_max = _iso_ms(event_time.get("max"))
     # The watermark after this batch is what the next batch will use.
     after = advance_watermark(in_force, [] if seen_max is None else [seen_max], allowed_lateness_ms)
+    rows = int(progress.get("numInputRows", 0))
+    scale = 1.0
+    if records is not None:
+        scale = records / rows if rows else 0.0
+        rows = records
     return {
         "batch_id": progress["batchId"],
         "batch_time": _iso_ms(progress.get("timestamp")) or 0,
@@ -59,9 +69,9 @@ def progress_summary(progress: Mapping[str, Any], allowed_lateness_ms: int) -> d
         "watermark": after,
         "watermark_in_force": in_force,
         "max_event_time": seen_max,
-        "input_rows": progress.get("numInputRows", 0),
-        "input_rows_per_s": _finite(progress.get("inputRowsPerSecond")),
-        "processed_rows_per_s": _finite(progress.get("processedRowsPerSecond")),
+        "input_rows": rows,
+        "input_rows_per_s": _finite(progress.get("inputRowsPerSecond")) * scale,
+        "processed_rows_per_s": _finite(progress.get("processedRowsPerSecond")) * scale,
         "batch_duration_ms": progress.get("batchDuration", 0),
         "durations_ms": progress.get("durationMs") or {},
         "start_offsets": offsets(src.get("startOffset")),
@@ -83,6 +93,16 @@ def _finite(x: Any) -> float:
     except (TypeError, ValueError):
         return 0.0
     return f if f == f and f not in (float("inf"), float("-inf")) else 0.0
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What the batch writer measured of a batch it committed, for the batch's status entry."""
+
+    #: Kafka records the batch read (events, heartbeats, dead letters).
+    records: int
+    #: `Freshness.to_dict()` of its records; None when none had a broker timestamp.
+    freshness: dict[str, int] | None
 
 
 @dataclass(frozen=True)
@@ -136,13 +156,13 @@ class _JsonCallbacks:
 class StatusListener(StreamingQueryListener):
     """Driver-side listener: job status to Redis after every batch and every idle interval."""
 
-    def __init__(self, cfg: JobConfig, freshness: dict[int, dict[str, int]] | None = None) -> None:
+    def __init__(self, cfg: JobConfig, committed: dict[int, Committed] | None = None) -> None:
         self.cfg = cfg
         self.keys = Keys(cfg.redis.prefix)
         self.client = connect(cfg.redis)
         self.query_ids: set[str] = set()
-        #: Batch id -> freshness, filled by the batch writer when it commits a batch.
-        self.freshness = {} if freshness is None else freshness
+        #: Batch id -> what the batch writer measured when it committed the batch.
+        self.committed = {} if committed is None else committed
 
     @property
     def _jlistener(self) -> Any:
@@ -164,14 +184,17 @@ class StatusListener(StreamingQueryListener):
         if self.query_ids and str(p.get("id")) not in self.query_ids:
             return
         try:
-            summary = progress_summary(p, self.cfg.allowed_lateness_ms)
+            # get, not pop: run_job replays the last progress events into the listener, and
+            # a replayed event must write the same history entry (the writer prunes old ones).
+            done = self.committed.get(int(p["batchId"]))
+            summary = progress_summary(
+                p, self.cfg.allowed_lateness_ms, None if done is None else done.records
+            )
             # How often the job reports (a batch per trigger, else an idle event at least every
             # second): the dashboard calls the job stale after 3 of these without a word.
             summary["report_interval_ms"] = max(self.cfg.trigger_interval_ms, 1000)
             summary["allowed_lateness_ms"] = self.cfg.allowed_lateness_ms
-            # get, not pop: run_job replays the last progress events into the listener, and
-            # a replayed event must write the same history entry (the writer prunes old ones).
-            summary["freshness"] = self.freshness.get(int(summary["batch_id"]))
+            summary["freshness"] = None if done is None else done.freshness
             write_progress(self.client, self.keys, summary)
         except redis.RedisError as e:  # status is informational; never kill the query for it
             log.warning("could not write status: %s", e)

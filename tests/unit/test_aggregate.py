@@ -25,6 +25,7 @@ import pandas as pd
 import pytest
 
 from jobs.aggregate import StateConfig, make_state_fn
+from jobs.deltas import KIND_TIMES, summarise, summary_frame
 from jobs.panes import ServiceWindows
 from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT
 from jobs.rows import OUTPUT_SCHEMA
@@ -663,6 +664,29 @@ def dead_frame(rows: list[tuple[int, int, int, str, str, bytes, int]]) -> pd.Dat
     return pdf
 
 
+_PARSED_COLUMNS = [
+    *("partition", "offset", "kafka_ms", "kind", "event_ms", "service", "user_id"),
+    *("latency_ms", "status", "event_id", "reason", "detail", "raw", "raw_size"),
+]
+
+
+def summaries(frames: list[pd.DataFrame], watermark: int, cfg: StateConfig) -> list[pd.DataFrame]:
+    """What the read task hands the state function for these parsed rows (jobs/deltas.py).
+
+    The frames are the records of one chunk (a batch read by one task), summarised against the
+    watermark the state function will get; `proc_ms`, where a frame has it, is the batch's time.
+    """
+    if not frames:
+        return []
+    pdf = pd.concat(frames, ignore_index=True)
+    for c in _PARSED_COLUMNS:
+        if c not in pdf:
+            pdf[c] = None
+    proc = pdf["proc_ms"].dropna() if "proc_ms" in pdf else pd.Series([], dtype="int64")
+    cols = summarise(pdf, watermark, int(proc.iloc[0]) if len(proc) else None, cfg)
+    return [summary_frame(cols)]
+
+
 def run(
     key: tuple[Any, ...],
     frames: list[pd.DataFrame],
@@ -671,7 +695,9 @@ def run(
 ) -> pd.DataFrame:
     if key[0] == KIND_EVENT:
         key = (KIND_EVENT, 0)
-    out = list(make_state_fn(StateConfig(specs))(key, iter(frames), state))
+    cfg = StateConfig(specs)
+    rows = summaries(frames, state.watermark_ms, cfg)
+    out = list(make_state_fn(cfg)(key, iter(rows), state))
     for f in out:
         assert list(f.columns) == OUTPUT_COLUMNS
     if not out:
@@ -729,7 +755,8 @@ def test_state_fn_events_first_batch() -> None:
         (TK, "api", T, 3),
         (TK, "api", T + SIZE, 1),
     }
-    assert set(out["kind"]) == {"window", "arrivals", "broker_times"}
+    # (broker times reach the sink through the chunk's `times` row, in the dead-letter group)
+    assert set(out["kind"]) == {"window", "arrivals"}
     aggs = window_aggs(out)
     assert aggs == {
         (TK, T): _agg_of(frames, T, T + SIZE),
@@ -919,7 +946,7 @@ def test_state_fn_heartbeats_produce_nothing() -> None:
 
 import math  # noqa: E402
 
-from jobs.aggregate import arrival_counts  # noqa: E402
+from jobs.deltas import arrival_counts  # noqa: E402
 from sketches.tdigest import TDigest  # noqa: E402
 from tidegauge.core.windows import LATE, ON_TIME, STRAGGLER  # noqa: E402
 
@@ -1281,7 +1308,8 @@ def heartbeat_frame(times: list[int], proc_ms: int) -> pd.DataFrame:
 
 
 def run_cfg(cfg: StateConfig, frames: list[pd.DataFrame], state: FakeGroupState) -> pd.DataFrame:
-    out = list(make_state_fn(cfg)(EVENT_GROUP, iter(frames), state))
+    rows = summaries(frames, state.watermark_ms, cfg)
+    out = list(make_state_fn(cfg)(EVENT_GROUP, iter(rows), state))
     for f in out:
         assert list(f.columns) == OUTPUT_COLUMNS
     if not out:
@@ -1535,27 +1563,30 @@ def test_state_fn_heartbeats_alone_close_sessions_and_evict_state(
 def test_state_fn_heartbeats_without_state_create_none() -> None:
     state = FakeGroupState(T + 50 * S)
     out = run_cfg(StateConfig((TUMBLING, SESSION)), [heartbeat_frame([T], T)], state)
-    assert set(out["kind"]) == {"broker_times"}  # the heartbeat's, for freshness
+    assert out.empty  # (its broker time goes to the dead-letter group: see the next test)
     assert not state.exists and state.updates == 0
 
 
-@pytest.mark.parametrize("shard", [0, 1])
-def test_state_fn_reports_each_records_broker_time_once(shard: int) -> None:
-    """Events in their shard; heartbeats (copied into every shard) by shard 0 only; dead letters."""
+def test_state_fn_reports_each_records_broker_time_once() -> None:
+    """Events, heartbeats and dead letters: each record's broker time once, every record counted."""
     events = timed_frame(
         [("api", T + 1, float(T + 7), 0, 0, math.nan), ("api", T + 2, math.nan, 0, 1, math.nan)]
     )
-    beats = heartbeat_frame([T + 3, T + 3], proc_ms=T)
+    beats = heartbeat_frame([T + 3, T + 3], proc_ms=T).assign(offset=[2, 3])
+    dead = dead_frame([(0, o, T + 9, "bad_json", "", b"{", 1) for o in (4, 5)])
     cfg = StateConfig((TUMBLING,), shards=2)
-    out = list(make_state_fn(cfg)((KIND_EVENT, shard), iter([events, beats]), FakeGroupState(0)))
-    blobs = [b for f in out for b in f[f["kind"] == "broker_times"]["agg"]]
-    times, counts = merge_times(blobs)
-    expected = {T + 7: 1, T + 3: 2} if shard == 0 else {T + 7: 1}
-    assert dict(zip(times.tolist(), counts.tolist(), strict=True)) == expected
-    rows = [(0, o, T + 9, "bad_json", "", b"{", 1) for o in (2, 3)]
-    dead = run((KIND_DEAD, 0), [dead_frame(rows)], FakeGroupState(0))
-    times, counts = merge_times(dead[dead["kind"] == "broker_times"]["agg"])
-    assert dict(zip(times.tolist(), counts.tolist(), strict=True)) == {T + 9: 2}
+    [chunk] = summaries([events, beats, dead], 0, cfg)
+    to_dead = chunk[chunk["kind"].isin([KIND_DEAD, KIND_TIMES])]
+    out = list(make_state_fn(cfg)((KIND_DEAD, 0), iter([to_dead]), FakeGroupState(0)))
+    rows = pd.concat(out, ignore_index=True)
+    times = rows[rows["kind"] == "broker_times"]
+    hist = merge_times(times["agg"])
+    assert dict(zip(*(h.tolist() for h in hist), strict=True)) == {T + 7: 1, T + 3: 2, T + 9: 2}
+    assert times["count"].sum() == 6  # the event without a broker time is a record too
+    # and no event group reports broker times any more
+    for shard in (0, 1):
+        ev = list(make_state_fn(cfg)((KIND_EVENT, shard), iter([chunk]), FakeGroupState(0)))
+        assert not any((f["kind"] == "broker_times").any() for f in ev)
 
 
 def test_state_fn_counts_events_late_for_their_session_as_late() -> None:

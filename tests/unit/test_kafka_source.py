@@ -1,14 +1,11 @@
-"""The pure parts of the Kafka source (jobs/kafka_source.py): batch sizing and the offset log.
+"""The pure parts of the Kafka source (jobs/kafka_source.py): batch sizing and task layout.
 
-No broker here: `split_limit` is arithmetic on offset dicts and `_checkpointed_end` reads files
-laid out like Spark's offset log (`<checkpoint>/offsets/<batch id>`).
+No broker here: `split_limit` is arithmetic on offset dicts, `group_ranges` on offset ranges.
 """
 
 from __future__ import annotations
 
-import json
 import random
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +13,6 @@ import pytest
 from jobs.kafka_source import (
     KafkaPartition,
     KafkaRanges,
-    _checkpointed_end,
     group_ranges,
     split_limit,
 )
@@ -185,100 +181,6 @@ def test_split_limit_does_not_mutate_inputs() -> None:
     split_limit(start, end, 5)
     assert start == {"0": 1, "1": 2}
     assert end == {"0": 10, "1": 20}
-
-
-# --- _checkpointed_end: Spark's offset log --------------------------------------------------
-#
-# <checkpoint>/offsets/<batch id> holds three lines for a one-source query:
-#     v1
-#     {"batchWatermarkMs":...,"batchTimestampMs":...,"conf":{...}}
-#     {"0":123,"1":45}          <- our source's end offset for that batch
-
-_METADATA = json.dumps(
-    {
-        "batchWatermarkMs": 1_795_341_570_000,
-        "batchTimestampMs": 1_795_341_600_123,
-        "conf": {
-            "spark.sql.shuffle.partitions": "4",
-            "spark.sql.streaming.stateStore.providerClass": (
-                "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
-            ),
-        },
-    },
-    separators=(",", ":"),
-)
-
-
-def _write_offsets(checkpoint: Path, batch_id: int, offsets: dict[str, int] | str) -> None:
-    d = checkpoint / "offsets"
-    d.mkdir(parents=True, exist_ok=True)
-    line = offsets if isinstance(offsets, str) else json.dumps(offsets, separators=(",", ":"))
-    (d / str(batch_id)).write_text(f"v1\n{_METADATA}\n{line}")
-
-
-def test_checkpointed_end_picks_the_highest_batch(tmp_path: Path) -> None:
-    _write_offsets(tmp_path, 0, {"0": 100, "1": 90, "2": 80})
-    _write_offsets(tmp_path, 1, {"0": 200, "1": 190, "2": 180})
-    # Spark's side files: checksums, temp files, the commit log; none of them is a batch
-    (tmp_path / "offsets" / ".1.crc").write_bytes(b"\x00garbage")
-    (tmp_path / "offsets" / ".2.tmp").write_text('v1\n{}\n{"0": 999}')
-    (tmp_path / "commits").mkdir()
-    (tmp_path / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}')
-    assert _checkpointed_end(str(tmp_path)) == {"0": 200, "1": 190, "2": 180}
-
-
-def test_checkpointed_end_orders_batch_ids_numerically(tmp_path: Path) -> None:
-    for i in range(11):  # 0..10: "9" > "10" as strings
-        _write_offsets(tmp_path, i, {"0": i * 10})
-    assert _checkpointed_end(str(tmp_path)) == {"0": 100}
-
-
-def test_checkpointed_end_normalises_keys_and_values(tmp_path: Path) -> None:
-    _write_offsets(tmp_path, 3, '{"0": 5, "1": 0, "12": 77}')
-    got = _checkpointed_end(str(tmp_path))
-    assert got == {"0": 5, "1": 0, "12": 77}
-    assert got is not None
-    assert all(isinstance(k, str) and isinstance(v, int) for k, v in got.items())
-
-
-def test_checkpointed_end_without_a_checkpoint(tmp_path: Path) -> None:
-    assert _checkpointed_end(None) is None
-    assert _checkpointed_end("") is None
-    assert _checkpointed_end(str(tmp_path / "does-not-exist")) is None
-    assert _checkpointed_end(str(tmp_path)) is None  # exists, but no offsets/ yet
-
-
-def test_checkpointed_end_offsets_is_a_file(tmp_path: Path) -> None:
-    (tmp_path / "offsets").write_text("not a directory")
-    assert _checkpointed_end(str(tmp_path)) is None
-
-
-def test_checkpointed_end_empty_offset_log(tmp_path: Path) -> None:
-    (tmp_path / "offsets").mkdir()
-    assert _checkpointed_end(str(tmp_path)) is None
-    (tmp_path / "offsets" / ".0.tmp").write_text("v1")  # only side files
-    assert _checkpointed_end(str(tmp_path)) is None
-
-
-@pytest.mark.parametrize(
-    "content",
-    [
-        pytest.param(b"", id="empty-file"),
-        pytest.param(b"v1\n", id="version-only"),
-        pytest.param(f"v1\n{_METADATA}".encode(), id="no-source-line"),
-        pytest.param(f"v1\n{_METADATA}\n-".encode(), id="source-without-offset"),
-        pytest.param(f'v1\n{_METADATA}\n{{"0": 12'.encode(), id="truncated-json"),
-        pytest.param(f"v1\n{_METADATA}\n[1, 2, 3]".encode(), id="json-list"),
-        pytest.param(f'v1\n{_METADATA}\n{{"0": "twelve"}}'.encode(), id="non-numeric-offset"),
-        pytest.param(f'v1\n{_METADATA}\n{{"0": null}}'.encode(), id="null-offset"),
-        pytest.param(f'v1\n{_METADATA}\n{{"0": [12]}}'.encode(), id="list-offset"),
-        pytest.param(b"\xff\xfe\x00garbage\x80\n\x81\n\x82", id="binary-garbage"),
-    ],
-)
-def test_checkpointed_end_garbled_newest_entry(tmp_path: Path, content: bytes) -> None:
-    _write_offsets(tmp_path, 0, {"0": 1})
-    (tmp_path / "offsets" / "1").write_bytes(content)
-    assert _checkpointed_end(str(tmp_path)) is None
 
 
 # --- group_ranges ---------------------------------------------------------------------------

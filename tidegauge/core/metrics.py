@@ -339,6 +339,12 @@ class LateAgg:
             self.lateness.update(lateness_ms)
             self.overdue.update(np.broadcast_to(np.asarray(overdue_ms, dtype=np.float64), (n,)))
 
+    def merge(self, other: LateAgg) -> None:
+        """Fold in the late events of the same window that another part of the batch saw."""
+        self.count += other.count
+        self.lateness.merge(other.lateness)
+        self.overdue.merge(other.overdue)
+
     def to_bytes(self) -> bytes:
         """Versioned binary: header, then both digests."""
         a, b = self.lateness.to_bytes(), self.overdue.to_bytes()

@@ -1,0 +1,415 @@
+"""What one chunk of records does to each service's windows, decided in the read task.
+
+The job's source (jobs/event_source.py) reads up to `CHUNK` records of one Kafka partition at a
+time, parses them (jobs/parse.py) and summarises them here, so what crosses into the JVM, the
+shuffle and the stateful step is a few rows per service and chunk, not one wide row per record
+(BENCHMARKS.md, issue 12). The summary applies exactly the rules the stateful step used to apply
+to raw rows, against the batch's watermark, which the planner reads from Spark's offset log
+(jobs/offset_log.py) and the stateful step checks. Summary rows (`SUMMARY_SCHEMA`):
+
+    delta      one per service with events in the chunk: `ServiceDelta` bytes in `blob`,
+               `event_time` = the newest of those events (Spark's watermark takes the max of
+               this column, which is the max over the events), `partition`/`offset` = the
+               first of them, `count` = how many
+    heartbeat  one per chunk with heartbeats: the newest heartbeat time; copied to every event
+               group, so a quiet stream still closes sessions and evicts state
+    dead       one per malformed record, as parsed (reason, detail, raw bytes)
+    times      one per chunk: the broker-time histogram of all its records (freshness) in
+               `blob`, and how many records the chunk had in `count`
+
+A `ServiceDelta` holds everything about a service that depends only on its events in the
+chunk and on the batch's clock: the watermark class of every (window, event) pair, the pane
+aggregates of accepted events, late aggregates, straggler counts, arrival counts and the late
+events themselves (the first `late_events_max` of the chunk, which covers the stateful step's
+cap per group). Sessions span chunks, so a session job also carries each event's user, time and
+lateness into the state (`ServiceWindows.add_sessions`). Pure: no Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import pyarrow as pa
+
+from jobs.panes import ServiceWindows
+from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT
+from tidegauge.core.events import BUILT_IN_FIELDS, EventField
+from tidegauge.core.freshness import encode_times
+from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.windows import (
+    LATE,
+    STRAGGLER,
+    WindowSpec,
+    classify_many,
+    frontier,
+    primary_size,
+    tumbling_start,
+    tumbling_starts,
+)
+
+__all__ = [
+    "KIND_DELTA",
+    "KIND_TIMES",
+    "SUMMARY_ARROW",
+    "SUMMARY_SCHEMA",
+    "DeltaSettings",
+    "LateFact",
+    "ServiceDelta",
+    "arrival_counts",
+    "summarise",
+    "summary_batch",
+    "summary_frame",
+]
+
+KIND_DELTA = "delta"
+KIND_TIMES = "times"
+
+_COLUMNS = [
+    ("kind", pa.string()),
+    ("service", pa.string()),
+    ("event_time", pa.timestamp("us", tz="UTC")),
+    ("partition", pa.int32()),
+    ("offset", pa.int64()),
+    ("kafka_ms", pa.int64()),
+    ("count", pa.int64()),
+    ("reason", pa.string()),
+    ("detail", pa.string()),
+    ("raw", pa.binary()),
+    ("raw_size", pa.int32()),
+    ("blob", pa.binary()),
+]
+#: Arrow schema and Spark DDL of the summary rows the job's source yields.
+SUMMARY_ARROW = pa.schema(_COLUMNS)
+SUMMARY_SCHEMA = (
+    "kind string, service string, event_time timestamp, partition int, offset long, "
+    "kafka_ms long, count long, reason string, detail string, raw binary, raw_size int, "
+    "blob binary"
+)
+_NAMES = [name for name, _ in _COLUMNS]
+
+
+class DeltaSettings(Protocol):
+    """What summarising needs of the job's settings (`jobs.aggregate.StateConfig` has it)."""
+
+    @property
+    def specs(self) -> tuple[WindowSpec, ...]:
+        """The job's window specs."""
+        raise NotImplementedError
+
+    @property
+    def allowed_lateness_ms(self) -> int:
+        """The watermark's delay behind the newest event time."""
+        raise NotImplementedError
+
+    @property
+    def late_events_max(self) -> int:
+        """Late events kept per group and batch."""
+        raise NotImplementedError
+
+    @property
+    def fields(self) -> tuple[EventField, ...]:
+        """The event contract's fields (registered ones after the built-in ones)."""
+        raise NotImplementedError
+
+
+class LateFact(NamedTuple):
+    """One late event, for the late-event store: where it was in Kafka and its times."""
+
+    partition: int
+    offset: int
+    kafka_ms: int | None
+    event_ms: int
+    event_id: str | None
+    clock_offset_ms: int | None
+
+
+def _empty(dtype: Any) -> npt.NDArray[Any]:
+    return np.empty(0, dtype=dtype)
+
+
+@dataclass
+class ServiceDelta:
+    """What one chunk's events of one service did, against the batch's watermark."""
+
+    watermark_ms: int
+    proc_ms: int | None
+    #: Pane start -> aggregate of the chunk's accepted events in that pane.
+    panes: dict[int, WindowAgg] = field(default_factory=dict)
+    #: (spec key, window start) -> the chunk's late events of that window.
+    late: dict[tuple[str, int], LateAgg] = field(default_factory=dict)
+    #: (spec key, window start) -> the chunk's stragglers of that window.
+    stragglers: Counter[tuple[str, int]] = field(default_factory=Counter)
+    #: (domain, window start) -> (events, late, stragglers) of the chunk (see DOMAINS).
+    arrivals: dict[tuple[str, int], tuple[int, int, int]] = field(default_factory=dict)
+    #: The chunk's first late events, in Kafka order.
+    late_events: list[LateFact] = field(default_factory=list)
+    #: Session jobs only: every event's user, event time and lateness (NaN = unknown).
+    users: npt.NDArray[Any] = field(default_factory=lambda: _empty(object))
+    event_ms: npt.NDArray[np.int64] = field(default_factory=lambda: _empty(np.int64))
+    lateness: npt.NDArray[np.float64] = field(default_factory=lambda: _empty(np.float64))
+
+    def to_bytes(self) -> bytes:
+        """Versioned blob: magic, version, header length, JSON header, then the binary parts."""
+        blobs: list[bytes] = []
+        panes = []
+        for start, agg in sorted(self.panes.items()):
+            b = agg.to_bytes()
+            panes.append([start, len(b)])
+            blobs.append(b)
+        late = []
+        for (key, start), late_agg in sorted(self.late.items()):
+            b = late_agg.to_bytes()
+            late.append([key, start, len(b)])
+            blobs.append(b)
+        users = json.dumps(self.users.tolist()).encode() if len(self.users) else b""
+        head = json.dumps(
+            {
+                "wm": self.watermark_ms,
+                "proc": self.proc_ms,
+                "panes": panes,
+                "late": late,
+                "strag": [[k, s, n] for (k, s), n in sorted(self.stragglers.items())],
+                "arr": [[d, s, *v] for (d, s), v in sorted(self.arrivals.items())],
+                "late_events": [list(f) for f in self.late_events],
+                "sessions": [len(self.event_ms), len(users)],
+            },
+            separators=(",", ":"),
+        ).encode()
+        blobs += [
+            users,
+            self.event_ms.astype("<i8").tobytes(),
+            self.lateness.astype("<f8").tobytes(),
+        ]
+        return b"".join([_HEAD.pack(_MAGIC, _VERSION, len(head)), head, *blobs])
+
+    @classmethod
+    def from_bytes(cls, blob: bytes) -> ServiceDelta:
+        """Inverse of `to_bytes`; ValueError on anything else."""
+        if len(blob) < _HEAD.size or blob[:4] != _MAGIC:
+            raise ValueError("not a service delta")
+        _, version, n_head = _HEAD.unpack_from(blob)
+        if version != _VERSION:
+            raise ValueError(f"service delta version {version} is not {_VERSION}")
+        pos = _HEAD.size + n_head
+        head = json.loads(blob[_HEAD.size : pos])
+        out = cls(head["wm"], head["proc"])
+        for start, n in head["panes"]:
+            out.panes[int(start)] = WindowAgg.from_bytes(blob[pos : pos + n])
+            pos += n
+        for key, start, n in head["late"]:
+            out.late[(key, int(start))] = LateAgg.from_bytes(blob[pos : pos + n])
+            pos += n
+        out.stragglers = Counter({(k, int(s)): int(n) for k, s, n in head["strag"]})
+        out.arrivals = {(d, int(s)): (int(a), int(b), int(c)) for d, s, a, b, c in head["arr"]}
+        out.late_events = [LateFact(*f) for f in head["late_events"]]
+        n_events, n_users = head["sessions"]
+        if n_events:
+            out.users = np.array(json.loads(blob[pos : pos + n_users]), dtype=object)
+            pos += n_users
+            out.event_ms = np.frombuffer(blob, "<i8", n_events, pos).astype(np.int64)
+            pos += 8 * n_events
+            out.lateness = np.frombuffer(blob, "<f8", n_events, pos).astype(np.float64)
+            pos += 8 * n_events
+        if pos != len(blob):
+            raise ValueError("service delta: length mismatch")
+        return out
+
+
+_MAGIC = b"TGSD"
+_VERSION = 1
+_HEAD = struct.Struct("<4sBI")
+
+
+def arrival_counts(
+    bucket_ms: npt.NDArray[np.int64], kinds: npt.NDArray[np.int64]
+) -> dict[int, tuple[int, int, int]]:
+    """Window start -> (events, late, stragglers), from per-event buckets and classes."""
+    out: dict[int, tuple[int, int, int]] = {}
+    if not len(bucket_ms):
+        return out
+    uniq, inverse = np.unique(bucket_ms, return_inverse=True)
+    n = np.bincount(inverse)
+    late = np.bincount(inverse, weights=kinds == LATE).astype(np.int64)
+    strag = np.bincount(inverse, weights=kinds == STRAGGLER).astype(np.int64)
+    for i, b in enumerate(uniq.tolist()):
+        out[b] = (int(n[i]), int(late[i]), int(strag[i]))
+    return out
+
+
+def _extra_columns(
+    pdf: pd.DataFrame, fields: tuple[EventField, ...]
+) -> dict[str, npt.NDArray[Any]] | None:
+    """The columns of registered event fields, by column name (numbers as float, NaN = absent)."""
+    out: dict[str, npt.NDArray[Any]] = {}
+    for f in fields[len(BUILT_IN_FIELDS) :]:
+        col = pdf[f.column]
+        if f.type == "string":
+            out[f.column] = col.to_numpy(dtype=object)
+        else:
+            out[f.column] = col.to_numpy(dtype=np.float64, na_value=np.nan)
+    return out or None
+
+
+def _int_or_none(v: Any) -> int | None:
+    return None if v is None or pd.isna(v) else int(v)
+
+
+def service_delta(
+    pdf: pd.DataFrame, watermark_ms: int, proc_ms: int | None, cfg: DeltaSettings
+) -> ServiceDelta:
+    """The delta of one service's events (parsed rows in Kafka order) against the watermark."""
+    front = frontier(watermark_ms, cfg.allowed_lateness_ms)
+    event_ms = pdf["event_ms"].to_numpy(dtype=np.int64)
+    arrival = pdf["kafka_ms"].to_numpy(dtype=np.float64, na_value=np.nan)
+    users = pdf["user_id"].to_numpy(dtype=object)
+    window_specs = tuple(s for s in cfg.specs if s.kind != "session")
+    sw = ServiceWindows(window_specs)
+    added = sw.add(
+        event_ms,
+        pdf["latency_ms"].to_numpy(dtype=np.float64, na_value=np.nan),
+        pdf["status"].to_numpy(dtype=np.int64, na_value=-1),
+        users,
+        watermark_ms,
+        arrival_ms=arrival,
+        frontier_ms=front,
+        extra=_extra_columns(pdf, cfg.fields),
+    )
+    out = ServiceDelta(watermark_ms, proc_ms, sw.panes, added.late, added.stragglers)
+    if len(window_specs) != len(cfg.specs):
+        out.users, out.event_ms, out.lateness = users, event_ms, arrival - event_ms
+    size = primary_size(cfg.specs)
+    classes = classify_many(tumbling_starts(event_ms, size) + size, watermark_ms, front)
+    known = ~np.isnan(arrival)
+    buckets = {}
+    if proc_ms is not None:
+        buckets["processing"] = (
+            np.full(len(event_ms), tumbling_start(proc_ms, size), dtype=np.int64),
+            classes,
+        )
+    if known.any():
+        buckets["broker"] = (tumbling_starts(arrival[known].astype(np.int64), size), classes[known])
+    for domain, (starts, kinds) in buckets.items():
+        for start, counts in arrival_counts(starts, kinds).items():
+            out.arrivals[(domain, start)] = counts
+    late_idx = np.flatnonzero(classes == LATE)[: cfg.late_events_max]
+    if len(late_idx):
+        part = pdf.iloc[late_idx]
+        clocks = (
+            part["clock_offset_ms"].tolist()
+            if "clock_offset_ms" in part
+            else [None] * len(late_idx)
+        )
+        out.late_events = [
+            LateFact(int(p), int(o), _int_or_none(k), int(e), eid, _int_or_none(c))
+            for p, o, k, e, eid, c in zip(
+                part["partition"].tolist(),
+                part["offset"].tolist(),
+                part["kafka_ms"].tolist(),
+                part["event_ms"].tolist(),
+                part["event_id"].tolist(),
+                clocks,
+                strict=True,
+            )
+        ]
+    return out
+
+
+def _row(cols: dict[str, list[Any]], **values: Any) -> None:
+    for name in _NAMES:
+        cols[name].append(values.get(name))
+
+
+def summarise(
+    pdf: pd.DataFrame, watermark_ms: int, proc_ms: int | None, cfg: DeltaSettings
+) -> dict[str, list[Any]]:
+    """Summary rows (column -> values, event_time as epoch ms) of one chunk of parsed rows."""
+    cols: dict[str, list[Any]] = {name: [] for name in _NAMES}
+    if not len(pdf):
+        return cols
+    kind = pdf["kind"]
+    events = pdf[kind == KIND_EVENT]
+    if len(events) and not _in_kafka_order(events):
+        events = events.sort_values(["partition", "offset"], kind="stable")
+    if len(events):
+        for service, g in events.groupby("service", sort=True):
+            delta = service_delta(g, watermark_ms, proc_ms, cfg)
+            _row(
+                cols,
+                kind=KIND_DELTA,
+                service=str(service),
+                event_time=int(g["event_ms"].max()),
+                partition=int(g["partition"].iloc[0]),
+                offset=int(g["offset"].iloc[0]),
+                count=len(g),
+                blob=delta.to_bytes(),
+            )
+    beats = pdf[kind == KIND_HEARTBEAT]
+    if len(beats):
+        _row(
+            cols,
+            kind=KIND_HEARTBEAT,
+            event_time=int(beats["event_ms"].max()),
+            partition=int(beats["partition"].iloc[0]),
+            offset=int(beats["offset"].iloc[0]),
+            count=len(beats),
+        )
+    dead = pdf[kind == KIND_DEAD]
+    for p, o, k, reason, detail, raw, size in zip(
+        dead["partition"].tolist(),
+        dead["offset"].tolist(),
+        dead["kafka_ms"].tolist(),
+        dead["reason"].tolist(),
+        dead["detail"].tolist(),
+        dead["raw"].tolist(),
+        dead["raw_size"].tolist(),
+        strict=True,
+    ):
+        _row(
+            cols,
+            kind=KIND_DEAD,
+            partition=int(p),
+            offset=int(o),
+            kafka_ms=_int_or_none(k),
+            reason=reason,
+            detail=detail,
+            raw=raw,
+            raw_size=_int_or_none(size),
+        )
+    _row(
+        cols,
+        kind=KIND_TIMES,
+        partition=int(pdf["partition"].iloc[0]),
+        offset=int(pdf["offset"].iloc[0]),
+        count=len(pdf),
+        blob=encode_times(pdf["kafka_ms"].to_numpy(dtype=np.float64, na_value=np.nan)),
+    )
+    return cols
+
+
+def _in_kafka_order(pdf: pd.DataFrame) -> bool:
+    p, o = pdf["partition"].to_numpy(np.int64), pdf["offset"].to_numpy(np.int64)
+    return bool(np.all((p[1:] > p[:-1]) | ((p[1:] == p[:-1]) & (o[1:] >= o[:-1]))))
+
+
+def summary_batch(cols: dict[str, list[Any]]) -> pa.RecordBatch:
+    """Summary rows as an Arrow batch of `SUMMARY_ARROW` (what the read task yields)."""
+    arrays = []
+    for name, typ in _COLUMNS:
+        if name == "event_time":
+            ms = [None if v is None else v * 1000 for v in cols[name]]
+            arrays.append(pa.array(ms, type=pa.int64()).cast(typ))
+        else:
+            arrays.append(pa.array(cols[name], type=typ))
+    return pa.RecordBatch.from_arrays(arrays, schema=SUMMARY_ARROW)
+
+
+def summary_frame(cols: dict[str, list[Any]]) -> pd.DataFrame:
+    """Summary rows as a pandas frame, as the stateful step receives them from Spark."""
+    return summary_batch(cols).to_pandas()

@@ -1,0 +1,264 @@
+"""Chunk summaries (jobs/deltas.py): what the read task decides, and that chunking changes nothing.
+
+The job's read tasks summarise each chunk of records per service against the batch's watermark;
+the state function merges the summaries. The contract: however a batch's records are cut into
+chunks (per partition, any sizes), and in whatever order Spark delivers the summaries, the state
+function emits the same counts, late and straggler figures, arrival counts, late events and
+session results as for the whole batch summarised at once; HyperLogLogs are equal (a merge is a
+register max); t-digests agree within their rank error. The definition of each figure is checked
+against brute force in test_aggregate.py (`test_state_fn_time_outputs_agree_with_the_definition`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from jobs.aggregate import StateConfig, make_state_fn
+from jobs.deltas import (
+    KIND_DELTA,
+    KIND_TIMES,
+    LateFact,
+    ServiceDelta,
+    summarise,
+    summary_batch,
+    summary_frame,
+)
+from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT
+from jobs.state import ShardState
+from sketches.hll import HyperLogLog
+from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.windows import WindowSpec
+
+S = 1_000
+T = 1_795_341_600_000
+TUMBLING = WindowSpec.tumbling(10 * S)
+HOPPING = WindowSpec(30 * S, 10 * S)
+SESSION = WindowSpec.session(30 * S, 10 * S)
+
+
+class FakeGroupState:
+    """GroupState as the state function uses it (see test_aggregate.py)."""
+
+    def __init__(self, watermark_ms: int) -> None:
+        self.watermark_ms = watermark_ms
+        self.value: tuple[Any, ...] | None = None
+
+    @property
+    def exists(self) -> bool:
+        return self.value is not None
+
+    @property
+    def get(self) -> tuple[Any, ...]:
+        assert self.value is not None
+        return self.value
+
+    def update(self, value: tuple[Any, ...]) -> None:
+        self.value = value
+
+    def remove(self) -> None:
+        self.value = None
+
+    def getCurrentWatermarkMs(self) -> int:  # noqa: N802 (Spark's name)
+        return self.watermark_ms
+
+
+def parsed(rng: np.random.Generator, n: int, now: int, partitions: int = 3) -> pd.DataFrame:
+    """n parsed rows: events of three services (some late, some stragglers), heartbeats, dead."""
+    kinds = rng.choice([KIND_EVENT] * 18 + [KIND_HEARTBEAT, KIND_DEAD], n)
+    event_ms = now - rng.integers(0, 90 * S, n)
+    kafka = (now + rng.integers(0, 2 * S, n)).astype(np.float64)
+    kafka[rng.random(n) < 0.1] = np.nan
+    part = rng.integers(0, partitions, n)
+    offsets = np.zeros(n, dtype=np.int64)
+    for p in range(partitions):
+        sel = part == p
+        offsets[sel] = np.arange(int(sel.sum()))
+    is_event = kinds == KIND_EVENT
+    pdf = pd.DataFrame(
+        {
+            "partition": part.astype(np.int32),
+            "offset": offsets,
+            "kafka_ms": kafka,
+            "kind": kinds,
+            "event_ms": np.where(kinds == KIND_DEAD, 0, event_ms),
+            "service": np.where(is_event, rng.choice(["api", "web", "pay"], n), None),
+            "user_id": np.where(is_event, [f"u{i}" for i in rng.integers(0, 40, n)], None),
+            "latency_ms": np.where(is_event, rng.lognormal(4, 1, n), np.nan),
+            "status": pd.array(np.where(is_event, rng.choice([200, 500], n), 0), dtype="Int32"),
+            "event_id": [f"e{i}" for i in range(n)],
+            "reason": np.where(kinds == KIND_DEAD, "invalid_json", None),
+            "detail": np.where(kinds == KIND_DEAD, "not JSON", None),
+            "raw": [b"{x" if k == KIND_DEAD else None for k in kinds],
+            "raw_size": np.where(kinds == KIND_DEAD, 2, 0).astype(np.int32),
+            "clock_offset_ms": np.where(rng.random(n) < 0.5, np.nan, 7.0),
+        }
+    )
+    return pdf.sort_values(["partition", "offset"], ignore_index=True)
+
+
+def chunks_of(pdf: pd.DataFrame, rng: np.random.Generator) -> list[pd.DataFrame]:
+    """Each partition's rows cut into consecutive chunks of random sizes, as read tasks read."""
+    out = []
+    for _, rows in pdf.groupby("partition"):
+        cuts = [0, *sorted(set(rng.integers(1, max(len(rows), 2), 3).tolist())), len(rows)]
+        out += [rows.iloc[a:b] for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+    return out
+
+
+def state_outputs(
+    summaries: list[pd.DataFrame], cfg: StateConfig, watermark: int, state: FakeGroupState
+) -> pd.DataFrame:
+    state.watermark_ms = watermark
+    fn = make_state_fn(cfg)
+    pdf = pd.concat(summaries, ignore_index=True)
+    event = pdf[pdf["kind"].isin([KIND_DELTA, KIND_HEARTBEAT])]
+    out = list(fn((KIND_EVENT, 0), iter([event]), state))
+    return pd.concat(out, ignore_index=True)
+
+
+def comparable(out: pd.DataFrame) -> tuple[dict[Any, Any], dict[Any, WindowAgg]]:
+    """Everything but the t-digests exactly; the window aggregates apart."""
+    exact: dict[Any, Any] = {}
+    aggs = {}
+    for r in out.astype(object).where(out.notna(), None).to_dict("records"):
+        key = (r["kind"], r["spec"], r["service"], r["window_start"], r["partition"], r["offset"])
+        if r["kind"] == "window":
+            agg = WindowAgg.from_bytes(r["agg"])
+            aggs[key] = agg
+            exact[key] = (r["count"], agg.errors, agg.users.registers.tobytes())
+        elif r["kind"] == "late":
+            exact[key] = (r["count"], LateAgg.from_bytes(r["agg"]).lateness.count)
+        else:
+            exact[key] = (r["count"], r["metrics"])
+    return exact, aggs
+
+
+@pytest.mark.parametrize(
+    "specs", [(TUMBLING,), (TUMBLING, HOPPING), (TUMBLING, SESSION)], ids=lambda s: len(s)
+)
+@pytest.mark.parametrize("seed", range(3))
+def test_any_chunking_in_any_order_gives_the_whole_batch_result(
+    specs: tuple[WindowSpec, ...], seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    cfg = StateConfig(specs, allowed_lateness_ms=20 * S, late_events_max=25)
+    whole_state, chunked_state = FakeGroupState(0), FakeGroupState(0)
+    watermark = 0
+    for b in range(4):
+        now = T + b * 40 * S
+        pdf = parsed(rng, 600, now)
+        proc = now + 500
+        whole = [summary_frame(summarise(pdf, watermark, proc, cfg))]
+        parts = [summary_frame(summarise(c, watermark, proc, cfg)) for c in chunks_of(pdf, rng)]
+        rng.shuffle(parts)  # type: ignore[arg-type]
+        a = state_outputs(whole, cfg, watermark, whole_state)
+        c = state_outputs(parts, cfg, watermark, chunked_state)
+        exact_a, aggs_a = comparable(a)
+        exact_c, aggs_c = comparable(c)
+        assert exact_a == exact_c
+        assert set(a["kind"]) >= {"window", "arrivals"}
+        if b:
+            assert "late" in set(a["kind"]) and "late_event" in set(a["kind"])
+        for key, agg in aggs_a.items():
+            other = aggs_c[key].latency
+            if agg.latency == other:
+                continue  # (e.g. every value kept: identical)
+            for q in (0.5, 0.99):  # within the rank error, plus one rank of a small window
+                rank = agg.latency.cdf(other.quantile(q))
+                assert abs(rank - q) <= 0.01 + 1 / agg.latency.count, key
+        late_events = a[a["kind"] == "late_event"]
+        assert len(late_events) <= cfg.late_events_max  # the cap holds across chunks
+        watermark = max(watermark, int(pdf["event_ms"].max()) - cfg.allowed_lateness_ms)
+    assert whole_state.value is not None and chunked_state.value is not None
+    a_state = ShardState.from_bytes(whole_state.value[0], cfg)
+    c_state = ShardState.from_bytes(chunked_state.value[0], cfg)
+    assert sorted(a_state.services) == sorted(c_state.services)
+    for name, sw in a_state.services.items():
+        assert {p: g.count for p, g in sw.panes.items()} == {
+            p: g.count for p, g in c_state.services[name].panes.items()
+        }
+
+
+def test_summary_rows_of_a_chunk() -> None:
+    rng = np.random.default_rng(9)
+    pdf = parsed(rng, 400, T, partitions=1)
+    cfg = StateConfig((TUMBLING,))
+    rows = summary_frame(summarise(pdf, 0, T, cfg))
+    events = pdf[pdf["kind"] == KIND_EVENT]
+    deltas = rows[rows["kind"] == KIND_DELTA]
+    assert sorted(deltas["service"]) == sorted(events["service"].unique())
+    for r in deltas.to_dict("records"):
+        mine = events[events["service"] == r["service"]]
+        # the newest event time, so Spark's watermark over these rows is its value over records
+        assert r["event_time"] == pd.Timestamp(int(mine["event_ms"].max()), unit="ms", tz="UTC")
+        assert (r["partition"], r["offset"]) == (0, int(mine["offset"].min()))
+        assert r["count"] == len(mine)
+        delta = ServiceDelta.from_bytes(r["blob"])
+        assert sum(a.count for a in delta.panes.values()) == len(mine)  # W = 0: none late
+    [beat] = rows[rows["kind"] == KIND_HEARTBEAT].to_dict("records")
+    beats = pdf[pdf["kind"] == KIND_HEARTBEAT]
+    assert beat["count"] == len(beats)
+    assert beat["event_time"] == pd.Timestamp(int(beats["event_ms"].max()), unit="ms", tz="UTC")
+    dead = rows[rows["kind"] == KIND_DEAD]
+    assert list(dead["offset"]) == list(pdf[pdf["kind"] == KIND_DEAD]["offset"])
+    assert set(dead["raw"]) == {b"{x"} and set(dead["reason"]) == {"invalid_json"}
+    [times] = rows[rows["kind"] == KIND_TIMES].to_dict("records")
+    assert times["count"] == len(pdf)
+    assert summary_batch(summarise(pdf.iloc[0:0], 0, T, cfg)).num_rows == 0
+
+
+def test_service_delta_round_trip() -> None:
+    agg = WindowAgg()
+    agg.add(np.array([1.0, 2.0]), np.array([200, 500]), np.array(["a", "b"], dtype=object))
+    late = LateAgg()
+    late.add(np.array([5.0, math.nan]), 3.0)
+    delta = ServiceDelta(
+        T,
+        T + 1,
+        panes={T: agg},
+        late={("10000", T - 10 * S): late},
+        arrivals={("broker", T): (2, 1, 0), ("processing", T): (3, 1, 1)},
+        late_events=[LateFact(1, 2, None, T - 1, "e1", None), LateFact(1, 3, T, T, None, -4)],
+        users=np.array(["a", None, "ü"], dtype=object),
+        event_ms=np.array([T, T + 1, T + 2], dtype=np.int64),
+        lateness=np.array([1.0, math.nan, 3.0]),
+    )
+    delta.stragglers[("10000", T)] = 4
+    back = ServiceDelta.from_bytes(delta.to_bytes())
+    assert back.to_bytes() == delta.to_bytes()
+    assert back.panes[T] == agg and back.late_events == delta.late_events
+    assert back.users.tolist() == ["a", None, "ü"]
+    assert np.array_equal(back.lateness, delta.lateness, equal_nan=True)
+    assert isinstance(back.panes[T].users, HyperLogLog)
+    for broken in (b"", b"TGSD", delta.to_bytes()[:-1], b"XXXX" + delta.to_bytes()[4:]):
+        with pytest.raises(ValueError):
+            ServiceDelta.from_bytes(broken)
+
+
+def test_state_fn_refuses_summaries_of_another_watermark() -> None:
+    pdf = parsed(np.random.default_rng(1), 50, T, partitions=1)
+    cfg = StateConfig((TUMBLING,))
+    rows = summary_frame(summarise(pdf, T - 5 * S, T, cfg))
+    with pytest.raises(RuntimeError, match="watermark"):
+        state_outputs([rows], cfg, T - 4 * S, FakeGroupState(0))
+
+
+def test_late_events_cap_covers_the_first_late_events_in_kafka_order() -> None:
+    cfg = StateConfig((TUMBLING,), late_events_max=7)
+    rng = np.random.default_rng(3)
+    pdf = parsed(rng, 500, T, partitions=2)
+    pdf = pdf[pdf["kind"] == KIND_EVENT].assign(service="api", event_ms=T - 60 * S)
+    parts = [summary_frame(summarise(c, T, T, cfg)) for c in chunks_of(pdf, rng)]
+    out = state_outputs(parts, cfg, T, FakeGroupState(0))
+    got = out[out["kind"] == "late_event"]
+    first = pdf.sort_values(["partition", "offset"]).head(7)
+    assert list(zip(got["partition"], got["offset"], strict=True)) == list(
+        zip(first["partition"], first["offset"], strict=True)
+    )
+    assert [json.loads(m)["event_id"] for m in got["metrics"]] == list(first["event_id"])
