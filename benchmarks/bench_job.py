@@ -72,6 +72,21 @@ def throughput(progress: list[Any]) -> tuple[int, float, float]:
     return rows, rows / total if total else 0.0, steady_rows / steady_s if steady_s else 0.0
 
 
+def print_batches(name: str, progress: list[Any]) -> None:
+    """One line per batch with records: how long it took and where (Spark's durationMs)."""
+    for p in progress:
+        n = records_of(p)
+        if not n:
+            continue
+        d = json.loads(p.json).get("durationMs") or {}
+        phases = " ".join(
+            f"{k}={v}"
+            for k, v in sorted(d.items(), key=lambda kv: -kv[1])
+            if k != "triggerExecution"
+        )
+        print(f"  {name} batch {p.batchId}: {n:,} records in {p.batchDuration} ms ({phases})")
+
+
 def run_baseline(spark: Any, kafka: KafkaSettings, per_trigger: int, checkpoint: str) -> list[Any]:
     events = (
         spark.readStream.format(EventDataSource.name())
@@ -112,6 +127,9 @@ def main() -> None:
     ap.add_argument("--per-trigger", type=int, default=50_000)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--master", default="local[2]")
+    ap.add_argument(
+        "--detail", action="store_true", help="print each batch: records, duration, its phases"
+    )
     args = ap.parse_args()
     print(f"machine: {machine()}")
     tmp = Path(tempfile.mkdtemp(prefix="tg-bench-"))
@@ -150,6 +168,8 @@ def main() -> None:
                         shuffle_partitions=2,
                     )
                     progress = list(run_job(cfg, spark=spark).recentProgress)
+                if args.detail:
+                    print_batches(name, progress)
                 rows, overall, steady = throughput(progress)
                 results[name].append((rows, overall, steady))
                 print(

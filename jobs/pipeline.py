@@ -74,6 +74,8 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         .option("startingOffsets", cfg.starting_offsets)
         .option("checkpoint", cfg.checkpoint)
         .option("minRecordsPerTask", str(MIN_RECORDS_PER_TASK))
+        # one wave of equal read tasks, one per core Spark has (jobs/kafka_source.py)
+        .option("maxTasks", str(spark.sparkContext.defaultParallelism))
         .option("controlRedis", cfg.redis.url)
         .option("controlKey", Keys(cfg.redis.prefix).control)
     )

@@ -13,7 +13,9 @@ import pytest
 from jobs.kafka_source import (
     KafkaPartition,
     KafkaRanges,
+    balance_ranges,
     group_ranges,
+    ranges_of,
     split_limit,
 )
 
@@ -223,3 +225,57 @@ def test_grouping_is_a_function_of_the_ranges() -> None:
     a = group_ranges(_ranges([3, 9_999, 1, 12_000, 7]), 10_000)
     b = group_ranges(_ranges([3, 9_999, 1, 12_000, 7]), 10_000)
     assert [p.value for p in a] == [p.value for p in b]
+
+
+# --- balance_ranges ---------------------------------------------------------------------------
+
+
+def _pieces(parts: list[Any]) -> list[list[tuple[int, int, int]]]:
+    return [[(r.partition, r.start, r.end) for r in ranges_of(p)] for p in parts]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "min_records", "max_tasks", "expected"),
+    [
+        # one wave of two equal tasks: the middle partition is cut where the first task is full
+        ([30, 30, 40], 10, 2, [[(0, 100, 130), (1, 100, 120)], [(1, 120, 130), (2, 100, 140)]]),
+        # too few records for two tasks of min_records: one task reads everything
+        ([5, 5, 5], 10, 2, [[(0, 100, 105), (1, 100, 105), (2, 100, 105)]]),
+        # one big partition is cut into max_tasks tasks
+        ([90, 0, 0], 10, 3, [[(0, 100, 130)], [(0, 130, 160)], [(0, 160, 190)]]),
+        # the count of tasks is limited by min_records before max_tasks
+        ([25, 0, 0], 10, 4, [[(0, 100, 113)], [(0, 113, 125)]]),
+    ],
+)
+def test_balance_ranges_table(
+    sizes: list[int], min_records: int, max_tasks: int, expected: list[list[tuple[int, int, int]]]
+) -> None:
+    ranges = [r for r in _ranges(sizes) if r.end > r.start]
+    assert _pieces(balance_ranges(ranges, min_records, max_tasks)) == expected
+
+
+def test_balance_ranges_reads_every_offset_once_in_equal_tasks() -> None:
+    rng = random.Random(5)
+    for _ in range(300):
+        sizes = [rng.choice([0, 1, 7, 500, 30_000]) for _ in range(rng.randint(1, 6))]
+        ranges = [r for r in _ranges(sizes) if r.end > r.start]
+        if not ranges:
+            continue
+        min_records, max_tasks = rng.choice([1, 100, 10_000]), rng.randint(1, 5)
+        parts = balance_ranges(ranges, min_records, max_tasks)
+        pieces = [x for task in _pieces(parts) for x in task]
+        # the pieces, in order, are exactly the ranges cut at task boundaries
+        for p in {r.partition for r in ranges}:
+            mine = [(a, b) for q, a, b in pieces if q == p]
+            whole = next(r for r in ranges if r.partition == p)
+            assert mine[0][0] == whole.start and mine[-1][1] == whole.end
+            assert all(b == a2 for (_, b), (a2, _) in zip(mine, mine[1:], strict=False))
+        total = sum(r.end - r.start for r in ranges)
+        sizes_of = [sum(b - a for _, a, b in task) for task in _pieces(parts)]
+        assert sum(sizes_of) == total and len(parts) <= max_tasks
+        if len(parts) > 1:  # equal shares of ceil(total / tasks); the last one short by < tasks
+            share = sizes_of[0]
+            assert sizes_of[:-1] == [share] * (len(parts) - 1)
+            assert share - len(parts) < sizes_of[-1] <= share
+            assert share >= min_records
+        assert _pieces(parts) == _pieces(balance_ranges(ranges, min_records, max_tasks))
