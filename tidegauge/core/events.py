@@ -15,6 +15,8 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
+import orjson
+
 __all__ = [
     "BUILT_IN_FIELDS",
     "ContractError",
@@ -217,6 +219,12 @@ _CHECKERS: list[tuple[str, Callable[[Any], Any]]] = []
 _EXTRA_NAMES: list[str] = []
 
 
+#: Where orjson gives a top-level value a float of 2^63 or more, the literal may have been an
+#: integer beyond 64 bits, which the standard library keeps exact: such records are decoded
+#: again by it (`parse_record`).
+_BIG = 2.0**63
+
+
 def _compile() -> None:
     _CHECKERS[:] = [(f.name, f.checker()) for f in event_fields()]
     _EXTRA_NAMES[:] = list(_REGISTERED)
@@ -359,10 +367,39 @@ def _heartbeat(obj: dict[str, Any]) -> Heartbeat:
     )
 
 
+#: Brackets in a value beyond which the fast path leaves it to the standard library, whose
+#: decoder gives up on deep nesting (RecursionError: a dead letter) where orjson would not.
+_FAST_NESTING = 64
+
+
 def parse_record(value: bytes | None) -> Event | Heartbeat | Rejected:
-    """Judge one Kafka record value against the contract. Never raises."""
+    """Judge one Kafka record value against the contract. Never raises.
+
+    Decodes with orjson (C, ~4x faster than the standard library) when it can give exactly
+    what `json.loads` gives; a value it rejects, deeply nested values and objects where a
+    number it turned into a float may have been an integer too big for 64 bits go the standard
+    library's way (`_parse_standard`), which also words every rejection. The two agree on
+    every record (tests/unit/test_events.py checks them against each other).
+    """
     if not value:
         return Rejected(Reason.EMPTY, "record has no value")
+    if value.count(b"[") + value.count(b"{") > _FAST_NESTING:
+        return _parse_standard(value)
+    try:
+        obj = orjson.loads(value)
+    except orjson.JSONDecodeError:  # not UTF-8, not JSON, NaN, a lone surrogate, 1e400...
+        return _parse_standard(value)
+    if not isinstance(obj, dict):
+        return _parse_standard(value)
+    for v in obj.values():
+        if type(v) is float and not -_BIG < v < _BIG:
+            # orjson reads an integer beyond 64 bits as a float: judge the integer instead
+            return _parse_standard(value)
+    return _judge(obj)
+
+
+def _parse_standard(value: bytes) -> Event | Heartbeat | Rejected:
+    """`parse_record` with the standard library's decoder: the reference, and every rejection."""
     try:
         text = value.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -374,6 +411,10 @@ def parse_record(value: bytes | None) -> Event | Heartbeat | Rejected:
         return Rejected(Reason.INVALID_JSON, f"not JSON: {msg}")
     if not isinstance(obj, dict):
         return Rejected(Reason.NOT_AN_OBJECT, f"JSON {type(obj).__name__}, not an object")
+    return _judge(obj)
+
+
+def _judge(obj: dict[str, Any]) -> Event | Heartbeat | Rejected:
     try:
         if obj.get("heartbeat") is True:
             return _heartbeat(obj)
