@@ -5,7 +5,8 @@ which records belong to a transaction, and it relies on the broker's abort index
 ones (which not every Kafka-protocol broker sends, see `jobs/log_batches.py`). So the source
 fetches with the Fetch API itself, through kafka-python's network client (connections, metadata,
 leader lookup and, later, TLS/SASL stay kafka-python's), and decodes each batch with
-kafka-python's record classes. What that buys:
+kafka-python's record classes, or, for an uncompressed data batch, with `jobs/record_decode.py`
+(the same records, ~4x faster). What that buys:
 
 * the batch attributes: producer id, transactional flag, control batches and their markers;
 * a decoding failure pinned to one batch: the codec, the partition and the batch's offset, in a
@@ -32,6 +33,7 @@ from kafka.protocol.consumer import FetchRequest
 from kafka.record import MemoryRecords
 
 from jobs.log_batches import LogBatch, LogRecord, control_type
+from jobs.record_decode import decode_records
 from tidegauge.core.codecs import codec_by_id, missing_library
 
 __all__ = ["FetchResult", "LogClient", "SourceError", "decode_batches"]
@@ -62,8 +64,12 @@ class FetchResult:
     last_stable_offset: int
 
 
-def _decode_one(raw: Any, topic: str, partition: int) -> LogBatch:
-    """A kafka-python batch object as a `LogBatch`, or a `SourceError` naming what failed."""
+def _decode_one(raw: Any, topic: str, partition: int, wire: bytes | None = None) -> LogBatch:
+    """A kafka-python batch object as a `LogBatch`, or a `SourceError` naming what failed.
+
+    `wire` is the batch's bytes: an uncompressed data batch is decoded from them by
+    `jobs.record_decode` (~4x faster), anything else by kafka-python.
+    """
     base = raw.base_offset
     magic = raw.magic
     try:
@@ -73,15 +79,22 @@ def _decode_one(raw: Any, topic: str, partition: int) -> LogBatch:
             if marker is None:  # a control batch of a kind we do not know: skip its offsets
                 return LogBatch(base, raw.next_offset)
             return LogBatch(base, raw.next_offset, raw.producer_id, True, marker)
-        records = [
-            LogRecord(
-                r.offset,
-                r.timestamp if r.timestamp is not None and r.timestamp >= 0 else None,
-                r.key,
-                r.value,
-            )
-            for r in raw
-        ]
+        fast = None
+        if wire is not None and int.from_bytes(wire[:8], "big", signed=True) == base:
+            fast = decode_records(wire)
+        records = (
+            fast
+            if fast is not None
+            else [
+                LogRecord(
+                    r.offset,
+                    r.timestamp if r.timestamp is not None and r.timestamp >= 0 else None,
+                    r.key,
+                    r.value,
+                )
+                for r in raw
+            ]
+        )
     except kafka_errors.UnsupportedCodecError as e:
         codec = codec_by_id(raw.compression_type)
         if codec is None:
@@ -125,6 +138,7 @@ def decode_batches(
     """
     records = MemoryRecords(data)
     out = []
+    pos = 0  # where `raw` starts in `data`: batches follow each other, 12 + length bytes each
     raw = records.next_batch()
     while raw is not None:
         if check_crc and not raw.validate_crc():
@@ -132,7 +146,9 @@ def decode_batches(
                 f"cannot decode {topic}[{partition}]: the record batch at offset "
                 f"{raw.base_offset} fails its CRC check (corrupt on the broker or on the wire)"
             )
-        out.append(_decode_one(raw, topic, partition))
+        size = 12 + int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
+        out.append(_decode_one(raw, topic, partition, bytes(data[pos : pos + size])))
+        pos += size
         raw = records.next_batch()
     return out
 
