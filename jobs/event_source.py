@@ -42,6 +42,7 @@ from tidegauge.core.windows import WindowSpec
 
 __all__ = [
     "CHUNK",
+    "SUMMARY_RECORDS",
     "EventDataSource",
     "EventStreamReader",
     "SummaryDataSource",
@@ -53,6 +54,9 @@ __all__ = [
 #: Records per Arrow chunk handed to the parser: Spark's default Arrow batch size
 #: (`spark.sql.execution.arrow.maxRecordsPerBatch`), which is what `mapInArrow` saw.
 CHUNK = 10_000
+
+#: Parsed records a read task summarises at once (several chunks, several partitions).
+SUMMARY_RECORDS = 100_000
 
 
 def event_source_options(correct_clock_skew: bool) -> dict[str, str]:
@@ -102,6 +106,11 @@ def summary_source_options(
     }
 
 
+def _summary(parsed: list[pa.RecordBatch], clock: BatchClock, cfg: StateConfig) -> pa.RecordBatch:
+    rows = pa.Table.from_batches(parsed).to_pandas()
+    return summary_batch(summarise(rows, clock.watermark_ms, clock.timestamp_ms, cfg))
+
+
 class ClockedPartition(InputPartition):
     """A task's offset ranges and the clock of its batch (picklable)."""
 
@@ -129,15 +138,27 @@ class SummaryStreamReader(EventStreamReader):
         return [ClockedPartition(p, clock) for p in parts]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Executor side: one summary batch per chunk of parsed records (jobs/deltas.py)."""
+        """Executor side: the task's parsed records summarised (jobs/deltas.py).
+
+        Parsed chunk by chunk (`CHUNK`), summarised `SUMMARY_RECORDS` at a time: the fewer the
+        summaries, the fewer partial aggregates to ship and merge, which counts when there are
+        many services with few events each (BENCHMARKS.md, cost curves).
+        """
         assert isinstance(partition, ClockedPartition)
         parse = self._parser()
         cfg = StateConfig(self.specs, self.allowed_lateness_ms, self.late_events_max)
         clock = partition.clock
+        pending: list[pa.RecordBatch] = []
+        held = 0
         for r in ranges_of(partition.ranges):
             for parsed in parse(read_range(r, chunk=CHUNK)):
-                cols = summarise(parsed.to_pandas(), clock.watermark_ms, clock.timestamp_ms, cfg)
-                yield summary_batch(cols)
+                pending.append(parsed)
+                held += parsed.num_rows
+                if held >= SUMMARY_RECORDS:
+                    yield _summary(pending, clock, cfg)
+                    pending, held = [], 0
+        if pending:
+            yield _summary(pending, clock, cfg)
 
 
 class EventDataSource(KafkaDataSource):
