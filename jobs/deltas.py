@@ -1,8 +1,9 @@
 """What one chunk of records does to each service's windows, decided in the read task.
 
 The job's source (jobs/event_source.py) reads up to `CHUNK` records of one Kafka partition at a
-time, parses them (jobs/parse.py) and summarises them here, so what crosses into the JVM, the
-shuffle and the stateful step is a few rows per service and chunk, not one wide row per record
+time, parses them (jobs/parse.py) and summarises up to `SUMMARY_RECORDS` of them at once here
+(a "chunk" below), so what crosses into the JVM, the shuffle and the stateful step is a few rows
+per service and chunk, not one wide row per record
 (BENCHMARKS.md, issue 12). The summary applies exactly the rules the stateful step used to apply
 to raw rows, against the batch's watermark, which the planner reads from Spark's offset log
 (jobs/offset_log.py) and the stateful step checks. Summary rows (`SUMMARY_SCHEMA`):
