@@ -27,8 +27,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.types import StructType
+from pyspark.sql.datasource import InputPartition
 
 from jobs.aggregate import StateConfig
 from jobs.deltas import SUMMARY_SCHEMA, summarise, summary_batch
@@ -178,12 +177,7 @@ class EventDataSource(KafkaDataSource):
         load_plugins(json.loads(self.options.get("plugins", "[]")))
         return parsed_schema()[0]
 
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        """The planner for one query."""
-        for required in ("bootstrap", "topic"):
-            if not self.options.get(required):
-                raise ValueError(f"tidegauge-events source needs option {required!r}")
-        return EventStreamReader(self.options)
+    reader_class = EventStreamReader
 
 
 class SummaryDataSource(EventDataSource):
@@ -198,9 +192,5 @@ class SummaryDataSource(EventDataSource):
         """Summary rows (jobs/deltas.py), whatever the plugins."""
         return SUMMARY_SCHEMA
 
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        """The planner for one query."""
-        for required in ("bootstrap", "topic", "windows"):
-            if not self.options.get(required):
-                raise ValueError(f"tidegauge-summaries source needs option {required!r}")
-        return SummaryStreamReader(self.options)
+    required_options = ("bootstrap", "topic", "windows")
+    reader_class = SummaryStreamReader

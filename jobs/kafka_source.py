@@ -406,9 +406,13 @@ class KafkaDataSource(DataSource):
         """Raw record schema; parsing into events happens downstream (jobs/parse.py)."""
         return SCHEMA
 
+    #: Options a query must give this source, and the planner class it gets.
+    required_options: tuple[str, ...] = ("bootstrap", "topic")
+    reader_class: type[KafkaStreamReader] = KafkaStreamReader
+
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        """The planner for one query."""
-        for required in ("bootstrap", "topic"):
+        """The planner for one query; a clear error for a missing required option."""
+        for required in self.required_options:
             if not self.options.get(required):
-                raise ValueError(f"tidegauge-kafka source needs option {required!r}")
-        return KafkaStreamReader(self.options)
+                raise ValueError(f"{self.name()} source needs option {required!r}")
+        return self.reader_class(self.options)
