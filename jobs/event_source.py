@@ -31,7 +31,7 @@ from pyspark.sql.datasource import InputPartition
 
 from jobs.aggregate import StateConfig
 from jobs.deltas import SUMMARY_SCHEMA, summarise, summary_batch
-from jobs.kafka_source import KafkaDataSource, KafkaStreamReader, ranges_of, read_range
+from jobs.kafka_source import KafkaDataSource, KafkaStreamReader, ranges_of, read_ranges
 from jobs.offset_log import BatchClock, batch_clock
 from jobs.parse import make_parser, parsed_schema
 from tidegauge.core.events import event_fields
@@ -86,8 +86,7 @@ class EventStreamReader(KafkaStreamReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor side: the parsed records of one range, or of several one after another."""
         parse = self._parser()
-        for r in ranges_of(partition):
-            yield from parse(read_range(r, chunk=CHUNK))
+        yield from parse(read_ranges(ranges_of(partition), chunk=CHUNK))
 
 
 def summary_source_options(
@@ -149,13 +148,12 @@ class SummaryStreamReader(EventStreamReader):
         clock = partition.clock
         pending: list[pa.RecordBatch] = []
         held = 0
-        for r in ranges_of(partition.ranges):
-            for parsed in parse(read_range(r, chunk=CHUNK)):
-                pending.append(parsed)
-                held += parsed.num_rows
-                if held >= SUMMARY_RECORDS:
-                    yield _summary(pending, clock, cfg)
-                    pending, held = [], 0
+        for parsed in parse(read_ranges(ranges_of(partition.ranges), chunk=CHUNK)):
+            pending.append(parsed)
+            held += parsed.num_rows
+            if held >= SUMMARY_RECORDS:
+                yield _summary(pending, clock, cfg)
+                pending, held = [], 0
         if pending:
             yield _summary(pending, clock, cfg)
 

@@ -23,7 +23,7 @@ them, so an upgrade that moves them fails there.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,15 +202,11 @@ class LogClient:
         parts = list(partitions)
         tps = [TopicPartition(self.topic, p) for p in parts]
         listed = {tp.partition: off for tp, off in self._consumer.end_offsets(tps).items()}
-        out = {}
-        for p in parts:
-            if listed[p] <= 0:
-                out[p] = max(listed[p], 0)
-                continue
-            result = self.fetch(
-                p, listed[p] - 1, max_bytes=1024 * 1024, max_wait_ms=10, decode=False
-            )
-            out[p] = result.last_stable_offset
+        out = {p: max(listed[p], 0) for p in parts if listed[p] <= 0}
+        asked = {p: listed[p] - 1 for p in parts if listed[p] > 0}
+        if asked:
+            answers = self.fetch_many(asked, max_bytes=1024 * 1024, max_wait_ms=10, decode=False)
+            out.update({p: r.last_stable_offset for p, r in answers.items()})
         return out
 
     def _leader(self, partition: int, timeout_s: float) -> Any:
@@ -255,14 +251,72 @@ class LogClient:
     ) -> FetchResult:
         """The batches from the one holding `offset` on (read committed), up to ~`max_bytes`.
 
-        Retries while the partition has no leader or the leader moves; an offset the log no
-        longer holds (deleted by retention) is a `SourceError`, never a silent jump. With
-        `decode=False` only the offsets are wanted: no batches are decoded (the planner asks so,
-        and never needs the codecs).
+        One partition of `fetch_many`, which says what is retried and what is an error.
         """
-        client = self._consumer._client
+        return self.fetch_many({partition: offset}, max_bytes, max_wait_ms, timeout_s, decode)[
+            partition
+        ]
+
+    def fetch_many(
+        self,
+        offsets: Mapping[int, int],
+        max_bytes: int = 8 * 1024 * 1024,
+        max_wait_ms: int = 500,
+        timeout_s: float = 30.0,
+        decode: bool = True,
+    ) -> dict[int, FetchResult]:
+        """Several partitions at once: one Fetch request per leader, not one per partition.
+
+        Each partition gets batches from the one holding its offset on (read committed), up to
+        ~`max_bytes` (the response as a whole too). One request instead of one per partition is
+        what a read task of several partitions spends least on at a low rate (each round trip
+        costs milliseconds of waiting, BENCHMARKS.md). Retries while a partition has no leader
+        or the leader moves; a partition the broker leaves out of its answer is asked for again;
+        an offset the log no longer holds (deleted by retention) is a `SourceError`, never a
+        silent jump. With `decode=False` only the offsets are wanted: no batches are decoded
+        (the planner asks so, and never needs the codecs).
+        """
         deadline = time.monotonic() + timeout_s
-        request = FetchRequest(
+        out: dict[int, FetchResult] = {}
+        todo = dict(offsets)
+        why: dict[int, str] = {}
+        while todo:
+            by_leader: dict[Any, list[int]] = {}
+            for p in sorted(todo):
+                leader = self._leader(p, max(0.0, deadline - time.monotonic()))
+                by_leader.setdefault(leader, []).append(p)
+            retry = False
+            for leader, parts in by_leader.items():
+                request = self._fetch_request({p: todo[p] for p in parts}, max_bytes, max_wait_ms)
+                response = self._request(leader, request, timeout_ms=max_wait_ms + 30_000)
+                answers = {
+                    pd.partition_index: pd for t in response.responses for pd in t.partitions
+                }
+                for p in parts:
+                    data = answers.get(p)
+                    if data is None:  # left out: nothing to say yet, ask again
+                        continue
+                    result = self._fetch_result(p, todo[p], data, decode)
+                    if result is None:
+                        retry = True
+                        why[p] = f"{kafka_errors.for_code(data.error_code).__name__}, retried"
+                        continue
+                    out[p] = result
+                    del todo[p]
+            if todo:
+                if time.monotonic() > deadline:
+                    first = min(todo)
+                    raise SourceError(
+                        f"{self.topic}[{first}]: no fetch answer for offset {todo[first]} "
+                        f"after {timeout_s:.0f} s ({why.get(first, 'left out of every answer')})"
+                    )
+                if retry:
+                    self._consumer._client.cluster.request_update()
+                time.sleep(0.2 if retry else 0.05)
+        return out
+
+    def _fetch_request(self, offsets: Mapping[int, int], max_bytes: int, max_wait_ms: int) -> Any:
+        return FetchRequest(
             max_wait_ms=max_wait_ms,
             min_bytes=1,
             max_bytes=max_bytes,
@@ -274,12 +328,13 @@ class LogClient:
                     topic=self.topic,
                     partitions=[
                         FetchRequest.FetchTopic.FetchPartition(
-                            partition=partition,
+                            partition=p,
                             current_leader_epoch=-1,
-                            fetch_offset=offset,
+                            fetch_offset=off,
                             last_fetched_epoch=-1,
                             partition_max_bytes=max_bytes,
                         )
+                        for p, off in sorted(offsets.items())
                     ],
                 )
             ],
@@ -288,45 +343,29 @@ class LogClient:
             min_version=_FETCH_MIN_VERSION,
             max_version=_FETCH_MAX_VERSION,
         )
-        while True:
-            leader = self._leader(partition, max(0.0, deadline - time.monotonic()))
-            response = self._request(leader, request, timeout_ms=max_wait_ms + 30_000)
-            data = next(
-                (
-                    pd
-                    for t in response.responses
-                    for pd in t.partitions
-                    if pd.partition_index == partition
-                ),
-                None,
+
+    def _fetch_result(
+        self, partition: int, offset: int, data: Any, decode: bool
+    ) -> FetchResult | None:
+        """One partition's answer, None for a retriable error, `SourceError` for the others."""
+        error = kafka_errors.for_code(data.error_code)
+        if error is kafka_errors.NoError:
+            hw = data.high_watermark
+            lso = data.last_stable_offset
+            raw = data.records or b""
+            return FetchResult(
+                decode_batches(raw, self.topic, partition) if decode else [],
+                hw,
+                lso if lso is not None and lso >= 0 else hw,
             )
-            if data is None:  # the broker left the partition out: nothing to say yet, ask again
-                if time.monotonic() > deadline:
-                    raise SourceError(
-                        f"{self.topic}[{partition}]: no fetch answer for offset {offset} "
-                        f"after {timeout_s:.0f} s"
-                    )
-                time.sleep(0.05)
-                continue
-            error = kafka_errors.for_code(data.error_code)
-            if error is kafka_errors.NoError:
-                hw = data.high_watermark
-                lso = data.last_stable_offset
-                raw = data.records or b""
-                return FetchResult(
-                    decode_batches(raw, self.topic, partition) if decode else [],
-                    hw,
-                    lso if lso is not None and lso >= 0 else hw,
-                )
-            if error is kafka_errors.OffsetOutOfRangeError:
-                raise SourceError(
-                    f"{self.topic}[{partition}]: offset {offset} is out of range on the broker "
-                    "(deleted by retention?); the checkpoint points at data that no longer "
-                    "exists: start over with a new --checkpoint"
-                )
-            if not getattr(error, "retriable", False) or time.monotonic() > deadline:
-                raise SourceError(
-                    f"{self.topic}[{partition}]: fetch at offset {offset} failed: {error.__name__}"
-                )
-            client.cluster.request_update()
-            time.sleep(0.2)
+        if error is kafka_errors.OffsetOutOfRangeError:
+            raise SourceError(
+                f"{self.topic}[{partition}]: offset {offset} is out of range on the broker "
+                "(deleted by retention?); the checkpoint points at data that no longer "
+                "exists: start over with a new --checkpoint"
+            )
+        if not getattr(error, "retriable", False):
+            raise SourceError(
+                f"{self.topic}[{partition}]: fetch at offset {offset} failed: {error.__name__}"
+            )
+        return None

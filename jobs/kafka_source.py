@@ -23,14 +23,14 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from jobs.kafka_log import LogClient, SourceError
+from jobs.kafka_log import FetchResult, LogClient, SourceError
 from jobs.log_batches import CommittedRange
 from jobs.offset_log import Offsets, checkpointed_end
 from tidegauge.core.store.keys import ControlFields
@@ -45,6 +45,7 @@ __all__ = [
     "group_ranges",
     "ranges_of",
     "read_range",
+    "read_ranges",
     "split_limit",
     "true_end_offsets",
 ]
@@ -198,54 +199,119 @@ def ranges_of(partition: InputPartition) -> list[KafkaPartition]:
 def read_range(part: KafkaPartition, chunk: int = 20_000) -> Iterator[pa.RecordBatch]:
     """Executor side: the committed records of [start, end) of one partition, as Arrow batches.
 
-    Reads batch by batch (`jobs/kafka_log.py`) and lets `CommittedRange` decide which records
-    count: records of aborted transactions never do, and reading goes on past `end` until every
-    transaction with records in the range has ended. Transaction markers take offsets but are
-    never rows. A range the broker does not serve within the poll timeout is an error, as is a
-    batch that cannot be decoded (`SourceError`, one line: codec, partition, offset, remedy).
+    `read_ranges` of one range.
     """
-    client = _reader_client(part.bootstrap, part.topic)
-    committed = CommittedRange(part.start, part.end)
+    return read_ranges([part], chunk)
+
+
+class _Cursor:
+    """Where reading one range stands, and its rows not yet handed out."""
+
+    def __init__(self, part: KafkaPartition) -> None:
+        self.part = part
+        self.committed = CommittedRange(part.start, part.end)
+        self.pos = part.start
+        self.quiet_since = time.monotonic()
+        self.cols: dict[str, list[Any]] = _empty_cols()
+        self.ready: list[pa.RecordBatch] = []
+
+    def done(self) -> bool:
+        return self.committed.complete(self.pos)
+
+    def take(self, result: FetchResult, chunk: int) -> None:
+        """Feed one fetch answer; the range's rows go to `ready` whenever `chunk` are held."""
+        part, cols = self.part, self.cols
+        for batch in result.batches:
+            if batch.next_offset <= self.pos:
+                continue  # the batch holding `pos` may start before it
+            for rec in self.committed.feed(batch):
+                cols["partition"].append(part.partition)
+                cols["offset"].append(rec.offset)
+                ts = rec.timestamp_ms
+                cols["timestamp"].append(ts * 1000 if ts is not None else None)
+                cols["key"].append(rec.key)
+                cols["value"].append(rec.value)
+                if len(cols["offset"]) >= chunk:
+                    self.ready.append(self.flush())
+                    cols = self.cols
+            self.pos = batch.next_offset
+            self.quiet_since = time.monotonic()
+        if not result.batches and time.monotonic() - self.quiet_since > part.poll_timeout_ms / 1000:
+            what = (
+                f"offsets {self.pos}..{part.end} not readable"
+                if self.pos < part.end
+                else f"transactions of producers {sorted(self.committed.waiting)} not ended "
+                f"at offset {self.pos}"
+            )
+            raise SourceError(
+                f"{part.topic}[{part.partition}]: {what} after {part.poll_timeout_ms} ms "
+                f"(last stable offset {result.last_stable_offset}; deleted by retention, "
+                "or broker down?)"
+            )
+
+    def flush(self) -> pa.RecordBatch:
+        batch = pa.RecordBatch.from_pydict(self.cols, schema=_ARROW_SCHEMA)
+        self.cols = _empty_cols()
+        return batch
+
+
+def _in_order(cursors: list[_Cursor], shown: int) -> Generator[pa.RecordBatch, None, int]:
+    """Hand out ready rows in the order of the ranges; returns how many cursors are finished.
+
+    Never in the order fetches happen to answer: a task's batches are the same on every replay.
+    """
+    while shown < len(cursors):
+        c = cursors[shown]
+        yield from c.ready
+        c.ready = []
+        if not c.done():
+            break
+        if c.cols["offset"]:
+            yield c.flush()
+        shown += 1
+    return shown
+
+
+def _empty_cols() -> dict[str, list[Any]]:
+    return {n: [] for n in _ARROW_SCHEMA.names}
+
+
+def read_ranges(parts: list[KafkaPartition], chunk: int = 20_000) -> Iterator[pa.RecordBatch]:
+    """Executor side: the committed records of several ranges, as Arrow batches.
+
+    Every round fetches all unfinished ranges in one request (`LogClient.fetch_many`), one
+    range per partition at a time. Reads batch by batch (`jobs/kafka_log.py`) and lets
+    `CommittedRange` decide which records count: records of aborted transactions never do, and
+    reading goes on past a range's end until every transaction with records in it has ended.
+    Transaction markers take offsets but are never rows. Batches hold one range's rows each,
+    `chunk` at most, and come in the order of `parts`. A range the broker does not
+    serve within the poll timeout is an error, as is a batch that cannot be decoded
+    (`SourceError`, one line: codec, partition, offset, remedy). All ranges share one topic.
+    """
+    if not parts:
+        return
+    first = parts[0]
+    client = _reader_client(first.bootstrap, first.topic)
+    cursors = [_Cursor(p) for p in parts]
+    shown = 0  # cursors before this one have handed out all their rows
     ok = False
     try:
-        cols: dict[str, list[Any]] = {n: [] for n in _ARROW_SCHEMA.names}
-        pos = part.start
-        quiet_since = time.monotonic()
-        while not committed.complete(pos):
-            result = client.fetch(part.partition, pos)
-            for batch in result.batches:
-                if batch.next_offset <= pos:
-                    continue  # the batch holding `pos` may start before it
-                for rec in committed.feed(batch):
-                    cols["partition"].append(part.partition)
-                    cols["offset"].append(rec.offset)
-                    ts = rec.timestamp_ms
-                    cols["timestamp"].append(ts * 1000 if ts is not None else None)
-                    cols["key"].append(rec.key)
-                    cols["value"].append(rec.value)
-                    if len(cols["offset"]) >= chunk:
-                        yield pa.RecordBatch.from_pydict(cols, schema=_ARROW_SCHEMA)
-                        cols = {n: [] for n in _ARROW_SCHEMA.names}
-                pos = batch.next_offset
-                quiet_since = time.monotonic()
-            if not result.batches and time.monotonic() - quiet_since > part.poll_timeout_ms / 1000:
-                what = (
-                    f"offsets {pos}..{part.end} not readable"
-                    if pos < part.end
-                    else f"transactions of producers {sorted(committed.waiting)} not ended "
-                    f"at offset {pos}"
-                )
-                raise SourceError(
-                    f"{part.topic}[{part.partition}]: {what} after {part.poll_timeout_ms} ms "
-                    f"(last stable offset {result.last_stable_offset}; deleted by retention, "
-                    "or broker down?)"
-                )
-        if cols["offset"]:
-            yield pa.RecordBatch.from_pydict(cols, schema=_ARROW_SCHEMA)
+        while True:
+            active: dict[int, _Cursor] = {}
+            for c in cursors:  # the first unfinished range of each partition
+                if not c.done() and c.part.partition not in active:
+                    active[c.part.partition] = c
+            if not active:
+                break
+            results = client.fetch_many({p: c.pos for p, c in active.items()})
+            for p, c in active.items():
+                c.take(results[p], chunk)
+            shown = yield from _in_order(cursors, shown)
+        yield from _in_order(cursors, shown)
         ok = True
     finally:
         if not ok:  # a failed or abandoned read may leave a half-read response: start afresh
-            _drop_reader_client(part.bootstrap, part.topic)
+            _drop_reader_client(first.bootstrap, first.topic)
 
 
 #: Executor side: one client per (bootstrap, topic) and Python worker, kept across tasks and
@@ -373,7 +439,7 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor side: the records of one partition range, or of several one after another."""
-        return (b for r in ranges_of(partition) for b in read_range(r))
+        return read_ranges(ranges_of(partition))
 
     def commit(self, end: dict) -> None:
         """Spark finished everything up to `end`; remember it as the base for the next batch."""

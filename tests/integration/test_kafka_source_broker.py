@@ -19,7 +19,13 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from jobs.kafka_log import LogClient
-from jobs.kafka_source import KafkaPartition, KafkaStreamReader, read_range, true_end_offsets
+from jobs.kafka_source import (
+    KafkaPartition,
+    KafkaStreamReader,
+    read_range,
+    read_ranges,
+    true_end_offsets,
+)
 from tidegauge.core.config import KafkaSettings
 
 T0 = 1_800_000_000_000  # record timestamps (epoch ms)
@@ -224,6 +230,45 @@ def test_read_range_in_chunks(make_topic: Callable[[int], Topic]) -> None:
     assert rows == topic.records[0][5:995]
     assert len(batches) >= 5
     assert all(b.num_rows < 200 for b in batches)
+
+
+def test_read_ranges_of_several_partitions_in_order(make_topic: Callable[[int], Topic]) -> None:
+    """One task's ranges, fetched together: each range's rows, in the order of the ranges,
+    batches never mixing two ranges; a partition named twice is read range after range."""
+    topic = make_topic(3)
+    topic.produce({0: 900, 1: 700, 2: 500})
+    spec = [(2, 10, 480), (0, 0, 900), (1, 100, 101), (0, 900, 900), (1, 200, 650), (1, 650, 700)]
+    parts = [
+        KafkaPartition(topic.kafka.bootstrap, topic.kafka.topic, p, a, b, 10_000)
+        for p, a, b in spec
+    ]
+    batches = list(read_ranges(parts, chunk=128))
+    assert all(b.num_rows <= 128 for b in batches)
+    rows = [
+        (r["partition"], r["offset"], r["key"], r["value"]) for b in batches for r in b.to_pylist()
+    ]
+    expected = [r[:4] for p, a, b in spec for r in topic.records[p][a:b]]
+    assert rows == expected
+    for b in batches:  # one range per batch
+        offsets = b.column("offset").to_pylist()
+        assert len(set(b.column("partition").to_pylist())) == 1
+        assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
+
+
+def test_fetch_many_answers_every_partition_asked(make_topic: Callable[[int], Topic]) -> None:
+    topic = make_topic(3)
+    topic.produce({0: 300, 1: 200, 2: 100})
+    client = LogClient(topic.kafka.bootstrap, topic.kafka.topic, client_id="test-fetch-many")
+    try:
+        answers = client.fetch_many({0: 250, 1: 0, 2: 99})
+        assert sorted(answers) == [0, 1, 2]
+        for p, hw in ((0, 300), (1, 200), (2, 100)):
+            assert answers[p].high_watermark == hw
+            assert answers[p].last_stable_offset == hw
+            assert answers[p].batches and answers[p].batches[-1].next_offset == hw
+        assert client.stable_end_offsets([0, 1, 2]) == {0: 300, 1: 200, 2: 100}
+    finally:
+        client.close()
 
 
 def test_read_range_empty_range(make_topic: Callable[[int], Topic]) -> None:
