@@ -262,25 +262,58 @@ def _int_or_none(v: Any) -> int | None:
     return None if v is None or pd.isna(v) else int(v)
 
 
+#: One service's events, column by column (numpy arrays of equal length, in Kafka order):
+#: what `service_delta` reads. Built once per summary by `_event_columns` and sliced per service,
+#: which costs a fraction of pandas' per-group frames (BENCHMARKS.md, issue 12).
+Columns = dict[str, npt.NDArray[Any]]
+
+
+def _event_columns(
+    pdf: pd.DataFrame, rows: npt.NDArray[np.bool_], fields: tuple[EventField, ...] = ()
+) -> Columns:
+    """The parsed event `rows` that `service_delta` needs, as numpy arrays (NaN / -1 = absent)."""
+    cols: Columns = {
+        "service": pdf["service"].to_numpy(dtype=object),
+        "event_ms": pdf["event_ms"].to_numpy(dtype=np.int64, na_value=0),
+        "kafka_ms": pdf["kafka_ms"].to_numpy(dtype=np.float64, na_value=np.nan),
+        "user_id": pdf["user_id"].to_numpy(dtype=object),
+        "latency_ms": pdf["latency_ms"].to_numpy(dtype=np.float64, na_value=np.nan),
+        "status": pdf["status"].to_numpy(dtype=np.int64, na_value=-1),
+        "partition": pdf["partition"].to_numpy(dtype=np.int64),
+        "offset": pdf["offset"].to_numpy(dtype=np.int64),
+        "event_id": pdf["event_id"].to_numpy(dtype=object),
+    }
+    if "clock_offset_ms" in pdf:
+        cols["clock_offset_ms"] = pdf["clock_offset_ms"].to_numpy(dtype=np.float64, na_value=np.nan)
+    for name, col in (_extra_columns(pdf, fields) or {}).items():
+        cols[_EXTRA + name] = col
+    return {k: v[rows] for k, v in cols.items()}
+
+
+#: Prefix of registered event fields' columns in `Columns`.
+_EXTRA = "extra:"
+
+
 def service_delta(
-    pdf: pd.DataFrame, watermark_ms: int, proc_ms: int | None, cfg: DeltaSettings
+    cols: Columns, watermark_ms: int, proc_ms: int | None, cfg: DeltaSettings
 ) -> ServiceDelta:
-    """The delta of one service's events (parsed rows in Kafka order) against the watermark."""
+    """The delta of one service's events (`Columns`, Kafka order) against the watermark."""
     front = frontier(watermark_ms, cfg.allowed_lateness_ms)
-    event_ms = pdf["event_ms"].to_numpy(dtype=np.int64)
-    arrival = pdf["kafka_ms"].to_numpy(dtype=np.float64, na_value=np.nan)
-    users = pdf["user_id"].to_numpy(dtype=object)
+    event_ms = cols["event_ms"]
+    arrival = cols["kafka_ms"]
+    users = cols["user_id"]
+    extra = {k[len(_EXTRA) :]: v for k, v in cols.items() if k.startswith(_EXTRA)}
     window_specs = tuple(s for s in cfg.specs if s.kind != "session")
     sw = ServiceWindows(window_specs)
     added = sw.add(
         event_ms,
-        pdf["latency_ms"].to_numpy(dtype=np.float64, na_value=np.nan),
-        pdf["status"].to_numpy(dtype=np.int64, na_value=-1),
+        cols["latency_ms"],
+        cols["status"],
         users,
         watermark_ms,
         arrival_ms=arrival,
         frontier_ms=front,
-        extra=_extra_columns(pdf, cfg.fields),
+        extra=extra or None,
     )
     out = ServiceDelta(watermark_ms, proc_ms, sw.panes, added.late, added.stragglers)
     if len(window_specs) != len(cfg.specs):
@@ -301,24 +334,39 @@ def service_delta(
             out.arrivals[(domain, start)] = counts
     late_idx = np.flatnonzero(classes == LATE)[: cfg.late_events_max]
     if len(late_idx):
-        part = pdf.iloc[late_idx]
-        clocks = (
-            part["clock_offset_ms"].tolist()
-            if "clock_offset_ms" in part
-            else [None] * len(late_idx)
-        )
+        clock = cols.get("clock_offset_ms")
+        clocks = clock[late_idx].tolist() if clock is not None else [None] * len(late_idx)
         out.late_events = [
             LateFact(int(p), int(o), _int_or_none(k), int(e), eid, _int_or_none(c))
             for p, o, k, e, eid, c in zip(
-                part["partition"].tolist(),
-                part["offset"].tolist(),
-                part["kafka_ms"].tolist(),
-                part["event_ms"].tolist(),
-                part["event_id"].tolist(),
+                cols["partition"][late_idx].tolist(),
+                cols["offset"][late_idx].tolist(),
+                arrival[late_idx].tolist(),
+                event_ms[late_idx].tolist(),
+                cols["event_id"][late_idx].tolist(),
                 clocks,
                 strict=True,
             )
         ]
+    return out
+
+
+def _by_service(cols: Columns, services: npt.NDArray[Any]) -> list[tuple[str, Columns]]:
+    """The columns split per service, services in sorted order, rows keeping their order.
+
+    Rows without a service are left out (as pandas' groupby does).
+    """
+    codes, names = pd.factorize(services, sort=True)
+    keep = codes >= 0
+    if keep.all() and len(names) == 1:
+        return [(str(names[0]), cols)]
+    order = np.argsort(codes[keep], kind="stable")
+    rows = np.flatnonzero(keep)[order]
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(codes[keep], minlength=len(names)))))
+    out = []
+    for i, name in enumerate(names.tolist()):
+        idx = rows[bounds[i] : bounds[i + 1]]
+        out.append((str(name), {k: v[idx] for k, v in cols.items()}))
     return out
 
 
@@ -334,34 +382,37 @@ def summarise(
     cols: dict[str, list[Any]] = {name: [] for name in _NAMES}
     if not len(pdf):
         return cols
-    kind = pdf["kind"]
-    events = pdf[kind == KIND_EVENT]
-    if len(events) and not _in_kafka_order(events):
-        events = events.sort_values(["partition", "offset"], kind="stable")
-    if len(events):
-        for service, g in events.groupby("service", sort=True):
+    kind = pdf["kind"].to_numpy(dtype=object)
+    is_event = kind == KIND_EVENT
+    if is_event.any():
+        events = _event_columns(pdf, is_event, cfg.fields)
+        p, o = events["partition"], events["offset"]
+        if not bool(np.all((p[1:] > p[:-1]) | ((p[1:] == p[:-1]) & (o[1:] >= o[:-1])))):
+            order = np.lexsort((o, p))  # Kafka order, stable
+            events = {k: v[order] for k, v in events.items()}
+        for service, g in _by_service(events, events.pop("service")):
             delta = service_delta(g, watermark_ms, proc_ms, cfg)
             _row(
                 cols,
                 kind=KIND_DELTA,
-                service=str(service),
+                service=service,
                 event_time=int(g["event_ms"].max()),
-                partition=int(g["partition"].iloc[0]),
-                offset=int(g["offset"].iloc[0]),
-                count=len(g),
+                partition=int(g["partition"][0]),
+                offset=int(g["offset"][0]),
+                count=len(g["event_ms"]),
                 blob=delta.to_bytes(),
             )
-    beats = pdf[kind == KIND_HEARTBEAT]
-    if len(beats):
+    is_beat = kind == KIND_HEARTBEAT
+    if is_beat.any():
         _row(
             cols,
             kind=KIND_HEARTBEAT,
-            event_time=int(beats["event_ms"].max()),
-            partition=int(beats["partition"].iloc[0]),
-            offset=int(beats["offset"].iloc[0]),
-            count=len(beats),
+            event_time=int(pdf["event_ms"].to_numpy(dtype=np.int64, na_value=0)[is_beat].max()),
+            partition=int(pdf["partition"].to_numpy(dtype=np.int64)[is_beat][0]),
+            offset=int(pdf["offset"].to_numpy(dtype=np.int64)[is_beat][0]),
+            count=int(np.count_nonzero(is_beat)),
         )
-    dead = pdf[kind == KIND_DEAD]
+    dead = pdf[kind == KIND_DEAD] if (kind == KIND_DEAD).any() else pdf.iloc[0:0]
     for p, o, k, reason, detail, raw, size in zip(
         dead["partition"].tolist(),
         dead["offset"].tolist(),
@@ -392,11 +443,6 @@ def summarise(
         blob=encode_times(pdf["kafka_ms"].to_numpy(dtype=np.float64, na_value=np.nan)),
     )
     return cols
-
-
-def _in_kafka_order(pdf: pd.DataFrame) -> bool:
-    p, o = pdf["partition"].to_numpy(np.int64), pdf["offset"].to_numpy(np.int64)
-    return bool(np.all((p[1:] > p[:-1]) | ((p[1:] == p[:-1]) & (o[1:] >= o[:-1]))))
 
 
 def summary_batch(cols: dict[str, list[Any]]) -> pa.RecordBatch:
