@@ -86,6 +86,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="groups the services are hashed onto in Spark state (default 4; fixed for a "
         "checkpoint)",
     )
+    p.add_argument(
+        "--conf",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a Spark setting, as spark-submit takes it (repeat for several); applied over "
+        "Tidegauge's own, Java options are added to Tidegauge's (docs/operations.md)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log every batch")
 
 
@@ -157,7 +164,12 @@ def run(args: argparse.Namespace) -> int:
     )
     started = time.monotonic()
     try:
-        spark = build_session(cfg.master, shuffle_partitions=cfg.shuffle_partitions)
+        spark = build_session(
+            cfg.master,
+            shuffle_partitions=cfg.shuffle_partitions,
+            conf=cfg.spark_conf,
+            checkpoint=cfg.checkpoint,
+        )
         if not args.verbose:
             quiet_task_failures(spark)
         query = run_job(cfg, spark, stop=lambda: stopping["flag"])

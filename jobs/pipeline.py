@@ -219,7 +219,12 @@ def run_job(
     cfg: JobConfig, spark: SparkSession | None = None, stop: Callable[[], bool] | None = None
 ) -> StreamingQuery:
     """Run the job until `available-now` has drained the topic, `stop()` says so, or it fails."""
-    spark = spark or build_session(cfg.master, shuffle_partitions=cfg.shuffle_partitions)
+    spark = spark or build_session(
+        cfg.master,
+        shuffle_partitions=cfg.shuffle_partitions,
+        conf=cfg.spark_conf,
+        checkpoint=cfg.checkpoint,
+    )
     query, listener = start_query(spark, cfg)
     try:
         if cfg.trigger == "available-now":

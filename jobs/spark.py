@@ -7,10 +7,18 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
 
-__all__ = ["build_session", "ensure_java", "quiet_task_failures"]
+__all__ = [
+    "build_session",
+    "ensure_java",
+    "local_checkpoint",
+    "quiet_task_failures",
+    "session_settings",
+]
 
 
 def _java_major(java: str) -> int | None:
@@ -56,39 +64,85 @@ def _daemon_module(master: str) -> str:
     return "jobs.worker_daemon" if master.strip().startswith("local") else "pyspark.daemon"
 
 
+def local_checkpoint(path: str) -> bool:
+    """Whether a checkpoint location is on the local file system (no scheme, or `file:`)."""
+    scheme = urlsplit(path).scheme
+    return scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt")
+
+
+#: Java options of the driver JVM (which is also the executor in local mode).
+_JAVA_OPTIONS = "-Dlog4j2.level=WARN"
+
+
+def session_settings(
+    master: str,
+    shuffle_partitions: int = 4,
+    ui: bool = True,
+    conf: Sequence[tuple[str, str]] = (),
+    checkpoint: str | None = None,
+) -> dict[str, str]:
+    """The Spark settings of a Tidegauge session: Tidegauge's own, then the job's `--conf`.
+
+    A `--conf` replaces Tidegauge's value, except that Java options
+    (`spark.driver.extraJavaOptions`) are added to Tidegauge's own. With a `checkpoint` on the
+    local disk, Spark's checkpoint checksum files are off unless `conf` turns them on.
+    """
+    out = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.ui.enabled": "true" if ui else "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.driver.extraJavaOptions": _JAVA_OPTIONS,
+        # Python workers without the per-task archive re-read and gc pass
+        # (jobs/worker_daemon.py). Local masters only: executors elsewhere may not have the
+        # project installed, and a daemon module that cannot be imported there would keep
+        # every Python worker from starting.
+        "spark.python.daemon.module": _daemon_module(master),
+        # Checkpoint files through Hadoop's FileSystem API (write a temporary file, rename it:
+        # atomic on local disks and HDFS) instead of FileContext, which on a local disk without
+        # Hadoop's native library forks `readlink` for every file: 3x less commit time per batch.
+        "spark.sql.streaming.checkpointFileManagerClass": _FS_CHECKPOINTS,
+        # The JVM sees a few summary rows per service and chunk (jobs/deltas.py), not a row per
+        # record, so whole-stage code generation has nothing to speed up; it did compile new
+        # code for every micro-batch (Janino, then the JIT): 25 % of the job's CPU at 200
+        # events/s, -15 % batch time (BENCHMARKS.md, issue 12).
+        "spark.sql.codegen.wholeStage": "false",
+    }
+    if checkpoint is not None and local_checkpoint(checkpoint):
+        # On a local disk Hadoop's LocalFileSystem already writes a .crc file beside every
+        # checkpoint file and verifies it on read; Spark 4.1's own checksum files repeat that
+        # protection and double the files (and the chmod processes) of every batch.
+        out["spark.sql.streaming.checkpoint.fileChecksum.enabled"] = "false"
+    for key, value in conf:
+        if key == "spark.driver.extraJavaOptions":
+            value = f"{_JAVA_OPTIONS} {value}"
+        out[key] = value
+    return out
+
+
 def build_session(
     master: str = "local[*]",
     app_name: str = "tidegauge",
     shuffle_partitions: int = 4,
     ui: bool = True,
+    conf: Sequence[tuple[str, str]] = (),
+    checkpoint: str | None = None,
 ) -> SparkSession:
-    """A SparkSession for Tidegauge jobs (reuses an active one with the same master)."""
+    """A SparkSession for Tidegauge jobs (reuses an active one with the same master).
+
+    Its settings are `session_settings` of the arguments.
+    """
     ensure_java()
     # Without these the Python workers may start another interpreter and time out connecting back.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Local mode: bind to loopback instead of guessing an interface (and warning about it).
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.ui.enabled", "true" if ui else "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
-        # Python workers without the per-task archive re-read and gc pass (jobs/worker_daemon.py).
-        # Local masters only: executors elsewhere may not have the project installed, and a
-        # daemon module that cannot be imported there would keep every Python worker from
-        # starting.
-        .config("spark.python.daemon.module", _daemon_module(master))
-        # Checkpoint files through Hadoop's FileSystem API (write a temporary file, rename it:
-        # atomic on local disks and HDFS) instead of FileContext, which on a local disk without
-        # Hadoop's native library forks `readlink` for every file: 3x less commit time per batch.
-        .config("spark.sql.streaming.checkpointFileManagerClass", _FS_CHECKPOINTS)
-        .getOrCreate()
-    )
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in session_settings(master, shuffle_partitions, ui, conf, checkpoint).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
 

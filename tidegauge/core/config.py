@@ -170,6 +170,8 @@ class JobConfig:
     late_events_max: int = 10_000
     #: Event-state groups: services are hashed onto this many; fixed for a checkpoint.
     state_shards: int = 4
+    #: Spark settings given with `--conf KEY=VALUE`, applied over Tidegauge's own (jobs/spark.py).
+    spark_conf: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.windows:
@@ -196,6 +198,9 @@ class JobConfig:
             raise ValueError("--late-events-max must be >= 0")
         if not 1 <= self.state_shards <= 1024:
             raise ValueError("--state-shards must be between 1 and 1024")
+        for key, _ in self.spark_conf:
+            if not key.startswith("spark."):
+                raise ValueError(f"--conf {key}: Spark settings start with 'spark.'")
 
 
 #: Fastest refresh accepted: every refresh is a handful of Redis round trips per open browser tab.
@@ -283,6 +288,14 @@ def default_shuffle_partitions(master: str, cores: int | None = None) -> int:
     return max(1, cores if cores is not None else (os.cpu_count() or 1))
 
 
+def parse_conf(text: str) -> tuple[str, str]:
+    """`KEY=VALUE` of `--conf` (as spark-submit takes it) as a pair; ValueError otherwise."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"--conf {text!r}: expected KEY=VALUE, e.g. spark.ui.enabled=false")
+    return key.strip(), value
+
+
 def job_config_from_args(args: argparse.Namespace) -> JobConfig:
     """The one validated JobConfig of `tidegauge job`, from its flags and the environment.
 
@@ -307,4 +320,5 @@ def job_config_from_args(args: argparse.Namespace) -> JobConfig:
         correct_clock_skew=args.correct_clock_skew,
         late_events_max=args.late_events_max,
         state_shards=args.state_shards,
+        spark_conf=tuple(parse_conf(c) for c in args.conf or ()),
     )

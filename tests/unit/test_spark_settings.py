@@ -1,0 +1,81 @@
+"""The job's Spark settings: Tidegauge's defaults, `--conf` over them, the checksum rule."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from jobs.cli import add_arguments
+from jobs.spark import local_checkpoint, session_settings
+from tidegauge.core.config import job_config_from_args, parse_conf
+
+CHECKSUM = "spark.sql.streaming.checkpoint.fileChecksum.enabled"
+JAVA = "spark.driver.extraJavaOptions"
+
+
+@pytest.mark.parametrize(
+    ("path", "local"),
+    [
+        ("/var/tidegauge/checkpoint", True),
+        ("checkpoint", True),
+        ("file:///var/tidegauge/checkpoint", True),
+        ("hdfs://namenode:8020/tidegauge", False),
+        ("s3a://bucket/tidegauge", False),
+    ],
+)
+def test_local_checkpoint(path: str, local: bool) -> None:
+    assert local_checkpoint(path) is local
+
+
+def test_checksum_files_are_off_only_for_a_local_checkpoint() -> None:
+    assert session_settings("local[2]", checkpoint="/tmp/cp")[CHECKSUM] == "false"
+    assert CHECKSUM not in session_settings("local[2]", checkpoint="hdfs://nn/cp")
+    assert CHECKSUM not in session_settings("local[2]")
+    # and the user can turn them back on
+    on = session_settings("local[2]", conf=[(CHECKSUM, "true")], checkpoint="/tmp/cp")
+    assert on[CHECKSUM] == "true"
+
+
+def test_conf_replaces_settings_but_adds_java_options() -> None:
+    s = session_settings(
+        "local[2]",
+        shuffle_partitions=2,
+        conf=[
+            ("spark.sql.shuffle.partitions", "3"),
+            (JAVA, "-XX:TieredStopAtLevel=1"),
+            ("spark.executor.memory", "2g"),
+        ],
+    )
+    assert s["spark.sql.shuffle.partitions"] == "3"
+    assert s["spark.executor.memory"] == "2g"
+    assert s[JAVA].split() == ["-Dlog4j2.level=WARN", "-XX:TieredStopAtLevel=1"]
+    assert s["spark.sql.session.timeZone"] == "UTC"
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return p.parse_args(["--checkpoint", "/tmp/cp", *argv])
+
+
+def test_conf_flags_reach_the_job_config() -> None:
+    cfg = job_config_from_args(
+        _args("--conf", "spark.ui.enabled=false", "--conf", f"{JAVA}=-Da=b=c")
+    )
+    assert cfg.spark_conf == (("spark.ui.enabled", "false"), (JAVA, "-Da=b=c"))
+    assert job_config_from_args(_args()).spark_conf == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [("spark.ui.enabled", "expected KEY=VALUE"), ("=x", "expected KEY=VALUE")],
+)
+def test_bad_conf_is_refused(text: str, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        parse_conf(text)
+
+
+def test_conf_must_name_a_spark_setting() -> None:
+    with pytest.raises(ValueError, match="start with 'spark.'"):
+        job_config_from_args(_args("--conf", "ui.enabled=false"))
