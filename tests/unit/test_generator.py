@@ -208,6 +208,37 @@ def test_duplicates_follow_their_original(stream: list[Record]) -> None:
     assert_fraction(dups, len(events), ALL_KNOBS.duplicate_fraction)
 
 
+def test_retries_to_other_partitions_and_after_the_lateness() -> None:
+    """A retry may go to any partition and come after its original's windows closed; turning
+    that on changes no other record of the seed."""
+    base = fast(count=20_000, duplicate_fraction=0.1, lateness_ms=15_000, partitions=4)
+    plain = list(generate(base))
+    retried = list(
+        generate(replace(base, duplicate_other_partition=0.5, duplicate_late_fraction=0.3))
+    )
+    events = {r.event_id: r for r in retried if r.kind == "event"}
+    dups = of_kind(retried, "duplicate")
+    assert len(dups) == len(of_kind(plain, "duplicate"))
+    placed = [d for d in dups if d.partition is not None]
+    assert_fraction(len(placed), len(dups), 0.5)
+    assert {d.partition for d in placed} == {0, 1, 2, 3}
+    for d in dups:
+        original = events[d.event_id]
+        assert (d.key, d.value) == (original.key, original.value)
+    delays = np.array([d.send_ms - events[d.event_id].send_ms for d in dups])
+    late = delays > base.lateness_ms
+    assert_fraction(int(late.sum()), len(dups), 0.3)
+    assert (delays[~late] == 0).all() and (delays[late] <= 2 * base.lateness_ms).all()
+    # every other record is the same as without the retry options (`seq` counts sends; the
+    # stream's heartbeats go on until the last retry is sent)
+    last = max(r.send_ms for r in plain)
+
+    def others(records: list[Record]) -> list[Record]:
+        return [replace(r, seq=0) for r in records if r.kind != "duplicate" and r.send_ms < last]
+
+    assert others(plain) == others(retried)
+
+
 # --- heartbeats --------------------------------------------------------------------------------
 
 

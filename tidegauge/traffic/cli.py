@@ -168,6 +168,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="events sent twice, as producer retries do (default 0)",
     )
     g.add_argument(
+        "--duplicate-other-partition",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="share of the duplicates sent to a random partition, not the one of their key "
+        "(default 0)",
+    )
+    g.add_argument(
+        "--duplicate-late-fraction",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="share of the duplicates re-sent after --lateness, when their original's window "
+        "has closed (default 0)",
+    )
+    g.add_argument(
         "--malformed-fraction",
         type=float,
         default=0.0,
@@ -318,6 +334,8 @@ def config_from_args(args: argparse.Namespace, now_ms: int | None = None) -> Gen
         skew_fraction=skew_fraction,
         max_skew_ms=args.max_skew,
         duplicate_fraction=args.duplicate_fraction,
+        duplicate_other_partition=args.duplicate_other_partition,
+        duplicate_late_fraction=args.duplicate_late_fraction,
         malformed_fraction=args.malformed_fraction,
         iso_fraction=args.iso_fraction,
         heartbeat_interval_ms=args.heartbeat_interval,

@@ -88,6 +88,10 @@ class GeneratorConfig:
     skew_fraction: float = 0.0
     max_skew_ms: int = 120_000
     duplicate_fraction: float = 0.0
+    #: Share of duplicates sent to a partition drawn at random instead of by their key.
+    duplicate_other_partition: float = 0.0
+    #: Share of duplicates re-sent after the lateness (their original's window has closed).
+    duplicate_late_fraction: float = 0.0
     malformed_fraction: float = 0.0
     iso_fraction: float = 0.1
     heartbeat_interval_ms: int = 1_000
@@ -152,6 +156,8 @@ class GeneratorConfig:
             ("--late-fraction", self.late_fraction),
             ("--skew-fraction", self.skew_fraction),
             ("--duplicate-fraction", self.duplicate_fraction),
+            ("--duplicate-other-partition", self.duplicate_other_partition),
+            ("--duplicate-late-fraction", self.duplicate_late_fraction),
             ("--malformed-fraction", self.malformed_fraction),
             ("--iso-fraction", self.iso_fraction),
         ):

@@ -114,11 +114,11 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
     # One independent stream per concern. Children of a SeedSequence are fixed by their index,
     # so streams added at the end (network, burst, live bursts) leave the first eight, and every
     # field they decide, exactly as they were.
-    streams = [np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(11)]
+    streams = [np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(12)]
     rng_arrival, rng_user, rng_service, rng_latency, rng_status, rng_intent, rng_flags, rng_skew = (
         streams[:8]
     )
-    rng_network, rng_burst, rng_live = streams[8:]
+    rng_network, rng_burst, rng_live, rng_retry = streams[8:]
     user_cdf = _cdf(1.0 / np.arange(1, cfg.users + 1, dtype=np.float64) ** cfg.zipf)
     # A device's clock offset is a property of the user, fixed for the whole run.
     skewed = rng_skew.random(cfg.users) < cfg.skew_fraction
@@ -340,6 +340,14 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
         # A retry travels the network again: a duplicate gets a delay of its own.
         nets = rng_network.integers(0, net_high, _CHUNK).tolist()
         dup_nets = rng_network.integers(0, net_high, _CHUNK).tolist()
+        # A retry may go out through another connection, to any partition, and may come long
+        # after its original (after its window closed): its own draws, so that turning these
+        # on changes no other record of a seed.
+        n_parts = max(cfg.partitions, 1)
+        retry_anywhere = (rng_retry.random(_CHUNK) < cfg.duplicate_other_partition).tolist()
+        retry_parts = rng_retry.integers(0, n_parts, _CHUNK).tolist()
+        retry_late = (rng_retry.random(_CHUNK) < cfg.duplicate_late_fraction).tolist()
+        retry_delays = rng_retry.integers(lo, max(2 * cfg.lateness_ms, lo) + 1, _CHUNK).tolist()
 
         for i in range(_CHUNK):
             t = times[i]
@@ -429,8 +437,13 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
             )
             tiebreak += 1
             if duplicate[i]:
-                dup = dict(fields, kind="duplicate", receive_ms=send + dup_nets[i])
-                push(heap, (send, 1, tiebreak, dup))
+                resend = send + (retry_delays[i] if retry_late[i] else 0)
+                dup = dict(
+                    fields, kind="duplicate", send_ms=resend, receive_ms=resend + dup_nets[i]
+                )
+                if retry_anywhere[i]:
+                    dup["partition"] = retry_parts[i]
+                push(heap, (resend, 1, tiebreak, dup))
                 tiebreak += 1
 
     # The stream is finite: drain the delayed and scheduled records (the clock keeps ticking,
