@@ -329,7 +329,8 @@ def _lateness(snap: data.Snapshot, f: data.Filters) -> None:
     with left:
         st.caption(
             f"How late events arrived in the latency range ({res.events:,} events, "
-            f"{res.late:,} late, {res.stragglers:,} stragglers)"
+            f"{res.late:,} late, {res.stragglers:,} stragglers; "
+            f"{res.duplicates:,} duplicates dropped)"
         )
         _chart(
             figures.lateness_histogram(frames.digest_histogram(res.lateness)),

@@ -502,7 +502,7 @@ def latency_cdf(frame: pd.DataFrame, services: Sequence[str] = ()) -> Figure:
 
 
 def lateness_windows(frame: pd.DataFrame, *, window_size_ms: int | None = None) -> Figure:
-    """Late events and stragglers per window (bars), and each window's revision (markers).
+    """Late events, stragglers and duplicates per window (bars), and each window's revision.
 
     `frame` is a `dashboard.frames.lateness_frame`. Revisions count the batches that corrected
     an already emitted window; they use the right-hand axis.
@@ -524,6 +524,13 @@ def lateness_windows(frame: pd.DataFrame, *, window_size_ms: int | None = None) 
             "y": _col(frame, "stragglers"),
             "name": "stragglers",
             "marker": {"color": "#ff7f0e"},
+        },
+        {
+            "type": "bar",
+            "x": x,
+            "y": _col(frame, "duplicates"),
+            "name": "duplicates",
+            "marker": {"color": "#7f7f7f"},
         },
         {
             "type": "scatter",

@@ -506,17 +506,17 @@ def users_band(frame: pd.DataFrame, sigmas: float = 2.0) -> pd.DataFrame:
 def lateness_frame(
     rows: Sequence[WindowRow], services: Sequence[str] | None = None
 ) -> pd.DataFrame:
-    """Per window: late events, stragglers and the window's revision (highest of the services).
+    """Per window: late events, stragglers, duplicates and the revision (highest of the services).
 
     `services` None: the `*` rows; else summed over those services.
     """
     picked, _ = _pick_services(rows, services)
     df = pd.DataFrame(
-        [(w.window_start, w.late, w.stragglers, w.revision) for w in picked],
-        columns=["window_start", "late", "stragglers", "revision"],
+        [(w.window_start, w.late, w.stragglers, w.duplicates, w.revision) for w in picked],
+        columns=["window_start", "late", "stragglers", "duplicates", "revision"],
     )
     df = df.groupby("window_start", as_index=False).agg(
-        {"late": "sum", "stragglers": "sum", "revision": "max"}
+        {"late": "sum", "stragglers": "sum", "duplicates": "sum", "revision": "max"}
     )
     df["window_start"] = to_utc(df["window_start"])
     return df.sort_values("window_start").reset_index(drop=True)

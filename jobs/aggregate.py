@@ -32,6 +32,7 @@ the output rows (jobs/rows.py).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from jobs.deltas import KIND_DELTA, KIND_TIMES, LateFact, ServiceDelta
+from jobs.deltas import KIND_DELTA, KIND_TIMES, LateFact, ServiceDelta, redo_delta
 from jobs.panes import Added, ServiceWindows
 from jobs.parse import KIND_DEAD, KIND_EVENT
 from jobs.rows import DOMAINS, append_row, frame, new_rows
@@ -71,6 +72,8 @@ class StateConfig:
     plugins: tuple[str, ...] = ()
     metric_names: tuple[str, ...] = field(default_factory=_metric_names)
     fields: tuple[EventField, ...] = field(default_factory=event_fields)
+    #: De-duplicate events by id (jobs/dedup.py); `--no-dedup` turns it off.
+    dedup: bool = True
 
     def __post_init__(self) -> None:
         if self.allowed_lateness_ms < 0:
@@ -95,6 +98,26 @@ def _check_clock(delta: ServiceDelta, watermark_ms: int) -> None:
         )
 
 
+def _dedup(
+    sw: ServiceWindows, deltas: list[ServiceDelta], watermark: int, cfg: StateConfig
+) -> list[ServiceDelta]:
+    """The deltas (Kafka order) without events whose id was accepted before (jobs/dedup.py).
+
+    Each delta's accepted ids are checked against the service's ids (earlier batches and the
+    deltas before it); a delta with a hit is summarised again without those events.
+    """
+    sw.ids.evict(watermark)  # ids whose windows all closed no longer make duplicates
+    out = []
+    for d in deltas:
+        if len(d.ids):
+            hit = sw.ids.contains(d.ids)
+            sw.ids.add(d.ids[~hit], d.horizons[~hit])
+            if hit.any():
+                d = redo_delta(d, np.sort(d.ids[hit]), cfg)
+        out.append(d)
+    return out
+
+
 def _service_batch(
     rows: dict[str, list[Any]],
     service: str,
@@ -112,7 +135,11 @@ def _service_batch(
     added = Added()
     arrivals: dict[tuple[str, int], list[int]] = {}
     facts: list[LateFact] = []
+    duplicates: Counter[tuple[str, int]] = Counter()
+    duplicate_events = 0
     for d in deltas:
+        duplicates.update(d.duplicates)
+        duplicate_events += d.duplicate_events
         added.touched |= sw.merge_panes(d.panes)
         for window, late in d.late.items():
             have = added.late.get(window)
@@ -160,6 +187,10 @@ def _service_batch(
         )
     for (key, start), n in sorted(added.stragglers.items()):
         append_row(rows, kind="straggler", spec=key, service=service, window_start=start, count=n)
+    for (key, start), n in sorted(duplicates.items()):
+        append_row(rows, kind="duplicate", spec=key, service=service, window_start=start, count=n)
+    if duplicate_events:
+        append_row(rows, kind="duplicate_events", service=service, count=duplicate_events)
     proc_ms = deltas[0].proc_ms if deltas else None
     for (domain, start), (n, n_late, n_strag) in sorted(
         arrivals.items(), key=lambda kv: (DOMAINS.index(kv[0][0]), kv[0][1])
@@ -228,9 +259,8 @@ def _events(pdfs: Iterator[pd.DataFrame], state: Any, cfg: StateConfig) -> Itera
         sw = shard.services.get(service)
         if sw is None:
             sw = shard.services[service] = ServiceWindows(cfg.specs)
-        late_budget -= _service_batch(
-            rows, service, sw, by_service.get(service, []), watermark, front, late_budget
-        )
+        deltas_of = _dedup(sw, by_service.get(service, []), watermark, cfg)
+        late_budget -= _service_batch(rows, service, sw, deltas_of, watermark, front, late_budget)
         sw.evict(watermark)
         if sw.is_empty:
             del shard.services[service]

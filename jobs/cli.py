@@ -80,6 +80,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "event times onto the broker's clock before windowing (off by default; docs/time.md)",
     )
     p.add_argument(
+        "--no-dedup",
+        action="store_true",
+        help="count every event, also one whose event_id was already counted (de-duplication "
+        "by event_id is on by default; docs/time.md)",
+    )
+    p.add_argument(
         "--state-shards",
         type=int,
         default=4,
@@ -159,7 +165,8 @@ def run(args: argparse.Namespace) -> int:
         f"windows {', '.join(_window_text(w) for w in cfg.windows)}, allowed lateness "
         f"{format_duration(cfg.allowed_lateness_ms)}, trigger "
         f"{_trigger_text(cfg)}"
-        f"{', clock-skew correction on' if cfg.correct_clock_skew else ''}",
+        f"{', clock-skew correction on' if cfg.correct_clock_skew else ''}"
+        f"{'' if cfg.dedup else ', de-duplication off'}",
         flush=True,
     )
     started = time.monotonic()

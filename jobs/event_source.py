@@ -94,6 +94,7 @@ def summary_source_options(
     specs: tuple[WindowSpec, ...],
     allowed_lateness_ms: int,
     late_events_max: int,
+    dedup: bool = True,
 ) -> dict[str, str]:
     """`event_source_options` plus the window settings the read tasks summarise with."""
     return {
@@ -101,6 +102,7 @@ def summary_source_options(
         "windows": json.dumps([s.key for s in specs]),
         "allowedLatenessMs": str(allowed_lateness_ms),
         "lateEventsMax": str(late_events_max),
+        "dedup": "true" if dedup else "false",
     }
 
 
@@ -126,6 +128,7 @@ class SummaryStreamReader(EventStreamReader):
         self.specs = tuple(WindowSpec.from_key(k) for k in json.loads(options["windows"]))
         self.allowed_lateness_ms = int(options.get("allowedLatenessMs", "0"))
         self.late_events_max = int(options.get("lateEventsMax", "1000"))
+        self.dedup = options.get("dedup", "true") == "true"
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         """The Kafka source's tasks, each told the batch's watermark and timestamp."""
@@ -144,7 +147,9 @@ class SummaryStreamReader(EventStreamReader):
         """
         assert isinstance(partition, ClockedPartition)
         parse = self._parser()
-        cfg = StateConfig(self.specs, self.allowed_lateness_ms, self.late_events_max)
+        cfg = StateConfig(
+            self.specs, self.allowed_lateness_ms, self.late_events_max, dedup=self.dedup
+        )
         clock = partition.clock
         pending: list[pa.RecordBatch] = []
         held = 0

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from jobs.dedup import SeenIds
 from jobs.sessions import Sessions
 from sketches.hll import hash32
 from tidegauge.core.metrics import LateAgg, WindowAgg
@@ -37,7 +38,7 @@ from tidegauge.core.windows import (
 __all__ = ["Added", "ServiceWindows"]
 
 _STATE_MAGIC = b"TGSW"
-_STATE_VERSION = 2
+_STATE_VERSION = 3  # 3: + the de-duplication ids (2 is read as having none)
 _PANE = struct.Struct("<qI")  # pane start (ms), length of its WindowAgg bytes
 
 
@@ -69,6 +70,8 @@ class ServiceWindows:
     specs: tuple[WindowSpec, ...]
     panes: dict[int, WindowAgg] = field(default_factory=dict)
     sessions: Sessions | None = None
+    #: Ids of accepted events, until their windows close (jobs/dedup.py).
+    ids: SeenIds = field(default_factory=SeenIds)
 
     def __post_init__(self) -> None:
         self.window_specs = tuple(s for s in self.specs if s.kind != "session")
@@ -247,21 +250,25 @@ class ServiceWindows:
             del self.panes[p]
         if self.sessions is not None:
             self.sessions.evict(watermark_ms)
+        self.ids.evict(watermark_ms)
         return gone
 
     @property
     def is_empty(self) -> bool:
         """Nothing left to keep: no pane, no open session, no session bucket."""
         s = self.sessions
-        return not self.panes and (s is None or (not len(s.users) and not s.buckets))
+        no_sessions = s is None or (not len(s.users) and not s.buckets)
+        return not self.panes and no_sessions and not self.ids.groups
 
     def to_bytes(self) -> bytes:
         """Versioned state blob: header (specs), then each pane's WindowAgg bytes."""
         sessions = self.sessions.to_bytes() if self.sessions is not None else b""
+        ids = self.ids.to_bytes() if self.ids.groups else b""
         head = json.dumps(
             {
                 "specs": [s.key for s in self.specs],
                 "sessions": len(sessions),
+                "ids": len(ids),
                 "panes": len(self.panes),
             }
         )
@@ -270,6 +277,7 @@ class ServiceWindows:
             struct.pack("<BI", _STATE_VERSION, len(head)),
             head.encode(),
             sessions,
+            ids,
         ]
         for start, agg in sorted(self.panes.items()):
             blob = agg.to_bytes()
@@ -287,8 +295,11 @@ class ServiceWindows:
         if len(blob) < 9:
             raise ValueError("window state is truncated: use a new --checkpoint directory")
         version, n_head = struct.unpack_from("<BI", blob, 4)
-        if version != _STATE_VERSION:
-            raise ValueError(f"window state version {version} is not {_STATE_VERSION}")
+        if version not in (2, _STATE_VERSION):
+            raise ValueError(
+                f"window state version {version} is not {_STATE_VERSION}: "
+                "use a new --checkpoint directory"
+            )
         pos = 9 + n_head
         head = json.loads(blob[9:pos])
         stored = tuple(head["specs"])
@@ -303,6 +314,9 @@ class ServiceWindows:
         if n_sessions and session_spec is not None:
             sessions = Sessions.from_bytes(blob[pos : pos + n_sessions], session_spec)
         pos += n_sessions
+        n_ids = head.get("ids", 0)
+        ids = SeenIds.from_bytes(blob[pos : pos + n_ids]) if n_ids else SeenIds()
+        pos += n_ids
         panes = {}
         while pos < len(blob):
             if pos + _PANE.size > len(blob):
@@ -313,4 +327,4 @@ class ServiceWindows:
             pos += n
         if len(panes) != head.get("panes", len(panes)):
             raise ValueError("window state is truncated: use a new --checkpoint directory")
-        return cls(specs, panes, sessions)
+        return cls(specs, panes, sessions, ids)

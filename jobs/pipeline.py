@@ -63,7 +63,11 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
     spark.dataSource.register(SummaryDataSource)
     plugins = loaded_plugins()  # executors load the same ones (tidegauge/core/plugins.py)
     options = summary_source_options(
-        cfg.correct_clock_skew, cfg.windows, cfg.allowed_lateness_ms, cfg.late_events_max
+        cfg.correct_clock_skew,
+        cfg.windows,
+        cfg.allowed_lateness_ms,
+        cfg.late_events_max,
+        cfg.dedup,
     )
     reader = (
         spark.readStream.format(SummaryDataSource.name())
@@ -105,6 +109,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         late_events_max=cfg.late_events_max,
         shards=n,
         plugins=plugins,
+        dedup=cfg.dedup,
     )
     return routed.groupBy("group", "shard").applyInPandasWithState(
         make_state_fn(state_cfg),  # type: ignore[arg-type]
@@ -151,6 +156,7 @@ class _BatchWriter:
                 dead_letter_max=self.cfg.dead_letter_max,
                 late=late,
                 stragglers=stragglers,
+                duplicates=rows.duplicates,
                 arrivals=rows.arrivals,
                 arrival_window_ms=self.primary_ms,
                 late_events=rows.late_events,
@@ -160,17 +166,19 @@ class _BatchWriter:
         )
         fresh = freshness(merge_times(rows.broker_times), round(time.time() * 1000), batch_id)
         self.committed[batch_id] = Committed(
-            rows.records, None if fresh is None else fresh.to_dict()
+            rows.records, None if fresh is None else fresh.to_dict(), rows.duplicate_events
         )
         for old in [b for b in self.committed if b < batch_id - _COMMITTED_KEPT]:
             del self.committed[old]  # the listener has long written these
         if windows or dead or late:
             log.info(
-                "batch %d: %d window updates, %d late rows, %d stragglers, %d dead letters",
+                "batch %d: %d window updates, %d late rows, %d stragglers, %d duplicates, "
+                "%d dead letters",
                 batch_id,
                 len(windows),
                 sum(w.count for w in late),
                 sum(s.count for s in stragglers),
+                rows.duplicate_events,
                 len(dead),
             )
 

@@ -25,7 +25,7 @@ __all__ = [
     "ArrivalUpdate",
     "LateEvent",
     "LateUpdate",
-    "StragglerUpdate",
+    "WindowCount",
     "WindowUpdate",
     "touch_status",
     "write_batch",
@@ -63,8 +63,11 @@ class LateUpdate:
 
 
 @dataclass(frozen=True)
-class StragglerUpdate:
-    """Rows of one (window, service) accepted in this batch after the window was emitted."""
+class WindowCount:
+    """A batch's count for one (window, service): stragglers or duplicates.
+
+    Stragglers were accepted after the window was emitted; duplicates were dropped from it.
+    """
 
     spec: str
     start_ms: int
@@ -124,7 +127,8 @@ def write_batch(
     dead_counts: Mapping[str, int] | None = None,
     dead_letter_max: int = 100_000,
     late: Sequence[LateUpdate] = (),
-    stragglers: Sequence[StragglerUpdate] = (),
+    stragglers: Sequence[WindowCount] = (),
+    duplicates: Sequence[WindowCount] = (),
     arrivals: Sequence[ArrivalUpdate] = (),
     arrival_window_ms: int | None = None,
     late_events: Sequence[LateEvent] = (),
@@ -140,6 +144,7 @@ def write_batch(
     """
     named: list[str] = [x.service for x in windows]
     named += [x.service for x in late] + [x.service for x in stragglers]
+    named += [x.service for x in duplicates]
     named += [x.service for x in arrivals] + [x.service for x in late_events]
     if ALL_SERVICES in named:
         raise ValueError("'*' is computed by the sink, not sent to it")
@@ -182,6 +187,9 @@ def write_batch(
     for st in stragglers:
         field = batch_field(st.service, batch_id)
         tx.hset(keys.window_stragglers(st.spec, st.start_ms), field, str(st.count))
+    for dup in duplicates:
+        field = batch_field(dup.service, batch_id)
+        tx.hset(keys.window_duplicates(dup.spec, dup.start_ms), field, str(dup.count))
     if arrivals:
         assert arrival_window_ms is not None
         size = arrival_window_ms

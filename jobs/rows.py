@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from jobs.redis_sink import ArrivalUpdate, LateEvent, LateUpdate, StragglerUpdate, WindowUpdate
+from jobs.redis_sink import ArrivalUpdate, LateEvent, LateUpdate, WindowCount, WindowUpdate
 from tidegauge.core.store import DeadLetter
 
 __all__ = [
@@ -35,10 +35,12 @@ DOMAINS = ("processing", "broker")
 #: window     spec, service, window_start, count, metrics (JSON), agg (WindowAgg bytes): absolute
 #: late       spec, service, window_start, count, agg (LateAgg bytes): late rows of this batch
 #: straggler  spec, service, window_start, count   (stragglers of this batch for that window)
+#: duplicate  spec, service, window_start, count   (duplicates of this batch dropped from it)
 #: arrivals   spec (a DOMAIN), service, window_start, count, metrics (JSON: late, stragglers,
 #:            proc_ms): events of this batch by processing-time or broker-time window
 #: late_event service, window_start, partition, offset, kafka_ms, metrics (JSON: the event)
 #: dead       partition, offset, kafka_ms, reason, detail, raw, raw_size
+#: duplicate_events service, count   (events of this batch dropped as duplicates)
 #: dead_count reason, count                  (absolute count so far)
 #: broker_times agg (tidegauge/core/freshness.py histogram), count: the broker timestamps of
 #:            one chunk's records in this batch, from which the sink measures freshness, and
@@ -74,7 +76,8 @@ class BatchRows:
 
     windows: list[WindowUpdate] = field(default_factory=list)
     late: list[LateUpdate] = field(default_factory=list)
-    stragglers: list[StragglerUpdate] = field(default_factory=list)
+    stragglers: list[WindowCount] = field(default_factory=list)
+    duplicates: list[WindowCount] = field(default_factory=list)
     arrivals: list[ArrivalUpdate] = field(default_factory=list)
     late_events: list[LateEvent] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
@@ -83,6 +86,8 @@ class BatchRows:
     broker_times: list[bytes] = field(default_factory=list)
     #: Records the batch read from Kafka (events, heartbeats and dead letters).
     records: int = 0
+    #: Events the batch dropped as duplicates (each once).
+    duplicate_events: int = 0
 
 
 def decode_rows(rows: Iterable[Mapping[str, Any]], batch_id: int) -> BatchRows:
@@ -106,9 +111,10 @@ def decode_rows(rows: Iterable[Mapping[str, Any]], batch_id: int) -> BatchRows:
                     row["spec"], row["window_start"], row["service"], row["count"], row["agg"]
                 )
             )
-        elif kind == "straggler":
-            out.stragglers.append(
-                StragglerUpdate(row["spec"], row["window_start"], row["service"], row["count"])
+        elif kind in ("straggler", "duplicate"):
+            counts = out.stragglers if kind == "straggler" else out.duplicates
+            counts.append(
+                WindowCount(row["spec"], row["window_start"], row["service"], row["count"])
             )
         elif kind == "arrivals":
             out.arrivals.append(
@@ -145,6 +151,8 @@ def decode_rows(rows: Iterable[Mapping[str, Any]], batch_id: int) -> BatchRows:
                     batch_id=batch_id,
                 )
             )
+        elif kind == "duplicate_events":
+            out.duplicate_events += int(row["count"])
         elif kind == "dead_count":
             out.dead_counts[row["reason"]] = row["count"]
         elif kind == "broker_times":

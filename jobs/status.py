@@ -103,6 +103,8 @@ class Committed:
     records: int
     #: `Freshness.to_dict()` of its records; None when none had a broker timestamp.
     freshness: dict[str, int] | None
+    #: Events it dropped as duplicates of events already counted (jobs/dedup.py).
+    duplicates: int = 0
 
 
 @dataclass(frozen=True)
@@ -195,6 +197,7 @@ class StatusListener(StreamingQueryListener):
             summary["report_interval_ms"] = max(self.cfg.trigger_interval_ms, 1000)
             summary["allowed_lateness_ms"] = self.cfg.allowed_lateness_ms
             summary["freshness"] = None if done is None else done.freshness
+            summary["duplicates"] = None if done is None else done.duplicates
             write_progress(self.client, self.keys, summary)
         except redis.RedisError as e:  # status is informational; never kill the query for it
             log.warning("could not write status: %s", e)

@@ -71,6 +71,7 @@ __all__ = [
     "HyperLogLog",
     "datasketch_hashfunc",
     "hash32",
+    "hash64",
 ]
 
 DEFAULT_P = 14
@@ -318,6 +319,17 @@ def hash32(values: object) -> npt.NDArray[np.uint32]:
     """
     parts = [h.astype(np.uint32) for h in _iter_valid_hashes(values)]
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint32)
+
+
+def hash64(values: object) -> npt.NDArray[np.uint64]:
+    """The full 64-bit TG64-v1 hashes of a column's non-null values, in order (nulls dropped).
+
+    Same input as :func:`hash32` (whose values are the low 32 bits of these). For identities
+    that must not collide, e.g. event ids in de-duplication state (jobs/dedup.py): for ``n``
+    distinct values the chance that any two share a hash is about ``n^2 / 2^65``.
+    """
+    parts = list(_iter_valid_hashes(values))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
 
 
 # --- the sketch --------------------------------------------------------------------------------

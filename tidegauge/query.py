@@ -138,7 +138,7 @@ def _windows(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: in
     added = added_result_fields()  # plugin metrics get a column each, after the built-in ones
     print(
         f"{'window_start (UTC)':<26}{'service':<12}{'count':>8}{'ev/s':>9}{'err%':>7}"
-        f"{'p50':>9}{'p99':>9}{'users':>8}{'late':>7}"
+        f"{'p50':>9}{'p99':>9}{'users':>8}{'late':>7}{'dups':>7}"
         + "".join(f"{field_label(f):>14}" for f in added)
     )
     for row in rows:
@@ -147,7 +147,7 @@ def _windows(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: in
         print(
             f"{to_iso(row.window_start):<26}{row.service:<12}{row.count:>8}"
             f"{row.events_per_s:>9.1f}{100 * row.error_rate:>7.2f}{p50:>9}{p99:>9}"
-            f"{row.distinct_users:>8}{row.late:>7}"
+            f"{row.distinct_users:>8}{row.late:>7}{row.duplicates:>7}"
             + "".join(f"{_cell(row.value(f)):>14}" for f in added)
         )
     if not rows:
@@ -209,7 +209,8 @@ def _lateness(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: i
         return 0
     print(
         f"{args.service}: {result.events:,} events in {result.windows} windows; "
-        f"{result.late:,} late, {result.stragglers:,} stragglers"
+        f"{result.late:,} late, {result.stragglers:,} stragglers; "
+        f"{result.duplicates:,} duplicates dropped"
     )
     for name in ("lateness_p50", "lateness_p90", "lateness_p99", "lateness_max"):
         v = doc[name]
@@ -287,10 +288,17 @@ def _status(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int
             f"(delay {format_duration(now - status.watermark)})"
         )
         print(format_freshness(status.freshness))
+        recent = store.read_batches(r, keys, limit=_RECENT_BATCHES)
+        dups = sum(b.get("duplicates") or 0 for b in recent)
+        print(f"duplicates dropped: {dups:,} in the last {len(recent)} batches")
         print("offsets " + ", ".join(f"p{p}={o}" for p, o in sorted(status.offsets.items())))
     if args.max_age and age > parse_duration(args.max_age):
         return _fail(f"stale: last report {format_duration(age)} ago (> {args.max_age})")
     return 0
+
+
+#: Batches of the history `query status` sums duplicates over.
+_RECENT_BATCHES = 100
 
 
 def format_freshness(freshness: Mapping[str, int] | None) -> str:

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tidegauge.core.windows import WindowSpec
+
 WINDOW_MS = 10_000
 
 
@@ -90,6 +92,64 @@ def expected_windows(
         if max_seen is not None:
             watermark = max(watermark, max_seen - lateness_ms)
     return accepted, late
+
+
+def deduplicated(
+    batches_of_rows: Sequence[Sequence[dict[str, Any]]],
+    specs: Sequence[WindowSpec],
+    lateness_ms: int,
+) -> tuple[list[list[dict[str, Any]]], Counter[tuple[str, int, str]]]:
+    """De-duplication by event id replayed independently (the rule of docs/time.md).
+
+    Within a batch records are taken in Kafka order (partition, then offset). An event's
+    horizon is the latest end of a window that can take it (each tumbling or hopping spec's
+    last window holding it; event time + gap for sessions, if it has a user). An event whose
+    horizon is after the watermark in force is a duplicate when an event of the same service
+    and event_id was accepted before with a horizon still after it; any other event is kept
+    (late or not, as the watermark rule says). Returns the batches with every duplicate turned
+    into a heartbeat at its event time (it still moves the watermark, but counts nowhere), and
+    the duplicates per (spec key, window start, service), `*` included, counted in every
+    window (end > watermark) that holds one; sessions by the bucket of the event time.
+    """
+    held: dict[tuple[str, str], int] = {}  # (service, event id) -> horizon
+    dups: Counter[tuple[str, int, str]] = Counter()
+    out = []
+    watermark = 0
+    for rows in batches_of_rows:
+        kept = []
+        for t in sorted(rows, key=lambda t: (t["partition"], t["offset"])):
+            if t["kind"] not in ("event", "duplicate"):
+                kept.append(t)
+                continue
+            et = t["event_time"]
+            ends = {}
+            for spec in specs:
+                if spec.kind == "session":
+                    if t["user_id"] is not None:
+                        ends[spec] = [(et - et % spec.size_ms, et + spec.gap_ms)]
+                    continue
+                last = et - et % spec.slide_ms
+                ends[spec] = [
+                    (s, s + spec.size_ms) for s in range(last, et - spec.size_ms, -spec.slide_ms)
+                ]
+            horizon = max(end for spans in ends.values() for _, end in spans)
+            key = (t["service"], t["event_id"])
+            if horizon > watermark and held.get(key, watermark) > watermark:
+                for spec, spans in ends.items():
+                    for start, end in spans:
+                        if end > watermark:
+                            dups[(spec.key, start, t["service"])] += 1
+                            dups[(spec.key, start, "*")] += 1
+                kept.append({**t, "kind": "heartbeat"})
+                continue
+            if horizon > watermark:
+                held[key] = horizon
+            kept.append(t)
+        out.append(kept)
+        seen = [t["event_time"] for t in kept if t["kind"] in ("event", "duplicate", "heartbeat")]
+        if seen:
+            watermark = max(watermark, max(seen) - lateness_ms)
+    return out, dups
 
 
 def expected_corrections(

@@ -22,7 +22,7 @@ from jobs.redis_sink import (
     ArrivalUpdate,
     LateEvent,
     LateUpdate,
-    StragglerUpdate,
+    WindowCount,
     WindowUpdate,
     write_batch,
     write_progress,
@@ -123,7 +123,7 @@ def seed_live(
                 truth.late_at[start] = truth.late_at.get(start, 0) + k
                 truth.late_of[(start, svc)] = k
             if i % 5 == 2 and not paused:
-                strags.append(StragglerUpdate(SPEC.key, start, svc, 1 + s_idx))
+                strags.append(WindowCount(SPEC.key, start, svc, 1 + s_idx))
                 truth.stragglers += 1 + s_idx
             broker = ArrivalUpdate("broker", start + 1000, svc, n, _arr(0, 0, start))
             if paused:

@@ -67,6 +67,8 @@ def run(broker, module_redis_db, produce, job, tmp_path_factory: pytest.TempPath
         allowed_lateness="20s",
         starting_offsets="earliest",
         max_records_per_trigger=str(MAX_PER_TRIGGER),
+        # every record counts, duplicates too: this run's truth (de-duplication: test_dedup.py)
+        no_dedup=True,
     )
     return {
         "url": url,

@@ -117,6 +117,8 @@ def stream(broker, module_redis_db, tmp_path_factory: pytest.TempPathFactory) ->
         "0.02",
         "--duplicate-fraction",
         "0.02",
+        "--duplicate-other-partition",  # de-duplicated across partitions, replayed exactly
+        "0.5",
         "--quiet",
     )
     url = module_redis_db().url

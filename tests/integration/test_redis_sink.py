@@ -17,7 +17,7 @@ import pytest
 import redis
 
 import jobs.redis_sink as redis_sink
-from jobs.redis_sink import LateUpdate, WindowUpdate, write_batch, write_progress
+from jobs.redis_sink import LateUpdate, WindowCount, WindowUpdate, write_batch, write_progress
 from tidegauge.core.metrics import PERCENTILES, WindowAgg
 from tidegauge.core.store import (
     DeadLetter,
@@ -338,6 +338,22 @@ def test_late_counts_replay_safe_but_add_across_batches(redis_client: redis.Redi
     }
     # the window with accepted rows has no late rows
     assert _late(redis_client, T + W) == {"api": 0, "*": 0}
+
+
+def test_duplicates_replay_safe_but_add_across_batches(redis_client: redis.Redis) -> None:
+    tk = TUMBLING.key
+    win = [update(TUMBLING, T, "api", agg_of(3, 0)), update(TUMBLING, T, "web", agg_of(1, 0))]
+    b5 = [WindowCount(tk, T, "api", 2)]
+    write_batch(redis_client, KEYS, 5, win, duplicates=b5)
+    write_batch(redis_client, KEYS, 5, win, duplicates=b5)  # a replay of batch 5
+    b6 = [WindowCount(tk, T, "api", 1), WindowCount(tk, T, "web", 4)]
+    write_batch(redis_client, KEYS, 6, [], duplicates=b6)
+    rows = {r.service: r for r in read_windows(redis_client, KEYS, TUMBLING)}
+    assert {s: (r.count, r.duplicates) for s, r in rows.items()} == {
+        "api": (3, 3),
+        "web": (1, 4),
+        "*": (4, 7),
+    }
 
 
 def test_late_counts_are_per_spec(redis_client: redis.Redis) -> None:

@@ -14,6 +14,7 @@ so both are made of 10 s panes. T is a boundary of every window here.
 
 from __future__ import annotations
 
+import itertools
 import json
 import struct
 from collections import Counter
@@ -634,9 +635,13 @@ def event_frame(
             "user_id": pd.Series(users if users is not None else [f"u{i}" for i in range(n)]),
             "latency_ms": np.array(latency if latency is not None else [10.0] * n, np.float64),
             "status": pd.array(status if status is not None else [200] * n, dtype="Int32"),
-            "event_id": [f"e{i}" for i in range(n)],
+            # distinct across frames: the state function de-duplicates by id (test_dedup.py)
+            "event_id": [f"e{next(_EVENT_IDS)}" for _ in range(n)],
         }
     )
+
+
+_EVENT_IDS = itertools.count()
 
 
 def _agg_of(frames: list[pd.DataFrame], start: int, end: int) -> WindowAgg:

@@ -228,17 +228,15 @@ def test_users_band_is_two_standard_errors_of_the_hll() -> None:
 
 def test_lateness_frame_sums_counts_and_keeps_the_highest_revision() -> None:
     rows = [
-        row(T, "*", 10, late=4, stragglers=3, revision=2),
-        row(T, "api", 5, late=1, stragglers=3, revision=2),
+        row(T, "*", 10, late=4, stragglers=3, duplicates=2, revision=2),
+        row(T, "api", 5, late=1, stragglers=3, duplicates=2, revision=2),
         row(T, "web", 5, late=3, stragglers=0, revision=0),
         row(T + W, "*", 10),
     ]
-    assert frames.lateness_frame(rows)[["late", "stragglers", "revision"]].values.tolist() == [
-        [4, 3, 2],
-        [0, 0, 0],
-    ]
+    cols = ["late", "stragglers", "duplicates", "revision"]
+    assert frames.lateness_frame(rows)[cols].values.tolist() == [[4, 3, 2, 2], [0, 0, 0, 0]]
     picked = frames.lateness_frame(rows, ["api", "web"])
-    assert picked[["late", "stragglers", "revision"]].values.tolist() == [[4, 3, 2]]
+    assert picked[cols].values.tolist() == [[4, 3, 2, 2]]
 
 
 # --- sketches into tables ------------------------------------------------------------------------
@@ -346,9 +344,11 @@ def test_panel_figures_render_data_and_say_when_there_is_none() -> None:
         [{"batch_id": 1, "batch_time": T, "input_rows": 3, "batch_duration_ms": 90}]
     )
     assert len(built(figures.pipeline_health, health).data) == 6  # 2 rates, duration, 3 freshness
-    late = frames.lateness_frame([row(T, "*", 10, late=4, stragglers=3, revision=2)])
+    late = frames.lateness_frame(
+        [row(T, "*", 10, late=4, stragglers=3, duplicates=5, revision=2)]
+    )
     fig = built(figures.lateness_windows, late, window_size_ms=W)
-    assert [list(t.y) for t in fig.data] == [[4], [3], [2]]
+    assert [list(t.y) for t in fig.data] == [[4], [3], [5], [2]]
     overdue = TDigest()
     overdue.update(np.array([0.0, 5000.0]))
     res = LatenessResult("*", "10000", T, T + W, 1, 2, 1, 1, TDigest(), overdue)

@@ -169,9 +169,11 @@ def test_any_chunking_in_any_order_gives_the_whole_batch_result(
             other = aggs_c[key].latency
             if agg.latency == other:
                 continue  # (e.g. every value kept: identical)
-            for q in (0.5, 0.99):  # within the rank error, plus one rank of a small window
+            # Two estimates of one distribution: each within the rank error (plus one rank of a
+            # small window) of the truth, so within twice that of each other.
+            for q in (0.5, 0.99):
                 rank = agg.latency.cdf(other.quantile(q))
-                assert abs(rank - q) <= 0.01 + 1 / agg.latency.count, key
+                assert abs(rank - q) <= 2 * (0.01 + 1 / agg.latency.count), key
         late_events = a[a["kind"] == "late_event"]
         assert len(late_events) <= cfg.late_events_max  # the cap holds across chunks
         watermark = max(watermark, int(pdf["event_ms"].max()) - cfg.allowed_lateness_ms)

@@ -22,12 +22,12 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from sketches.hll import DEFAULT_P, HyperLogLog, datasketch_hashfunc, hash32
+from sketches.hll import DEFAULT_P, HyperLogLog, datasketch_hashfunc, hash32, hash64
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _spec_hash32(data: bytes) -> int:
+def _spec_tg64(data: bytes) -> int:
     """TG64 v1 written again from the module docstring, independent of the module's code."""
     mask = (1 << 64) - 1
 
@@ -41,7 +41,11 @@ def _spec_hash32(data: bytes) -> int:
     h = 0x243F6A8885A308D3 ^ (len(data) * 0x9E3779B97F4A7C15 & mask)
     for i in range(0, len(data), 8):
         h = fmix(h ^ int.from_bytes(data[i : i + 8].ljust(8, b"\0"), "little"))
-    return h & 0xFFFFFFFF
+    return h
+
+
+def _spec_hash32(data: bytes) -> int:
+    return _spec_tg64(data) & 0xFFFFFFFF
 
 
 def _random_strings(n: int, seed: int = 7) -> list[str]:
@@ -99,6 +103,15 @@ def test_vectorised_hash_equals_per_value_hash_and_the_documented_spec() -> None
     assert got.dtype == np.uint32
     np.testing.assert_array_equal(got, expected)
     assert [datasketch_hashfunc(v) for v in values[:2000]] == expected[:2000].tolist()
+
+
+def test_hash64_is_the_whole_tg64_and_hash32_its_low_half() -> None:
+    values = [*_random_strings(20_000), None, "x"]  # nulls are dropped, as by hash32
+    got = hash64(values)
+    assert got.dtype == np.uint64
+    assert got.tolist() == [_spec_tg64(v.encode()) for v in values if v is not None]
+    np.testing.assert_array_equal(got.astype(np.uint32), hash32(values))
+    assert hash64([]).dtype == np.uint64
 
 
 def test_str_and_its_utf8_bytes_hash_alike() -> None:

@@ -64,7 +64,9 @@ def test_format_freshness(freshness: dict[str, int] | None, line: str) -> None:
 def _run_status(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], st: JobStatus, **kw: Any
 ) -> tuple[int, str]:
+    batches = kw.pop("batches", [])
     monkeypatch.setattr(query.store, "read_status", lambda r, keys: st)
+    monkeypatch.setattr(query.store, "read_batches", lambda r, keys, limit=None: batches)
     args = argparse.Namespace(**({"json": False, "max_age": None} | kw))
     code = query._status(None, Keys("tg"), args, T + 6_000)  # type: ignore[arg-type]
     return code, capsys.readouterr().out
@@ -73,13 +75,15 @@ def _run_status(
 def test_status_text_has_the_freshness_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out = _run_status(monkeypatch, capsys, status(freshness=FRESH))
+    batches = [{"duplicates": 3}, {"duplicates": None}, {}, {"duplicates": 1_200}]
+    code, out = _run_status(monkeypatch, capsys, status(freshness=FRESH), batches=batches)
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == "batch 12 at 2026-01-01T00:00:05.000Z (600ms ago), 3000 rows"
     assert lines[1] == "watermark 2025-12-31T23:59:30.000Z (delay 36s)"
     assert lines[2] == "freshness p50 120ms, p99 480ms, max 1m1s900ms (batch 12, 3,000 records)"
-    assert lines[3] == "offsets p0=5"
+    assert lines[3] == "duplicates dropped: 1,203 in the last 4 batches"
+    assert lines[4] == "offsets p0=5"
 
 
 def test_status_text_before_any_batch_with_records(

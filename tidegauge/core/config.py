@@ -170,6 +170,8 @@ class JobConfig:
     late_events_max: int = 10_000
     #: Event-state groups: services are hashed onto this many; fixed for a checkpoint.
     state_shards: int = 4
+    #: Drop events whose event_id was already accepted (jobs/dedup.py); `--no-dedup` is False.
+    dedup: bool = True
     #: Spark settings given with `--conf KEY=VALUE`, applied over Tidegauge's own (jobs/spark.py).
     spark_conf: tuple[tuple[str, str], ...] = ()
 
@@ -320,5 +322,6 @@ def job_config_from_args(args: argparse.Namespace) -> JobConfig:
         correct_clock_skew=args.correct_clock_skew,
         late_events_max=args.late_events_max,
         state_shards=args.state_shards,
+        dedup=not args.no_dedup,
         spark_conf=tuple(parse_conf(c) for c in args.conf or ()),
     )

@@ -45,6 +45,10 @@ class Keys:
         """Hash: "service|batch_id" -> stragglers of that window in that batch (one revision)."""
         return f"{self.prefix}:strag:{spec}:{start_ms}"
 
+    def window_duplicates(self, spec: str, start_ms: int) -> str:
+        """Hash: "service|batch_id" -> duplicates of that window dropped in that batch."""
+        return f"{self.prefix}:dup:{spec}:{start_ms}"
+
     def arrivals(self, domain: str, size_ms: int, start_ms: int) -> str:
         """Hash: "service|batch_id" -> JSON {events, late, stragglers, proc_ms}.
 
@@ -132,8 +136,8 @@ def _s(v: bytes | str) -> str:
 
 
 # --- field formats ----------------------------------------------------------------------------
-# Late rows, stragglers and arrivals are per-batch facts stored under "service|batch" fields, so a
-# replayed batch overwrites its own field instead of adding to another.
+# Late rows, stragglers, duplicates and arrivals are per-batch facts stored under "service|batch"
+# fields, so a replayed batch overwrites its own field instead of adding to another.
 
 
 def batch_field(service: str, batch_id: int) -> str:

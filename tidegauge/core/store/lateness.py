@@ -44,6 +44,8 @@ class LatenessResult:
     stragglers: int
     lateness: TDigest
     overdue: TDigest
+    #: Events dropped as duplicates of events already counted (not in `events`).
+    duplicates: int = 0
 
     def fraction_late(self, allowed_lateness_ms: int) -> float:
         """Share of the events that would have been late with this allowed lateness."""
@@ -73,6 +75,7 @@ class LatenessResult:
             "events": self.events,
             "late": self.late,
             "stragglers": self.stragglers,
+            "duplicates": self.duplicates,
             "lateness_p50": q[0],
             "lateness_p90": q[1],
             "lateness_p99": q[2],
@@ -133,6 +136,15 @@ def read_lateness(
         lambda s: keys.window_stragglers(spec.key, s),
         lambda _, fields: _per_service(fields, lambda v: int(v)),
     )
+    dups = _stamped(
+        r,
+        cache,
+        "duplicates",
+        spec.key,
+        starts,
+        lambda s: keys.window_duplicates(spec.key, s),
+        lambda _, fields: _per_service(fields, lambda v: int(v)),
+    )
     picked = [a for per in lates for svc, a in per if service in (ALL_SERVICES, svc)]
     late = sum(x.count for x in picked)
     return LatenessResult(
@@ -146,6 +158,7 @@ def read_lateness(
         stragglers=sum(per.get(service, 0) for per in strags),
         lateness=TDigest.merged([accepted.lateness] + [x.lateness for x in picked]),
         overdue=TDigest.merged([accepted.overdue] + [x.overdue for x in picked]),
+        duplicates=sum(per.get(service, 0) for per in dups),
     )
 
 

@@ -35,6 +35,8 @@ class WindowRow:
     #: batches that brought such corrections (revision 0 = never corrected).
     stragglers: int = 0
     revision: int = 0
+    #: Events dropped from the window as duplicates of an event already in it (same event_id).
+    duplicates: int = 0
     #: Arrival (broker time) - event time of the accepted events, ms.
     lateness_p50: float | None = None
     lateness_p99: float | None = None

@@ -66,6 +66,7 @@ def read_windows(
         pipe.hgetall(keys.window_late(spec.key, start))
         if known.get(start) is None:
             pipe.hgetall(keys.window_stragglers(spec.key, start))
+            pipe.hgetall(keys.window_duplicates(spec.key, start))
     got = iter(pipe.execute() if starts else [])
     rows: list[WindowRow] = []
     for start in starts:
@@ -73,8 +74,9 @@ def read_windows(
         shown = known.get(start)
         if shown is None:
             docs = {_s(k): json.loads(v) for k, v in next(got).items()}
-            late_fields, strag_fields = next(got), next(got)
+            late_fields, strag_fields, dup_fields = next(got), next(got), next(got)
             strag = _per_service(strag_fields, lambda v: int(v))
+            dups = _per_service(dup_fields, lambda v: int(v))
             revisions = _revisions(strag_fields)
             shown = {
                 svc: _row(
@@ -85,6 +87,7 @@ def read_windows(
                     0,
                     stragglers=strag.get(svc, 0),
                     revision=revisions.get(svc, 0),
+                    duplicates=dups.get(svc, 0),
                     closed=closed,
                 )
                 for svc, doc in docs.items()
@@ -140,6 +143,7 @@ def _row(
     late: int,
     stragglers: int = 0,
     revision: int = 0,
+    duplicates: int = 0,
     closed: bool = False,
 ) -> WindowRow:
     n = int(doc.get("count", 0))
@@ -152,6 +156,7 @@ def _row(
         late=late,
         stragglers=stragglers,
         revision=revision,
+        duplicates=duplicates,
         closed=closed,
         spec=spec.key,
         kind=spec.kind,
