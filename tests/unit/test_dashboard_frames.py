@@ -344,9 +344,7 @@ def test_panel_figures_render_data_and_say_when_there_is_none() -> None:
         [{"batch_id": 1, "batch_time": T, "input_rows": 3, "batch_duration_ms": 90}]
     )
     assert len(built(figures.pipeline_health, health).data) == 6  # 2 rates, duration, 3 freshness
-    late = frames.lateness_frame(
-        [row(T, "*", 10, late=4, stragglers=3, duplicates=5, revision=2)]
-    )
+    late = frames.lateness_frame([row(T, "*", 10, late=4, stragglers=3, duplicates=5, revision=2)])
     fig = built(figures.lateness_windows, late, window_size_ms=W)
     assert [list(t.y) for t in fig.data] == [[4], [3], [5], [2]]
     overdue = TDigest()

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from tidegauge.core.events import (
+    BUILT_IN_FIELDS,
     DEAD_LETTER_RAW_CAP,
+    MAX_RECORD_BYTES,
     MAX_TIME_MS,
     MIN_TIME_MS,
     ContractError,
@@ -145,7 +147,12 @@ INVALID: list[tuple[str, bytes | None, Reason]] = [
     ("plain text", b"hello", Reason.INVALID_JSON),
     ("only whitespace", b"   ", Reason.INVALID_JSON),
     ("UTF-8 BOM", b"\xef\xbb\xbf" + ev(), Reason.INVALID_JSON),
-    ("nested too deeply", b"[" * 100_000, Reason.INVALID_JSON),
+    ("nested too deeply", b"[" * 60_000, Reason.INVALID_JSON),
+    (
+        "nested too deeply inside an event",
+        ev(extra=[]).replace(b"[]", b"[" * 5_000 + b"]" * 5_000),
+        Reason.INVALID_JSON,
+    ),
     ("JSON array", b"[1,2]", Reason.NOT_AN_OBJECT),
     ("JSON number", b"17", Reason.NOT_AN_OBJECT),
     ("JSON string", b'"event"', Reason.NOT_AN_OBJECT),
@@ -174,6 +181,11 @@ INVALID: list[tuple[str, bytes | None, Reason]] = [
     ("empty event_id", ev(event_id=""), Reason.INVALID_VALUE),
     ("empty service", ev(service=""), Reason.INVALID_VALUE),
     ("negative latency", ev(latency_ms=-0.5), Reason.INVALID_VALUE),
+    ("65,537 bytes", b"{" + b" " * 65_535 + b"}", Reason.TOO_LARGE),
+    ("a megabyte event", ev(padding="p" * 1_000_000), Reason.TOO_LARGE),
+    ("service of 129 characters", ev(service="s" * 129), Reason.TOO_LONG),
+    ("event_id of 257 characters", ev(event_id="e" * 257), Reason.TOO_LONG),
+    ("user_id of 257 characters", ev(user_id="u" * 257), Reason.TOO_LONG),
     (
         "NaN latency",
         b'{"event_id":"e1","event_time":1795341600000,"service":"s","latency_ms":NaN}',
@@ -261,6 +273,8 @@ def test_reason_codes_are_stable() -> None:
         "wrong_type",
         "invalid_time",
         "invalid_value",
+        "too_large",
+        "too_long",
     ]
 
 
@@ -452,6 +466,10 @@ def test_docs_list_every_reason_and_limit() -> None:
         assert re.search(rf"`{reason.value}`", text), f"docs/events.md misses reason {reason.value}"
     assert f"{DEAD_LETTER_RAW_CAP:,}" in text or str(DEAD_LETTER_RAW_CAP) in text
     assert "2000-01-01" in text and "2100-01-01" in text
+    assert f"{MAX_RECORD_BYTES:,} bytes" in text
+    for f in BUILT_IN_FIELDS:
+        if f.max_length is not None:
+            assert f"at most {f.max_length} characters" in text, f.name
 
 
 # --- the fast decoder agrees with the standard library's -------------------------------------
@@ -529,3 +547,16 @@ def test_fast_decoding_reaches_the_standard_verdict_on_every_record() -> None:
             assert got == want, v
             checked += 1
     assert checked > 10_000
+
+
+def test_names_and_records_at_their_limits_are_accepted() -> None:
+    at_limit = ev(service="s" * 128, event_id="e" * 256, user_id="u" * 256)
+    got = parse_record(at_limit)
+    assert isinstance(got, Event) and len(got.service) == 128
+    # characters, not bytes: 128 four-byte characters are a valid service name
+    assert isinstance(parse_record(ev(service="\U0001f30a" * 128)), Event)
+    padded = ev(padding="")
+    exact = ev(padding="p" * (MAX_RECORD_BYTES - len(padded)))
+    assert len(exact) == MAX_RECORD_BYTES
+    assert isinstance(parse_record(exact), Event)
+    assert parse_record(exact + b" ").reason is Reason.TOO_LARGE  # type: ignore[union-attr]

@@ -32,7 +32,12 @@ from tidegauge.traffic.config import (
 )
 from tidegauge.traffic.generator import generate
 from tidegauge.traffic.live import LiveCommands
-from tidegauge.traffic.malformed import MALFORMED_KINDS
+from tidegauge.traffic.malformed import (
+    BASIC_ROTATION,
+    EMPTY_KEY_KINDS,
+    MALFORMED_KINDS,
+    MALFORMED_ROTATION,
+)
 from tidegauge.traffic.records import (
     CONTROL_KEY,
     HEARTBEAT_KEY,
@@ -338,12 +343,41 @@ def test_malformed_records_in_the_stream(stream: list[Record]) -> None:
     assert_fraction(len(malformed), len(arrivals), ALL_KNOBS.malformed_fraction)
     # Kinds rotate deterministically, in generation (not send) order: malformed records are
     # never delayed, so the two agree.
-    expected = [MALFORMED_KINDS[i % len(MALFORMED_KINDS)][1] for i in range(len(malformed))]
+    rotation = [MALFORMED_KINDS[i] for i in BASIC_ROTATION]
+    expected = [rotation[i % len(rotation)][1] for i in range(len(malformed))]
     assert [r.reason for r in malformed] == expected
     for r in malformed:
         result = parse_record(r.value)
         assert isinstance(result, Rejected) and result.reason is r.reason, result
         assert r.event_time is None and r.event_id is None and r.send_ms == r.true_time
+
+
+def test_fuzz_takes_every_kind_in_rotation_with_its_reason() -> None:
+    cfg = fast(seed=3, rate=2_000, count=6_000, malformed_fraction=0.5, fuzz=True)
+    malformed = [r for r in generate(cfg) if r.kind == "malformed"]
+    rotation = [MALFORMED_KINDS[i] for i in MALFORMED_ROTATION]
+    assert len(malformed) > len(MALFORMED_KINDS) * 2
+    assert [r.reason for r in malformed] == [
+        rotation[i % len(rotation)][1] for i in range(len(malformed))
+    ]
+    seen = {rotation[i % len(rotation)][0] for i in range(len(malformed))}
+    assert seen == {k[0] for k in MALFORMED_KINDS}  # the 1 MB kind comes after the first cycle
+    for i, r in enumerate(malformed):
+        name = rotation[i % len(rotation)][0]
+        result = parse_record(r.value)
+        assert isinstance(result, Rejected) and result.reason is r.reason, (name, result)
+        assert (r.key == b"") == (name in EMPTY_KEY_KINDS), name
+    sizes = [len(r.value) for r in malformed]
+    megabytes = [i for i in range(len(malformed)) if rotation[i % len(rotation)][0] == "megabyte"]
+    assert megabytes and [i for i, n in enumerate(sizes) if n == 1_000_000] == megabytes
+    # the same seed gives the same bytes (the "random" kinds hash the event id)
+    again = [r.value for r in generate(cfg) if r.kind == "malformed"]
+    assert again == [r.value for r in malformed]
+
+
+def test_fuzz_needs_no_other_knob_and_basic_streams_stay_basic(stream: list[Record]) -> None:
+    basic = {MALFORMED_KINDS[i][1] for i in BASIC_ROTATION}
+    assert {r.reason for r in of_kind(stream, "malformed")} <= basic
 
 
 # --- every other record is the contract --------------------------------------------------------

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT, PARSED_SCHEMA, parse_batches
-from tidegauge.core.events import DEAD_LETTER_RAW_CAP, Reason, parse_record
+from tidegauge.core.events import DEAD_LETTER_RAW_CAP, MAX_RECORD_BYTES, Reason, parse_record
 
 T = 1_795_341_600_000  # epoch ms, inside the contract's 2000..2100 range
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -108,6 +108,8 @@ RECORDS: list[tuple[bytes | None, int | None]] = [
     (js({"event_id": "e", "event_time": T, "service": 5}), T + 26),  # wrong_type
     (js({"event_id": "e", "event_time": T // 1000, "service": "api"}), T + 27),  # invalid_time
     (js({"event_id": "e", "event_time": T, "service": "*"}), None),  # invalid_value
+    (js({"event_id": "e", "event_time": T, "service": "s" * 129}), T + 28),  # too_long
+    (b"{" + b" " * MAX_RECORD_BYTES + b"}", T + 28),  # too_large
     (b"x" * (DEAD_LETTER_RAW_CAP * 3 + 7), T + 29),  # invalid_json, larger than the cap
     (b"y" * DEAD_LETTER_RAW_CAP, T + 30),  # exactly the cap
     (b"z" * (DEAD_LETTER_RAW_CAP + 1), T + 31),  # one byte over
@@ -214,6 +216,8 @@ def test_every_reason_is_reported(parsed: list[dict[str, Any]]) -> None:
         "wrong_type",
         "invalid_time",
         "invalid_value",
+        "too_long",
+        "too_large",
         "invalid_json",
         "invalid_json",
         "invalid_json",

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from itertools import accumulate
 from typing import Any, Literal
 
 import orjson
@@ -22,6 +24,8 @@ __all__ = [
     "ContractError",
     "DEAD_LETTER_RAW_CAP",
     "EventField",
+    "MAX_NESTING",
+    "MAX_RECORD_BYTES",
     "MAX_TIME_MS",
     "MIN_TIME_MS",
     "Event",
@@ -49,6 +53,11 @@ _INT32 = 2**31
 #: How many bytes of a malformed record the dead-letter store keeps.
 DEAD_LETTER_RAW_CAP = 4096
 
+#: A record value longer than this is a dead letter (`too_large`) before any decoding: a request
+#: event is a few hundred bytes, so 64 KiB leaves room for plugins' fields, while a megabyte of
+#: JSON would cost the read task milliseconds and the dead-letter store only its first 4 KiB.
+MAX_RECORD_BYTES = 65_536
+
 
 class Reason(StrEnum):
     """Why a record broke the contract; dead letters are counted by these codes."""
@@ -61,6 +70,8 @@ class Reason(StrEnum):
     WRONG_TYPE = "wrong_type"
     INVALID_TIME = "invalid_time"
     INVALID_VALUE = "invalid_value"
+    TOO_LARGE = "too_large"
+    TOO_LONG = "too_long"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +99,8 @@ FieldType = Literal["string", "time", "float", "int"]
 class EventField:
     """One field of the event contract: its JSON name, type, rules and parsed column.
 
-    * `string`: a JSON string; required ones must not be empty; `reserved` values are refused.
+    * `string`: a JSON string; required ones must not be empty; `reserved` values are refused;
+      at most `max_length` characters when one is set (names become Redis keys and chart labels).
     * `time`: epoch ms or ISO-8601 with a zone (`parse_time`); the column holds epoch ms.
     * `float`: a JSON number (not a boolean), finite, `>= minimum` when one is set; integers
       are read as floats.
@@ -105,6 +117,7 @@ class EventField:
     column: str = ""
     minimum: float | None = None
     reserved: tuple[str, ...] = ()
+    max_length: int | None = None
     doc: str = ""
 
     def __post_init__(self) -> None:
@@ -125,6 +138,7 @@ class EventField:
 
         if self.type == "string":
             reserved = frozenset(self.reserved)
+            longest = self.max_length if self.max_length is not None else math.inf
 
             def string(value: Any) -> str | None:
                 if value is None:
@@ -132,7 +146,7 @@ class EventField:
                     return None
                 if type(value) is not str:
                     return _string(self, value)  # raises WRONG_TYPE (or returns a str subclass)
-                if (required and not value) or value in reserved:
+                if (required and not value) or value in reserved or len(value) > longest:
                     return _string(self, value)  # raises with the contract's detail
                 try:
                     value.encode("utf-8")
@@ -180,10 +194,17 @@ class EventField:
 #: The contract's fields in the order a record is checked (docs/events.md): the first fault
 #: found is the one counted. Registered fields come after these.
 BUILT_IN_FIELDS: tuple[EventField, ...] = (
-    EventField("event_id", "string", required=True, doc="unique id of the request"),
+    EventField("event_id", "string", required=True, max_length=256, doc="unique id of the request"),
     EventField("event_time", "time", required=True, column="event_ms", doc="when it happened"),
-    EventField("service", "string", required=True, reserved=("*",), doc="the key metrics group by"),
-    EventField("user_id", "string", doc="who made it (distinct users)"),
+    EventField(
+        "service",
+        "string",
+        required=True,
+        reserved=("*",),
+        max_length=128,
+        doc="the key metrics group by",
+    ),
+    EventField("user_id", "string", max_length=256, doc="who made it (distinct users)"),
     EventField("sent_time", "time", column="sent_ms", doc="when the device sent it"),
     EventField("latency_ms", "float", minimum=0.0, doc="how slow it was"),
     EventField("status", "int", doc="its status code; >= 500 is an error"),
@@ -308,6 +329,11 @@ def _string(f: EventField, value: Any) -> str:
         raise ContractError(
             Reason.INVALID_VALUE, f"{f.name} {value!r} is reserved for all services"
         )
+    if f.max_length is not None and len(value) > f.max_length:
+        raise ContractError(
+            Reason.TOO_LONG,
+            f"{f.name} is {len(value):,} characters long; the limit is {f.max_length:,}",
+        )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -367,9 +393,24 @@ def _heartbeat(obj: dict[str, Any]) -> Heartbeat:
     )
 
 
-#: Brackets in a value beyond which the fast path leaves it to the standard library, whose
-#: decoder gives up on deep nesting (RecursionError: a dead letter) where orjson would not.
-_FAST_NESTING = 64
+#: JSON nested deeper than this is `invalid_json`. A fixed limit, because the standard library's
+#: decoder gives up at a depth that depends on the process's recursion limit (and orjson at
+#: 1,024): a record's verdict must not depend on where it is parsed.
+MAX_NESTING = 64
+
+#: Brackets in a value beyond which the fast path leaves it to the standard library (after the
+#: depth check): with at most this many brackets, no value can be nested too deeply.
+_FAST_NESTING = MAX_NESTING
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _depth(text: str) -> int:
+    """How deeply the arrays and objects of a JSON text nest (brackets in strings ignored)."""
+    steps = (1 if b in "[{" else -1 for b in _BRACKETS.findall(_STRING.sub("", text)))
+    return max(accumulate(steps, initial=0))
 
 
 def parse_record(value: bytes | None) -> Event | Heartbeat | Rejected:
@@ -383,6 +424,8 @@ def parse_record(value: bytes | None) -> Event | Heartbeat | Rejected:
     """
     if not value:
         return Rejected(Reason.EMPTY, "record has no value")
+    if len(value) > MAX_RECORD_BYTES:
+        return _too_large(value)
     if value.count(b"[") + value.count(b"{") > _FAST_NESTING:
         return _parse_standard(value)
     try:
@@ -400,10 +443,14 @@ def parse_record(value: bytes | None) -> Event | Heartbeat | Rejected:
 
 def _parse_standard(value: bytes) -> Event | Heartbeat | Rejected:
     """`parse_record` with the standard library's decoder: the reference, and every rejection."""
+    if len(value) > MAX_RECORD_BYTES:
+        return _too_large(value)
     try:
         text = value.decode("utf-8")
     except UnicodeDecodeError as e:
         return Rejected(Reason.INVALID_UTF8, f"not UTF-8 at byte {e.start}")
+    if value.count(b"[") + value.count(b"{") > MAX_NESTING and _depth(text) > MAX_NESTING:
+        return Rejected(Reason.INVALID_JSON, f"not JSON: nested deeper than {MAX_NESTING} levels")
     try:
         obj = json.loads(text)
     except (ValueError, RecursionError) as e:  # ValueError covers 4300+ digit integers
@@ -412,6 +459,12 @@ def _parse_standard(value: bytes) -> Event | Heartbeat | Rejected:
     if not isinstance(obj, dict):
         return Rejected(Reason.NOT_AN_OBJECT, f"JSON {type(obj).__name__}, not an object")
     return _judge(obj)
+
+
+def _too_large(value: bytes) -> Rejected:
+    return Rejected(
+        Reason.TOO_LARGE, f"record is {len(value):,} bytes; the limit is {MAX_RECORD_BYTES:,}"
+    )
 
 
 def _judge(obj: dict[str, Any]) -> Event | Heartbeat | Rejected:

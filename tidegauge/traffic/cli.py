@@ -191,6 +191,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="records that break the contract (default 0)",
     )
     g.add_argument(
+        "--fuzz",
+        action="store_true",
+        help="malformed records of every fuzzing kind: random bytes, deep nesting, NaN and "
+        "Infinity, booleans, duplicate keys, nulls, oversized and 1 MB records, names too long, "
+        "empty key and value (default: the basic 14 kinds)",
+    )
+    g.add_argument(
         "--iso-fraction",
         type=float,
         default=0.1,
@@ -337,6 +344,7 @@ def config_from_args(args: argparse.Namespace, now_ms: int | None = None) -> Gen
         duplicate_other_partition=args.duplicate_other_partition,
         duplicate_late_fraction=args.duplicate_late_fraction,
         malformed_fraction=args.malformed_fraction,
+        fuzz=args.fuzz,
         iso_fraction=args.iso_fraction,
         heartbeat_interval_ms=args.heartbeat_interval,
         heartbeat_tail_ms=args.heartbeat_tail,

@@ -93,6 +93,9 @@ class GeneratorConfig:
     #: Share of duplicates re-sent after the lateness (their original's window has closed).
     duplicate_late_fraction: float = 0.0
     malformed_fraction: float = 0.0
+    #: Malformed records take every fuzzing kind (tidegauge/traffic/malformed.py), not only the
+    #: basic 14 (which keep older seeded streams as they were).
+    fuzz: bool = False
     iso_fraction: float = 0.1
     heartbeat_interval_ms: int = 1_000
     heartbeat_tail_ms: int = 0

@@ -40,7 +40,12 @@ from tidegauge.core.durations import format_duration, to_iso
 from tidegauge.traffic.config import BURST_TOP_USERS, GeneratorConfig
 from tidegauge.traffic.encoder import ValueEncoder
 from tidegauge.traffic.live import Applied, LiveCommands
-from tidegauge.traffic.malformed import MALFORMED_KINDS
+from tidegauge.traffic.malformed import (
+    BASIC_ROTATION,
+    EMPTY_KEY_KINDS,
+    MALFORMED_KINDS,
+    MALFORMED_ROTATION,
+)
 from tidegauge.traffic.records import (
     CONTROL_KEY,
     HEARTBEAT_KEY,
@@ -157,6 +162,7 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
     seq = 0  # send order of all records
     g = 0  # arrival number: names events (event_id) and rotates malformed kinds
     n_malformed = 0
+    rotation = MALFORMED_ROTATION if cfg.fuzz else BASIC_ROTATION
     hb_next = t0 + interval if interval > 0 else None
     elapsed = 0.0
     last_t = t0
@@ -385,12 +391,12 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
             last_t = t
 
             if malformed[i]:
-                _, reason, build = MALFORMED_KINDS[n_malformed % len(MALFORMED_KINDS)]
+                kind_name, reason, build = MALFORMED_KINDS[rotation[n_malformed % len(rotation)]]
                 n_malformed += 1
                 obj = json.loads(encoder.event(eid, t, service, user_id, latency, status, t))
                 payload: Payload = dict(
                     kind="malformed",
-                    key=key,
+                    key=b"" if kind_name in EMPTY_KEY_KINDS else key,
                     value=build(obj),
                     partition=None,
                     send_ms=t,
