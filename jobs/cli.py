@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import re
 import signal
@@ -12,14 +13,16 @@ from typing import Any
 
 import redis
 
+from jobs.offset_log import next_watermark
 from jobs.pipeline import run_job
 from jobs.spark import build_session, quiet_task_failures
+from jobs.status import progress_summary
 from tidegauge.core.config import (
     JobConfig,
     job_config_from_args,
     redact_url,
 )
-from tidegauge.core.durations import format_duration
+from tidegauge.core.durations import format_duration, to_iso
 from tidegauge.core.store import connect
 from tidegauge.core.windows import WindowSpec
 
@@ -184,11 +187,24 @@ def run(args: argparse.Namespace) -> int:
         print(f"tidegauge job: failed: {failure_reason(str(e))}", file=sys.stderr)
         return 1
     last = query.lastProgress
-    wm = last.eventTime.get("watermark") if last else None
     print(
         f"tidegauge job: stopped after {time.monotonic() - started:.1f}s; last batch "
-        f"{last.batchId if last else '-'}, watermark {wm or '-'} (`tidegauge query status` "
-        "has the batches' records and freshness)",
+        f"{last.batchId if last else '-'}; {_next_watermark_text(cfg, last)} "
+        "(`tidegauge query status` has the batches' records and freshness)",
         flush=True,
     )
     return 0
+
+
+def _next_watermark_text(cfg: JobConfig, last: Any) -> str:
+    """Where event time stands for the next run from this checkpoint, for the stop line.
+
+    From Spark's commit log when the checkpoint is local (what a restart really reads), else
+    from the last batch's progress (its watermark advanced by what it saw).
+    """
+    ms = next_watermark(cfg.checkpoint)
+    if ms is None and last is not None:
+        ms = progress_summary(json.loads(last.json), cfg.allowed_lateness_ms)["watermark"]
+    if not ms:
+        return "no watermark yet (no event time seen)"
+    return f"the next run starts at watermark {to_iso(ms)}"

@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BatchClock", "Offsets", "batch_clock", "checkpointed_end"]
+__all__ = ["BatchClock", "Offsets", "batch_clock", "checkpointed_end", "next_watermark"]
 
 #: Kafka end offsets as the source reports them: {"<partition>": next offset}.
 Offsets = dict[str, int]
@@ -72,6 +72,26 @@ def checkpointed_end(checkpoint: str | None) -> Offsets | None:
         return _read(checkpoint, ids[0])[1]
     except ValueError:
         return None  # unreadable: fall back to initialOffset (Spark itself validates the log)
+
+
+def next_watermark(checkpoint: str | None) -> int | None:
+    """The watermark (epoch ms) a run restarted from this checkpoint begins with, if known.
+
+    Spark's commit log (`<checkpoint>/commits/<batch id>`: `v1`, then `{"nextBatchWatermarkMs":
+    ...}`) records, with each finished batch, the watermark its successor applies; a restart
+    takes it from the newest entry. None without a local, readable commit log.
+    """
+    if not checkpoint:
+        return None
+    log_dir = Path(checkpoint) / "commits"
+    try:
+        ids = sorted((int(f.name) for f in log_dir.iterdir() if f.name.isdigit()), reverse=True)
+        if not ids:
+            return None
+        lines = (log_dir / str(ids[0])).read_text().splitlines()
+        return int(json.loads(lines[1])["nextBatchWatermarkMs"])
+    except (OSError, IndexError, KeyError, TypeError, ValueError):
+        return None
 
 
 def batch_clock(checkpoint: str | None, end: Offsets) -> BatchClock:

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
@@ -70,8 +71,11 @@ def local_checkpoint(path: str) -> bool:
     return scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt")
 
 
-#: Java options of the driver JVM (which is also the executor in local mode).
-_JAVA_OPTIONS = "-Dlog4j2.level=WARN"
+#: Java options of the driver JVM (which is also the executor in local mode): Tidegauge's log
+#: settings (warnings and errors on stderr, minus the lines every run printed for nothing).
+_JAVA_OPTIONS = (
+    f"-Dlog4j2.configurationFile={Path(__file__).with_name('log4j2.properties').as_uri()}"
+)
 
 
 def session_settings(

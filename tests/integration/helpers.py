@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -11,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tidegauge.core.durations import to_iso
 from tidegauge.core.windows import WindowSpec
 
 WINDOW_MS = 10_000
@@ -188,3 +190,24 @@ def expected_corrections(
             frontier = max_seen
             watermark = max(watermark, max_seen - lateness_ms)
     return stragglers, revisions
+
+
+def assert_clean_run(stdout: str, stderr: str, checkpoint: Path) -> None:
+    """A run that succeeded logged no error, no traceback and no warning, and its stop line
+    names the watermark a restart begins with: the one in Spark's commit log."""
+    for text in (stdout, stderr):
+        lines = [
+            line
+            for line in text.splitlines()
+            # the JVM launcher's note on Spark's vector module is not Tidegauge's to silence
+            if "incubator modules" not in line
+        ]
+        for line in lines:
+            assert not re.search(r"\b(ERROR|WARN|WARNING|Traceback|Exception)\b", line), line
+    commits = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    entry = (checkpoint / "commits" / str(commits[-1])).read_text().splitlines()
+    next_ms = json.loads(entry[1])["nextBatchWatermarkMs"]
+    assert next_ms > 0
+    stop = [line for line in stdout.splitlines() if "stopped after" in line]
+    assert len(stop) == 1
+    assert f"the next run starts at watermark {to_iso(next_ms)}" in stop[0], stop[0]

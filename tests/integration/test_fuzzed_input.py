@@ -19,7 +19,13 @@ import pytest
 import redis
 
 from tests.conftest import flags
-from tests.integration.helpers import batch_rows, expected_windows, load_truth, tidegauge
+from tests.integration.helpers import (
+    assert_clean_run,
+    batch_rows,
+    expected_windows,
+    load_truth,
+    tidegauge,
+)
 from tidegauge.core.events import DEAD_LETTER_RAW_CAP, Reason
 from tidegauge.core.store import Keys, read_batches, read_dead_counts, read_dead_letters
 from tidegauge.traffic.cli import add_arguments, config_from_args
@@ -70,13 +76,14 @@ def run(broker, module_redis_db, produce, job, tmp_path_factory: pytest.TempPath
         window="10s",
         allowed_lateness="20s",
         starting_offsets="earliest",
-        max_records_per_trigger="6000",
+        # one batch: a first run, whose stop line must still name the next run's watermark
         dead_letter_max="20000",
     )
     return {
         "url": url,
         "truth": load_truth(truth_path),
         "job": ran,
+        "checkpoint": tmp / "checkpoint",
         "client": redis.Redis.from_url(url),
     }
 
@@ -120,3 +127,7 @@ def test_every_dead_letter_keeps_the_bytes_that_were_sent(run: dict) -> None:
         assert d.raw_size == len(value)
         assert d.reason == where[(d.partition, d.offset)]["reason"]
     assert max(d.raw_size for d in letters) == 1_000_000
+
+
+def test_the_run_is_clean(run: dict) -> None:
+    assert_clean_run(run["job"].stdout, run["job"].stderr, run["checkpoint"])

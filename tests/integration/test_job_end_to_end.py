@@ -17,12 +17,14 @@ import pytest
 import redis
 
 from tests.integration.helpers import (
+    assert_clean_run,
     batch_rows,
     expected_corrections,
     expected_windows,
     load_truth,
     tidegauge,
 )
+from tidegauge.core.durations import to_iso
 from tidegauge.core.store import (
     Keys,
     read_batches,
@@ -72,9 +74,11 @@ def run(broker, module_redis_db, produce, job, tmp_path_factory: pytest.TempPath
     )
     return {
         "url": url,
+        "checkpoint": tmp / "checkpoint",
         "truth": load_truth(truth_path),
         "produced": produced.stdout,
         "job": ran.stdout,
+        "job_stderr": ran.stderr,
         "client": redis.Redis.from_url(url),
     }
 
@@ -291,3 +295,9 @@ def test_freshness_of_every_batch_equals_its_records_broker_times(run: dict) -> 
     assert status is not None
     last = [b for b in batches if b["freshness"]][-1]
     assert status.freshness == last["freshness"]
+
+
+def test_a_successful_run_is_clean_and_says_where_the_next_starts(run: dict) -> None:
+    assert_clean_run(run["job"], run["job_stderr"], run["checkpoint"])
+    status = json.loads(tidegauge("query", "status", "--redis", run["url"], "--json").stdout)
+    assert f"the next run starts at watermark {to_iso(status['watermark'])}" in run["job"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -49,7 +50,10 @@ def test_conf_replaces_settings_but_adds_java_options() -> None:
     )
     assert s["spark.sql.shuffle.partitions"] == "3"
     assert s["spark.executor.memory"] == "2g"
-    assert s[JAVA].split() == ["-Dlog4j2.level=WARN", "-XX:TieredStopAtLevel=1"]
+    ours, added = s[JAVA].split()
+    assert added == "-XX:TieredStopAtLevel=1"
+    assert ours.startswith("-Dlog4j2.configurationFile=file:")
+    assert Path(ours.split("file:", 1)[1]).is_file()  # the job's log settings ship with it
     assert s["spark.sql.session.timeZone"] == "UTC"
 
 
