@@ -24,8 +24,9 @@ from tidegauge.core import control
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.config import DEFAULT_REDIS_URL, RedisSettings, plugins_from_env, redact_url
 from tidegauge.core.durations import format_duration, to_iso
+from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.plugins import PluginError, load_plugins
-from tidegauge.core.store import ALL_SERVICES, Keys, connect, read_services
+from tidegauge.core.store import ALL_SERVICES, Keys, connect, overflow_summary, read_services
 
 st.set_page_config(page_title="Tidegauge", page_icon="🌊", layout="wide")
 try:  # the same plugin metrics as the job and `tidegauge query` (TIDEGAUGE_PLUGINS)
@@ -371,6 +372,14 @@ def _health(snap: data.Snapshot) -> None:
         "time − broker timestamp: p50, p99, oldest). Freshness far above the duration means "
         "records waited for their batch to start: a backlog, or a long trigger interval."
     )
+    over = overflow_summary(snap.batches)
+    if over["max_names"]:
+        st.warning(
+            f"Service names over the job's --max-services: {over['last_names']:,} in the last "
+            f"batch, up to {over['max_names']:,} per batch; {over['events']:,} events counted "
+            f"under the service '{OVERFLOW_SERVICE}' in the last {over['batches']} batches. A "
+            "producer may be putting request ids into `service` (docs/events.md)."
+        )
     left, right = st.columns([1, 2])
     with left:
         st.caption("Kafka offsets and lag by partition")

@@ -45,7 +45,7 @@ from jobs.panes import Added, ServiceWindows
 from jobs.parse import KIND_DEAD, KIND_EVENT
 from jobs.rows import DOMAINS, append_row, frame, new_rows
 from jobs.state import DeadCounts, ShardState
-from tidegauge.core.events import EventField, event_fields
+from tidegauge.core.events import OVERFLOW_SERVICE, EventField, event_fields
 from tidegauge.core.plugins import ensure_plugins
 from tidegauge.core.registry import metrics
 from tidegauge.core.windows import WindowSpec, frontier, primary_size, tumbling_start
@@ -74,6 +74,8 @@ class StateConfig:
     fields: tuple[EventField, ...] = field(default_factory=event_fields)
     #: De-duplicate events by id (jobs/dedup.py); `--no-dedup` turns it off.
     dedup: bool = True
+    #: Services tracked at once by the whole job (0: no limit); each shard takes its share.
+    max_services: int = 0
 
     def __post_init__(self) -> None:
         if self.allowed_lateness_ms < 0:
@@ -82,6 +84,13 @@ class StateConfig:
             raise ValueError("shards must be >= 1")
         if self.late_events_max < 0:
             raise ValueError("late_events_max must be >= 0")
+        if self.max_services < 0:
+            raise ValueError("max_services must be >= 0")
+
+    @property
+    def shard_services(self) -> int | None:
+        """Services one shard tracks at once (None: no limit): its share of `max_services`."""
+        return max(1, self.max_services // self.shards) if self.max_services else None
 
     @property
     def primary_ms(self) -> int:
@@ -96,6 +105,38 @@ def _check_clock(delta: ServiceDelta, watermark_ms: int) -> None:
             f"Spark's watermark for this batch is {watermark_ms}: the summaries would be "
             "classified against the wrong watermark (jobs/offset_log.py)"
         )
+
+
+@dataclass
+class Overflow:
+    """A shard's cardinality guard for one batch: which names went to OVERFLOW_SERVICE."""
+
+    budget: int | None
+    tracked: int
+    names: set[str] = field(default_factory=set)
+    events: int = 0
+
+    def route(self, service: str, known: bool) -> str:
+        """The service a name's events count under: itself while the shard has room."""
+        if known or service == OVERFLOW_SERVICE:
+            return service
+        if self.budget is None or self.tracked < self.budget:
+            self.tracked += 1
+            return service
+        self.names.add(service)
+        return OVERFLOW_SERVICE
+
+
+def _events_of(delta: ServiceDelta) -> int:
+    """Events a chunk summary holds, accepted or late.
+
+    Its arrival counts in one time domain: each event counts once per domain it has a time in,
+    and broker time is on every record.
+    """
+    per_domain = Counter[str]()
+    for (domain, _), (n, _, _) in delta.arrivals.items():
+        per_domain[domain] += n
+    return max(per_domain.values(), default=0)
 
 
 def _dedup(
@@ -234,7 +275,9 @@ def _service_batch(
     return len(kept)
 
 
-def _events(pdfs: Iterator[pd.DataFrame], state: Any, cfg: StateConfig) -> Iterator[pd.DataFrame]:
+def _events(
+    pdfs: Iterator[pd.DataFrame], state: Any, cfg: StateConfig, shard_id: int
+) -> Iterator[pd.DataFrame]:
     watermark = int(state.getCurrentWatermarkMs())
     front = frontier(watermark, cfg.allowed_lateness_ms)
     shard = ShardState.from_bytes(state.get[0], cfg) if state.exists else ShardState(cfg.shards)
@@ -244,6 +287,7 @@ def _events(pdfs: Iterator[pd.DataFrame], state: Any, cfg: StateConfig) -> Itera
     pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
     deltas = pdf[pdf["kind"] == KIND_DELTA]
     by_service: dict[str, list[ServiceDelta]] = {}
+    guard = Overflow(cfg.shard_services, sum(1 for s in shard.services if s != OVERFLOW_SERVICE))
     if len(deltas):
         # Apply each service's deltas in Kafka order, whatever order the shuffle delivered
         # them in: the sketches then depend only on the batch's records, and a replay is
@@ -252,7 +296,11 @@ def _events(pdfs: Iterator[pd.DataFrame], state: Any, cfg: StateConfig) -> Itera
         for service, blob in zip(deltas["service"].tolist(), deltas["blob"].tolist(), strict=True):
             delta = ServiceDelta.from_bytes(blob)
             _check_clock(delta, watermark)
-            by_service.setdefault(str(service), []).append(delta)
+            name = str(service)
+            routed = guard.route(name, name in shard.services or name in by_service)
+            if routed != name:
+                guard.events += _events_of(delta)
+            by_service.setdefault(routed, []).append(delta)
     rows: dict[str, list[Any]] = new_rows()
     late_budget = cfg.late_events_max
     for service in sorted(set(by_service) | set(shard.services)):
@@ -264,6 +312,19 @@ def _events(pdfs: Iterator[pd.DataFrame], state: Any, cfg: StateConfig) -> Itera
         sw.evict(watermark)
         if sw.is_empty:
             del shard.services[service]
+    # Every shard has its own overflow service: its window rows say which shard they are of
+    # (in `partition`), and the sink merges the shards' parts (jobs/redis_sink.py).
+    for i, (kind, service) in enumerate(zip(rows["kind"], rows["service"], strict=True)):
+        if kind == "window" and service == OVERFLOW_SERVICE:
+            rows["partition"][i] = shard_id
+    if guard.names:
+        append_row(
+            rows,
+            kind="overflow",
+            service=OVERFLOW_SERVICE,
+            count=guard.events,
+            metrics=json.dumps({"names": len(guard.names)}),
+        )
     if shard.services:
         state.update((shard.to_bytes(),))
     elif state.exists:
@@ -308,7 +369,7 @@ def make_state_fn(
         ensure_plugins(config.plugins, config.metric_names, [f.name for f in config.fields])
         group = key[0]
         if group == KIND_EVENT:
-            yield from _events(pdfs, state, config)
+            yield from _events(pdfs, state, config, int(key[1]))
         elif group == KIND_DEAD:
             yield from _dead(pdfs, state)
         else:

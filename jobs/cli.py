@@ -89,6 +89,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "by event_id is on by default; docs/time.md)",
     )
     p.add_argument(
+        "--max-services",
+        type=int,
+        default=1_000,
+        metavar="N",
+        help="services tracked at once (default 1000; 0: no limit); events of further names "
+        "count under the service '(other)', and the names are counted (docs/events.md)",
+    )
+    p.add_argument(
         "--state-shards",
         type=int,
         default=4,

@@ -40,6 +40,7 @@ from jobs.spark import build_session
 from jobs.state import STATE_SCHEMA
 from jobs.status import Committed, ProgressEvent, StatusListener
 from tidegauge.core.config import JobConfig, KafkaSettings
+from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.freshness import freshness, merge_times
 from tidegauge.core.plugins import loaded_plugins
 from tidegauge.core.store import Keys, connect
@@ -110,6 +111,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         shards=n,
         plugins=plugins,
         dedup=cfg.dedup,
+        max_services=cfg.max_services,
     )
     return routed.groupBy("group", "shard").applyInPandasWithState(
         make_state_fn(state_cfg),  # type: ignore[arg-type]
@@ -166,8 +168,22 @@ class _BatchWriter:
         )
         fresh = freshness(merge_times(rows.broker_times), round(time.time() * 1000), batch_id)
         self.committed[batch_id] = Committed(
-            rows.records, None if fresh is None else fresh.to_dict(), rows.duplicate_events
+            rows.records,
+            None if fresh is None else fresh.to_dict(),
+            rows.duplicate_events,
+            rows.overflow_names,
+            rows.overflow_events,
         )
+        if rows.overflow_names:
+            log.warning(
+                "batch %d: %d service names over --max-services %d; their %d events count "
+                "under %r (docs/events.md)",
+                batch_id,
+                rows.overflow_names,
+                self.cfg.max_services,
+                rows.overflow_events,
+                OVERFLOW_SERVICE,
+            )
         for old in [b for b in self.committed if b < batch_id - _COMMITTED_KEPT]:
             del self.committed[old]  # the listener has long written these
         if windows or dead or late:

@@ -49,6 +49,9 @@ class WindowUpdate:
     service: str
     metrics: Mapping[str, Any]
     agg: bytes
+    #: Set for a part of a service kept by several state shards (the overflow service): the
+    #: shard it comes from. The sink stores the parts and writes their merge as the service.
+    shard: int | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,7 @@ def write_batch(
         raise ValueError("'*' is computed by the sink, not sent to it")
     if arrivals and not arrival_window_ms:
         raise ValueError("arrivals need arrival_window_ms")
+    windows, parts = _merge_parts(r, keys, windows)
     by_window: dict[tuple[str, int], dict[str, WindowUpdate]] = defaultdict(dict)
     for w in windows:
         by_window[(w.spec, w.start_ms)][w.service] = w
@@ -161,6 +165,8 @@ def write_batch(
     stored = read.execute() if wins else []
 
     tx = r.pipeline(transaction=True)
+    for key, field_name, blob in parts:
+        tx.hset(key, field_name, blob)
     services: set[str] = set()
     for (spec, start), existing in zip(wins, stored, strict=True):
         fresh = by_window[(spec, start)]
@@ -216,6 +222,43 @@ def write_batch(
         # A new token only when the store has none (empty, or flushed): see Keys.epoch.
         tx.set(keys.epoch, uuid.uuid4().hex, nx=True)
         tx.execute()
+
+
+def _merge_parts(
+    r: redis.Redis, keys: Keys, windows: Sequence[WindowUpdate]
+) -> tuple[list[WindowUpdate], list[tuple[str, str, bytes]]]:
+    """Windows with each service's shard parts replaced by one update: the merge of its parts.
+
+    Returns the updates and the parts to store ((key, field, WindowAgg bytes)): a part is the
+    absolute state of one shard, so the merge takes the other shards' stored parts too.
+    """
+    whole = [w for w in windows if w.shard is None]
+    split = [w for w in windows if w.shard is not None]
+    if not split:
+        return whole, []
+    cells = sorted({(w.spec, w.start_ms) for w in split})
+    read = r.pipeline(transaction=False)
+    for spec, start in cells:
+        read.hgetall(keys.window_parts(spec, start))
+    stored = dict(zip(cells, read.execute(), strict=True))
+    writes: list[tuple[str, str, bytes]] = []
+    by_service: dict[tuple[str, int, str], dict[str, bytes]] = {}
+    for w in split:
+        cell = stored[(w.spec, w.start_ms)]
+        have = by_service.setdefault((w.spec, w.start_ms, w.service), {})
+        if not have:
+            for f, blob in cell.items():
+                name = f.decode()
+                if name.rsplit("|", 1)[0] == w.service:
+                    have[name] = blob
+        name = f"{w.service}|{w.shard}"
+        have[name] = w.agg
+        writes.append((keys.window_parts(w.spec, w.start_ms), name, w.agg))
+    for (spec, start, service), blobs in sorted(by_service.items()):
+        merged = WindowAgg.merged(WindowAgg.from_bytes(b) for _, b in sorted(blobs.items()))
+        size = WindowSpec.from_key(spec).size_ms
+        whole.append(WindowUpdate(spec, start, service, merged.metrics(size), merged.to_bytes()))
+    return whole, writes
 
 
 def write_progress(r: redis.Redis, keys: Keys, summary: Mapping[str, Any]) -> None:

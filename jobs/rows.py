@@ -7,6 +7,7 @@ reads them back on the driver (`decode_rows`).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from jobs.redis_sink import ArrivalUpdate, LateEvent, LateUpdate, WindowCount, WindowUpdate
+from tidegauge.core.metrics import LateAgg
 from tidegauge.core.store import DeadLetter
 
 __all__ = [
@@ -88,6 +90,10 @@ class BatchRows:
     records: int = 0
     #: Events the batch dropped as duplicates (each once).
     duplicate_events: int = 0
+    #: Names beyond `--max-services` whose events the batch counted under OVERFLOW_SERVICE
+    #: (distinct per state shard; shards hold disjoint names), and how many events those were.
+    overflow_names: int = 0
+    overflow_events: int = 0
 
 
 def decode_rows(rows: Iterable[Mapping[str, Any]], batch_id: int) -> BatchRows:
@@ -103,6 +109,8 @@ def decode_rows(rows: Iterable[Mapping[str, Any]], batch_id: int) -> BatchRows:
                     row["service"],
                     json.loads(row["metrics"]),
                     row["agg"],
+                    # the state shard of an overflow service's part (jobs/aggregate.py)
+                    None if row.get("partition") is None else int(row["partition"]),
                 )
             )
         elif kind == "late":
@@ -153,9 +161,54 @@ def decode_rows(rows: Iterable[Mapping[str, Any]], batch_id: int) -> BatchRows:
             )
         elif kind == "duplicate_events":
             out.duplicate_events += int(row["count"])
+        elif kind == "overflow":
+            out.overflow_names += int(json.loads(row["metrics"])["names"])
+            out.overflow_events += int(row["count"])
         elif kind == "dead_count":
             out.dead_counts[row["reason"]] = row["count"]
         elif kind == "broker_times":
             out.broker_times.append(row["agg"])
             out.records += int(row["count"] or 0)
+    return _merge_shards(out)
+
+
+def _merge_shards(out: BatchRows) -> BatchRows:
+    """One fact per (window, service) of the batch.
+
+    The overflow service exists in every state shard, so its per-batch facts (late rows,
+    stragglers, duplicates, arrivals) come from several shards and are summed here; every other
+    service lives in one shard and passes unchanged.
+    """
+    late: dict[tuple[str, int, str], LateUpdate] = {}
+    for u in out.late:
+        key = (u.spec, u.start_ms, u.service)
+        have = late.get(key)
+        if have is None:
+            late[key] = u
+        else:
+            merged = LateAgg.from_bytes(have.agg) if have.agg else LateAgg(have.count)
+            merged.merge(LateAgg.from_bytes(u.agg) if u.agg else LateAgg(u.count))
+            late[key] = LateUpdate(u.spec, u.start_ms, u.service, merged.count, merged.to_bytes())
+    out.late = list(late.values())
+    for name in ("stragglers", "duplicates"):
+        counts: Counter[tuple[str, int, str]] = Counter()
+        for c in getattr(out, name):
+            counts[(c.spec, c.start_ms, c.service)] += c.count
+        setattr(out, name, [WindowCount(*key, n) for key, n in counts.items()])
+    arrivals: dict[tuple[str, int, str], ArrivalUpdate] = {}
+    for a in out.arrivals:
+        key = (a.domain, a.start_ms, a.service)
+        have_a = arrivals.get(key)
+        if have_a is None:
+            arrivals[key] = a
+        else:
+            metrics = {
+                **have_a.metrics,
+                "late": have_a.metrics["late"] + a.metrics["late"],
+                "stragglers": have_a.metrics["stragglers"] + a.metrics["stragglers"],
+            }
+            arrivals[key] = ArrivalUpdate(
+                a.domain, a.start_ms, a.service, have_a.count + a.count, metrics
+            )
+    out.arrivals = list(arrivals.values())
     return out

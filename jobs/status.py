@@ -105,6 +105,9 @@ class Committed:
     freshness: dict[str, int] | None
     #: Events it dropped as duplicates of events already counted (jobs/dedup.py).
     duplicates: int = 0
+    #: Service names beyond `--max-services` it counted under OVERFLOW_SERVICE, and their events.
+    overflow_names: int = 0
+    overflow_events: int = 0
 
 
 @dataclass(frozen=True)
@@ -198,6 +201,11 @@ class StatusListener(StreamingQueryListener):
             summary["allowed_lateness_ms"] = self.cfg.allowed_lateness_ms
             summary["freshness"] = None if done is None else done.freshness
             summary["duplicates"] = None if done is None else done.duplicates
+            summary["overflow"] = (
+                None
+                if done is None
+                else {"names": done.overflow_names, "events": done.overflow_events}
+            )
             write_progress(self.client, self.keys, summary)
         except redis.RedisError as e:  # status is informational; never kill the query for it
             log.warning("could not write status: %s", e)

@@ -14,6 +14,7 @@ import redis
 from tidegauge.core import store
 from tidegauge.core.config import RedisSettings, redact_url
 from tidegauge.core.durations import format_duration, parse_duration, parse_instant, to_iso
+from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.metrics import added_result_fields, field_label
 from tidegauge.core.store import ALL_SERVICES
 from tidegauge.core.windows import WindowSpec
@@ -275,7 +276,11 @@ def _status(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int
             print("null")
         return _fail("no status yet: the job has not finished a batch")
     age = now - status.status_time
-    doc: dict[str, Any] = status.to_dict() | {"age_ms": age}
+    recent = store.read_batches(r, keys, limit=_RECENT_BATCHES)
+    doc: dict[str, Any] = status.to_dict() | {
+        "age_ms": age,
+        "overflow": store.overflow_summary(recent),
+    }
     if args.json:
         print(json.dumps(doc))
     else:
@@ -288,9 +293,9 @@ def _status(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int
             f"(delay {format_duration(now - status.watermark)})"
         )
         print(format_freshness(status.freshness))
-        recent = store.read_batches(r, keys, limit=_RECENT_BATCHES)
         dups = sum(b.get("duplicates") or 0 for b in recent)
         print(f"duplicates dropped: {dups:,} in the last {len(recent)} batches")
+        print(format_overflow(doc["overflow"]))
         print("offsets " + ", ".join(f"p{p}={o}" for p, o in sorted(status.offsets.items())))
     if args.max_age and age > parse_duration(args.max_age):
         return _fail(f"stale: last report {format_duration(age)} ago (> {args.max_age})")
@@ -299,6 +304,17 @@ def _status(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int
 
 #: Batches of the history `query status` sums duplicates over.
 _RECENT_BATCHES = 100
+
+
+def format_overflow(o: Mapping[str, int]) -> str:
+    """The status's line on service names beyond `--max-services`."""
+    if not o["max_names"]:
+        return f"service names over --max-services: none in the last {o['batches']} batches"
+    return (
+        f"service names over --max-services: {o['last_names']:,} in the last batch, up to "
+        f"{o['max_names']:,} per batch; {o['events']:,} events counted under "
+        f"'{OVERFLOW_SERVICE}' in the last {o['batches']} batches"
+    )
 
 
 def format_freshness(freshness: Mapping[str, int] | None) -> str:

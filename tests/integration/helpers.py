@@ -193,8 +193,10 @@ def expected_corrections(
 
 
 def assert_clean_run(stdout: str, stderr: str, checkpoint: Path) -> None:
-    """A run that succeeded logged no error, no traceback and no warning, and its stop line
-    names the watermark a restart begins with: the one in Spark's commit log."""
+    """A successful run logged no error, traceback or warning; its stop line is right.
+
+    The stop line names the watermark a restart begins with: the one in Spark's commit log.
+    """
     for text in (stdout, stderr):
         lines = [
             line

@@ -9,6 +9,7 @@ range read is the merge of the windows inside it; expected answers are built wit
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -18,6 +19,7 @@ import redis
 
 import jobs.redis_sink as redis_sink
 from jobs.redis_sink import LateUpdate, WindowCount, WindowUpdate, write_batch, write_progress
+from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.metrics import PERCENTILES, WindowAgg
 from tidegauge.core.store import (
     DeadLetter,
@@ -768,3 +770,28 @@ def test_range_result_to_dict_flattens_the_metrics(seeded: redis.Redis) -> None:
     }
     assert set(got.metrics) <= set(d)
     json.dumps(d, allow_nan=False)  # ready for `tidegauge query --json`
+
+
+def test_overflow_parts_of_every_shard_make_one_row(redis_client: redis.Redis) -> None:
+    """The overflow service is kept by every state shard: its row is the merge of their parts,
+    also when a later batch updates only one shard's part (and a replay changes nothing)."""
+    r = redis_client
+    other = OVERFLOW_SERVICE
+
+    def part(agg: WindowAgg, shard: int) -> WindowUpdate:
+        return dataclasses.replace(update(TUMBLING, T, other, agg), shard=shard)
+
+    a0, a1, api = agg_of(100, 1), agg_of(50, 2), agg_of(30, 3)
+    write_batch(r, KEYS, 1, [part(a0, 0), part(a1, 1), update(TUMBLING, T, "api", api)])
+    a0_later = WindowAgg.merged([a0, agg_of(20, 4)])  # shard 0's absolute state, a batch later
+    batch2 = [part(a0_later, 0)]
+    write_batch(r, KEYS, 2, batch2)
+    before = snapshot(r)
+    write_batch(r, KEYS, 2, batch2)  # a replay
+    assert snapshot(r) == before
+    counts = window_counts(r, TUMBLING, T)
+    assert counts == {other: 170, "api": 30, "*": 200}
+    aggs = stored_aggs(r, TUMBLING, T)
+    want = WindowAgg.merged([a0_later, a1])
+    assert aggs[other].to_bytes() == want.to_bytes()
+    assert stored_docs(r, TUMBLING, T)[other]["count"] == 170

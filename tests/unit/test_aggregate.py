@@ -31,6 +31,7 @@ from jobs.panes import ServiceWindows
 from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT
 from jobs.rows import OUTPUT_SCHEMA
 from jobs.state import DeadCounts, ShardState
+from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.freshness import merge_times
 from tidegauge.core.metrics import PERCENTILES, LateAgg, WindowAgg
 from tidegauge.core.windows import WindowSpec
@@ -1611,3 +1612,50 @@ def test_state_fn_counts_events_late_for_their_session_as_late() -> None:
     assert 20 * S - 4 <= late.overdue.quantile(0.0) <= late.overdue.quantile(1.0) <= 20 * S
     assert late.lateness.quantile(0.5) == pytest.approx(30 * S, abs=5)
     assert SESSION.key not in set(out[out["kind"] == "window"]["spec"])  # no session closed
+
+
+# --- the cardinality guard (--max-services) ------------------------------------------------------
+
+
+def run_guarded(
+    frames: list[pd.DataFrame], state: FakeGroupState, max_services: int
+) -> pd.DataFrame:
+    cfg = StateConfig((TUMBLING,), max_services=max_services)
+    rows = summaries(frames, state.watermark_ms, cfg)
+    return pd.concat(list(make_state_fn(cfg)((KIND_EVENT, 0), iter(rows), state)))
+
+
+def _named_frames(names: list[str], t: int) -> list[pd.DataFrame]:
+    frames = []
+    for i, name in enumerate(names):
+        f = event_frame(name, [t + i, t + i + 1])
+        f["offset"] = np.arange(2 * i, 2 * i + 2)  # Kafka order: the names in list order
+        frames.append(f)
+    return frames
+
+
+def test_guard_tracks_the_first_names_and_counts_the_rest_under_overflow() -> None:
+    state = FakeGroupState(0)
+    names = [f"s{i}" for i in range(7)]
+    out = run_guarded(_named_frames(names, T), state, max_services=3)
+    windows = {r["service"]: r["count"] for r in out[out["kind"] == "window"].to_dict("records")}
+    assert windows == {"s0": 2, "s1": 2, "s2": 2, OVERFLOW_SERVICE: 8}
+    (over,) = out[out["kind"] == "overflow"].to_dict("records")
+    assert over["count"] == 8 and json.loads(over["metrics"]) == {"names": 4}
+    # the next batch: known names keep their rows, a new one still overflows
+    out = run_guarded(_named_frames(["s1", "s9"], T + 100), state, max_services=3)
+    windows = {r["service"]: r["count"] for r in out[out["kind"] == "window"].to_dict("records")}
+    assert windows == {"s1": 4, OVERFLOW_SERVICE: 10}
+    # a batch whose watermark closed their windows removes the names from the state...
+    later = FakeGroupState(T + 30_000, state.get)
+    run_guarded(_named_frames(["s1"], T + 40_000), later, max_services=3)
+    # ...so in the next one new names get the slots they freed
+    out = run_guarded(_named_frames(["s8", "s9"], T + 41_000), later, max_services=3)
+    windows = {r["service"]: r["count"] for r in out[out["kind"] == "window"].to_dict("records")}
+    assert windows == {"s8": 2, "s9": 2}  # with s1 (its window of T+40s is open): 3 tracked
+    assert not (out["kind"] == "overflow").any()
+
+
+def test_guard_off_tracks_every_name() -> None:
+    out = run_guarded(_named_frames([f"s{i}" for i in range(50)], T), FakeGroupState(0), 0)
+    assert len(out[out["kind"] == "window"]) == 50

@@ -83,7 +83,30 @@ def test_status_text_has_the_freshness_line(
     assert lines[1] == "watermark 2025-12-31T23:59:30.000Z (delay 36s)"
     assert lines[2] == "freshness p50 120ms, p99 480ms, max 1m1s900ms (batch 12, 3,000 records)"
     assert lines[3] == "duplicates dropped: 1,203 in the last 4 batches"
-    assert lines[4] == "offsets p0=5"
+    assert lines[4] == "service names over --max-services: none in the last 4 batches"
+    assert lines[5] == "offsets p0=5"
+
+
+def test_status_text_says_what_overflowed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    batches = [
+        {"overflow": {"names": 2_300, "events": 2_400}},
+        {"overflow": None},
+        {"overflow": {"names": 120, "events": 130}},
+    ]
+    _, out = _run_status(monkeypatch, capsys, status(freshness=FRESH), batches=batches)
+    assert (
+        "service names over --max-services: 120 in the last batch, up to 2,300 per batch; "
+        "2,530 events counted under '(other)' in the last 3 batches"
+    ) in out.splitlines()
+    _, out = _run_status(monkeypatch, capsys, status(), batches=batches, json=True)
+    assert json.loads(out)["overflow"] == {
+        "batches": 3,
+        "last_names": 120,
+        "max_names": 2_300,
+        "events": 2_530,
+    }
 
 
 def test_status_text_before_any_batch_with_records(

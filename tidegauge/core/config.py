@@ -172,6 +172,9 @@ class JobConfig:
     state_shards: int = 4
     #: Drop events whose event_id was already accepted (jobs/dedup.py); `--no-dedup` is False.
     dedup: bool = True
+    #: Services tracked at once (a cardinality guard; 0: no limit): further names count under
+    #: "(other)". Each state shard takes an equal share (docs/events.md).
+    max_services: int = 1_000
     #: Spark settings given with `--conf KEY=VALUE`, applied over Tidegauge's own (jobs/spark.py).
     spark_conf: tuple[tuple[str, str], ...] = ()
 
@@ -200,6 +203,11 @@ class JobConfig:
             raise ValueError("--late-events-max must be >= 0")
         if not 1 <= self.state_shards <= 1024:
             raise ValueError("--state-shards must be between 1 and 1024")
+        if self.max_services < 0 or 0 < self.max_services < self.state_shards:
+            raise ValueError(
+                f"--max-services must be 0 (no limit) or at least --state-shards "
+                f"({self.state_shards}): each state shard tracks an equal share"
+            )
         for key, _ in self.spark_conf:
             if not key.startswith("spark."):
                 raise ValueError(f"--conf {key}: Spark settings start with 'spark.'")
@@ -323,5 +331,6 @@ def job_config_from_args(args: argparse.Namespace) -> JobConfig:
         late_events_max=args.late_events_max,
         state_shards=args.state_shards,
         dedup=not args.no_dedup,
+        max_services=args.max_services,
         spark_conf=tuple(parse_conf(c) for c in args.conf or ()),
     )

@@ -28,6 +28,7 @@ __all__ = [
     "MAX_RECORD_BYTES",
     "MAX_TIME_MS",
     "MIN_TIME_MS",
+    "OVERFLOW_SERVICE",
     "Event",
     "Heartbeat",
     "Reason",
@@ -49,6 +50,10 @@ MAX_TIME_MS = 4_102_444_800_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 _INT32 = 2**31
+
+#: The service that counts the events of names beyond the job's `--max-services`; reserved, like
+#: "*" (every service), so no producer's name can be mistaken for it.
+OVERFLOW_SERVICE = "(other)"
 
 #: How many bytes of a malformed record the dead-letter store keeps.
 DEAD_LETTER_RAW_CAP = 4096
@@ -200,7 +205,7 @@ BUILT_IN_FIELDS: tuple[EventField, ...] = (
         "service",
         "string",
         required=True,
-        reserved=("*",),
+        reserved=("*", OVERFLOW_SERVICE),
         max_length=128,
         doc="the key metrics group by",
     ),
@@ -327,7 +332,7 @@ def _string(f: EventField, value: Any) -> str:
         raise ContractError(Reason.INVALID_VALUE, f"{f.name} must not be empty")
     if value in f.reserved:
         raise ContractError(
-            Reason.INVALID_VALUE, f"{f.name} {value!r} is reserved for all services"
+            Reason.INVALID_VALUE, f"{f.name} {value!r} is a name Tidegauge reserves"
         )
     if f.max_length is not None and len(value) > f.max_length:
         raise ContractError(

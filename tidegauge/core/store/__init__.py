@@ -43,6 +43,7 @@ from tidegauge.core.store.records import (
     WindowRow,
 )
 from tidegauge.core.store.status import (
+    overflow_summary,
     read_batches,
     read_dead_counts,
     read_dead_letters,
@@ -91,6 +92,7 @@ __all__ = [
     "RangeResult",
     "WindowRow",
     "connect",
+    "overflow_summary",
     "read_batches",
     "read_dead_counts",
     "read_dead_letters",

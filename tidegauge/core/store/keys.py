@@ -45,6 +45,14 @@ class Keys:
         """Hash: "service|batch_id" -> stragglers of that window in that batch (one revision)."""
         return f"{self.prefix}:strag:{spec}:{start_ms}"
 
+    def window_parts(self, spec: str, start_ms: int) -> str:
+        """Hash: "service|shard" -> WindowAgg of the overflow service's part in one state shard.
+
+        The service "(other)" (names beyond --max-services) is kept by every state shard; the
+        window's "(other)" row is the merge of these parts.
+        """
+        return f"{self.prefix}:part:{spec}:{start_ms}"
+
     def window_duplicates(self, spec: str, start_ms: int) -> str:
         """Hash: "service|batch_id" -> duplicates of that window dropped in that batch."""
         return f"{self.prefix}:dup:{spec}:{start_ms}"

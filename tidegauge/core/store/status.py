@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis
@@ -73,3 +74,17 @@ def read_watermarks(
         }
         for b in read_batches(r, keys, limit)
     ]
+
+
+def overflow_summary(batches: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """The cardinality guard over batches of the history (oldest first).
+
+    Names over `--max-services` in the newest batch and at most in one batch; their events.
+    """
+    per_batch = [b.get("overflow") or {} for b in batches]
+    return {
+        "batches": len(batches),
+        "last_names": int(per_batch[-1].get("names", 0)) if per_batch else 0,
+        "max_names": max((int(o.get("names", 0)) for o in per_batch), default=0),
+        "events": sum(int(o.get("events", 0)) for o in per_batch),
+    }
