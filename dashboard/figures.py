@@ -14,6 +14,7 @@ datetimes in UTC (numpy datetime64), which reach plotly.js as ISO strings withou
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -198,7 +199,7 @@ def _service_lines(
             "type": "scatter",
             "x": _col(part, "window_start"),
             "y": _col(part, column),
-            "name": TOTAL_NAME if total else svc,
+            "name": _service_label(svc),
             "mode": "lines+markers",
             "marker": {"size": 4},
             "line": (
@@ -377,7 +378,13 @@ def distinct_users(
 
 
 def _service_label(service: str) -> str:
-    return TOTAL_NAME if service == ALL_SERVICES else service
+    """A service name as plotly must be given it to draw it literally.
+
+    Plotly reads a subset of HTML in trace names, titles and hover text (`<b>`, `<a href>`,
+    `<br>`...); a name is producer data, so its `<`, `>` and `&` go as entities, which plotly
+    draws as the characters themselves.
+    """
+    return TOTAL_NAME if service == ALL_SERVICES else html.escape(service, quote=False)
 
 
 def time_domains(

@@ -13,6 +13,7 @@ stragglers; a few records were dead letters.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -87,10 +88,11 @@ def seed_live(
     rate: int = 20,
     pause_windows: int = 6,
     seed: int = 0,
+    names: Sequence[str] | None = None,
 ) -> Seeded:
     """Write windows, lateness, arrivals, batches and dead letters as the job would."""
     rng = np.random.default_rng(seed)
-    names = [f"svc-{i:02d}" for i in range(services)]
+    names = list(names) if names is not None else [f"svc-{i:02d}" for i in range(services)]
     newest = now_ms - now_ms % W - 2 * W  # the newest window ends before now
     n_windows = minutes * 60_000 // W
     starts = [newest - (n_windows - 1 - i) * W for i in range(n_windows)]

@@ -201,3 +201,52 @@ def _window(start: int, service: str) -> WindowUpdate:
     n = 50
     agg.add(np.full(n, 20.0), np.full(n, 200), np.array([f"u{i}" for i in range(n)]))
     return WindowUpdate(SPEC.key, start, service, agg.metrics(W), agg.to_bytes())
+
+
+#: Service names a producer could send (each within the contract's 128 characters).
+HOSTILE = [
+    "<b>bold</b>",
+    '<a href="javascript:alert(1)">link</a>',
+    "<script>alert(2)</script>",
+    "<img src=x onerror=alert(3)>",
+    "a & b &amp; <br> c",
+    "שירות-תשלומים",  # right-to-left
+    "n" * 120,
+]
+
+
+def test_service_names_are_shown_literally_and_nothing_runs(
+    served: str, redis_client: redis.Redis
+) -> None:
+    seed_live(redis_client, Keys(), time.time_ns() // 1_000_000, names=HOSTILE)
+    dialogs: list[str] = []
+    with _page(served) as page:
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        # legends: every name's text is the name itself, and no markup became an element
+        legend = page.evaluate(
+            "() => Array.from(document.querySelectorAll("
+            "'.st-key-events_per_s g.legend text.legendtext')).map(t => t.textContent)"
+        )
+        assert set(HOSTILE) <= set(legend), legend
+        for tag in ("a", "b", "script", "img"):
+            assert page.locator(f".js-plotly-plot svg {tag}").count() == 0, tag
+        # hover labels: the unified hover over the events/s chart names every service literally
+        plot = page.locator(".st-key-events_per_s .js-plotly-plot .nsewdrag").first
+        box = plot.bounding_box()
+        assert box is not None
+        page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] / 2)
+        page.wait_for_selector(".st-key-events_per_s .hoverlayer text", timeout=10_000)
+        hover = page.evaluate(
+            "() => Array.from(document.querySelectorAll("
+            "'.st-key-events_per_s .hoverlayer text')).map(t => t.textContent).join('\\n')"
+        )
+        for name in HOSTILE:
+            assert name in hover, (name, hover)
+        # selectors: the services filter lists the names as they are
+        page.locator(".st-key-services").click()
+        options = page.locator('[role="option"]').all_inner_texts()
+        assert set(HOSTILE) <= {o.strip() for o in options}, options
+        page.keyboard.press("Escape")
+        page.wait_for_timeout(1_500)  # a refresh later
+        assert page.locator('[data-testid="stException"]').count() == 0
+    assert dialogs == []
