@@ -89,6 +89,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "by event_id is on by default; docs/time.md)",
     )
     p.add_argument(
+        "--sink-retry-for",
+        default="10m",
+        metavar="DURATION",
+        help="how long to retry writing to an unreachable Redis (with back-off) before the job "
+        "stops with an error; a restart resumes from the checkpoint (default 10m)",
+    )
+    p.add_argument(
         "--max-services",
         type=int,
         default=1_000,
@@ -127,7 +134,7 @@ def failure_reason(text: str) -> str:
     A `SourceError` raised on an executor (an undecodable batch, an offset gone) is found in the
     Python traceback Spark embeds and returned alone; anything else is the text's first line.
     """
-    found = re.findall(r"SourceError: (.+)", text)
+    found = re.findall(r"(?:SourceError|SinkError): (.+)", text)
     if found:
         return str(found[-1]).strip()
     return text.strip().splitlines()[0] if text.strip() else "unknown error"

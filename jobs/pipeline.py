@@ -39,7 +39,8 @@ from jobs.rows import OUTPUT_SCHEMA, decode_rows
 from jobs.spark import build_session
 from jobs.state import STATE_SCHEMA
 from jobs.status import Committed, ProgressEvent, StatusListener
-from tidegauge.core.config import JobConfig, KafkaSettings
+from tidegauge.core.config import JobConfig, KafkaSettings, redact_url
+from tidegauge.core.durations import format_duration
 from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.freshness import freshness, merge_times
 from tidegauge.core.plugins import loaded_plugins
@@ -164,7 +165,9 @@ class _BatchWriter:
                 late_events=rows.late_events,
                 late_events_max=self.cfg.late_events_max,
             ),
-            what=f"writing batch {batch_id} to Redis",
+            what=f"writing batch {batch_id}",
+            budget_ms=self.cfg.sink_retry_ms,
+            where=f"Redis at {redact_url(self.cfg.redis.url)}",
         )
         fresh = freshness(merge_times(rows.broker_times), round(time.time() * 1000), batch_id)
         self.committed[batch_id] = Committed(
@@ -199,20 +202,60 @@ class _BatchWriter:
             )
 
 
-def _retry(fn: Callable[[], None], what: str, timeout_s: float = 60.0) -> None:
-    """Retry transient Redis failures with backoff; give up (and fail the batch) after timeout_s."""
-    deadline = time.monotonic() + timeout_s
-    delay = 0.2
+class SinkError(RuntimeError):
+    """Redis stayed unreachable for the job's whole `--sink-retry-for`: the job stops."""
+
+
+#: Longest wait between two attempts, and how often a long outage is logged again.
+_MAX_DELAY_S = 5.0
+_LOG_EVERY_S = 30.0
+
+
+def _retry(fn: Callable[[], None], what: str, budget_ms: int, where: str = "Redis") -> None:
+    """Retry transient Redis failures with back-off; give up (failing the batch) after budget_ms.
+
+    The batch's writes are idempotent (absolute values, per-batch fields), so an attempt that
+    reached Redis before its reply was lost does no harm when it is made again.
+    """
+    started = time.monotonic()
+    deadline = started + budget_ms / 1000
+    delay, logged = 0.2, 0.0
     while True:
         try:
             fn()
-            return
         except (redis.ConnectionError, redis.TimeoutError) as e:
+            waited = time.monotonic() - started
             if time.monotonic() + delay > deadline:
-                raise RuntimeError(f"{what}: Redis unreachable for {timeout_s:.0f}s: {e}") from e
-            log.warning("%s failed (%s); retrying in %.1fs", what, e, delay)
+                raise SinkError(
+                    f"{where} unreachable for {format_duration(round(waited * 1000))} while "
+                    f"{what} ({e}); gave up after --sink-retry-for "
+                    f"{format_duration(budget_ms)}. Nothing of the batch is lost: a restart "
+                    "resumes from the checkpoint"
+                ) from e
+            if not logged:
+                log.warning(
+                    "%s failed: %s unreachable (%s); retrying with back-off for up to %s "
+                    "(--sink-retry-for)",
+                    what,
+                    where,
+                    e,
+                    format_duration(budget_ms),
+                )
+                logged = waited
+            elif waited - logged >= _LOG_EVERY_S:
+                log.warning("%s: %s still unreachable after %.0fs (%s)", what, where, waited, e)
+                logged = waited
             time.sleep(delay)
-            delay = min(delay * 2, 5.0)
+            delay = min(delay * 2, _MAX_DELAY_S)
+            continue
+        if logged:
+            log.warning(
+                "%s: %s reachable again after %.0fs; written",
+                what,
+                where,
+                time.monotonic() - started,
+            )
+        return
 
 
 def start_query(spark: SparkSession, cfg: JobConfig) -> tuple[StreamingQuery, StatusListener]:

@@ -286,10 +286,15 @@ def write_progress(r: redis.Redis, keys: Keys, summary: Mapping[str, Any]) -> No
         status["freshness"] = json.dumps(summary["freshness"], sort_keys=True)
     with r.pipeline(transaction=True) as tx:
         # Status only moves forward: a late progress event for an older batch must not win.
+        # A query of another id (a job started with a new checkpoint) takes over: its batch ids
+        # start again at 0, and the history of the query it replaces is dropped with it.
         tx.watch(keys.status)
-        current = tx.hget(keys.status, "batch_id")
+        current, owner = tx.hmget(keys.status, ["batch_id", "query_id"])
+        takeover = owner is not None and _text(owner) != status["query_id"]
         tx.multi()
-        if current is None or int(current) <= batch_id:
+        if takeover:
+            tx.delete(keys.status, keys.batches)
+        if takeover or current is None or int(current) <= batch_id:
             tx.hset(keys.status, mapping=status)  # type: ignore[arg-type]
         _add_history(tx, keys, batch_id, summary)
         try:
@@ -310,3 +315,7 @@ def touch_status(r: redis.Redis, keys: Keys, now_ms: int) -> None:
     """Record that the job is alive while idle (only once a status exists)."""
     if r.hexists(keys.status, "batch_id"):
         r.hset(keys.status, "status_time", str(now_ms))
+
+
+def _text(v: bytes | str) -> str:
+    return v.decode() if isinstance(v, bytes) else v

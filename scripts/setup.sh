@@ -36,6 +36,8 @@ command -v redis-server >/dev/null || pkgs+=(redis-server)
 # Debian's Chromium for the dashboard's real-browser test (Playwright drives it; its own browser
 # download (`playwright install`) fails where only PyPI and Debian's mirrors are reachable).
 command -v chromium >/dev/null || pkgs+=(chromium)
+# openssl makes the certificates of the Redis-over-TLS test.
+command -v openssl >/dev/null || pkgs+=(openssl)
 "$PYTHON" -c "import venv, ensurepip" 2>/dev/null || pkgs+=(python3-venv)
 if [ ${#pkgs[@]} -gt 0 ]; then
   echo "setup: installing system packages: ${pkgs[*]}"

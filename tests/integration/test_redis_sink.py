@@ -451,6 +451,23 @@ def test_status_never_moves_backwards(redis_client: redis.Redis) -> None:
     assert status is not None and status.batch_id == 6
 
 
+def test_a_new_query_takes_over_the_status_and_history(redis_client: redis.Redis) -> None:
+    """A job started with a fresh checkpoint against a store of an older run: its batch ids
+    start again at 0, and its status must not stay frozen behind the old run's batch 40."""
+    for b in range(38, 41):
+        write_progress(redis_client, KEYS, summary(b))
+    write_progress(redis_client, KEYS, summary(0, query_id="q-2", input_rows=7))
+    status = read_status(redis_client, KEYS)
+    assert status is not None and (status.batch_id, status.input_rows) == (0, 7)
+    assert [(b["batch_id"], b["query_id"]) for b in read_batches(redis_client, KEYS)] == [
+        (0, "q-2")
+    ]
+    write_progress(redis_client, KEYS, summary(1, query_id="q-2"))
+    status = read_status(redis_client, KEYS)
+    assert status is not None and status.batch_id == 1
+    assert [b["batch_id"] for b in read_batches(redis_client, KEYS)] == [0, 1]
+
+
 def test_history_keeps_one_entry_per_batch(redis_client: redis.Redis) -> None:
     for b in (0, 1, 2, 1, 2, 2):
         write_progress(redis_client, KEYS, summary(b, status_time=T + b * S + 7))

@@ -175,6 +175,8 @@ class JobConfig:
     #: Services tracked at once (a cardinality guard; 0: no limit): further names count under
     #: "(other)". Each state shard takes an equal share (docs/events.md).
     max_services: int = 1_000
+    #: How long the sink retries an unreachable Redis before the job stops (`--sink-retry-for`).
+    sink_retry_ms: int = 600_000
     #: Spark settings given with `--conf KEY=VALUE`, applied over Tidegauge's own (jobs/spark.py).
     spark_conf: tuple[tuple[str, str], ...] = ()
 
@@ -203,6 +205,8 @@ class JobConfig:
             raise ValueError("--late-events-max must be >= 0")
         if not 1 <= self.state_shards <= 1024:
             raise ValueError("--state-shards must be between 1 and 1024")
+        if self.sink_retry_ms < 0:
+            raise ValueError("--sink-retry-for must be >= 0")
         if self.max_services < 0 or 0 < self.max_services < self.state_shards:
             raise ValueError(
                 f"--max-services must be 0 (no limit) or at least --state-shards "
@@ -332,5 +336,6 @@ def job_config_from_args(args: argparse.Namespace) -> JobConfig:
         state_shards=args.state_shards,
         dedup=not args.no_dedup,
         max_services=args.max_services,
+        sink_retry_ms=parse_duration(args.sink_retry_for),
         spark_conf=tuple(parse_conf(c) for c in args.conf or ()),
     )

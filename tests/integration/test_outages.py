@@ -1,0 +1,247 @@
+"""Outages survived: Redis or the broker gone mid-stream, and the job ends where it would have.
+
+Each test runs `tidegauge job` as a process, continuously (500 ms trigger, 400 records per
+batch), over the seeded stream of tests/integration/test_job_replay.py, and breaks something
+after a few batches: Redis stopped (SIGSTOP) for 60 s, Redis restarted with persistence on,
+Redis gone for longer than `--sink-retry-for`, the broker stopped for 30 s. Then the job must
+have drained the topic and Redis must hold exactly what an uninterrupted run wrote
+(`snapshot`), and the job's log must say what happened. docs/reliability.md lists these.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from tests.integration.helpers import tidegauge
+from tests.integration.test_job_replay import job_args, snapshot
+from tidegauge.core.store import Keys, read_batches, read_status
+from tidegauge.local.services import free_port, wait_for_port
+
+TOTAL = 3_000  # records of the stream (events, duplicates, malformed)
+
+
+@dataclass
+class OwnRedis:
+    """A redis-server of the test's own (the session's is shared), persistent on disk."""
+
+    port: int
+    workdir: Path
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        exe = shutil.which("redis-server")
+        assert exe, "redis-server is missing: run `make setup`"
+        self.proc = subprocess.Popen(
+            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir)]
+            + ["--appendonly", "yes", "--appendfsync", "always", "--save", ""],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        wait_for_port("127.0.0.1", self.port, proc=self.proc)
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, sig)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()  # redis-server flushes its append-only file on SIGTERM
+            self.proc.wait(20)
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
+    r = OwnRedis(free_port(), tmp_path)
+    r.start()
+    try:
+        yield r
+    finally:
+        if r.proc is not None and r.proc.poll() is None:
+            r.signal(signal.SIGCONT)
+        r.stop()
+
+
+@pytest.fixture(scope="module")
+def reference(broker, module_redis_db, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """The stream, and what an uninterrupted run leaves in Redis."""
+    tmp = tmp_path_factory.mktemp("outages")
+    topic = "outage-events"
+    tidegauge("topic", "--bootstrap", broker.address, "--topic", topic)
+    tidegauge(
+        "produce",
+        *("--bootstrap", broker.address, "--topic", topic, "--pace", "fast"),
+        *("--start-time", "2026-03-01T12:00:00Z", "--count", str(TOTAL), "--rate", "50"),
+        *("--seed", "11", "--out-of-order-fraction", "0.1", "--max-delay", "6s"),
+        *("--late-fraction", "0.05", "--lateness", "15s", "--malformed-fraction", "0.02"),
+        *("--duplicate-fraction", "0.02", "--quiet"),
+    )
+    url = module_redis_db().url
+    tidegauge(*job_args(broker.address, topic, url, tmp / "reference", "available-now"))
+    client = redis.Redis.from_url(url)
+    return {
+        "broker": broker.address,
+        "topic": topic,
+        "snapshot": snapshot(client),
+        "offsets": read_status(client, Keys()).offsets,  # type: ignore[union-attr]
+    }
+
+
+class Job:
+    """`tidegauge job` running continuously in a process of its own, its output in a file."""
+
+    def __init__(self, reference: dict[str, Any], url: str, workdir: Path, *extra: str) -> None:
+        self.log = workdir / "job.log"
+        args = job_args(reference["broker"], reference["topic"], url, workdir / "cp", "500ms")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tidegauge.cli", *args, *extra],
+            stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for_batches(self, r: redis.Redis, n: int, timeout_s: float = 180) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.output()
+            try:
+                if len([b for b in read_batches(r, Keys()) if b["input_rows"]]) >= n:
+                    return
+            except redis.RedisError:
+                pass
+            time.sleep(0.2)
+        pytest.fail(f"fewer than {n} batches in {timeout_s}s:\n{self.output()}")
+
+    def wait_until_drained(self, r: redis.Redis, offsets: dict[str, int], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.output()
+            try:
+                status = read_status(r, Keys())
+                if status is not None and status.offsets == offsets:
+                    time.sleep(1.5)  # the no-data batch that moves the watermark, if any
+                    return
+            except redis.RedisError:
+                pass
+            time.sleep(0.3)
+        pytest.fail(f"the job did not drain the topic in {timeout_s}s:\n{self.output()}")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            # the job alone, as `docker stop` or `kill` would: it stops its query and the JVM
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        return self.proc.returncode
+
+
+def _finished_like_the_reference(reference: dict[str, Any], url: str, workdir: Path) -> None:
+    """Drain what is left with available-now from the same checkpoint, then compare."""
+    tidegauge(
+        *job_args(reference["broker"], reference["topic"], url, workdir / "cp", "available-now")
+    )
+    assert snapshot(redis.Redis.from_url(url)) == reference["snapshot"]
+
+
+def test_redis_stopped_for_60s_mid_stream(
+    reference: dict[str, Any], own_redis: OwnRedis, tmp_path: Path
+) -> None:
+    r = redis.Redis.from_url(own_redis.url)
+    job = Job(reference, own_redis.url, tmp_path)
+    try:
+        job.wait_for_batches(r, 2)
+        own_redis.signal(signal.SIGSTOP)
+        time.sleep(60)
+        own_redis.signal(signal.SIGCONT)
+        job.wait_until_drained(r, reference["offsets"], 180)
+    finally:
+        code = job.stop()
+    assert code == 0, job.output()
+    out = job.output()
+    assert "unreachable" in out and "retrying with back-off for up to 10m" in out, out
+    assert "reachable again after" in out, out
+    _finished_like_the_reference(reference, own_redis.url, tmp_path)
+
+
+def test_redis_restarted_with_persistence_mid_stream(
+    reference: dict[str, Any], own_redis: OwnRedis, tmp_path: Path
+) -> None:
+    r = redis.Redis.from_url(own_redis.url)
+    job = Job(reference, own_redis.url, tmp_path)
+    try:
+        job.wait_for_batches(r, 2)
+        own_redis.stop()
+        time.sleep(10)
+        own_redis.start()  # same port, same append-only file
+        job.wait_until_drained(r, reference["offsets"], 180)
+    finally:
+        code = job.stop()
+    assert code == 0, job.output()
+    assert "reachable again after" in job.output()
+    _finished_like_the_reference(reference, own_redis.url, tmp_path)
+
+
+def test_redis_gone_longer_than_the_retry_budget_stops_the_job_and_a_restart_resumes(
+    reference: dict[str, Any], own_redis: OwnRedis, tmp_path: Path
+) -> None:
+    r = redis.Redis.from_url(own_redis.url)
+    job = Job(reference, own_redis.url, tmp_path, "--sink-retry-for", "8s")
+    try:
+        job.wait_for_batches(r, 2)
+        own_redis.signal(signal.SIGSTOP)
+        job.proc.wait(120)
+    finally:
+        own_redis.signal(signal.SIGCONT)
+        code = job.stop()
+    out = job.output()
+    assert code == 1, out
+    failed = [line for line in out.splitlines() if line.startswith("tidegauge job: failed:")]
+    assert len(failed) == 1, out
+    assert f"Redis at {own_redis.url}" in failed[0] and "--sink-retry-for 8s" in failed[0]
+    assert "a restart resumes from the checkpoint" in failed[0]
+    assert "Traceback" not in out
+    _finished_like_the_reference(reference, own_redis.url, tmp_path)
+
+
+def test_broker_stopped_for_30s_mid_stream(
+    reference: dict[str, Any],
+    broker,
+    own_redis: OwnRedis,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    r = redis.Redis.from_url(own_redis.url)
+    job = Job(reference, own_redis.url, tmp_path)
+    try:
+        job.wait_for_batches(r, 2)
+        os.kill(broker.proc.pid, signal.SIGSTOP)
+        try:
+            time.sleep(30)
+        finally:
+            os.kill(broker.proc.pid, signal.SIGCONT)
+        job.wait_until_drained(r, reference["offsets"], 180)
+    finally:
+        code = job.stop()
+    assert code == 0, job.output()
+    _finished_like_the_reference(reference, own_redis.url, tmp_path)
