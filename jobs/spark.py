@@ -19,6 +19,7 @@ __all__ = [
     "local_checkpoint",
     "quiet_task_failures",
     "session_settings",
+    "with_task_retries",
 ]
 
 
@@ -58,6 +59,25 @@ def ensure_java() -> str:
 _FS_CHECKPOINTS = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 )
+
+
+#: Attempts per task in local mode, as `spark.task.maxFailures` gives them on a cluster.
+LOCAL_TASK_ATTEMPTS = 4
+_LOCAL = re.compile(r"^local(?:\[(\d+|\*)\])?$")
+
+
+def with_task_retries(master: str) -> str:
+    """`local` or `local[N]` as `local[N,4]`: a failed task is tried again, as on a cluster.
+
+    Spark's local mode gives a task a single attempt unless the master names more, so a Python
+    worker that dies (killed, out of memory) would fail the query; the job's results do not
+    depend on how often a task ran (the read tasks are deterministic, the state is versioned).
+    Any other master, `local[N,F]` included, is left as given.
+    """
+    m = _LOCAL.match(master.strip())
+    if m is None:
+        return master
+    return f"local[{m.group(1) or 1},{LOCAL_TASK_ATTEMPTS}]"
 
 
 def _daemon_module(master: str) -> str:
@@ -143,7 +163,7 @@ def build_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Local mode: bind to loopback instead of guessing an interface (and warning about it).
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder.master(with_task_retries(master)).appName(app_name)
     for key, value in session_settings(master, shuffle_partitions, ui, conf, checkpoint).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

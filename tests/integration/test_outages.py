@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import redis
 
+from tests import procs
 from tests.integration.helpers import tidegauge
 from tests.integration.test_job_replay import job_args, snapshot
 from tidegauge.core.store import Keys, read_batches, read_status
@@ -244,4 +245,53 @@ def test_broker_stopped_for_30s_mid_stream(
     finally:
         code = job.stop()
     assert code == 0, job.output()
+    _finished_like_the_reference(reference, own_redis.url, tmp_path)
+
+
+def _python_workers() -> list[int]:
+    """The Python worker processes Spark forked from the job's worker daemon for tasks."""
+    daemons = [
+        int(p.name)
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and b"jobs.worker_daemon" in _cmdline(p)
+    ]
+    # forked task workers carry the daemon's command line; the driver's source runner does not
+    # (it is not a task: Spark has no retry for it)
+    return [
+        w
+        for d in daemons
+        for w in procs.children(d)
+        if b"jobs.worker_daemon" in _cmdline(Path(f"/proc/{w}"))
+    ]
+
+
+def _cmdline(p: Path) -> bytes:
+    try:
+        return (p / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_python_workers_killed_mid_stream(
+    reference: dict[str, Any], own_redis: OwnRedis, tmp_path: Path
+) -> None:
+    r = redis.Redis.from_url(own_redis.url)
+    job = Job(reference, own_redis.url, tmp_path, "--verbose")
+    killed: set[int] = set()
+    try:
+        job.wait_for_batches(r, 2)
+        deadline = time.monotonic() + 20
+        while len(killed) < 3 and time.monotonic() < deadline:  # whatever task they ran
+            for pid in _python_workers():
+                if pid not in killed:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.add(pid)
+            time.sleep(0.3)
+        assert killed, "no Python worker to kill"
+        job.wait_until_drained(r, reference["offsets"], 180)
+    finally:
+        code = job.stop()
+    out = job.output()
+    assert code == 0, out
+    assert "Lost task" in out, out  # a task did fail, and its retry carried the batch
     _finished_like_the_reference(reference, own_redis.url, tmp_path)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from jobs.cli import add_arguments
-from jobs.spark import local_checkpoint, session_settings
+from jobs.spark import local_checkpoint, session_settings, with_task_retries
 from tidegauge.core.config import job_config_from_args, parse_conf
 
 CHECKSUM = "spark.sql.streaming.checkpoint.fileChecksum.enabled"
@@ -83,3 +83,17 @@ def test_bad_conf_is_refused(text: str, match: str) -> None:
 def test_conf_must_name_a_spark_setting() -> None:
     with pytest.raises(ValueError, match="start with 'spark.'"):
         job_config_from_args(_args("--conf", "ui.enabled=false"))
+
+
+@pytest.mark.parametrize(
+    ("given", "used"),
+    [
+        ("local", "local[1,4]"),
+        ("local[2]", "local[2,4]"),
+        ("local[*]", "local[*,4]"),
+        ("local[2,1]", "local[2,1]"),  # a master that names its attempts keeps them
+        ("spark://host:7077", "spark://host:7077"),
+    ],
+)
+def test_local_masters_retry_failed_tasks(given: str, used: str) -> None:
+    assert with_task_retries(given) == used
