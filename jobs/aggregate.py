@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +76,8 @@ class StateConfig:
     dedup: bool = True
     #: Services tracked at once by the whole job (0: no limit); each shard takes its share.
     max_services: int = 0
+    #: How long (event time, by the watermark) a tracked name without events keeps its slot.
+    service_idle_ms: int = 3_600_000
 
     def __post_init__(self) -> None:
         if self.allowed_lateness_ms < 0:
@@ -109,19 +111,33 @@ def _check_clock(delta: ServiceDelta, watermark_ms: int) -> None:
 
 @dataclass
 class Overflow:
-    """A shard's cardinality guard for one batch: which names went to OVERFLOW_SERVICE."""
+    """A shard's cardinality guard for one batch: which names went to OVERFLOW_SERVICE.
+
+    `tracked` (the shard state's names) maps each tracked name to the event time of its
+    latest events (the newest pane they fell in; the watermark for late ones). A name is
+    tracked from its first event while the shard has room, and keeps its slot until it has had
+    no events for `idle_ms` of event time and no state is left of it: so a flood of one-off
+    names fills the slots once, and does not churn through them window after window.
+    """
 
     budget: int | None
-    tracked: int
+    tracked: dict[str, int]
+    watermark: int
     names: set[str] = field(default_factory=set)
     events: int = 0
 
-    def route(self, service: str, known: bool) -> str:
-        """The service a name's events count under: itself while the shard has room."""
-        if known or service == OVERFLOW_SERVICE:
+    def release_idle(self, idle_ms: int, live: Container[str]) -> None:
+        """Free the slots of names idle for longer than `idle_ms` (at the batch's watermark)."""
+        for name in [n for n, seen in self.tracked.items() if self.watermark - seen > idle_ms]:
+            if name not in live:
+                del self.tracked[name]
+
+    def route(self, service: str, seen_ms: int) -> str:
+        """The service a name's events count under: itself while it is tracked or fits."""
+        if service == OVERFLOW_SERVICE or self.budget is None:
             return service
-        if self.budget is None or self.tracked < self.budget:
-            self.tracked += 1
+        if service in self.tracked or len(self.tracked) < self.budget:
+            self.tracked[service] = max(self.tracked.get(service, seen_ms), seen_ms)
             return service
         self.names.add(service)
         return OVERFLOW_SERVICE
@@ -287,7 +303,12 @@ def _events(
     pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
     deltas = pdf[pdf["kind"] == KIND_DELTA]
     by_service: dict[str, list[ServiceDelta]] = {}
-    guard = Overflow(cfg.shard_services, sum(1 for s in shard.services if s != OVERFLOW_SERVICE))
+    if cfg.shard_services is None:
+        shard.names.clear()  # no limit: nothing to track
+    elif not shard.names:  # a state from before the guard: its services hold the slots
+        shard.names = {s: watermark for s in shard.services if s != OVERFLOW_SERVICE}
+    guard = Overflow(cfg.shard_services, shard.names, watermark)
+    guard.release_idle(cfg.service_idle_ms, shard.services)
     if len(deltas):
         # Apply each service's deltas in Kafka order, whatever order the shuffle delivered
         # them in: the sketches then depend only on the batch's records, and a replay is
@@ -297,7 +318,7 @@ def _events(
             delta = ServiceDelta.from_bytes(blob)
             _check_clock(delta, watermark)
             name = str(service)
-            routed = guard.route(name, name in shard.services or name in by_service)
+            routed = guard.route(name, max(delta.panes, default=watermark))
             if routed != name:
                 guard.events += _events_of(delta)
             by_service.setdefault(routed, []).append(delta)
@@ -325,7 +346,7 @@ def _events(
             count=guard.events,
             metrics=json.dumps({"names": len(guard.names)}),
         )
-    if shard.services:
+    if shard.services or shard.names:
         state.update((shard.to_bytes(),))
     elif state.exists:
         state.remove()

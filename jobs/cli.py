@@ -104,6 +104,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "count under the service '(other)', and the names are counted (docs/events.md)",
     )
     p.add_argument(
+        "--service-idle",
+        default="1h",
+        metavar="DURATION",
+        help="how long a tracked service name without events keeps its --max-services slot, "
+        "in event time (default 1h)",
+    )
+    p.add_argument(
         "--state-shards",
         type=int,
         default=4,

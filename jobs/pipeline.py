@@ -113,6 +113,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         plugins=plugins,
         dedup=cfg.dedup,
         max_services=cfg.max_services,
+        service_idle_ms=cfg.service_idle_ms,
     )
     return routed.groupBy("group", "shard").applyInPandasWithState(
         make_state_fn(state_cfg),  # type: ignore[arg-type]

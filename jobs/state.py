@@ -59,8 +59,9 @@ class DeadCounts:
 
 _SHARD_MAGIC = b"TGSH"
 _SHARD_HEAD = struct.Struct("<4sBII")  # magic, version, shards, services
-_SHARD_VERSION = 1
+_SHARD_VERSION = 2  # 2: + the tracked names of the cardinality guard (1 is read as none)
 _SERVICE = struct.Struct("<II")  # len(name), len(ServiceWindows bytes)
+_NAMES = struct.Struct("<I")  # length of the JSON of the tracked names
 
 
 @dataclass
@@ -69,13 +70,18 @@ class ShardState:
 
     shards: int
     services: dict[str, ServiceWindows] = field(default_factory=dict)
+    #: The cardinality guard's tracked names (`--max-services`): name -> the event time of its
+    #: latest events (jobs/aggregate.py, `Overflow`).
+    names: dict[str, int] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
-        """Versioned blob: header, then (name, ServiceWindows bytes) per service, sorted."""
+        """Versioned blob: header, (name, ServiceWindows bytes) per service, sorted, the names."""
         parts = [_SHARD_HEAD.pack(_SHARD_MAGIC, _SHARD_VERSION, self.shards, len(self.services))]
         for name, sw in sorted(self.services.items()):
             raw_name, blob = name.encode(), sw.to_bytes()
             parts += [_SERVICE.pack(len(raw_name), len(blob)), raw_name, blob]
+        names = json.dumps(dict(sorted(self.names.items())), separators=(",", ":")).encode()
+        parts += [_NAMES.pack(len(names)), names]
         return b"".join(parts)
 
     @classmethod
@@ -87,7 +93,7 @@ class ShardState:
                 "use a new --checkpoint directory"
             )
         _, version, shards, n = _SHARD_HEAD.unpack_from(blob)
-        if version != _SHARD_VERSION:
+        if version not in (1, _SHARD_VERSION):
             raise ValueError(
                 f"shard state version {version} is not {_SHARD_VERSION}: "
                 "use a new --checkpoint directory"
@@ -107,8 +113,21 @@ class ShardState:
                 pos += n_name
                 services[name] = ServiceWindows.from_bytes(blob[pos : pos + n_blob], cfg.specs)
                 pos += n_blob
+            names: dict[str, int] = {}
+            if version >= 2:
+                (n_names,) = _NAMES.unpack_from(blob, pos)
+                pos += _NAMES.size
+                names = _names(blob[pos : pos + n_names])
+                pos += n_names
         except struct.error as e:
             raise ValueError("window state is truncated: use a new --checkpoint directory") from e
         if pos != len(blob):
             raise ValueError("window state is truncated: use a new --checkpoint directory")
-        return cls(shards, services)
+        return cls(shards, services, names)
+
+
+def _names(raw: bytes) -> dict[str, int]:
+    try:
+        return {str(k): int(v) for k, v in json.loads(raw).items()}
+    except (ValueError, AttributeError) as e:
+        raise ValueError("window state is truncated: use a new --checkpoint directory") from e

@@ -14,6 +14,7 @@ so both are made of 10 s panes. T is a boundary of every window here.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import struct
@@ -1634,28 +1635,46 @@ def _named_frames(names: list[str], t: int) -> list[pd.DataFrame]:
     return frames
 
 
+def _windows_by_service(out: pd.DataFrame) -> dict[str, int]:
+    return {r["service"]: r["count"] for r in out[out["kind"] == "window"].to_dict("records")}
+
+
 def test_guard_tracks_the_first_names_and_counts_the_rest_under_overflow() -> None:
-    state = FakeGroupState(0)
+    state = FakeGroupState(T)
     names = [f"s{i}" for i in range(7)]
-    out = run_guarded(_named_frames(names, T), state, max_services=3)
-    windows = {r["service"]: r["count"] for r in out[out["kind"] == "window"].to_dict("records")}
-    assert windows == {"s0": 2, "s1": 2, "s2": 2, OVERFLOW_SERVICE: 8}
+    out = run_guarded(_named_frames(names, T + 100), state, max_services=3)
+    assert _windows_by_service(out) == {"s0": 2, "s1": 2, "s2": 2, OVERFLOW_SERVICE: 8}
     (over,) = out[out["kind"] == "overflow"].to_dict("records")
     assert over["count"] == 8 and json.loads(over["metrics"]) == {"names": 4}
     # the next batch: known names keep their rows, a new one still overflows
-    out = run_guarded(_named_frames(["s1", "s9"], T + 100), state, max_services=3)
-    windows = {r["service"]: r["count"] for r in out[out["kind"] == "window"].to_dict("records")}
-    assert windows == {"s1": 4, OVERFLOW_SERVICE: 10}
-    # a batch whose watermark closed their windows removes the names from the state...
+    out = run_guarded(_named_frames(["s1", "s9"], T + 200), state, max_services=3)
+    assert _windows_by_service(out) == {"s1": 4, OVERFLOW_SERVICE: 10}
+    # windows closed, state gone: the names still hold their slots while idle for < 1 hour...
     later = FakeGroupState(T + 30_000, state.get)
     run_guarded(_named_frames(["s1"], T + 40_000), later, max_services=3)
-    # ...so in the next one new names get the slots they freed
-    out = run_guarded(_named_frames(["s8", "s9"], T + 41_000), later, max_services=3)
-    windows = {r["service"]: r["count"] for r in out[out["kind"] == "window"].to_dict("records")}
-    assert windows == {"s8": 2, "s9": 2}  # with s1 (its window of T+40s is open): 3 tracked
-    assert not (out["kind"] == "overflow").any()
+    out = run_guarded(_named_frames(["s8"], T + 41_000), later, max_services=3)
+    assert _windows_by_service(out) == {OVERFLOW_SERVICE: 2}
+    # ...and give them up after: s0 and s2 had no events for an hour (s1 still has state)
+    hour_later = FakeGroupState(T + 3_700_000, later.get)
+    out = run_guarded(_named_frames(["s8", "s9", "s7"], T + 3_710_000), hour_later, 3)
+    assert _windows_by_service(out) == {"s8": 2, "s9": 2, OVERFLOW_SERVICE: 2}
+    shard = ShardState.from_bytes(hour_later.get[0], StateConfig((TUMBLING,)))
+    assert set(shard.names) == {"s1", "s8", "s9"}
 
 
 def test_guard_off_tracks_every_name() -> None:
     out = run_guarded(_named_frames([f"s{i}" for i in range(50)], T), FakeGroupState(0), 0)
     assert len(out[out["kind"] == "window"]) == 50
+
+
+def test_shard_state_keeps_the_guards_names_and_reads_version_1() -> None:
+    cfg = StateConfig((TUMBLING,))
+    shard = _shard(2, (TUMBLING,))
+    shard.names = {"api": T, "web": T + 5}
+    back = ShardState.from_bytes(shard.to_bytes(), StateConfig((TUMBLING,), shards=2))
+    assert back.names == shard.names and set(back.services) == set(shard.services)
+    # version 1 (before the guard): the same layout without the names
+    v1 = dataclasses.replace(shard, names={}).to_bytes()
+    v1 = v1[:4] + bytes([1]) + v1[5 : -(4 + len(b"{}"))]
+    old = ShardState.from_bytes(v1, dataclasses.replace(cfg, shards=2))
+    assert old.names == {} and set(old.services) == set(shard.services)

@@ -175,6 +175,8 @@ class JobConfig:
     #: Services tracked at once (a cardinality guard; 0: no limit): further names count under
     #: "(other)". Each state shard takes an equal share (docs/events.md).
     max_services: int = 1_000
+    #: How long a tracked service name without events keeps its slot (event time).
+    service_idle_ms: int = 3_600_000
     #: How long the sink retries an unreachable Redis before the job stops (`--sink-retry-for`).
     sink_retry_ms: int = 600_000
     #: Spark settings given with `--conf KEY=VALUE`, applied over Tidegauge's own (jobs/spark.py).
@@ -336,6 +338,7 @@ def job_config_from_args(args: argparse.Namespace) -> JobConfig:
         state_shards=args.state_shards,
         dedup=not args.no_dedup,
         max_services=args.max_services,
+        service_idle_ms=parse_duration(args.service_idle),
         sink_retry_ms=parse_duration(args.sink_retry_for),
         spark_conf=tuple(parse_conf(c) for c in args.conf or ()),
     )
