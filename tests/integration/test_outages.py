@@ -295,3 +295,27 @@ def test_python_workers_killed_mid_stream(
     assert code == 0, out
     assert "Lost task" in out, out  # a task did fail, and its retry carried the batch
     _finished_like_the_reference(reference, own_redis.url, tmp_path)
+
+
+def test_a_fresh_checkpoint_takes_over_the_status_of_an_older_run(
+    reference: dict[str, Any], own_redis: OwnRedis, tmp_path: Path
+) -> None:
+    r = redis.Redis.from_url(own_redis.url)
+    older = tmp_path / "older"
+    tidegauge(
+        *job_args(reference["broker"], reference["topic"], own_redis.url, older, "available-now")
+    )
+    old = read_status(r, Keys())
+    assert old is not None and old.batch_id >= 5
+    # the same stream again with a new checkpoint (a new query): batch ids start again at 0
+    newer = tmp_path / "newer"
+    tidegauge(
+        *job_args(reference["broker"], reference["topic"], own_redis.url, newer, "available-now")
+    )
+    status = read_status(r, Keys())
+    assert status is not None and status.query_id != old.query_id
+    history = read_batches(r, Keys())
+    assert {b["query_id"] for b in history} == {status.query_id}
+    assert status.batch_id == history[-1]["batch_id"] == max(b["batch_id"] for b in history)
+    assert status.offsets == reference["offsets"]
+    assert snapshot(r) == reference["snapshot"]  # the windows: the same absolute values again
