@@ -36,6 +36,7 @@ from jobs.offset_log import Offsets, checkpointed_end
 from tidegauge.core.store.keys import ControlFields
 
 __all__ = [
+    "ARROW_SCHEMA",
     "SCHEMA",
     "KafkaDataSource",
     "KafkaPartition",
@@ -55,7 +56,8 @@ log = logging.getLogger(__name__)
 #: Rows of the raw source, like Spark's Kafka source (minus topic/headers).
 SCHEMA = "partition int, offset long, timestamp timestamp, key binary, value binary"
 
-_ARROW_SCHEMA = pa.schema(
+#: The same rows as Arrow: what the parser (jobs/parse.py) takes.
+ARROW_SCHEMA = pa.schema(
     [
         ("partition", pa.int32()),
         ("offset", pa.int64()),
@@ -250,7 +252,7 @@ class _Cursor:
             )
 
     def flush(self) -> pa.RecordBatch:
-        batch = pa.RecordBatch.from_pydict(self.cols, schema=_ARROW_SCHEMA)
+        batch = pa.RecordBatch.from_pydict(self.cols, schema=ARROW_SCHEMA)
         self.cols = _empty_cols()
         return batch
 
@@ -273,7 +275,7 @@ def _in_order(cursors: list[_Cursor], shown: int) -> Generator[pa.RecordBatch, N
 
 
 def _empty_cols() -> dict[str, list[Any]]:
-    return {n: [] for n in _ARROW_SCHEMA.names}
+    return {n: [] for n in ARROW_SCHEMA.names}
 
 
 def read_ranges(parts: list[KafkaPartition], chunk: int = 20_000) -> Iterator[pa.RecordBatch]:

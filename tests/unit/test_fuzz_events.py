@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from jobs.kafka_source import ARROW_SCHEMA as SOURCE_SCHEMA
 from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT, parse_batches
 from tidegauge.core.events import (
     DEAD_LETTER_RAW_CAP,
@@ -42,16 +43,6 @@ FUZZ = settings(
 )
 
 T = 1_795_341_600_000
-#: The raw records' schema as the source hands them to the parser (tests/unit/test_parse.py).
-SOURCE_SCHEMA = pa.schema(
-    [
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-    ]
-)
 
 # --- strategies ----------------------------------------------------------------------------
 
