@@ -242,6 +242,13 @@ def test_service_names_are_shown_literally_and_nothing_runs(
         )
         for name in HOSTILE:
             assert name in hover, (name, hover)
+        # tables: the latency table's cells (its grid's accessible table) hold the names as text
+        cells = page.evaluate(
+            "() => Array.from(document.querySelectorAll("
+            "'[data-testid=stDataFrame] [role=gridcell], [data-testid=stDataFrame] td'))"
+            ".map(e => e.textContent)"
+        )
+        assert set(HOSTILE) <= {c.strip() for c in cells}, cells
         # selectors: the services filter lists the names as they are
         page.locator(".st-key-services").click()
         options = page.locator('[role="option"]').all_inner_texts()
