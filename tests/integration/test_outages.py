@@ -96,11 +96,14 @@ def reference(broker, module_redis_db, tmp_path_factory: pytest.TempPathFactory)
     url = module_redis_db().url
     tidegauge(*job_args(broker.address, topic, url, tmp / "reference", "available-now"))
     client = redis.Redis.from_url(url)
+    status = read_status(client, Keys())
+    assert status is not None
     return {
         "broker": broker.address,
         "topic": topic,
         "snapshot": snapshot(client),
-        "offsets": read_status(client, Keys()).offsets,  # type: ignore[union-attr]
+        "offsets": status.offsets,
+        "watermark": status.watermark,
     }
 
 
@@ -132,14 +135,20 @@ class Job:
             time.sleep(0.2)
         pytest.fail(f"fewer than {n} batches in {timeout_s}s:\n{self.output()}")
 
-    def wait_until_drained(self, r: redis.Redis, offsets: dict[str, int], timeout_s: float) -> None:
+    def wait_until_drained(
+        self, r: redis.Redis, reference: dict[str, Any], timeout_s: float
+    ) -> None:
+        """Until the job has read the whole topic and its watermark is where the reference's is."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.output()
             try:
                 status = read_status(r, Keys())
-                if status is not None and status.offsets == offsets:
-                    time.sleep(1.5)  # the no-data batch that moves the watermark, if any
+                if (
+                    status is not None
+                    and status.offsets == reference["offsets"]
+                    and status.watermark == reference["watermark"]
+                ):
                     return
             except redis.RedisError:
                 pass
@@ -156,6 +165,10 @@ class Job:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
         return self.proc.returncode
+
+
+def _same_as_the_reference(reference: dict[str, Any], url: str) -> None:
+    assert snapshot(redis.Redis.from_url(url)) == reference["snapshot"]
 
 
 def _finished_like_the_reference(reference: dict[str, Any], url: str, workdir: Path) -> None:
@@ -176,14 +189,14 @@ def test_redis_stopped_for_60s_mid_stream(
         own_redis.signal(signal.SIGSTOP)
         time.sleep(60)
         own_redis.signal(signal.SIGCONT)
-        job.wait_until_drained(r, reference["offsets"], 180)
+        job.wait_until_drained(r, reference, 180)
     finally:
         code = job.stop()
     assert code == 0, job.output()
     out = job.output()
     assert "unreachable" in out and "retrying with back-off for up to 10m" in out, out
     assert "reachable again after" in out, out
-    _finished_like_the_reference(reference, own_redis.url, tmp_path)
+    _same_as_the_reference(reference, own_redis.url)
 
 
 def test_redis_restarted_with_persistence_mid_stream(
@@ -196,12 +209,12 @@ def test_redis_restarted_with_persistence_mid_stream(
         own_redis.stop()
         time.sleep(10)
         own_redis.start()  # same port, same append-only file
-        job.wait_until_drained(r, reference["offsets"], 180)
+        job.wait_until_drained(r, reference, 180)
     finally:
         code = job.stop()
     assert code == 0, job.output()
     assert "reachable again after" in job.output()
-    _finished_like_the_reference(reference, own_redis.url, tmp_path)
+    _same_as_the_reference(reference, own_redis.url)
 
 
 def test_redis_gone_longer_than_the_retry_budget_stops_the_job_and_a_restart_resumes(
@@ -241,11 +254,11 @@ def test_broker_stopped_for_30s_mid_stream(
             time.sleep(30)
         finally:
             os.kill(broker.proc.pid, signal.SIGCONT)
-        job.wait_until_drained(r, reference["offsets"], 180)
+        job.wait_until_drained(r, reference, 180)
     finally:
         code = job.stop()
     assert code == 0, job.output()
-    _finished_like_the_reference(reference, own_redis.url, tmp_path)
+    _same_as_the_reference(reference, own_redis.url)
 
 
 def _python_workers() -> list[int]:
@@ -288,13 +301,13 @@ def test_python_workers_killed_mid_stream(
                     killed.add(pid)
             time.sleep(0.3)
         assert killed, "no Python worker to kill"
-        job.wait_until_drained(r, reference["offsets"], 180)
+        job.wait_until_drained(r, reference, 180)
     finally:
         code = job.stop()
     out = job.output()
     assert code == 0, out
     assert "Lost task" in out, out  # a task did fail, and its retry carried the batch
-    _finished_like_the_reference(reference, own_redis.url, tmp_path)
+    _same_as_the_reference(reference, own_redis.url)
 
 
 def test_a_fresh_checkpoint_takes_over_the_status_of_an_older_run(
