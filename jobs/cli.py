@@ -23,6 +23,7 @@ from tidegauge.core.config import (
     redact_url,
 )
 from tidegauge.core.durations import format_duration, to_iso
+from tidegauge.core.retention import DEFAULT_RETENTION
 from tidegauge.core.store import connect
 from tidegauge.core.windows import WindowSpec
 
@@ -124,6 +125,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="a Spark setting, as spark-submit takes it (repeat for several); applied over "
         "Tidegauge's own, Java options are added to Tidegauge's (docs/operations.md)",
     )
+    p.add_argument(
+        "--retention",
+        default=DEFAULT_RETENTION,
+        metavar="RAW_TTL[,SIZE:TTL...]",
+        help=f"how long windows are kept, then rolled up into coarser windows kept longer, in "
+        f"event time behind the watermark (default {DEFAULT_RETENTION}: 10s windows for 6h, "
+        "1m roll-ups for 7d, 1h roll-ups for 90d; 'forever' keeps everything; docs/redis.md)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log every batch")
 
 
@@ -191,7 +200,8 @@ def run(args: argparse.Namespace) -> int:
         f"{format_duration(cfg.allowed_lateness_ms)}, trigger "
         f"{_trigger_text(cfg)}"
         f"{', clock-skew correction on' if cfg.correct_clock_skew else ''}"
-        f"{'' if cfg.dedup else ', de-duplication off'}",
+        f"{'' if cfg.dedup else ', de-duplication off'}"
+        f", retention {cfg.retention.for_source(cfg.rollup_source_ms).text()}",
         flush=True,
     )
     started = time.monotonic()

@@ -21,7 +21,14 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BatchClock", "Offsets", "batch_clock", "checkpointed_end", "next_watermark"]
+__all__ = [
+    "BatchClock",
+    "Offsets",
+    "batch_clock",
+    "checkpointed_end",
+    "clock_of",
+    "next_watermark",
+]
 
 #: Kafka end offsets as the source reports them: {"<partition>": next offset}.
 Offsets = dict[str, int]
@@ -115,3 +122,9 @@ def batch_clock(checkpoint: str | None, end: Offsets) -> BatchClock:
         "reads each batch's watermark there, so it needs the query's checkpointLocation as "
         "its `checkpoint` option"
     )
+
+
+def clock_of(checkpoint: str, batch_id: int) -> BatchClock:
+    """The clock of a batch by id (the sink's retention work runs on it); ValueError if unread."""
+    meta, _ = _read(checkpoint, batch_id)
+    return BatchClock(batch_id, int(meta.get("batchWatermarkMs", 0)), int(meta["batchTimestampMs"]))

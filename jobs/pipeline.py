@@ -33,8 +33,10 @@ from jobs.aggregate import StateConfig, make_state_fn
 from jobs.deltas import KIND_DELTA, KIND_TIMES, SUMMARY_SCHEMA
 from jobs.event_source import SummaryDataSource, summary_source_options
 from jobs.kafka_source import true_end_offsets
+from jobs.offset_log import clock_of
 from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT
 from jobs.redis_sink import write_batch
+from jobs.rollup import BatchTime
 from jobs.rows import OUTPUT_SCHEMA, decode_rows
 from jobs.spark import build_session
 from jobs.state import STATE_SCHEMA
@@ -45,7 +47,7 @@ from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.freshness import freshness, merge_times
 from tidegauge.core.plugins import loaded_plugins
 from tidegauge.core.store import Keys, connect
-from tidegauge.core.windows import primary_size
+from tidegauge.core.windows import WindowSpec, primary_size
 
 __all__ = ["build_stream", "run_job", "start_query"]
 
@@ -136,6 +138,10 @@ class _BatchWriter:
         self.cfg = cfg
         self.keys = Keys(cfg.redis.prefix)
         self.primary_ms = primary_size(cfg.windows)
+        source = cfg.rollup_source_ms
+        #: The retention tiers and the spec they roll up (jobs/rollup.py).
+        self.retention = cfg.retention.for_source(source)
+        self.source = None if source is None else WindowSpec.tumbling(source)
         self._client: redis.Redis | None = None
         #: Batch id -> its records and their freshness, measured when the batch is committed;
         #: the status listener takes them into the batch's history entry.
@@ -149,6 +155,8 @@ class _BatchWriter:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         rows = decode_rows(batch.toArrow().to_pylist(), batch_id)
         windows, dead, late, stragglers = rows.windows, rows.dead, rows.late, rows.stragglers
+        clock = clock_of(self.cfg.checkpoint, batch_id)
+        at = BatchTime(batch_id, clock.watermark_ms, clock.timestamp_ms)
         _retry(
             lambda: write_batch(
                 self._redis(),
@@ -165,6 +173,9 @@ class _BatchWriter:
                 arrival_window_ms=self.primary_ms,
                 late_events=rows.late_events,
                 late_events_max=self.cfg.late_events_max,
+                retention=self.retention,
+                source=self.source,
+                at=at,
             ),
             what=f"writing batch {batch_id}",
             budget_ms=self.cfg.sink_retry_ms,

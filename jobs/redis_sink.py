@@ -17,7 +17,9 @@ from typing import Any
 
 import redis
 
+from jobs.rollup import BatchTime, plan_retention, services_seen
 from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.retention import Retention, expired
 from tidegauge.core.store import ALL_SERVICES, DeadLetter, Keys, batch_field
 from tidegauge.core.windows import WindowSpec
 
@@ -136,8 +138,15 @@ def write_batch(
     arrival_window_ms: int | None = None,
     late_events: Sequence[LateEvent] = (),
     late_events_max: int = 10_000,
+    retention: Retention | None = None,
+    source: WindowSpec | None = None,
+    at: BatchTime | None = None,
 ) -> None:
     """Write one batch: windows (and the `*` rows they imply), corrections, arrivals, letters.
+
+    With `retention` (and the batch's time `at`), the same transaction rolls `source` windows
+    of closed periods up into the tiers and deletes what has aged out (jobs/rollup.py); late
+    rows of a window whose raw copy has expired go to the roll-ups only.
 
     The `*` row of a window merges the aggregates (counts and sketches) of every service stored
     for that window, read back from Redis before the transaction, so it stays right when only
@@ -153,6 +162,15 @@ def write_batch(
         raise ValueError("'*' is computed by the sink, not sent to it")
     if arrivals and not arrival_window_ms:
         raise ValueError("arrivals need arrival_window_ms")
+    plan = None
+    if retention is not None and at is not None:
+        plan = plan_retention(r, keys, retention, source, at, late)
+        raw_ttl = retention.raw_ttl_ms
+        late = [
+            lt
+            for lt in late
+            if not expired(WindowSpec.from_key(lt.spec).end(lt.start_ms), at.watermark_ms, raw_ttl)
+        ]
     windows, parts = _merge_parts(r, keys, windows)
     by_window: dict[tuple[str, int], dict[str, WindowUpdate]] = defaultdict(dict)
     for w in windows:
@@ -185,6 +203,7 @@ def write_batch(
         services.update(fresh)
     if services:
         tx.sadd(keys.services, *sorted(services))
+        tx.zadd(keys.services_seen, services_seen(windows), gt=True)
     for lt in late:
         blob = lt.agg or LateAgg(lt.count).to_bytes()
         tx.hset(keys.window_late(lt.spec, lt.start_ms), batch_field(lt.service, batch_id), blob)
@@ -218,6 +237,8 @@ def write_batch(
         tx.zremrangebyrank(keys.dead_letters, 0, -(dead_letter_max + 1))
     if dead_counts:
         tx.hset(keys.dead_counts, mapping={k: str(v) for k, v in dead_counts.items()})
+    if plan is not None:
+        plan.apply(tx, keys)
     if len(tx):
         # A new token only when the store has none (empty, or flushed): see Keys.epoch.
         tx.set(keys.epoch, uuid.uuid4().hex, nx=True)

@@ -16,6 +16,7 @@ from typing import Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tidegauge.core.durations import format_duration, parse_duration
+from tidegauge.core.retention import DEFAULT_RETENTION, Retention
 from tidegauge.core.windows import WindowSpec
 
 __all__ = [
@@ -181,6 +182,8 @@ class JobConfig:
     sink_retry_ms: int = 600_000
     #: Spark settings given with `--conf KEY=VALUE`, applied over Tidegauge's own (jobs/spark.py).
     spark_conf: tuple[tuple[str, str], ...] = ()
+    #: How long windows are kept and the roll-up tiers after them (`--retention`).
+    retention: Retention = field(default_factory=lambda: Retention.parse(DEFAULT_RETENTION))
 
     def __post_init__(self) -> None:
         if not self.windows:
@@ -217,6 +220,12 @@ class JobConfig:
         for key, _ in self.spark_conf:
             if not key.startswith("spark."):
                 raise ValueError(f"--conf {key}: Spark settings start with 'spark.'")
+        self.retention.for_source(self.rollup_source_ms)
+
+    @property
+    def rollup_source_ms(self) -> int | None:
+        """Size of the spec the retention tiers roll up: the smallest tumbling window, if any."""
+        return min((w.size_ms for w in self.windows if w.kind == "tumbling"), default=None)
 
 
 #: Fastest refresh accepted: every refresh is a handful of Redis round trips per open browser tab.
@@ -341,4 +350,5 @@ def job_config_from_args(args: argparse.Namespace) -> JobConfig:
         service_idle_ms=parse_duration(args.service_idle),
         sink_retry_ms=parse_duration(args.sink_retry_for),
         spark_conf=tuple(parse_conf(c) for c in args.conf or ()),
+        retention=Retention.parse(args.retention),
     )

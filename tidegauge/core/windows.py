@@ -162,8 +162,13 @@ class WindowSpec:
     #: > 0 for session results: sessions (per user, closed after `gap_ms` of silence) counted
     #: in tumbling buckets of `size_ms` by the time of their last event.
     gap_ms: int = 0
+    #: A roll-up tier's windows (tidegauge/core/retention.py): tumbling, merged from the
+    #: smallest tumbling spec's windows after they closed; stored under their own key.
+    rollup: bool = False
 
     def __post_init__(self) -> None:
+        if self.rollup and (self.gap_ms or self.slide_ms != self.size_ms):
+            raise ValueError("roll-up windows are tumbling")
         if self.gap_ms < 0:
             raise ValueError("session gap must be positive")
         if self.gap_ms and self.slide_ms != self.size_ms:
@@ -179,6 +184,11 @@ class WindowSpec:
     def tumbling(cls, size_ms: int) -> WindowSpec:
         """Windows of `size_ms` that do not overlap."""
         return cls(size_ms, size_ms)
+
+    @classmethod
+    def rollup_of(cls, size_ms: int) -> WindowSpec:
+        """Roll-ups of `size_ms`: merges of finer tumbling windows (a retention tier)."""
+        return cls(size_ms, size_ms, rollup=True)
 
     @classmethod
     def session(cls, gap_ms: int, bucket_ms: int) -> WindowSpec:
@@ -203,7 +213,12 @@ class WindowSpec:
 
     @property
     def key(self) -> str:
-        """Redis identity: "10000" tumbling, "60000-10000" hopping, "s30000-10000" sessions."""
+        """Redis identity: "10000" tumbling, "60000-10000" hopping, "s30000-10000" sessions.
+
+        Roll-ups: "r60000".
+        """
+        if self.rollup:
+            return f"r{self.size_ms}"
         if self.kind == "session":
             return f"s{self.gap_ms}-{self.size_ms}"
         if self.kind == "tumbling":
@@ -216,6 +231,9 @@ class WindowSpec:
         m = re.fullmatch(r"s(\d+)-(\d+)", key)
         if m:
             return cls.session(int(m.group(1)), int(m.group(2)))
+        m = re.fullmatch(r"r(\d+)", key)
+        if m:
+            return cls.rollup_of(int(m.group(1)))
         if not re.fullmatch(r"\d+(-\d+)?", key):
             raise ValueError(f"not a window key: {key!r}")
         size, _, slide = key.partition("-")

@@ -89,8 +89,23 @@ class Keys:
 
     @property
     def services(self) -> str:
-        """Set of every service seen."""
+        """Set of every service with windows still kept."""
         return f"{self.prefix}:services"
+
+    @property
+    def services_seen(self) -> str:
+        """Sorted set: service -> start (ms) of its newest window; expires names with the data."""
+        return f"{self.prefix}:services:seen"
+
+    @property
+    def retention(self) -> str:
+        """Hash: the retention in force and how far each roll-up tier is built.
+
+        `retention` (the `--retention` text), `source` (the spec key rolled up),
+        `watermark` (the one the latest expiry ran with), `rolled:{size}` (roll-ups of that
+        size exist for every period ending at or before it), tidegauge/core/retention.py.
+        """
+        return f"{self.prefix}:retention"
 
     @property
     def epoch(self) -> str:

@@ -1,0 +1,218 @@
+"""Retention tiers: how long windows are kept, and the roll-ups that outlive them (pure).
+
+`--retention RAW_TTL[,SIZE:TTL...]` (default `6h,1m:7d,1h:90d`): the job's windows are kept for
+RAW_TTL, and the smallest tumbling spec (the *source*) lives on as roll-ups of SIZE, each kept
+for its TTL. A roll-up period is the merge of the finer tier's windows inside it (counts exact,
+sketches merged: what a query over the finer windows would merge), built once the watermark has
+closed the whole period. Ages are event time against the watermark, so a replay or a
+time-compressed stream expires exactly as real time would (docs/redis.md, "Retention"):
+
+    a window [start, end) of a tier with TTL t is dropped once   watermark - end >= t
+
+    tiers:    raw 10s windows ........................|  (6h)
+              1m roll-ups  ...............................................|  (7d)
+              1h roll-ups  .........................................................|  (90d)
+              <------------------------------------------------------------ watermark
+
+A range read takes, piece by piece, the coarsest window that lies wholly inside the range among
+the tiers that still hold it (`cover`): the same merge with fewer pieces, and after a tier
+expires the next one answers for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tidegauge.core.durations import parse_duration
+from tidegauge.core.windows import WindowSpec, tumbling_start
+
+__all__ = [
+    "DEFAULT_RETENTION",
+    "Layer",
+    "Retention",
+    "Tier",
+    "cover",
+    "expired",
+    "format_span",
+]
+
+#: `--retention` when not given.
+DEFAULT_RETENTION = "6h,1m:7d,1h:90d"
+
+_DAY = 86_400_000
+
+
+def format_span(ms: int) -> str:
+    """A retention duration as people write it: "90d", "6h", "1m", "10s", "1h30m"."""
+    parts = []
+    for unit, size in (("d", _DAY), ("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1)):
+        if ms >= size:
+            parts.append(f"{ms // size}{unit}")
+            ms %= size
+    return "".join(parts) or "0s"
+
+
+def expired(end_ms: int, watermark_ms: int, ttl_ms: int | None) -> bool:
+    """A window ending at `end_ms` is past its tier's TTL (None: kept for ever)."""
+    return ttl_ms is not None and watermark_ms - end_ms >= ttl_ms
+
+
+@dataclass(frozen=True)
+class Tier:
+    """Roll-ups of `size_ms`, each kept `ttl_ms` of event time after its end."""
+
+    size_ms: int
+    ttl_ms: int
+
+    @property
+    def spec(self) -> WindowSpec:
+        """The roll-up's window spec (stored under key `r{size}`)."""
+        return WindowSpec.rollup_of(self.size_ms)
+
+
+@dataclass(frozen=True)
+class Retention:
+    """The raw windows' TTL (None: kept for ever) and the roll-up tiers, finest first."""
+
+    raw_ttl_ms: int | None
+    tiers: tuple[Tier, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> Retention:
+        """`6h,1m:7d,1h:90d`; `forever` keeps every window (no expiry, no roll-ups)."""
+        s = text.strip().lower()
+        if s in ("forever", "keep", "none"):
+            return cls(None)
+        head, *rest = [p.strip() for p in s.split(",")]
+        try:
+            raw = parse_duration(head)
+            tiers = []
+            for part in rest:
+                size, sep, ttl = part.partition(":")
+                if not sep:
+                    raise ValueError(f"{part!r} is not SIZE:TTL")
+                tiers.append(Tier(parse_duration(size), parse_duration(ttl)))
+        except ValueError as e:
+            raise ValueError(
+                f"--retention {text!r}: {e}; expected RAW_TTL[,SIZE:TTL...] such as "
+                f"{DEFAULT_RETENTION}, or forever"
+            ) from None
+        out = cls(raw, tuple(tiers))
+        out.check()
+        return out
+
+    def check(self) -> None:
+        """Sizes grow and divide each other; every tier outlives the next one's period."""
+        if self.raw_ttl_ms is None:
+            if self.tiers:
+                raise ValueError("--retention forever keeps the raw windows: no roll-ups needed")
+            return
+        if self.raw_ttl_ms <= 0:
+            raise ValueError("--retention: the raw windows' TTL must be positive")
+        prev_size, prev_ttl, prev_name = 0, self.raw_ttl_ms, "the raw windows"
+        for t in self.tiers:
+            name = f"the {format_span(t.size_ms)} roll-ups"
+            if t.size_ms <= prev_size or (prev_size and t.size_ms % prev_size):
+                raise ValueError(
+                    f"--retention: {name} must be a whole multiple of the tier before "
+                    f"({format_span(prev_size)}), and larger"
+                )
+            if prev_ttl < t.size_ms:
+                raise ValueError(
+                    f"--retention: {prev_name} ({format_span(prev_ttl)}) must be kept at least "
+                    f"as long as one period of {name}, which are built from them"
+                )
+            if t.ttl_ms < prev_ttl:
+                raise ValueError(
+                    f"--retention: {name} ({format_span(t.ttl_ms)}) must be kept at least as "
+                    f"long as {prev_name} ({format_span(prev_ttl)})"
+                )
+            prev_size, prev_ttl, prev_name = t.size_ms, t.ttl_ms, name
+
+    def for_source(self, source_ms: int | None) -> Retention:
+        """The tiers usable with a source spec of this size (None: no tumbling spec).
+
+        Raises when a tier's size is not a multiple of the source's; without a source, only
+        the raw TTL applies (a hopping or session window does not tile time).
+        """
+        if source_ms is None:
+            return Retention(self.raw_ttl_ms)
+        for t in self.tiers:
+            if t.size_ms <= source_ms or t.size_ms % source_ms:
+                raise ValueError(
+                    f"--retention: {format_span(t.size_ms)} roll-ups must be a multiple of the "
+                    f"smallest tumbling --window ({format_span(source_ms)}), and larger"
+                )
+        return self
+
+    @property
+    def longest_ms(self) -> int | None:
+        """How long anything of a window is kept at all (None: for ever)."""
+        if self.raw_ttl_ms is None:
+            return None
+        return max([self.raw_ttl_ms] + [t.ttl_ms for t in self.tiers])
+
+    def text(self) -> str:
+        """Inverse of `parse`."""
+        if self.raw_ttl_ms is None:
+            return "forever"
+        parts = [format_span(self.raw_ttl_ms)]
+        parts += [f"{format_span(t.size_ms)}:{format_span(t.ttl_ms)}" for t in self.tiers]
+        return ",".join(parts)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """What one tier holds for a reader: windows of `spec` ending in (held_after, ready_until].
+
+    `held_after`: windows ending at or before it have expired (None: nothing expired);
+    `ready_until`: roll-ups exist for periods ending at or before it (None for the raw tier,
+    whose windows are written as they fill).
+    """
+
+    spec: WindowSpec
+    held_after: int | None = None
+    ready_until: int | None = None
+
+    def holds(self, start_ms: int) -> bool:
+        """The tier has (or will have) the window starting at `start_ms`."""
+        end = self.spec.end(start_ms)
+        if self.held_after is not None and end <= self.held_after:
+            return False
+        return self.ready_until is None or end <= self.ready_until
+
+
+def cover(since_ms: int, until_ms: int, layers: Sequence[Layer]) -> list[tuple[WindowSpec, int]]:
+    """Pieces (spec, window start) that tile [since, until) as far as the layers hold it.
+
+    Coarsest first: a window of a coarser tier is taken where it lies wholly inside the range
+    and its tier holds it; what is left is filled from finer tiers, down to the finest, whose
+    windows may be cut by the range's ends (those are left out, as a range read always did).
+    Sorted by start. `layers` are finest first, sizes dividing each other.
+    """
+    out: list[tuple[WindowSpec, int]] = []
+
+    def fill(lo: int, hi: int, level: int) -> None:
+        if lo >= hi or level < 0:
+            return
+        layer = layers[level]
+        size = layer.spec.size_ms
+        start = -(-lo // size) * size  # first aligned start >= lo
+        pos = lo
+        while start + size <= hi:
+            if layer.holds(start):
+                fill(pos, start, level - 1)
+                out.append((layer.spec, start))
+                pos = start + size
+            start += size
+        fill(pos, hi, level - 1)
+
+    if layers and until_ms > since_ms:
+        fill(since_ms, until_ms, len(layers) - 1)
+    return sorted(out, key=lambda p: (p[1], p[0].size_ms))
+
+
+def period_start(ts_ms: int, tier: Tier) -> int:
+    """Start of the tier's period that holds `ts_ms`."""
+    return tumbling_start(ts_ms, tier.size_ms)
