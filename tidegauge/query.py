@@ -173,7 +173,7 @@ def _range(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int)
     assert result.covered_from is not None and result.covered_to is not None
     print(
         f"{args.service}: {result.windows} windows, {to_iso(result.covered_from)} .. "
-        f"{to_iso(result.covered_to)}"
+        f"{to_iso(result.covered_to)}; resolution {result.resolution}"
     )
     for name in ("count", "events_per_s", *store.METRIC_FIELDS, *added_result_fields()):
         value = m.get(name)

@@ -16,9 +16,11 @@ from tidegauge.core.metrics import (
     WindowAgg,
     added_result_fields,
 )
+from tidegauge.core.retention import Layer, cover
 from tidegauge.core.store.index import _reusable, _starts, _sync
 from tidegauge.core.store.keys import ALL_SERVICES, Keys, _s, split_batch_field
 from tidegauge.core.store.records import WindowRow
+from tidegauge.core.store.tiers import read_retention, resolution_text
 from tidegauge.core.windows import WindowSpec, tumbling_start
 
 
@@ -178,10 +180,18 @@ class RangeResult:
     metrics: dict[str, Any]
     #: The merged aggregate itself (latency t-digest, users HLL), for CDFs and further merges.
     agg: WindowAgg | None = field(default=None, repr=False, compare=False)
+    #: Windows merged, by spec key: "10000" raw 10 s windows, "r60000" 1 m roll-ups, ...
+    pieces: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def resolution(self) -> str:
+        """Which windows answered, e.g. "6 × 10s + 59 × 1m" (docs/redis.md, "Retention")."""
+        return resolution_text(self.pieces)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output (metrics flattened in)."""
         d = {k: v for k, v in vars(self).items() if k not in ("metrics", "agg")}
+        d["resolution"] = self.resolution
         d.update(self.metrics)
         return d
 
@@ -202,6 +212,9 @@ def read_range(
     """
     if until_ms <= since_ms:
         raise ValueError("the range must end after it starts")
+    stored = read_retention(r, keys) if spec is None else None
+    if stored is not None and len(stored.layers) > 1:
+        return _range_across_tiers(r, keys, since_ms, until_ms, service, stored.layers)
     if spec is None:
         tumbling = [s for s in read_window_specs(r, keys) if s.kind == "tumbling"]
         if not tumbling:
@@ -225,7 +238,46 @@ def read_range(
             service, since_ms, until_ms, None, None, 0, agg.metrics(until_ms - since_ms), agg
         )
     lo, hi = starts[0], spec.end(starts[-1])
-    return RangeResult(service, since_ms, until_ms, lo, hi, n, agg.metrics(hi - lo), agg)
+    return RangeResult(
+        service, since_ms, until_ms, lo, hi, n, agg.metrics(hi - lo), agg, {spec.key: n}
+    )
+
+
+def _range_across_tiers(
+    r: redis.Redis,
+    keys: Keys,
+    since_ms: int,
+    until_ms: int,
+    service: str,
+    layers: Sequence[Layer],
+) -> RangeResult:
+    """`read_range` over the raw windows and the roll-ups: the coarsest pieces that tile it.
+
+    A roll-up is the merge of the finer windows it replaces, so counts are the same as from the
+    raw windows and the sketches stay within their bounds; fewer pieces to merge.
+    """
+    pieces = cover(since_ms, until_ms, layers)
+    by_spec: dict[WindowSpec, list[int]] = {}
+    for spec, start in pieces:
+        by_spec.setdefault(spec, []).append(start)
+    found: list[tuple[int, int, WindowAgg]] = []  # (start, end, aggregate)
+    counts: dict[str, int] = {}
+    for spec, starts in by_spec.items():
+        aggs = _window_aggs(r, keys, spec, starts, [service], False, None, None)
+        for start, a in zip(starts, aggs, strict=True):
+            if service in a:
+                found.append((start, spec.end(start), a[service]))
+                counts[spec.key] = counts.get(spec.key, 0) + 1
+    if not found:
+        empty = WindowAgg()
+        return RangeResult(
+            service, since_ms, until_ms, None, None, 0, empty.metrics(until_ms - since_ms), empty
+        )
+    found.sort(key=lambda f: f[0])
+    agg = WindowAgg.merged((a for _, _, a in found), with_lateness=False)
+    lo, hi = found[0][0], max(end for _, end, _ in found)
+    n = len(found)
+    return RangeResult(service, since_ms, until_ms, lo, hi, n, agg.metrics(hi - lo), agg, counts)
 
 
 #: A range merges closed windows in aligned blocks of this many, each merged once and kept in

@@ -1,0 +1,325 @@
+"""Retention tiers end to end in the sink (jobs/rollup.py) and the range reader, real Redis.
+
+A stream of three hours of event time is written batch by batch as the job would write it
+(absolute window aggregates, late rows long after their windows closed, stragglers,
+duplicates), with short tiers (`30m,1m:2h,10m:1d`), and the same stream again with
+`forever`. Ground truth is the events themselves. Ranges read after the raw windows expired
+must equal the truth (counts exact, p50/p99 rank error <= 0.01, distinct users <= 3 %) and the
+same ranges read from the raw windows that were never expired.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+import redis
+
+from jobs.redis_sink import LateUpdate, WindowCount, WindowUpdate, write_batch
+from jobs.rollup import BatchTime
+from tidegauge.core.config import RedisSettings
+from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.retention import Retention
+from tidegauge.core.store import Keys, read_range, read_services, split_batch_field
+from tidegauge.core.store.tiers import read_retention
+from tidegauge.core.windows import WindowSpec
+
+S, M, H = 1_000, 60_000, 3_600_000
+T0 = 1_795_341_600_000  # an hour boundary
+W = 10 * S
+SRC = WindowSpec.tumbling(W)
+KEYS = Keys("tg")
+LATENESS = 30 * S
+TIERS = Retention.parse("30m,1m:2h,10m:1d")
+SERVICES = ("api", "web")
+BATCHES = 180  # one minute of event time each: three hours
+
+
+@dataclass
+class Truth:
+    """Every event of the stream by (window start, service), and the per-window facts."""
+
+    latency: dict[tuple[int, str], list[float]] = field(default_factory=lambda: defaultdict(list))
+    users: dict[tuple[int, str], set[str]] = field(default_factory=lambda: defaultdict(set))
+    late: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
+    stragglers: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
+    duplicates: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
+
+
+@dataclass
+class Batch:
+    batch_id: int
+    at: BatchTime
+    windows: list[WindowUpdate]
+    late: list[LateUpdate]
+    stragglers: list[WindowCount]
+    duplicates: list[WindowCount]
+
+
+def _stream(seed: int = 7) -> tuple[list[Batch], Truth]:
+    """Batch k brings the windows of minute k; its watermark is the frontier minus 30 s.
+
+    Also in batch k: stragglers for the previous minute's windows still open (their update is
+    rewritten with the extra events, as the job does), duplicates, and late rows for windows
+    2 to 50 minutes old (after 30 minutes a window's raw copy has expired: those late rows
+    reach the roll-ups only).
+    """
+    rng = np.random.default_rng(seed)
+    truth = Truth()
+    events: dict[tuple[int, str], list[tuple[float, int, str]]] = defaultdict(list)
+    batches = []
+    updates: dict[tuple[int, str], None] = {}  # the (window, service)s a batch rewrites
+    for k in range(BATCHES):
+        wm = T0 + k * M - LATENESS if k else 0
+        updates.clear()
+
+        def add(start: int, svc: str, n: int) -> None:
+            for _ in range(n):
+                lat = float(rng.lognormal(np.log(40 if svc == "api" else 120), 0.7))
+                user = f"user-{int(rng.integers(0, 400))}"
+                events[(start, svc)].append((lat, 200 if rng.random() > 0.03 else 500, user))
+                truth.latency[(start, svc)].append(lat)
+                truth.users[(start, svc)].add(user)
+            updates[(start, svc)] = None
+
+        for j in range(6):
+            for svc in SERVICES:
+                add(T0 + k * M + j * W, svc, int(rng.integers(5, 40)))
+        stragglers, duplicates, late = [], [], []
+        if k:
+            for j in (3, 4, 5):  # ends k*M - 20s.. k*M: after the watermark, before the frontier
+                start, svc = T0 + (k - 1) * M + j * W, SERVICES[j % 2]
+                n = int(rng.integers(1, 4))
+                add(start, svc, n)
+                stragglers.append(WindowCount(SRC.key, start, svc, n))
+                truth.stragglers[(start, svc)] += n
+                d = int(rng.integers(0, 3))
+                if d:
+                    duplicates.append(WindowCount(SRC.key, start, svc, d))
+                    truth.duplicates[(start, svc)] += d
+        if k >= 2:
+            for _ in range(3):
+                age = int(rng.integers(12, 300))  # 2 to 50 minutes, in 10 s windows
+                start = T0 + k * M - LATENESS - age * W - W
+                start -= (start - T0) % W
+                if start < T0:
+                    continue
+                svc = SERVICES[int(rng.integers(0, 2))]
+                n = int(rng.integers(1, 5))
+                agg = LateAgg()
+                agg.add(rng.uniform(1e5, 3e6, n), float(age * W))
+                late.append(LateUpdate(SRC.key, start, svc, n, agg.to_bytes()))
+                truth.late[(start, svc)] += n
+        windows = []
+        for start, svc in updates:
+            lat, status, users = zip(*events[(start, svc)], strict=True)
+            agg = WindowAgg()
+            agg.add(np.array(lat), np.array(status), np.array(users, dtype=object))
+            windows.append(WindowUpdate(SRC.key, start, svc, agg.metrics(W), agg.to_bytes()))
+        batches.append(
+            Batch(k, BatchTime(k, wm, T0 + k * S), windows, late, stragglers, duplicates)
+        )
+    return batches, truth
+
+
+def _write(r: redis.Redis, b: Batch, retention: Retention) -> None:
+    write_batch(
+        r,
+        KEYS,
+        b.batch_id,
+        b.windows,
+        late=b.late,
+        stragglers=b.stragglers,
+        duplicates=b.duplicates,
+        retention=retention,
+        source=SRC,
+        at=b.at,
+    )
+
+
+@pytest.fixture(scope="module")
+def stores(module_redis_db: Callable[[], RedisSettings]) -> dict[str, Any]:
+    batches, truth = _stream()
+    tiered = redis.Redis.from_url(module_redis_db().url)
+    raw = redis.Redis.from_url(module_redis_db().url)
+    for b in batches:
+        _write(tiered, b, TIERS)
+        _write(raw, b, Retention.parse("forever"))
+    return {"tiered": tiered, "raw": raw, "truth": truth, "batches": batches}
+
+
+def _slots(lo: int, hi: int) -> range:
+    return range(lo, hi, W)
+
+
+def _rank_error(values: list[float], estimate: float, q: float) -> float:
+    arr = np.sort(np.asarray(values))
+    return abs(np.searchsorted(arr, estimate, side="right") / len(arr) - q)
+
+
+RANGES = [
+    ("all three hours", 0, 3 * H),
+    ("across every tier boundary", 17 * M + 25 * S, 2 * H + 41 * M + 5 * S),
+    ("inside the expired raw part", H + 17 * M, H + 52 * M),
+    ("the recent raw part", 2 * H + 40 * M, 2 * H + 55 * M),
+]
+
+
+@pytest.mark.parametrize(("name", "lo", "hi"), RANGES, ids=[r[0] for r in RANGES])
+def test_a_range_from_roll_ups_equals_the_truth_and_the_raw_windows(
+    stores: dict[str, Any], name: str, lo: int, hi: int
+) -> None:
+    truth: Truth = stores["truth"]
+    for svc in (*SERVICES, "*"):
+        got = read_range(stores["tiered"], KEYS, T0 + lo, T0 + hi, svc)
+        assert got.covered_from is not None and got.covered_to is not None
+        held = _slots(got.covered_from, got.covered_to)
+        names = SERVICES if svc == "*" else (svc,)
+        lat = [x for s in held for n in names for x in truth.latency.get((s, n), [])]
+        users = set().union(*(truth.users.get((s, n), set()) for s in held for n in names))
+        assert got.metrics["count"] == len(lat), f"{name} {svc}: {got.resolution}"
+        assert _rank_error(lat, got.metrics["p50"], 0.5) <= 0.01
+        assert _rank_error(lat, got.metrics["p99"], 0.99) <= 0.01
+        assert abs(got.metrics["distinct_users"] - len(users)) <= 0.03 * len(users)
+        raw = read_range(stores["raw"], KEYS, got.covered_from, got.covered_to, svc)
+        assert raw.metrics["count"] == got.metrics["count"]
+        assert raw.pieces == {SRC.key: raw.windows}
+        assert _rank_error(lat, raw.metrics["p99"], 0.99) <= 0.01
+        assert abs(raw.metrics["distinct_users"] - got.metrics["distinct_users"]) <= 0.03 * len(
+            users
+        )
+
+
+def test_old_parts_come_from_roll_ups_and_the_pieces_are_few(stores: dict[str, Any]) -> None:
+    got = read_range(stores["tiered"], KEYS, T0, T0 + 3 * H, "api")
+    # raw kept 30 minutes, 1 m roll-ups 2 hours: the first hour answers from 10 m roll-ups
+    assert set(got.pieces) == {"10000", "r60000", "r600000"}
+    assert got.pieces["r600000"] >= 6 and got.windows < 200
+    assert "× 10m" in got.resolution and got.covered_from == T0
+
+
+def test_a_range_finer_than_every_tier_still_holding_it_has_no_windows(
+    stores: dict[str, Any],
+) -> None:
+    # 47..52 min: the raw windows and the 1 m roll-ups have expired, no 10 m roll-up lies inside
+    got = read_range(stores["tiered"], KEYS, T0 + 47 * M, T0 + 52 * M, "api")
+    assert got.windows == 0 and got.covered_from is None and got.resolution == "no windows"
+
+
+def test_raw_windows_and_fine_roll_ups_expire_and_memory_stays_bounded(
+    stores: dict[str, Any],
+) -> None:
+    r: redis.Redis = stores["tiered"]
+    last = stores["batches"][-1].at.watermark_ms
+    raw_starts = [int(s) for s in r.zrange(KEYS.window_index(SRC.key), 0, -1)]
+    assert min(raw_starts) + W > last - 30 * M  # nothing older than the raw TTL
+    assert len(raw_starts) <= (30 * M + 2 * M) // W
+    minutes = [int(s) for s in r.zrange(KEYS.window_index("r60000"), 0, -1)]
+    assert min(minutes) + M > last - 2 * H and max(minutes) + M <= last
+    tens = [int(s) for s in r.zrange(KEYS.window_index("r600000"), 0, -1)]
+    assert tens[0] == T0 and len(tens) == (last - T0) // (10 * M)
+    # no key of an expired raw window is left behind, of any kind
+    old = [k for k in r.scan_iter(f"tg:*:{SRC.key}:*") if k.split(b":")[-1].isdigit()]
+    assert all(int(k.split(b":")[-1]) + W > last - 30 * M for k in old)
+    assert r.dbsize() < stores["raw"].dbsize() / 2
+    stored = read_retention(r, KEYS)
+    assert stored is not None and stored.retention == TIERS and stored.watermark_ms == last
+    assert [la.spec.key for la in stored.layers] == ["10000", "r60000", "r600000"]
+
+
+@pytest.mark.parametrize("kind", ["late", "strag", "dup"])
+def test_late_rows_stragglers_and_duplicates_survive_the_roll_ups(
+    stores: dict[str, Any], kind: str
+) -> None:
+    """Late rows that came after their period was rolled up, even after their raw window had
+    expired, are in the roll-ups: every tier's fields over a range add up to the truth."""
+    truth: Truth = stores["truth"]
+    facts = {"late": truth.late, "strag": truth.stragglers, "dup": truth.duplicates}[kind]
+    r: redis.Redis = stores["tiered"]
+    lo, hi = T0, T0 + 2 * H + 58 * M + 20 * S  # 10 m roll-ups, then 1 m ones, then raw
+    got = read_range(r, KEYS, lo, hi, "*")
+    totals: dict[str, int] = defaultdict(int)
+    name = {"late": KEYS.window_late, "strag": KEYS.window_stragglers}.get(
+        kind, KEYS.window_duplicates
+    )
+    pieces = _pieces_of(r, lo, hi)
+    assert set(pieces) == set(got.pieces) == {"10000", "r60000", "r600000"}
+    for key, starts in pieces.items():
+        for start in starts:
+            for f, v in r.hgetall(name(key, start)).items():
+                totals[split_batch_field(f)[0]] += LateAgg.count_of(v) if kind == "late" else int(v)
+    want: dict[str, int] = defaultdict(int)
+    for (start, svc), n in facts.items():
+        if lo <= start < hi:
+            want[svc] += n
+    assert dict(totals) == dict(want) and sum(want.values()) > 20
+
+
+def _pieces_of(r: redis.Redis, lo: int, hi: int) -> dict[str, list[int]]:
+    from tidegauge.core.retention import cover
+
+    stored = read_retention(r, KEYS)
+    assert stored is not None
+    out: dict[str, list[int]] = defaultdict(list)
+    for spec, start in cover(lo, hi, stored.layers):
+        out[spec.key].append(start)
+    return out
+
+
+def test_replaying_a_batch_that_rolled_up_and_expired_changes_nothing(
+    module_redis_db: Callable[[], RedisSettings],
+) -> None:
+    batches, _ = _stream(seed=11)
+    r = redis.Redis.from_url(module_redis_db().url)
+    for b in batches[:121]:  # batch 120 closes a 10 m period and expires raw windows
+        _write(r, b, TIERS)
+    before = _snapshot(r)
+    _write(r, batches[120], TIERS)
+    assert _snapshot(r) == before
+    for b in batches[121:]:
+        _write(r, b, TIERS)
+    _write(r, batches[-1], TIERS)
+    after = _snapshot(r)
+    again = redis.Redis.from_url(module_redis_db().url)
+    for b in batches:
+        _write(again, b, TIERS)
+    assert _snapshot(again) == after  # a second run of the same batches: the same bytes
+
+
+def _snapshot(r: redis.Redis) -> dict[bytes, Any]:
+    out: dict[bytes, Any] = {}
+    for key in r.scan_iter(count=1000):
+        kind = r.type(key)
+        if kind == b"hash":
+            out[key] = r.hgetall(key)
+        elif kind == b"zset":
+            out[key] = r.zrange(key, 0, -1, withscores=True)
+        elif kind == b"set":
+            out[key] = sorted(r.smembers(key))
+        else:
+            out[key] = r.get(key)
+    out.pop(b"tg:epoch", None)
+    return out
+
+
+def test_a_service_gone_for_longer_than_every_tier_leaves_the_service_list(
+    redis_client: redis.Redis,
+) -> None:
+    short = Retention.parse("2m,1m:4m")
+    agg = WindowAgg()
+    agg.add(np.array([5.0]), np.array([200]), np.array(["u"], dtype=object))
+    blob = agg.to_bytes()
+    for k in range(12):
+        updates = [WindowUpdate(SRC.key, T0 + k * M, "steady", agg.metrics(W), blob)]
+        if k == 0:
+            updates.append(WindowUpdate(SRC.key, T0, "once", agg.metrics(W), blob))
+        at = BatchTime(k, T0 + k * M - LATENESS if k else 0, T0 + k * S)
+        write_batch(redis_client, KEYS, k, updates, retention=short, source=SRC, at=at)
+        if k == 3:
+            assert read_services(redis_client, KEYS) == ["once", "steady"]
+    assert read_services(redis_client, KEYS) == ["steady"]
+    assert not redis_client.hgetall(KEYS.window_aggs("r60000", T0))

@@ -1,0 +1,171 @@
+"""Retention tiers (tidegauge/core/retention.py) and the roll-up of one period (jobs/rollup.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobs.rollup import RolledWindow, roll_period
+from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.retention import (
+    DEFAULT_RETENTION,
+    Layer,
+    Retention,
+    Tier,
+    cover,
+    expired,
+    format_span,
+)
+from tidegauge.core.windows import WindowSpec
+
+S, M, H, D = 1_000, 60_000, 3_600_000, 86_400_000
+RAW = WindowSpec.tumbling(10 * S)
+
+
+def test_the_default_is_six_hours_then_minutes_for_a_week_then_hours_for_a_quarter() -> None:
+    r = Retention.parse(DEFAULT_RETENTION)
+    assert r == Retention(6 * H, (Tier(M, 7 * D), Tier(H, 90 * D)))
+    assert r.text() == DEFAULT_RETENTION and r.longest_ms == 90 * D
+    assert [t.spec.key for t in r.tiers] == ["r60000", "r3600000"]
+    assert WindowSpec.from_key("r60000") == WindowSpec.rollup_of(M) != WindowSpec.tumbling(M)
+
+
+def test_forever_keeps_everything() -> None:
+    r = Retention.parse("forever")
+    assert r.raw_ttl_ms is None and r.longest_ms is None and r.text() == "forever"
+    assert not expired(0, 10**15, r.raw_ttl_ms)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("6h,1m", "is not SIZE:TTL"),
+        ("6h,1m:7d,90s:90d", "whole multiple of the tier before (1m)"),
+        ("6h,1h:7d,1m:90d", "whole multiple"),
+        ("6h,1m:1h", "(1h) must be kept at least as long as the raw windows (6h)"),
+        ("30m,1h:7d", "raw windows (30m) must be kept at least as long as one period"),
+        ("0s", "must be positive"),
+        ("soon", "not a duration"),
+        ("forever,1m:7d", None),
+    ],
+)
+def test_bad_retention_is_refused_with_the_reason(text: str, says: str | None) -> None:
+    with pytest.raises(ValueError, match="--retention") as e:
+        Retention.parse(text)
+    if says:
+        assert says in str(e.value)
+
+
+def test_tiers_must_be_multiples_of_the_rolled_up_window() -> None:
+    r = Retention.parse("6h,1m:7d")
+    assert r.for_source(10 * S) is r
+    with pytest.raises(ValueError, match="multiple of the smallest tumbling --window"):
+        r.for_source(7 * S)
+    assert r.for_source(None) == Retention(6 * H)  # hopping/session only: raw TTL, no roll-ups
+
+
+def test_ages_are_event_time_behind_the_watermark() -> None:
+    assert not expired(end_ms=10 * H, watermark_ms=16 * H - 1, ttl_ms=6 * H)
+    assert expired(end_ms=10 * H, watermark_ms=16 * H, ttl_ms=6 * H)
+    assert format_span(90 * D) == "90d" and format_span(H + 30 * M) == "1h30m"
+
+
+def test_cover_takes_whole_roll_ups_and_fills_the_edges_from_finer_tiers() -> None:
+    layers = [
+        Layer(RAW),
+        Layer(WindowSpec.rollup_of(M), ready_until=2 * H),
+        Layer(WindowSpec.rollup_of(H), ready_until=H),
+    ]
+    pieces = cover(5 * S, 2 * H + 25 * S, layers)
+    keys = [(s.key, start) for s, start in pieces]
+    assert keys[:5] == [("10000", 10 * S * k) for k in range(1, 6)]  # [0, 5s) is cut: left out
+    assert ("r3600000", 0) not in keys  # starts before the range
+    assert keys[5] == ("r60000", M) and keys[63] == ("r60000", 59 * M) and keys[64] == ("r60000", H)
+    assert keys[-2:] == [("10000", 2 * H), ("10000", 2 * H + 10 * S)]
+    assert len(keys) == 5 + 59 + 60 + 2
+
+
+def test_cover_skips_what_every_tier_has_dropped() -> None:
+    layers = [
+        Layer(RAW, held_after=3 * H),
+        Layer(WindowSpec.rollup_of(M), held_after=H, ready_until=4 * H),
+    ]
+    keys = [(s.key, start) for s, start in cover(0, 4 * H, layers)]
+    assert keys[0] == ("r60000", H) and len(keys) == 180
+
+
+@st.composite
+def _layers(draw: st.DrawFn) -> list[Layer]:
+    raw_after = draw(st.none() | st.integers(0, 400).map(lambda k: k * 10 * S))
+    minute_ready = draw(st.integers(0, 100).map(lambda k: k * M))
+    minute_after = draw(st.none() | st.integers(0, 100).map(lambda k: k * M))
+    ten_ready = draw(st.integers(0, 10).map(lambda k: k * 10 * M))
+    ten_after = draw(st.none() | st.integers(0, 10).map(lambda k: k * 10 * M))
+    return [
+        Layer(RAW, raw_after),
+        Layer(WindowSpec.rollup_of(M), minute_after, minute_ready),
+        Layer(WindowSpec.rollup_of(10 * M), ten_after, ten_ready),
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_layers(), st.integers(0, 6000), st.integers(1, 6000))
+def test_cover_tiles_exactly_what_some_tier_holds_inside_the_range(
+    layers: list[Layer], lo_s: int, span_s: int
+) -> None:
+    since, until = lo_s * S, (lo_s + span_s) * S
+    pieces = cover(since, until, layers)
+    slots: list[int] = []
+    for spec, start in pieces:
+        layer = next(la for la in layers if la.spec == spec)
+        assert layer.holds(start) and spec.lies_within(start, since, until)
+        slots += range(start, spec.end(start), 10 * S)
+    assert len(slots) == len(set(slots)), "pieces overlap"
+    # Brute force: a 10 s slot is covered iff some tier holds a window that contains it and
+    # lies inside the range.
+    for slot in range(-(-since // (10 * S)) * 10 * S, until, 10 * S):
+        could = any(
+            la.holds(s) and la.spec.lies_within(s, since, until)
+            for la in layers
+            for s in [slot - slot % la.spec.size_ms]
+        )
+        assert (slot in set(slots)) == could
+
+
+def _agg(seed: int, n: int) -> WindowAgg:
+    rng = np.random.default_rng(seed)
+    a = WindowAgg()
+    users = np.array([f"u{u}" for u in rng.integers(0, 50, n)], dtype=object)
+    a.add(rng.lognormal(3, 0.5, n), rng.choice([200, 500], n), users)
+    return a
+
+
+def test_a_period_rolls_up_to_the_merge_of_its_windows() -> None:
+    windows = []
+    for k in range(6):
+        a, b = _agg(k, 40 + k), _agg(100 + k, 7)
+        late = LateAgg()
+        late.add(np.array([5_000.0, 9_000.0]), 1_000.0)
+        windows.append(
+            (
+                k * 10 * S,
+                RolledWindow(
+                    aggs={"api": a.to_bytes(), "*": WindowAgg.merged([a, b]).to_bytes()},
+                    late={"api|3": late.to_bytes(), "api|9": late.to_bytes()},
+                    stragglers={"api|2": b"1", "api|3": b"2"},
+                    duplicates={"api|4": b"5"},
+                ),
+            )
+        )
+    rolled = roll_period(list(reversed(windows)), M, batch_id=9)
+    got = {s: WindowAgg.from_bytes(b) for s, b in rolled.aggs.items()}
+    want = WindowAgg.merged(WindowAgg.from_bytes(w.aggs["api"]) for _, w in windows)
+    assert got["api"].to_bytes() == want.to_bytes()  # the same merge, in window order
+    assert got["api"].metrics(M)["count"] == sum(40 + k for k in range(6))
+    assert got["*"].metrics(M)["count"] == sum(47 + k for k in range(6))
+    # the building batch's own late rows (9) are added directly, not folded from the windows
+    assert set(rolled.late) == {"api|3"} and LateAgg.count_of(rolled.late["api|3"]) == 12
+    assert rolled.stragglers == {"api|2": b"6", "api|3": b"12"}
+    assert rolled.duplicates == {"api|4": b"30"}

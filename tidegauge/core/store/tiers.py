@@ -1,0 +1,67 @@
+"""Retention tiers as readers see them: which tier holds which part of event time.
+
+The sink records the retention in force, the watermark its latest expiry ran with and how far
+each roll-up tier is built (`Keys.retention`); from these, `read_layers` says what each tier
+holds, and `tidegauge.core.retention.cover` picks the windows that answer a range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from tidegauge.core.retention import Layer, Retention, format_span
+from tidegauge.core.store.keys import Keys, _s
+from tidegauge.core.windows import WindowSpec
+
+__all__ = ["StoredRetention", "read_retention", "resolution_text"]
+
+
+@dataclass(frozen=True)
+class StoredRetention:
+    """The retention the job wrote with, and what its tiers hold now."""
+
+    retention: Retention
+    #: The spec rolled up (the smallest tumbling one), or None when there are no roll-ups.
+    source: WindowSpec | None
+    watermark_ms: int
+    #: Finest first: the source's raw windows, then each roll-up tier.
+    layers: tuple[Layer, ...]
+
+
+def read_retention(r: redis.Redis, keys: Keys) -> StoredRetention | None:
+    """What the sink recorded (None: a store written without retention, every window kept)."""
+    raw: Any = r.hgetall(keys.retention)
+    meta = {_s(k): _s(v) for k, v in raw.items()}
+    if "retention" not in meta:
+        return None
+    retention = Retention.parse(meta["retention"])
+    wm = int(meta.get("watermark", 0))
+    source = WindowSpec.from_key(meta["source"]) if meta.get("source") else None
+    layers: list[Layer] = []
+    if source is not None:
+        layers.append(Layer(source, _horizon(wm, retention.raw_ttl_ms)))
+        for t in retention.tiers:
+            rolled = meta.get(f"rolled:{t.size_ms}")
+            ready = int(rolled) if rolled is not None else None
+            if ready is None:
+                break  # not built yet: nothing of it to read
+            layers.append(Layer(t.spec, _horizon(wm, t.ttl_ms), ready))
+    return StoredRetention(retention, source, wm, tuple(layers))
+
+
+def _horizon(watermark_ms: int, ttl_ms: int | None) -> int | None:
+    """Windows ending at or before this are gone (None: nothing expires)."""
+    if ttl_ms is None or watermark_ms <= 0:
+        return None
+    return watermark_ms - ttl_ms
+
+
+def resolution_text(pieces: dict[str, int]) -> str:
+    """ "12 × 10s + 59 × 1m" for the windows a range was merged from (spec key -> count)."""
+    parts = []
+    for key, n in sorted(pieces.items(), key=lambda kv: WindowSpec.from_key(kv[0]).size_ms):
+        parts.append(f"{n} × {format_span(WindowSpec.from_key(key).size_ms)}")
+    return " + ".join(parts) if parts else "no windows"
