@@ -164,7 +164,10 @@ def write_batch(
         raise ValueError("arrivals need arrival_window_ms")
     plan = None
     if retention is not None and at is not None:
-        plan = plan_retention(r, keys, retention, source, at, late)
+        plan = plan_retention(r, keys, retention, source, at, late, arrivals)
+        if arrival_window_ms:
+            size = arrival_window_ms
+            arrivals = [a for a in arrivals if plan.keeps_arrival(a.domain, a.start_ms, size)]
         raw_ttl = retention.raw_ttl_ms
         late = [
             lt
@@ -238,6 +241,8 @@ def write_batch(
     if dead_counts:
         tx.hset(keys.dead_counts, mapping={k: str(v) for k, v in dead_counts.items()})
     if plan is not None:
+        # a name back after its windows expired is not gone
+        plan.services_gone = [s for s in plan.services_gone if s not in services]
         plan.apply(tx, keys)
     if len(tx):
         # A new token only when the store has none (empty, or flushed): see Keys.epoch.

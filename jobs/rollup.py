@@ -12,8 +12,10 @@ the tiers and the rules; docs/redis.md "Retention" the key lifetimes):
   windows no longer change, except for late rows: those of batches before the build are folded
   in, those of the build's batch and later are added to every rolled-up period directly.
 * **Expiry.** A window of a tier is deleted (every key of it) once `watermark - end >= TTL`;
-  arrival series are processing-time facts and age against the batch's timestamp; a service
-  name goes when its newest window has gone from every tier.
+  arrival series are kept for the raw TTL, each on its own clock: processing time against the
+  batch's timestamp, broker time against the newest broker time seen; a service name goes when
+  its newest window has gone from every tier. What a batch writes obeys the same rules as what
+  it deletes, so a replayed batch ends where its first attempt did.
 """
 
 from __future__ import annotations
@@ -118,6 +120,20 @@ class RetentionPlan:
     expire_arrivals: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     services_gone: list[str] = field(default_factory=list)
     meta: dict[str, str] = field(default_factory=dict)
+    #: The clock each arrival domain ages against (ms): the batch's timestamp for processing
+    #: time, the newest broker-time window seen for broker time.
+    arrival_clocks: dict[str, int] = field(default_factory=dict)
+    #: The raw TTL arrivals are kept for (None: for ever).
+    arrival_ttl_ms: int | None = None
+
+    def keeps_arrival(self, domain: str, start_ms: int, size_ms: int) -> bool:
+        """Whether a batch's own arrival window is still young enough to be written.
+
+        The batch's writes obey the same rule as its deletes, so a replayed batch (which sees
+        its first attempt's keys) ends in the same state.
+        """
+        clock = self.arrival_clocks.get(domain)
+        return clock is None or not expired(start_ms + size_ms, clock, self.arrival_ttl_ms)
 
     def apply(self, tx: Any, keys: Keys) -> None:
         """Queue every write on `tx` (a MULTI pipeline), roll-ups before deletes."""
@@ -169,11 +185,13 @@ def plan_retention(
     source: WindowSpec | None,
     at: BatchTime,
     late: Sequence[Any] = (),
+    arrivals: Sequence[Any] = (),
 ) -> RetentionPlan:
     """Read what the batch's retention work needs and plan it (nothing is written here).
 
     `source`: the smallest tumbling spec, rolled up into the tiers (None: no roll-ups).
-    `late`: the batch's LateUpdates (jobs/redis_sink.py), added to rolled-up periods.
+    `late`: the batch's LateUpdates (jobs/redis_sink.py), added to rolled-up periods;
+    `arrivals`: its ArrivalUpdates, whose broker times move the broker-time clock.
     """
     plan = RetentionPlan()
     wm = at.watermark_ms
@@ -187,6 +205,12 @@ def plan_retention(
     plan.meta = {"retention": retention.text(), "watermark": str(wm)}
     if source is not None:
         plan.meta["source"] = source.key
+    broker = max(
+        [int(meta.get("broker_clock", 0))] + [a.start_ms for a in arrivals if a.domain == "broker"]
+    )
+    plan.meta["broker_clock"] = str(broker)
+    plan.arrival_clocks = {"processing": at.proc_ms, "broker": broker}
+    plan.arrival_ttl_ms = retention.raw_ttl_ms
     if wm <= 0:  # nothing seen yet: no period has closed, nothing has aged
         return plan
     if source is not None and tiers:
@@ -282,7 +306,7 @@ def _plan_expiry(
     if retention.raw_ttl_ms is not None:
         for size in sorted(arrival_sizes):
             for domain in _DOMAINS:
-                bound = at.proc_ms - retention.raw_ttl_ms - size
+                bound = plan.arrival_clocks[domain] - retention.raw_ttl_ms - size
                 pipe.zrangebyscore(
                     keys.arrivals_index(domain, size), "-inf", bound, start=0, num=EXPIRE_PER_BATCH
                 )

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import redis
 
-from jobs.redis_sink import LateUpdate, WindowCount, WindowUpdate, write_batch
+from jobs.redis_sink import ArrivalUpdate, LateUpdate, WindowCount, WindowUpdate, write_batch
 from jobs.rollup import BatchTime
 from tidegauge.core.config import RedisSettings
 from tidegauge.core.metrics import LateAgg, WindowAgg
@@ -58,6 +58,7 @@ class Batch:
     late: list[LateUpdate]
     stragglers: list[WindowCount]
     duplicates: list[WindowCount]
+    arrivals: list[ArrivalUpdate]
 
 
 def _stream(seed: int = 7) -> tuple[list[Batch], Truth]:
@@ -120,10 +121,19 @@ def _stream(seed: int = 7) -> tuple[list[Batch], Truth]:
             agg = WindowAgg()
             agg.add(np.array(lat), np.array(status), np.array(users, dtype=object))
             windows.append(WindowUpdate(SRC.key, start, svc, agg.metrics(W), agg.to_bytes()))
+        proc = T0 + k * S  # processing time moves a second per batch, event time a minute
+        arrivals = [
+            ArrivalUpdate("processing", proc - proc % W, "api", 5, _arrival(proc)),
+            ArrivalUpdate("broker", T0 + k * M, "api", 7, _arrival(proc)),
+        ]
         batches.append(
-            Batch(k, BatchTime(k, wm, T0 + k * S), windows, late, stragglers, duplicates)
+            Batch(k, BatchTime(k, wm, proc), windows, late, stragglers, duplicates, arrivals)
         )
     return batches, truth
+
+
+def _arrival(proc_ms: int) -> dict[str, int]:
+    return {"late": 0, "stragglers": 0, "proc_ms": proc_ms}
 
 
 def _write(r: redis.Redis, b: Batch, retention: Retention) -> None:
@@ -135,6 +145,8 @@ def _write(r: redis.Redis, b: Batch, retention: Retention) -> None:
         late=b.late,
         stragglers=b.stragglers,
         duplicates=b.duplicates,
+        arrivals=b.arrivals,
+        arrival_window_ms=W,
         retention=retention,
         source=SRC,
         at=b.at,
@@ -223,11 +235,20 @@ def test_raw_windows_and_fine_roll_ups_expire_and_memory_stays_bounded(
     tens = [int(s) for s in r.zrange(KEYS.window_index("r600000"), 0, -1)]
     assert tens[0] == T0 and len(tens) == (last - T0) // (10 * M)
     # no key of an expired raw window is left behind, of any kind
-    old = [k for k in r.scan_iter(f"tg:*:{SRC.key}:*") if k.split(b":")[-1].isdigit()]
+    old = [
+        k
+        for k in r.scan_iter(f"tg:*:{SRC.key}:*")
+        if k.split(b":")[-1].isdigit() and not k.startswith(b"tg:arr:")
+    ]
     assert all(int(k.split(b":")[-1]) + W > last - 30 * M for k in old)
     assert r.dbsize() < stores["raw"].dbsize() / 2
     stored = read_retention(r, KEYS)
     assert stored is not None and stored.retention == TIERS and stored.watermark_ms == last
+    # arrival series age on their own clocks: broker time moved three hours, processing time
+    # three minutes
+    broker = [int(s) for s in r.zrange(KEYS.arrivals_index("broker", W), 0, -1)]
+    assert min(broker) + W > T0 + (BATCHES - 1) * M - 30 * M and len(broker) <= 31
+    assert r.zcard(KEYS.arrivals_index("processing", W)) == BATCHES // 10
     assert [la.spec.key for la in stored.layers] == ["10000", "r60000", "r600000"]
 
 
