@@ -36,7 +36,16 @@ except PluginError as e:
     st.stop()
 
 #: Time range choices of the sidebar (ms of event time ending at the newest window).
-RANGES_MS = {"5 min": 5 * 60_000, "15 min": 15 * 60_000, "1 h": 3_600_000, "6 h": 6 * 3_600_000}
+#: Beyond 6 h the charts draw the retention tiers' roll-ups (dashboard/data.py).
+RANGES_MS = {
+    "5 min": 5 * 60_000,
+    "15 min": 15 * 60_000,
+    "1 h": 3_600_000,
+    "6 h": 6 * 3_600_000,
+    "24 h": 24 * 3_600_000,
+    "7 d": 7 * 86_400_000,
+    "30 d": 30 * 86_400_000,
+}
 
 #: Before the job states its report interval, a status older than this reads as stale.
 FALLBACK_STALE_MS = 5_000
@@ -242,6 +251,8 @@ def _events_chart(snap: data.Snapshot, f: data.Filters, windows: pd.DataFrame) -
         show_total=show_total,
     )
     _chart(fig, "events_per_s")
+    if snap.resolution:
+        st.caption(f"Resolution: {snap.resolution} (older windows live on as roll-ups)")
 
 
 def _order(frame: pd.DataFrame, f: data.Filters) -> list[str]:

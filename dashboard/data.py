@@ -40,6 +40,7 @@ from tidegauge.core.store import (
     read_status,
     read_window_specs,
     read_windows,
+    read_windows_tiered,
 )
 from tidegauge.core.windows import WindowSpec
 
@@ -60,6 +61,10 @@ WINDOW_KINDS = ("tumbling", "hopping", "session")
 
 #: Batch summaries read per refresh at most (the job keeps the last 2,000).
 MAX_BATCHES = 2_000
+
+#: Windows per service a chart draws at most (6 h of 10 s windows): longer ranges are drawn
+#: from the retention tiers' roll-ups (a day in minutes, a week or a month in hours).
+MAX_CHART_WINDOWS = 2_160
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,9 @@ class Snapshot:
     #: Lateness of the latency range (all services), with the what-if digests.
     lateness: LatenessResult | None = None
     late_events: list[dict[str, Any]] = field(default_factory=list)
+    #: Which windows the charts show, when the store has retention tiers: e.g. "1h roll-ups
+    #: to 2026-…Z, then 10s windows" (tidegauge/core/retention.py).
+    resolution: str | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -163,17 +171,26 @@ def read_snapshot(
     spec = pick_spec(specs, f.kind)
     windows: list[WindowRow] = []
     newest = None
+    resolution = None
     if spec is not None:
         newest = read_newest_window_start(r, keys, spec)
         if newest is not None:
-            windows = read_windows(
-                r, keys, spec, since_ms=spec.end(newest) - f.range_ms, cache=cache
-            )
+            since, until = spec.end(newest) - f.range_ms, spec.end(newest)
+            tiered = None
+            if spec.kind == "tumbling":  # the smallest tumbling spec is the one rolled up
+                min_size = f.range_ms // MAX_CHART_WINDOWS
+                tiered = read_windows_tiered(r, keys, since, until, None, min_size, cache)
+            if tiered is not None:
+                windows, resolution = tiered.rows, tiered.resolution
+            else:
+                windows = read_windows(r, keys, spec, since_ms=since, cache=cache)
     arrivals = {}
     size = read_arrival_size(r, keys)
     for domain in TIME_DOMAINS:
         if domain == "event" and spec is not None and spec == event_spec(specs, size):
-            arrivals[domain] = event_arrivals(windows)  # the windows just read: no second read
+            # the windows just read, no second read (roll-ups left out: the other domains'
+            # series are in windows of this size)
+            arrivals[domain] = event_arrivals([w for w in windows if w.spec == spec.key])
             continue
         end = _series_end(r, keys, domain, specs, size)
         arrivals[domain] = (
@@ -214,5 +231,6 @@ def read_snapshot(
         arrivals=arrivals,
         batches=read_batches(r, keys, limit),
         late_events=read_late_events(r, keys, limit=f.late_event_limit),
+        resolution=resolution,
         **snap_range,
     )

@@ -39,7 +39,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     w.add_argument("--until", help="windows starting before (same forms)")
     w.add_argument(
-        "--window", help="window spec: 10s or 60s/10s (default: the smallest tumbling one stored)"
+        "--window",
+        help="window spec: 10s or 60s/10s (default: the smallest tumbling one, and where its "
+        "windows have expired, the finest retention tier that still holds that part)",
+    )
+    w.add_argument(
+        "--resolution",
+        metavar="SIZE",
+        help="without --window: use retention tiers of at least this size where they hold the "
+        "range (e.g. 1h for a month); finer windows only for the newest part",
     )
 
     g = sub.add_parser("range", help="metrics of a time range, merged from its windows' sketches")
@@ -124,14 +132,33 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _windows(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int) -> int:
-    rows = store.read_windows(
-        r,
-        keys,
-        spec=WindowSpec.parse(args.window) if args.window else None,
-        service=args.service,
-        since_ms=parse_instant(args.since, now) if args.since else None,
-        until_ms=parse_instant(args.until, now) if args.until else None,
-    )
+    since = parse_instant(args.since, now) if args.since else None
+    until = parse_instant(args.until, now) if args.until else None
+    if args.resolution and args.window:
+        raise ValueError("--resolution picks among the retention tiers: leave out --window")
+    tiered = None
+    if not args.window:
+        tiered = store.read_windows_tiered(
+            r,
+            keys,
+            0 if since is None else since,
+            2**62 if until is None else until,
+            args.service,
+            parse_duration(args.resolution) if args.resolution else 0,
+        )
+    if tiered is not None:
+        rows = tiered.rows
+        if not args.json:
+            print(f"resolution: {tiered.resolution}")
+    else:
+        rows = store.read_windows(
+            r,
+            keys,
+            spec=WindowSpec.parse(args.window) if args.window else None,
+            service=args.service,
+            since_ms=since,
+            until_ms=until,
+        )
     if args.json:
         json.dump([row.to_dict() for row in rows], sys.stdout)
         print()

@@ -384,3 +384,29 @@ def test_dashboard_command_serves_health_and_stops_on_sigint(
     assert not [pid for pid in children if procs.alive(pid)]
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=1)
+
+
+def test_long_ranges_are_drawn_from_the_retention_roll_ups(
+    monkeypatch: pytest.MonkeyPatch, redis_settings: RedisSettings, redis_client: redis.Redis
+) -> None:
+    """Three hours written with short tiers (30m raw, 1m roll-ups for 2h, 10m for a day): the
+    24 h range draws the old part from 10 m roll-ups, then 1 m ones, and says so; the total
+    line's events/s of each roll-up is its events over its length (counts exact)."""
+    from tests.integration.test_retention import TIERS, _stream, _write
+
+    batches, truth = _stream(seed=5)
+    for b in batches:
+        _write(redis_client, b, TIERS)
+    at = run_app(monkeypatch, redis_settings.url)
+    at.sidebar.selectbox(key="range").set_value("24 h").run(timeout=30)
+    assert not at.exception and not at.error
+    captions = " ".join(c.value for c in at.caption)
+    assert "Resolution: 10m roll-ups to " in captions and "then 1m roll-ups" in captions
+    total = trace(chart(at, "events_per_s"), "all services (*)")
+    rates = values(total["y"])
+    starts = [int(np.datetime64(x, "ms").astype(np.int64)) for x in total["x"]]
+    first = starts[0]
+    want = sum(len(v) for (s, _), v in truth.latency.items() if first <= s < first + 600_000)
+    assert first == batches[0].windows[0].start_ms  # the stream's first 10 minutes
+    assert rates[0] == pytest.approx(want / 600)
+    assert len(starts) < 200  # not 1,080 windows of 10 s

@@ -783,6 +783,8 @@ def test_range_result_to_dict_flattens_the_metrics(seeded: redis.Redis) -> None:
         "covered_from": T,
         "covered_to": T + 2 * W,
         "windows": 2,
+        "pieces": {"10000": 2},
+        "resolution": "2 × 10s",
         **got.metrics,
     }
     assert set(got.metrics) <= set(d)

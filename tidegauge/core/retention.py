@@ -35,6 +35,7 @@ __all__ = [
     "cover",
     "expired",
     "format_span",
+    "plan_reads",
 ]
 
 #: `--retention` when not given.
@@ -211,6 +212,62 @@ def cover(since_ms: int, until_ms: int, layers: Sequence[Layer]) -> list[tuple[W
     if layers and until_ms > since_ms:
         fill(since_ms, until_ms, len(layers) - 1)
     return sorted(out, key=lambda p: (p[1], p[0].size_ms))
+
+
+def _align_up(ts_ms: int, size_ms: int) -> int:
+    return -(-ts_ms // size_ms) * size_ms
+
+
+def _spans(layers: Sequence[Layer]) -> list[tuple[Layer, int | None, int | None]]:
+    """Finest first, the part of event time each layer answers for: [lo, hi), None = open.
+
+    The finest layer answers for everything it holds; each coarser one for what lies before,
+    from the first of its periods that the finer layer holds no part of, so no window of one
+    layer overlaps a window of another.
+    """
+    out: list[tuple[Layer, int | None, int | None]] = []
+    upper: int | None = None
+    for i, layer in enumerate(layers):
+        size = layer.spec.size_ms
+        lo = None
+        if layer.held_after is not None:
+            lo = _align_up(layer.held_after - size + 1, size)  # first window ending after it
+            if i + 1 < len(layers):
+                lo = _align_up(lo, layers[i + 1].spec.size_ms)
+        hi = upper
+        if layer.ready_until is not None:
+            hi = layer.ready_until if hi is None else min(hi, layer.ready_until)
+        out.append((layer, lo, hi))
+        if lo is None:
+            break
+        upper = lo
+    return out
+
+
+def plan_reads(
+    since_ms: int, until_ms: int, layers: Sequence[Layer], min_size_ms: int = 0
+) -> list[tuple[WindowSpec, int, int]]:
+    """Which tier to read for each part of [since, until): (spec, from, to), oldest first.
+
+    Each part comes from the finest tier that still holds it among those of at least
+    `min_size_ms` (a chart's resolution; 0: the finest there is). The newest part, which no
+    such tier has rolled up yet, comes from the finer tiers the same way.
+    """
+    if not layers or until_ms <= since_ms:
+        return []
+    chosen = [la for la in layers if la.spec.size_ms >= min_size_ms] or [layers[-1]]
+    finer = [la for la in layers if la.spec.size_ms < chosen[0].spec.size_ms]
+    spans = _spans(chosen)
+    out = []
+    for layer, lo, hi in spans:
+        a = since_ms if lo is None else max(since_ms, lo)
+        b = until_ms if hi is None else min(until_ms, hi)
+        if a < b:
+            out.append((layer.spec, a, b))
+    tail = spans[0][2]
+    if tail is not None and finer and tail < until_ms:
+        out += plan_reads(max(since_ms, tail), until_ms, finer)
+    return sorted(out, key=lambda p: p[1])
 
 
 def period_start(ts_ms: int, tier: Tier) -> int:

@@ -10,6 +10,7 @@ hash per window, one field per service plus `*` (all services).
     windows.py   windows and ranges                         status.py    status, batches, letters
     lateness.py  late rows, what-if, late events            arrivals.py  the three time domains
     index.py     window indexes and the closed-window memo
+    tiers.py     retention tiers: what each holds
 """
 
 from tidegauge.core.closed_windows import ClosedWindows
@@ -50,20 +51,27 @@ from tidegauge.core.store.status import (
     read_status,
     read_watermarks,
 )
+from tidegauge.core.store.tiers import StoredRetention, read_retention
 from tidegauge.core.store.windows import (
     MERGE_BLOCK,
     METRIC_FIELDS,
     RangeAggs,
     RangeResult,
+    TieredWindows,
     read_newest_window_start,
     read_range,
     read_range_merged,
     read_services,
     read_window_specs,
     read_windows,
+    read_windows_tiered,
 )
 
 __all__ = [
+    "StoredRetention",
+    "TieredWindows",
+    "read_retention",
+    "read_windows_tiered",
     "read_newest_arrival_start",
     "read_newest_window_start",
     "ControlFields",

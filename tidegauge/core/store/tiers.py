@@ -60,7 +60,7 @@ def _horizon(watermark_ms: int, ttl_ms: int | None) -> int | None:
 
 
 def resolution_text(pieces: dict[str, int]) -> str:
-    """ "12 × 10s + 59 × 1m" for the windows a range was merged from (spec key -> count)."""
+    """Say which windows a range was merged from: "12 × 10s + 59 × 1m" (spec key -> count)."""
     parts = []
     for key, n in sorted(pieces.items(), key=lambda kv: WindowSpec.from_key(kv[0]).size_ms):
         parts.append(f"{n} × {format_span(WindowSpec.from_key(key).size_ms)}")

@@ -10,13 +10,14 @@ from typing import Any
 import redis
 
 from tidegauge.core.closed_windows import ClosedWindows
+from tidegauge.core.durations import to_iso
 from tidegauge.core.metrics import (
     BUILT_IN_METRICS,
     LateAgg,
     WindowAgg,
     added_result_fields,
 )
-from tidegauge.core.retention import Layer, cover
+from tidegauge.core.retention import Layer, cover, format_span, plan_reads
 from tidegauge.core.store.index import _reusable, _starts, _sync
 from tidegauge.core.store.keys import ALL_SERVICES, Keys, _s, split_batch_field
 from tidegauge.core.store.records import WindowRow
@@ -108,6 +109,55 @@ def read_windows(
     return rows
 
 
+@dataclass(frozen=True)
+class TieredWindows:
+    """Windows of a range read across retention tiers, and which tier answered which part."""
+
+    rows: list[WindowRow]
+    #: (spec, from, to) per part, oldest first (tidegauge/core/retention.py `plan_reads`).
+    parts: list[tuple[WindowSpec, int, int]]
+
+    @property
+    def resolution(self) -> str:
+        """Which windows are shown, e.g. "1h roll-ups, 10s windows from 10:00:00"."""
+        return parts_text(self.parts)
+
+
+def read_windows_tiered(
+    r: redis.Redis,
+    keys: Keys,
+    since_ms: int,
+    until_ms: int,
+    service: str | None = None,
+    min_size_ms: int = 0,
+    cache: ClosedWindows | None = None,
+) -> TieredWindows | None:
+    """The windows of [since, until), each part from the finest tier that still holds it.
+
+    Only tiers of at least `min_size_ms` are used where they hold the part (a chart's
+    resolution), finer ones for the newest part they have not rolled up yet. None when the
+    store has no retention tiers (read the spec's windows with `read_windows`).
+    """
+    stored = read_retention(r, keys)
+    if stored is None or not stored.layers:
+        return None
+    parts = plan_reads(since_ms, until_ms, stored.layers, min_size_ms)
+    rows: list[WindowRow] = []
+    for spec, lo, hi in parts:
+        got = read_windows(r, keys, spec, service, since_ms=lo, until_ms=hi, cache=cache)
+        rows += [w for w in got if lo <= w.window_start < hi]
+    return TieredWindows(rows, parts)
+
+
+def parts_text(parts: Sequence[tuple[WindowSpec, int, int]]) -> str:
+    """Say which tiers answered: "1h roll-ups to 2026-…Z, then 10s windows"."""
+    out = []
+    for i, (spec, _, hi) in enumerate(parts):
+        what = f"{format_span(spec.size_ms)} {'roll-ups' if spec.rollup else 'windows'}"
+        out.append(what if i == len(parts) - 1 else f"{what} to {to_iso(hi)}")
+    return ", then ".join(out) if out else "no windows"
+
+
 def _per_service(fields: dict[Any, Any], value: Any) -> dict[str, int]:
     """Sum "service|batch" fields per service, and over all services as `*`."""
     out: dict[str, int] = {}
@@ -181,7 +231,7 @@ class RangeResult:
     #: The merged aggregate itself (latency t-digest, users HLL), for CDFs and further merges.
     agg: WindowAgg | None = field(default=None, repr=False, compare=False)
     #: Windows merged, by spec key: "10000" raw 10 s windows, "r60000" 1 m roll-ups, ...
-    pieces: dict[str, int] = field(default_factory=dict)
+    pieces: dict[str, int] = field(default_factory=dict, compare=False)
 
     @property
     def resolution(self) -> str:
