@@ -214,6 +214,14 @@ class _BatchWriter:
             )
 
 
+#: What to do when Redis refuses writes at its `maxmemory` (docs/redis.md, "Retention").
+FULL_REDIS = (
+    "Redis is full: it refuses writes at its maxmemory. Raise maxmemory, or keep less with a "
+    "shorter --retention (what each tier takes: docs/redis.md), with maxmemory-policy "
+    "noeviction; the job retries meanwhile"
+)
+
+
 class SinkError(RuntimeError):
     """Redis stayed unreachable for the job's whole `--sink-retry-for`: the job stops."""
 
@@ -231,40 +239,47 @@ def _retry(fn: Callable[[], None], what: str, budget_ms: int, where: str = "Redi
     """
     started = time.monotonic()
     deadline = started + budget_ms / 1000
-    delay, logged = 0.2, 0.0
+    delay, logged, was_full = 0.2, 0.0, False
     while True:
         try:
             fn()
-        except (redis.ConnectionError, redis.TimeoutError) as e:
+        except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError) as e:
+            full = isinstance(e, redis.OutOfMemoryError)
+            if isinstance(e, redis.ResponseError) and not full:
+                raise
+            state = "full" if full else "unreachable"
+            was_full = full
+            why = f"{e}; {FULL_REDIS}" if full else str(e)
             waited = time.monotonic() - started
             if time.monotonic() + delay > deadline:
                 raise SinkError(
-                    f"{where} unreachable for {format_duration(round(waited * 1000))} while "
-                    f"{what} ({e}); gave up after --sink-retry-for "
+                    f"{where} {state} for {format_duration(round(waited * 1000))} while "
+                    f"{what} ({why}); gave up after --sink-retry-for "
                     f"{format_duration(budget_ms)}. Nothing of the batch is lost: a restart "
                     "resumes from the checkpoint"
                 ) from e
             if not logged:
                 log.warning(
-                    "%s failed: %s unreachable (%s); retrying with back-off for up to %s "
-                    "(--sink-retry-for)",
+                    "%s failed: %s %s (%s); retrying with back-off for up to %s (--sink-retry-for)",
                     what,
                     where,
-                    e,
+                    state,
+                    why,
                     format_duration(budget_ms),
                 )
                 logged = waited
             elif waited - logged >= _LOG_EVERY_S:
-                log.warning("%s: %s still unreachable after %.0fs (%s)", what, where, waited, e)
+                log.warning("%s: %s still %s after %.0fs (%s)", what, where, state, waited, e)
                 logged = waited
             time.sleep(delay)
             delay = min(delay * 2, _MAX_DELAY_S)
             continue
         if logged:
             log.warning(
-                "%s: %s reachable again after %.0fs; written",
+                "%s: %s %s again after %.0fs; written",
                 what,
                 where,
+                "writable" if was_full else "reachable",
                 time.monotonic() - started,
             )
         return

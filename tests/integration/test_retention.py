@@ -10,15 +10,19 @@ same ranges read from the raw windows that were never expired.
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import redis
 
+from jobs.pipeline import SinkError, _retry
 from jobs.redis_sink import ArrivalUpdate, LateUpdate, WindowCount, WindowUpdate, write_batch
 from jobs.rollup import BatchTime
 from tidegauge.core.config import RedisSettings
@@ -27,6 +31,7 @@ from tidegauge.core.retention import Retention
 from tidegauge.core.store import Keys, read_range, read_services, split_batch_field
 from tidegauge.core.store.tiers import read_retention
 from tidegauge.core.windows import WindowSpec
+from tidegauge.local.services import start_redis
 
 S, M, H = 1_000, 60_000, 3_600_000
 T0 = 1_795_341_600_000  # an hour boundary
@@ -344,3 +349,31 @@ def test_a_service_gone_for_longer_than_every_tier_leaves_the_service_list(
             assert read_services(redis_client, KEYS) == ["once", "steady"]
     assert read_services(redis_client, KEYS) == ["steady"]
     assert not redis_client.hgetall(KEYS.window_aggs("r60000", T0))
+
+
+def test_a_full_redis_gets_a_clear_error_and_the_batch_goes_in_once_there_is_room(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At `maxmemory` (noeviction) Redis refuses writes: the sink says so and what to do,
+    retries within --sink-retry-for, and writes the batch once there is room again."""
+    svc = start_redis(log_path=tmp_path / "redis.log")
+    try:
+        r = redis.Redis(host=svc.host, port=svc.port)
+        batch = _stream()[0][1]
+        r.mset({f"ballast:{i}": b"x" * 100 for i in range(20_000)})
+        r.config_set("maxmemory-policy", "noeviction")
+        r.config_set("maxmemory", int(r.info("memory")["used_memory"]) - 200_000)
+
+        with pytest.raises(SinkError) as e:
+            _retry(lambda: _write(r, batch, TIERS), "writing batch 1", budget_ms=1_500)
+        assert "Redis full for" in str(e.value) and "maxmemory" in str(e.value)
+        assert "--retention" in str(e.value) and "Nothing of the batch is lost" in str(e.value)
+        assert not r.exists(KEYS.window_index(SRC.key))
+
+        threading.Timer(1.0, lambda: r.config_set("maxmemory", 0)).start()
+        with caplog.at_level(logging.WARNING, logger="tidegauge.job"):
+            _retry(lambda: _write(r, batch, TIERS), "writing batch 1", budget_ms=30_000)
+        assert "Redis full" in caplog.text and "Redis writable again after" in caplog.text
+        assert r.zcard(KEYS.window_index(SRC.key)) == len({w.start_ms for w in batch.windows})
+    finally:
+        svc.stop()
