@@ -78,7 +78,7 @@ def key_bytes(r: redis.Redis, keys: Keys, spec: str, start: int) -> int:
         keys.window_stragglers(spec, start),
         keys.window_duplicates(spec, start),
     ]
-    return sum(int(r.memory_usage(n) or 0) for n in names)
+    return sum(int(r.memory_usage(n, samples=0) or 0) for n in names)
 
 
 def main() -> int:
@@ -174,11 +174,12 @@ def main() -> int:
         last = T0 + batches * M
         print("bytes per window (all its keys), per service, by tier:")
         for spec, size in [(SPEC.key, W)] + [(t.spec.key, t.size_ms) for t in retention.tiers]:
-            starts = [int(s) for s in r.zrange(keys.window_index(spec), -20, -1)]
+            held = r.zcard(keys.window_index(spec))
+            mid = held // 2  # closed windows in the middle of the tier: no longer changing
+            starts = [int(s) for s in r.zrange(keys.window_index(spec), mid, mid + 19)]
             if not starts:
                 continue
             per = [key_bytes(r, keys, spec, s) / (args.services + 1) for s in starts]
-            held = r.zcard(keys.window_index(spec))
             print(
                 f"  {format_span(size):>4} windows: {statistics.median(per):8,.0f} bytes per "
                 f"(window, service or *), {held:,} windows held"

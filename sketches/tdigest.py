@@ -65,7 +65,7 @@ targets (0.01 / 0.002 / 0.0005 at p50 / p99 / p99.9), both for one digest fed in
 100 merged digests; see ``tests/accuracy/test_tdigest_accuracy.py`` and ``docs/sketches.md``.
 """
 
-FORMAT_VERSION: int = 1
+FORMAT_VERSION: int = 2
 """Version byte written by :meth:`TDigest.to_bytes`; bumped whenever the layout changes."""
 
 _MIN_COMPRESSION = 10.0
@@ -87,6 +87,19 @@ _MAGIC = b"TDGT"
 _HEADER = struct.Struct("<4sBdQQdddI")
 
 FloatArray = npt.NDArray[np.float64]
+
+#: Weight widths of format version 2: bytes -> numpy dtype (8: f64, for non-integer weights).
+_WIDTHS = {1: "<u1", 2: "<u2", 4: "<u4", 8: "<f8"}
+
+
+def _weight_width(weights: FloatArray) -> tuple[int, str]:
+    """The narrowest width that holds every weight exactly."""
+    if len(weights) and np.array_equal(weights, np.floor(weights)):
+        top = float(weights.max())
+        for width in (1, 2, 4):
+            if top < 256**width:
+                return width, _WIDTHS[width]
+    return (8, _WIDTHS[8]) if len(weights) else (1, _WIDTHS[1])
 
 
 def _as_float_array(values: Any) -> FloatArray:
@@ -533,9 +546,13 @@ class TDigest:
     def to_bytes(self) -> bytes:
         """Compact, versioned little-endian encoding; :meth:`from_bytes` restores it exactly.
 
-        Layout: magic ``b"TDGT"``, version byte, compression f64, count u64, nan_count u64,
-        sum f64, min f64, max f64, centroid count u32, then all means and all weights as f64.
-        That is 57 + 16 * len(self) bytes (about 1.6 kB at the default compression).
+        Layout (version 2): magic ``b"TDGT"``, version byte, compression f64, count u64,
+        nan_count u64, sum f64, min f64, max f64, centroid count u32, then all means as f64,
+        a byte giving the width of the weights (1, 2 or 4: unsigned integers; 8: f64), and
+        all weights in it. Weights are counts, so they fit the smallest unsigned width that
+        holds the largest: 58 + 9 * len(self) bytes for a window of a few hundred events,
+        58 + 12 * len(self) for a busy hour. Version 1 (weights as f64, no width byte) is
+        still read.
         """
         header = _HEADER.pack(
             _MAGIC,
@@ -548,8 +565,14 @@ class TDigest:
             self._max,
             self._means.shape[0],
         )
+        width, kind = _weight_width(self._weights)
         return b"".join(
-            (header, self._means.astype("<f8").tobytes(), self._weights.astype("<f8").tobytes())
+            (
+                header,
+                self._means.astype("<f8").tobytes(),
+                bytes([width]),
+                self._weights.astype(kind).tobytes(),
+            )
         )
 
     @classmethod
@@ -564,20 +587,31 @@ class TDigest:
         if buf[:4] != _MAGIC:
             raise ValueError(f"TDigest.from_bytes: bad magic {buf[:4]!r}, expected {_MAGIC!r}")
         magic, version, compression, count, nan_count, total, lo, hi, n = _HEADER.unpack_from(buf)
-        if version != FORMAT_VERSION:
+        if version not in (1, FORMAT_VERSION):
             raise ValueError(
                 f"TDigest.from_bytes: unsupported format version {version} "
-                f"(this code reads version {FORMAT_VERSION})"
+                f"(this code reads versions 1 and {FORMAT_VERSION})"
             )
-        expected = _HEADER.size + 16 * n
+        at = _HEADER.size + 8 * n
+        width, kind = 8, "<f8"
+        if version >= 2:
+            if len(buf) <= at:
+                raise ValueError(
+                    f"TDigest.from_bytes: {len(buf)} bytes, expected more than {at} for {n} "
+                    "centroids"
+                )
+            width = buf[at]
+            kind = _WIDTHS.get(width, "")
+            if not kind:
+                raise ValueError(f"TDigest.from_bytes: bad weight width {width}")
+            at += 1
+        expected = at + width * n
         if len(buf) != expected:
             raise ValueError(
                 f"TDigest.from_bytes: {len(buf)} bytes, expected {expected} for {n} centroids"
             )
         means = np.frombuffer(buf, dtype="<f8", count=n, offset=_HEADER.size).astype(np.float64)
-        weights = np.frombuffer(buf, dtype="<f8", count=n, offset=_HEADER.size + 8 * n).astype(
-            np.float64
-        )
+        weights = np.frombuffer(buf, dtype=kind, count=n, offset=at).astype(np.float64)
         digest = cls(compression)  # validates compression
         if not (
             np.all(np.isfinite(means))

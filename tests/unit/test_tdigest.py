@@ -223,7 +223,8 @@ def test_to_bytes_round_trip_is_exact() -> None:
     )
     np.testing.assert_array_equal(back.centroids[0], d.centroids[0])
     np.testing.assert_array_equal(back.centroids[1], d.centroids[1])
-    assert len(data) == 57 + 16 * len(d)
+    width = next(w for w in (1, 2, 4) if d.centroids[1].max() < 256**w)  # weights are counts
+    assert len(data) == 58 + (8 + width) * len(d)
     assert data[:4] == b"TDGT" and data[4] == FORMAT_VERSION
     assert back.to_bytes() == data
 
@@ -258,6 +259,7 @@ def _with_header(**fields: float) -> bytes:
         (_valid()[:-1], "expected"),
         (_valid() + b"\x00", "expected"),
         (_with_header(n=4), "expected"),
+        (_valid()[:-4] + b"\x03" + _valid()[-3:], "bad weight width 3"),
         (_with_header(count=4), "inconsistent"),
         (_with_header(min=1.5), "inconsistent"),
         (_with_header(compression=1.0), "compression"),
@@ -570,3 +572,17 @@ def test_shifts_compose_and_undo() -> None:
     # shift then merge == merge then shift (exact for digests that keep every value)
     a, b = digest_of(SMALL), digest_of([5.0, 6.0, 50.0])
     assert TDigest.merged([a.shifted(4), b.shifted(4)]) == TDigest.merged([a, b]).shifted(4)
+
+
+def test_version_1_encodings_are_still_read() -> None:
+    """Digests stored before the narrow weights (version 1: weights as f64) read back equal."""
+    d = TDigest(150)
+    d.update(np.random.default_rng(5).lognormal(3, 1, size=20_000))
+    means, weights = d.centroids
+    v2 = d.to_bytes()
+    header = struct.Struct("<4sBdQQdddI")
+    fields = list(header.unpack_from(v2))
+    fields[1] = 1
+    v1 = header.pack(*fields) + means.astype("<f8").tobytes() + weights.astype("<f8").tobytes()
+    assert TDigest.from_bytes(v1) == d
+    assert len(v2) < 0.8 * len(v1)
