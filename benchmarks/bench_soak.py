@@ -15,6 +15,9 @@ up front (building 2 million of them would measure numpy, not Redis).
 Prints Redis `used_memory` and the number of keys after 1 h, 6 h, 1 d, 7 d and 14 d of event
 time, the bytes one window of one service takes in each tier (MEMORY USAGE of its keys), and the
 sink's time per batch. The default tiers must plateau: 7 d and 14 d within 10 % (issue 14).
+Then, on the final store, the server time of a dashboard refresh (benchmarks/bench_dashboard.py
+`refresh`: every Redis read, frames, figures and their JSON) for each of the page's time
+ranges, with the closed-window memo as the app keeps it (target: 7 d x 10 services <= 300 ms).
 Nothing is asserted.
 """
 
@@ -31,7 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import redis  # noqa: E402
 
+from benchmarks.bench_dashboard import refresh  # noqa: E402
 from benchmarks.machine import describe  # noqa: E402
+from dashboard import data  # noqa: E402
 from jobs.redis_sink import (  # noqa: E402
     ArrivalUpdate,
     LateUpdate,
@@ -41,6 +46,7 @@ from jobs.redis_sink import (  # noqa: E402
     write_progress,
 )
 from jobs.rollup import BatchTime  # noqa: E402
+from tidegauge.core.closed_windows import ClosedWindows  # noqa: E402
 from tidegauge.core.metrics import LateAgg, WindowAgg  # noqa: E402
 from tidegauge.core.retention import DEFAULT_RETENTION, Retention, format_span  # noqa: E402
 from tidegauge.core.store import Keys  # noqa: E402
@@ -51,6 +57,8 @@ S, M, H, D = 1_000, 60_000, 3_600_000, 86_400_000
 W = 10 * S
 SPEC = WindowSpec.tumbling(W)
 T0 = 1_767_225_600_000  # 2026-01-01T00:00Z
+#: The dashboard's time ranges (dashboard/app.py RANGES_MS, without importing Streamlit's page).
+RANGES_MS = {"15 min": 15 * M, "6 h": 6 * H, "24 h": D, "7 d": 7 * D, "30 d": 30 * D}
 CHECKPOINTS = [("1h", H), ("6h", 6 * H), ("1d", D), ("7d", 7 * D), ("14d", 14 * D)]
 
 
@@ -88,6 +96,7 @@ def main() -> int:
     p.add_argument("--events", type=int, default=100, help="events per window and service")
     p.add_argument("--retention", default=DEFAULT_RETENTION)
     p.add_argument("--pool", type=int, default=400)
+    p.add_argument("--runs", type=int, default=10, help="dashboard refreshes per range")
     args = p.parse_args()
     retention = Retention.parse(args.retention)
     print(describe())
@@ -185,6 +194,23 @@ def main() -> int:
                 f"(window, service or *), {held:,} windows held"
             )
         print(f"event time streamed up to {last}; {time.monotonic() - started:.0f}s in all")
+        print(
+            f"dashboard refresh, {args.services} services (median of {args.runs} after the first):"
+        )
+        refresh(r, keys, data.Filters(), None)  # warm-up: imports, connection
+        for label, ms in RANGES_MS.items():
+            f = data.Filters(range_ms=ms)
+            memo = ClosedWindows()
+            first = sum(refresh(r, keys, f, memo))
+            runs = [refresh(r, keys, f, memo) for _ in range(args.runs)]
+            steady = sorted(a + b for a, b in runs)
+            reads = statistics.median(a for a, _ in runs)
+            snap = data.read_snapshot(r, keys, f.range_ms, T0, filters=f, cache=memo)
+            print(
+                f"  {label:>6}: first {first:6.0f} ms, then median {statistics.median(steady):5.0f}"
+                f" ms (reading Redis {reads:.0f} ms), max {steady[-1]:5.0f} ms; "
+                f"{len(snap.windows):,} rows; {snap.resolution}"
+            )
     finally:
         svc.stop()
     return 0

@@ -251,7 +251,8 @@ def plan_reads(
 
     Each part comes from the finest tier that still holds it among those of at least
     `min_size_ms` (a chart's resolution; 0: the finest there is). The newest part, which no
-    such tier has rolled up yet, comes from the finer tiers the same way.
+    such tier has rolled up yet, comes from the coarsest finer tier that has rolled it up, and
+    what is left of it from finer ones still (an hour's chart ends in minutes, then seconds).
     """
     if not layers or until_ms <= since_ms:
         return []
@@ -266,7 +267,8 @@ def plan_reads(
             out.append((layer.spec, a, b))
     tail = spans[0][2]
     if tail is not None and finer and tail < until_ms:
-        out += plan_reads(max(since_ms, tail), until_ms, finer)
+        # the newest part: from the coarsest finer tier that has it, the rest finer still
+        out += plan_reads(max(since_ms, tail), until_ms, finer, finer[-1].spec.size_ms)
     return sorted(out, key=lambda p: p[1])
 
 
