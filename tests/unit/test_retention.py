@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from jobs.rollup import RolledWindow, roll_period
@@ -169,3 +169,46 @@ def test_a_period_rolls_up_to_the_merge_of_its_windows() -> None:
     assert set(rolled.late) == {"api|3"} and LateAgg.count_of(rolled.late["api|3"]) == 12
     assert rolled.stragglers == {"api|2": b"6", "api|3": b"12"}
     assert rolled.duplicates == {"api|4": b"30"}
+
+
+def _reads(layers: list[Layer], lo: int, hi: int, min_size: int = 0) -> list[tuple[str, int, int]]:
+    from tidegauge.core.retention import plan_reads
+
+    return [(s.key, a, b) for s, a, b in plan_reads(lo, hi, layers, min_size)]
+
+
+def test_reads_take_each_part_from_the_finest_tier_holding_it() -> None:
+    layers = [
+        Layer(RAW, held_after=5 * H),
+        Layer(WindowSpec.rollup_of(M), held_after=H, ready_until=11 * H + 5 * M),
+        Layer(WindowSpec.rollup_of(H), ready_until=11 * H),
+    ]
+    # raw from the first whole minute it holds, minutes back to the hour they start in, hours
+    assert _reads(layers, 0, 12 * H) == [
+        ("r3600000", 0, H),
+        ("r60000", H, 5 * H),
+        ("10000", 5 * H, 12 * H),
+    ]
+    # a chart of at least 1 h windows: hours while rolled up, then minutes, then 10 s
+    assert _reads(layers, 0, 12 * H, H) == [
+        ("r3600000", 0, 11 * H),
+        ("r60000", 11 * H, 11 * H + 5 * M),
+        ("10000", 11 * H + 5 * M, 12 * H),
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_layers(), st.integers(0, 6000), st.integers(1, 6000), st.sampled_from([0, M, 10 * M]))
+def test_reads_do_not_overlap_and_stay_inside_the_range(
+    layers: list[Layer], lo_s: int, span_s: int, min_size: int
+) -> None:
+    # as the sink leaves them: coarser tiers reach further back and are rolled up less far
+    back = [-(10**18) if la.held_after is None else la.held_after for la in layers]
+    ready = [10**18 if la.ready_until is None else la.ready_until for la in layers]
+    assume(back == sorted(back, reverse=True) and ready == sorted(ready, reverse=True))
+    since, until = lo_s * S, (lo_s + span_s) * S
+    parts = _reads(layers, since, until, min_size)
+    assert all(since <= a < b <= until for _, a, b in parts)
+    assert all(p[2] <= q[1] for p, q in zip(parts, parts[1:], strict=False)), parts
+    if layers[0].held_after is None:  # the raw tier holds everything: it answers to the end
+        assert parts and parts[-1][2] == until
