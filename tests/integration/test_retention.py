@@ -28,7 +28,13 @@ from jobs.rollup import BatchTime
 from tidegauge.core.config import RedisSettings
 from tidegauge.core.metrics import LateAgg, WindowAgg
 from tidegauge.core.retention import Retention
-from tidegauge.core.store import Keys, read_range, read_services, split_batch_field
+from tidegauge.core.store import (
+    Keys,
+    read_lateness,
+    read_range,
+    read_services,
+    split_batch_field,
+)
 from tidegauge.core.store.tiers import read_retention
 from tidegauge.core.windows import WindowSpec
 from tidegauge.local.services import start_redis
@@ -377,3 +383,25 @@ def test_a_full_redis_gets_a_clear_error_and_the_batch_goes_in_once_there_is_roo
         assert r.zcard(KEYS.window_index(SRC.key)) == len({w.start_ms for w in batch.windows})
     finally:
         svc.stop()
+
+
+@pytest.mark.parametrize("svc", ["api", "*"])
+def test_lateness_of_a_range_reads_the_roll_ups_too(stores: dict[str, Any], svc: str) -> None:
+    """`query lateness` over three hours: late rows, stragglers and duplicates from every tier
+    equal the truth, and the events are the accepted ones plus the late ones."""
+    truth: Truth = stores["truth"]
+    lo, hi = T0, T0 + 2 * H + 58 * M + 20 * S
+    got = read_lateness(stores["tiered"], KEYS, lo, hi, svc)
+    names = SERVICES if svc == "*" else (svc,)
+
+    def total(facts: dict[tuple[int, str], int]) -> int:
+        return sum(n for (s, name), n in facts.items() if lo <= s < hi and name in names)
+
+    accepted = sum(
+        len(v) for (s, name), v in truth.latency.items() if lo <= s < hi and name in names
+    )
+    assert got.late == total(truth.late) > 0
+    assert got.stragglers == total(truth.stragglers) > 0
+    assert got.duplicates == total(truth.duplicates) > 0
+    assert got.events == accepted + got.late
+    assert set(got.spec.split("+")) == {"10000", "r60000", "r600000"}

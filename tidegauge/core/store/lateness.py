@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -17,11 +18,18 @@ from tidegauge.core.metrics import (
     WindowAgg,
     fraction_at_least,
 )
+from tidegauge.core.retention import Layer, cover
 from tidegauge.core.store.arrivals import read_arrival_size
 from tidegauge.core.store.index import _stamped, _starts
 from tidegauge.core.store.keys import ALL_SERVICES, Keys, _s, split_batch_field
 from tidegauge.core.store.status import read_batches
-from tidegauge.core.store.windows import _per_service, read_range_merged, read_window_specs
+from tidegauge.core.store.tiers import read_retention
+from tidegauge.core.store.windows import (
+    _per_service,
+    _window_aggs,
+    read_range_merged,
+    read_window_specs,
+)
 from tidegauge.core.windows import WindowSpec
 
 
@@ -107,6 +115,9 @@ def read_lateness(
     """
     if until_ms <= since_ms:
         raise ValueError("the range must end after it starts")
+    stored = read_retention(r, keys) if spec is None else None
+    if stored is not None and len(stored.layers) > 1:
+        return _lateness_across_tiers(r, keys, since_ms, until_ms, service, stored.layers)
     if spec is None:
         specs = [s for s in read_window_specs(r, keys) if s.kind != "session"]
         spec = specs[0] if specs else WindowSpec.tumbling(10_000)
@@ -118,41 +129,86 @@ def read_lateness(
         for s in _starts(r, keys, spec, since_ms, until_ms)
         if spec.lies_within(s, since_ms, until_ms)
     ]
-    lates = _stamped(
-        r,
-        cache,
-        "late",
-        spec.key,
-        starts,
-        lambda s: keys.window_late(spec.key, s),
-        lambda _, fields: _late_aggs(fields),
+    return _lateness_of(
+        r, keys, since_ms, until_ms, service, spec.key, [(spec, starts)], [accepted], cache
     )
-    strags = _stamped(
-        r,
-        cache,
-        "stragglers",
-        spec.key,
-        starts,
-        lambda s: keys.window_stragglers(spec.key, s),
-        lambda _, fields: _per_service(fields, lambda v: int(v)),
-    )
-    dups = _stamped(
-        r,
-        cache,
-        "duplicates",
-        spec.key,
-        starts,
-        lambda s: keys.window_duplicates(spec.key, s),
-        lambda _, fields: _per_service(fields, lambda v: int(v)),
-    )
+
+
+def _lateness_across_tiers(
+    r: redis.Redis,
+    keys: Keys,
+    since_ms: int,
+    until_ms: int,
+    service: str,
+    layers: Sequence[Layer],
+) -> LatenessResult:
+    """`read_lateness` over the raw windows and the roll-ups that tile the range (`cover`)."""
+    by_spec: dict[WindowSpec, list[int]] = {}
+    for piece, start in cover(since_ms, until_ms, layers):
+        by_spec.setdefault(piece, []).append(start)
+    parts = sorted(by_spec.items(), key=lambda kv: kv[0].size_ms)
+    accepted = [
+        a[service]
+        for piece, starts in parts
+        for a in _window_aggs(r, keys, piece, starts, [service], True, None, None)
+        if service in a
+    ]
+    label = "+".join(piece.key for piece, _ in parts) or layers[0].spec.key
+    return _lateness_of(r, keys, since_ms, until_ms, service, label, parts, accepted, None)
+
+
+def _lateness_of(
+    r: redis.Redis,
+    keys: Keys,
+    since_ms: int,
+    until_ms: int,
+    service: str,
+    label: str,
+    parts: Sequence[tuple[WindowSpec, list[int]]],
+    accepted_aggs: Sequence[WindowAgg],
+    cache: ClosedWindows | None,
+) -> LatenessResult:
+    """Late rows, stragglers and duplicates of the windows in `parts`, with the accepted ones."""
+    accepted = WindowAgg.merged(accepted_aggs) if len(accepted_aggs) != 1 else accepted_aggs[0]
+    lates: list[list[tuple[str, LateAgg]]] = []
+    strags: list[dict[str, int]] = []
+    dups: list[dict[str, int]] = []
+    for spec, starts in parts:
+        lates += _stamped(
+            r,
+            cache,
+            "late",
+            spec.key,
+            starts,
+            partial(keys.window_late, spec.key),
+            lambda _, fields: _late_aggs(fields),
+        )
+        strags += _stamped(
+            r,
+            cache,
+            "stragglers",
+            spec.key,
+            starts,
+            partial(keys.window_stragglers, spec.key),
+            lambda _, fields: _per_service(fields, lambda v: int(v)),
+        )
+        dups += _stamped(
+            r,
+            cache,
+            "duplicates",
+            spec.key,
+            starts,
+            partial(keys.window_duplicates, spec.key),
+            lambda _, fields: _per_service(fields, lambda v: int(v)),
+        )
     picked = [a for per in lates for svc, a in per if service in (ALL_SERVICES, svc)]
     late = sum(x.count for x in picked)
     return LatenessResult(
         service=service,
-        spec=spec.key,
+        spec=label,
         range_from=since_ms,
         range_to=until_ms,
-        windows=len(starts),
+        windows=sum(len(starts) for _, starts in parts),
         events=accepted.count + late,
         late=late,
         stragglers=sum(per.get(service, 0) for per in strags),
