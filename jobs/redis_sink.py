@@ -19,7 +19,7 @@ import redis
 
 from jobs.rollup import BatchTime, plan_retention, services_seen
 from tidegauge.core.metrics import LateAgg, WindowAgg
-from tidegauge.core.retention import Retention, expired
+from tidegauge.core.retention import Retention
 from tidegauge.core.store import ALL_SERVICES, DeadLetter, Keys, batch_field
 from tidegauge.core.windows import WindowSpec
 
@@ -146,7 +146,7 @@ def write_batch(
 
     With `retention` (and the batch's time `at`), the same transaction rolls `source` windows
     of closed periods up into the tiers and deletes what has aged out (jobs/rollup.py); late
-    rows of a window whose raw copy has expired go to the roll-ups only.
+    rows of a window whose raw copy has gone go to the roll-ups only.
 
     The `*` row of a window merges the aggregates (counts and sketches) of every service stored
     for that window, read back from Redis before the transaction, so it stays right when only
@@ -168,12 +168,7 @@ def write_batch(
         if arrival_window_ms:
             size = arrival_window_ms
             arrivals = [a for a in arrivals if plan.keeps_arrival(a.domain, a.start_ms, size)]
-        raw_ttl = retention.raw_ttl_ms
-        late = [
-            lt
-            for lt in late
-            if not expired(WindowSpec.from_key(lt.spec).end(lt.start_ms), at.watermark_ms, raw_ttl)
-        ]
+        late = [lt for lt in late if plan.keeps_window(WindowSpec.from_key(lt.spec), lt.start_ms)]
     windows, parts = _merge_parts(r, keys, windows)
     by_window: dict[tuple[str, int], dict[str, WindowUpdate]] = defaultdict(dict)
     for w in windows:

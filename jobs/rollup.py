@@ -40,6 +40,11 @@ __all__ = ["BatchTime", "RetentionPlan", "RolledWindow", "plan_retention", "roll
 #: that grew before retention was on is trimmed without one huge transaction.
 EXPIRE_PER_BATCH = 20_000
 
+#: Finer windows (per tier) one batch rolls up at most, in whole periods: a store that grew
+#: with `--retention forever` is rolled up over the next batches, oldest first, and nothing
+#: of it expires before it is rolled up (`RetentionPlan.keeps_window`).
+ROLLUP_PER_BATCH = 5_000
+
 _DOMAINS = ("processing", "broker")
 
 
@@ -125,6 +130,26 @@ class RetentionPlan:
     arrival_clocks: dict[str, int] = field(default_factory=dict)
     #: The raw TTL arrivals are kept for (None: for ever).
     arrival_ttl_ms: int | None = None
+    #: The watermark the batch's expiry runs with, and each spec's TTL (raw specs: the raw TTL).
+    watermark_ms: int = 0
+    raw_ttl_ms: int | None = None
+    tier_ttls: dict[str, int] = field(default_factory=dict)
+    #: Spec key -> its windows ending at or before this are rolled up into the next tier (the
+    #: source into the first tier, each tier into the next); later ones are kept past their
+    #: TTL until they are.
+    rolled_until: dict[str, int] = field(default_factory=dict)
+
+    def keeps_window(self, spec: WindowSpec, start_ms: int) -> bool:
+        """Whether a window is still stored: younger than its TTL, or not rolled up yet.
+
+        A batch writes a late row into a window only if this holds, by the same rule its
+        expiry deletes by, so a replayed batch ends where its first attempt did.
+        """
+        end = spec.end(start_ms)
+        if not expired(end, self.watermark_ms, self.tier_ttls.get(spec.key, self.raw_ttl_ms)):
+            return True
+        until = self.rolled_until.get(spec.key)
+        return until is not None and end > until
 
     def keeps_arrival(self, domain: str, start_ms: int, size_ms: int) -> bool:
         """Whether a batch's own arrival window is still young enough to be written.
@@ -211,6 +236,8 @@ def plan_retention(
     plan.meta["broker_clock"] = str(broker)
     plan.arrival_clocks = {"processing": at.proc_ms, "broker": broker}
     plan.arrival_ttl_ms = retention.raw_ttl_ms
+    plan.watermark_ms, plan.raw_ttl_ms = wm, retention.raw_ttl_ms
+    plan.tier_ttls = {t.spec.key: t.ttl_ms for t in tiers}
     if wm <= 0:  # nothing seen yet: no period has closed, nothing has aged
         return plan
     if source is not None and tiers:
@@ -234,15 +261,19 @@ def _plan_rollups(
     wm = at.watermark_ms
     below: dict[int, RolledWindow] = {}  # the finer tier's periods built in this batch
     finer = source
+    finer_until: int | None = None  # how far the finer tier is built (None: raw, all of it)
     for tier in tiers:
         limit = tumbling_start(wm, tier.size_ms)  # periods ending at or before it are closed
+        if finer_until is not None:  # a tier is built only from what the finer one holds
+            limit = min(limit, tumbling_start(finer_until, tier.size_ms))
         done = meta.get(f"rolled:{tier.size_ms}")
         cursor = int(done) if done is not None else None
         built: dict[int, RolledWindow] = {}
+        until = limit if cursor is None else max(cursor, limit)
         if cursor is None or limit > cursor:
             lo = "-inf" if cursor is None else cursor
-            starts = _index_range(r, keys, finer, lo, limit - 1)
-            starts |= {s for s in below if (cursor is None or s >= cursor) and s < limit}
+            starts, until = _starts_to_roll(r, keys, finer, lo, limit, tier.size_ms)
+            starts |= {s for s in below if (cursor is None or s >= cursor) and s < until}
             windows = _read_windows(r, keys, finer, sorted(starts - set(below)))
             windows.update({s: w for s, w in below.items() if s in starts})
             periods: dict[int, list[tuple[int, RolledWindow]]] = defaultdict(list)
@@ -250,10 +281,41 @@ def _plan_rollups(
                 periods[tumbling_start(s, tier.size_ms)].append((s, w))
             for p, members in sorted(periods.items()):
                 built[p] = roll_period(members, tier.size_ms, at.batch_id)
-                if not expired(p + tier.size_ms, wm, tier.ttl_ms):
-                    plan.rolled[(tier.spec.key, p)] = built[p]
-            plan.meta[f"rolled:{tier.size_ms}"] = str(max(limit, cursor or limit))
-        below, finer = built, tier.spec
+        plan.meta[f"rolled:{tier.size_ms}"] = str(until)
+        plan.rolled_until[finer.key] = until
+        for p, w in built.items():
+            plan.rolled[(tier.spec.key, p)] = w
+        below, finer, finer_until = built, tier.spec, until
+    # a roll-up already past its TTL is written only if the next tier has not taken it in yet
+    plan.rolled = {
+        (key, p): w
+        for (key, p), w in plan.rolled.items()
+        if plan.keeps_window(WindowSpec.from_key(key), p)
+    }
+
+
+def _starts_to_roll(
+    r: redis.Redis, keys: Keys, spec: WindowSpec, lo: Any, hi: int, size_ms: int
+) -> tuple[set[int], int]:
+    """Window starts of `spec` in [lo, hi) to roll up now, and where they end (a period bound).
+
+    At most ROLLUP_PER_BATCH windows in whole periods, oldest first (one period whole if it
+    alone has more); the rest go with the next batches.
+    """
+    cap = ROLLUP_PER_BATCH
+    pipe = r.pipeline(transaction=False)
+    for index in (keys.window_index(spec.key), keys.late_index(spec.key)):
+        pipe.zrangebyscore(index, lo, hi - 1, start=0, num=cap + 1)
+    got = [[int(_s(v)) for v in vs] for vs in pipe.execute()]
+    starts = sorted(set(got[0]) | set(got[1]))
+    if len(starts) <= cap and all(len(vs) <= cap for vs in got):
+        return set(starts), hi
+    known = min([vs[-1] for vs in got if len(vs) > cap] + [starts[min(cap, len(starts) - 1)]])
+    until = tumbling_start(known, size_ms)  # whole periods below the first one not all seen
+    if until <= starts[0]:  # one period holds more than the cap: take it whole
+        until = tumbling_start(starts[0], size_ms) + size_ms
+        return _index_range(r, keys, spec, lo, until - 1), until
+    return {s for s in starts if s < until}, until
 
 
 def _plan_late(
@@ -263,17 +325,20 @@ def _plan_late(
     late: Sequence[Any],
     plan: RetentionPlan,
 ) -> None:
-    """The batch's late rows of the source spec, merged into each rolled-up period they hit."""
-    wm = at.watermark_ms
+    """The batch's late rows of the source spec, merged into each rolled-up period they hit.
+
+    A period not rolled up yet gets them when it is (its build folds the finer windows' late
+    rows in); one past its TTL and rolled into the next tier has gone.
+    """
     for tier in tiers:
+        built_until = plan.rolled_until.get(_finer_key(tiers, tier, source), 0)
         grouped: dict[tuple[int, str], list[tuple[int, bytes]]] = defaultdict(list)
         for u in late:
             if u.spec != source.key:
                 continue
             p = tumbling_start(u.start_ms, tier.size_ms)
-            end = p + tier.size_ms
-            if end > wm or expired(end, wm, tier.ttl_ms):
-                continue  # not rolled up yet (its build folds the raw field), or gone
+            if p + tier.size_ms > built_until or not plan.keeps_window(tier.spec, p):
+                continue
             grouped[(p, u.service)].append((u.start_ms, u.agg or LateAgg(u.count).to_bytes()))
         for (p, service), parts in sorted(grouped.items()):
             aggs = [LateAgg.from_bytes(b) for _, b in sorted(parts, key=lambda x: x[0])]
@@ -282,6 +347,12 @@ def _plan_late(
                 total.merge(a)
             fields = plan.late.setdefault((tier.spec.key, p), {})
             fields[batch_field(service, at.batch_id)] = total.to_bytes()
+
+
+def _finer_key(tiers: Sequence[Tier], tier: Tier, source: WindowSpec) -> str:
+    """The spec a tier is rolled up from."""
+    i = tiers.index(tier)
+    return source.key if i == 0 else tiers[i - 1].spec.key
 
 
 def _plan_expiry(
@@ -300,6 +371,9 @@ def _plan_expiry(
         if ttl is None:
             continue
         bound = wm - ttl - spec.size_ms  # start <= bound  <=>  watermark - end >= ttl
+        until = plan.rolled_until.get(spec.key)
+        if until is not None:  # and only once it is rolled up into the next tier
+            bound = min(bound, until - spec.size_ms)
         for index in (keys.window_index(spec.key), keys.late_index(spec.key)):
             pipe.zrangebyscore(index, "-inf", bound, start=0, num=EXPIRE_PER_BATCH)
             asked.append(("spec", (spec.key, bound)))

@@ -148,8 +148,6 @@ def _windows(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: in
         )
     if tiered is not None:
         rows = tiered.rows
-        if not args.json:
-            print(f"resolution: {tiered.resolution}")
     else:
         rows = store.read_windows(
             r,
@@ -180,6 +178,8 @@ def _windows(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: in
         )
     if not rows:
         print("(no windows stored yet)")
+    elif tiered is not None:  # after the table: its first line stays the header
+        print(f"resolution: {tiered.resolution}")
     return 0
 
 

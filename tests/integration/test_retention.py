@@ -122,6 +122,8 @@ def _stream(seed: int = 7) -> tuple[list[Batch], Truth]:
                     continue
                 svc = SERVICES[int(rng.integers(0, 2))]
                 n = int(rng.integers(1, 5))
+                if any((u.start_ms, u.service) == (start, svc) for u in late):
+                    continue  # the job sends one late row per window and service a batch
                 agg = LateAgg()
                 agg.add(rng.uniform(1e5, 3e6, n), float(age * W))
                 late.append(LateUpdate(SRC.key, start, svc, n, agg.to_bytes()))
@@ -405,3 +407,48 @@ def test_lateness_of_a_range_reads_the_roll_ups_too(stores: dict[str, Any], svc:
     assert got.duplicates == total(truth.duplicates) > 0
     assert got.events == accepted + got.late
     assert set(got.spec.split("+")) == {"10000", "r60000", "r600000"}
+
+
+def test_a_store_grown_without_retention_is_rolled_up_over_batches_and_loses_nothing(
+    module_redis_db: Callable[[], RedisSettings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two hours written with `forever`, then the tiers: the backlog is rolled up a bounded
+    number of windows per batch, oldest first; no raw window goes before it is rolled up, so
+    every range reads whole all along, and the end state answers like a store tiered from the
+    start (counts, late rows, stragglers against the truth)."""
+    import jobs.rollup
+
+    monkeypatch.setattr(jobs.rollup, "ROLLUP_PER_BATCH", 40)
+    batches, truth = _stream(seed=5)
+    r = redis.Redis.from_url(module_redis_db().url)
+    plain = redis.Redis.from_url(module_redis_db().url)
+    switch = 120
+    for b in batches[:switch]:
+        _write(r, b, Retention.parse("forever"))
+        _write(plain, b, Retention.parse("forever"))
+    behind = 0
+    for b in batches[switch:]:
+        _write(r, b, TIERS)
+        _write(plain, b, Retention.parse("forever"))
+        stored = read_retention(r, KEYS)
+        assert stored is not None
+        minutes = stored.layers[1].ready_until
+        assert minutes is not None and minutes <= b.at.watermark_ms
+        behind += minutes < b.at.watermark_ms - 2 * M
+        got = read_range(r, KEYS, T0, T0 + 3 * H, "*")
+        want = read_range(plain, KEYS, T0, got.covered_to or T0, "*")
+        assert got.covered_from == T0 and got.metrics["count"] == want.metrics["count"]
+        assert got.covered_to == want.covered_to, b.batch_id
+    assert behind >= 10  # the backlog took many batches: each rolled a bounded part of it
+    assert stored.layers[1].ready_until == tumbling_start_of(batches[-1].at.watermark_ms, M)
+    raw_starts = [int(s) for s in r.zrange(KEYS.window_index(SRC.key), 0, -1)]
+    assert min(raw_starts) + W > batches[-1].at.watermark_ms - 30 * M
+    lo, hi = T0, T0 + 2 * H + 58 * M + 20 * S
+    lateness = read_lateness(r, KEYS, lo, hi, "*")
+    in_range = [n for (s, _), n in truth.late.items() if lo <= s < hi]
+    assert lateness.late == sum(in_range) > 0
+    assert lateness.stragglers == sum(n for (s, _), n in truth.stragglers.items() if lo <= s < hi)
+
+
+def tumbling_start_of(ts_ms: int, size_ms: int) -> int:
+    return ts_ms - ts_ms % size_ms

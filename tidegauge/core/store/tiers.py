@@ -42,21 +42,37 @@ def read_retention(r: redis.Redis, keys: Keys) -> StoredRetention | None:
     source = WindowSpec.from_key(meta["source"]) if meta.get("source") else None
     layers: list[Layer] = []
     if source is not None:
-        layers.append(Layer(source, _horizon(wm, retention.raw_ttl_ms)))
+        specs = [source] + [t.spec for t in retention.tiers]
+        ttls = [retention.raw_ttl_ms] + [t.ttl_ms for t in retention.tiers]
+        ready: list[int | None] = [None]
         for t in retention.tiers:
             rolled = meta.get(f"rolled:{t.size_ms}")
-            ready = int(rolled) if rolled is not None else None
-            if ready is None:
+            if rolled is None:
                 break  # not built yet: nothing of it to read
-            layers.append(Layer(t.spec, _horizon(wm, t.ttl_ms), ready))
+            ready.append(int(rolled))
+        for i, spec in enumerate(specs[: len(ready)]):
+            rolled_on = ready[i + 1] if i + 1 < len(ready) else None
+            horizon = _horizon(wm, ttls[i], rolled_on, i + 1 < len(specs))
+            layers.append(Layer(spec, horizon, ready[i]))
     return StoredRetention(retention, source, wm, tuple(layers))
 
 
-def _horizon(watermark_ms: int, ttl_ms: int | None) -> int | None:
-    """Windows ending at or before this are gone (None: nothing expires)."""
+def _horizon(
+    watermark_ms: int, ttl_ms: int | None, rolled_on: int | None, rolls: bool
+) -> int | None:
+    """Windows ending at or before this are gone (None: nothing has gone).
+
+    A window past its TTL goes only once the next tier has rolled it up (`rolled_on`: how far
+    it has; `rolls`: there is a next tier), so a store rolled up over several batches reads
+    whole while it is.
+    """
     if ttl_ms is None or watermark_ms <= 0:
         return None
-    return watermark_ms - ttl_ms
+    if not rolls:
+        return watermark_ms - ttl_ms
+    if rolled_on is None:
+        return None
+    return min(watermark_ms - ttl_ms, rolled_on)
 
 
 def resolution_text(pieces: dict[str, int]) -> str:

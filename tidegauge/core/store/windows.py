@@ -116,11 +116,16 @@ class TieredWindows:
     rows: list[WindowRow]
     #: (spec, from, to) per part, oldest first (tidegauge/core/retention.py `plan_reads`).
     parts: list[tuple[WindowSpec, int, int]]
+    #: Rows each part gave (a part of a tier holding nothing there gives none).
+    counts: list[int]
 
     @property
     def resolution(self) -> str:
-        """Which windows are shown, e.g. "1h roll-ups, 10s windows from 10:00:00"."""
-        return parts_text(self.parts)
+        """Which windows are shown, e.g. "1h roll-ups to 2026-…Z, then 10s windows".
+
+        Only parts that gave rows are named: a tier holding nothing there is not shown.
+        """
+        return parts_text([p for p, n in zip(self.parts, self.counts, strict=True) if n])
 
 
 def read_windows_tiered(
@@ -143,10 +148,13 @@ def read_windows_tiered(
         return None
     parts = plan_reads(since_ms, until_ms, stored.layers, min_size_ms)
     rows: list[WindowRow] = []
+    counts = []
     for spec, lo, hi in parts:
         got = read_windows(r, keys, spec, service, since_ms=lo, until_ms=hi, cache=cache)
-        rows += [w for w in got if lo <= w.window_start < hi]
-    return TieredWindows(rows, parts)
+        inside = [w for w in got if lo <= w.window_start < hi]
+        rows += inside
+        counts.append(len(inside))
+    return TieredWindows(rows, parts, counts)
 
 
 def parts_text(parts: Sequence[tuple[WindowSpec, int, int]]) -> str:
