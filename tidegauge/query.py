@@ -55,7 +55,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--from", dest="range_from", required=True, help="start: epoch ms, ISO, or 15m")
     g.add_argument("--to", dest="range_to", help="end (default: now)")
     g.add_argument("--service", default=ALL_SERVICES, help="one service (default: * = all)")
-    g.add_argument("--window", help="tumbling window spec to merge (default: smallest stored)")
+    g.add_argument(
+        "--window",
+        help="tumbling window spec to merge (default: the smallest stored, and where its windows "
+        "have expired, the finest retention tier that still holds that part)",
+    )
+    g.add_argument(
+        "--resolution",
+        metavar="SIZE",
+        help="without --window: merge retention tiers of at least this size where they hold the "
+        "range (e.g. 1h: a month in ~720 pieces); the same answer, fewer pieces to read",
+    )
 
     s = sub.add_parser(
         "status", help="the job's latest batch: id, age, watermark, freshness, offsets"
@@ -189,7 +199,10 @@ def _range(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int)
     spec = WindowSpec.parse(args.window) if args.window else None
     if spec is not None and spec.kind != "tumbling":
         raise ValueError("range queries merge tumbling windows (hopping ones overlap)")
-    result = store.read_range(r, keys, since, until, args.service, spec)
+    if args.resolution and spec is not None:
+        raise ValueError("--resolution picks among the retention tiers: leave out --window")
+    min_size = parse_duration(args.resolution) if args.resolution else 0
+    result = store.read_range(r, keys, since, until, args.service, spec, min_size)
     if args.json:
         print(json.dumps(result.to_dict()))
         return 0

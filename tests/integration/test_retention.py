@@ -219,12 +219,18 @@ def test_a_range_from_roll_ups_equals_the_truth_and_the_raw_windows(
         )
 
 
-def test_old_parts_come_from_roll_ups_and_the_pieces_are_few(stores: dict[str, Any]) -> None:
+def test_old_parts_come_from_roll_ups_and_a_coarser_resolution_reads_fewer_pieces(
+    stores: dict[str, Any],
+) -> None:
     got = read_range(stores["tiered"], KEYS, T0, T0 + 3 * H, "api")
     # raw kept 30 minutes, 1 m roll-ups 2 hours: the first hour answers from 10 m roll-ups
     assert set(got.pieces) == {"10000", "r60000", "r600000"}
-    assert got.pieces["r600000"] >= 6 and got.windows < 200
+    assert got.pieces["r600000"] == 6 and got.pieces["10000"] >= 180
     assert "× 10m" in got.resolution and got.covered_from == T0
+    coarse = read_range(stores["tiered"], KEYS, T0, T0 + 3 * H, "api", min_size_ms=10 * M)
+    assert coarse.pieces["r600000"] >= 17 and coarse.windows < 40
+    assert coarse.metrics["count"] == got.metrics["count"]
+    assert coarse.covered_to == got.covered_to
 
 
 def test_a_range_finer_than_every_tier_still_holding_it_has_no_windows(

@@ -72,19 +72,37 @@ def test_ages_are_event_time_behind_the_watermark() -> None:
     assert format_span(90 * D) == "90d" and format_span(H + 30 * M) == "1h30m"
 
 
-def test_cover_takes_whole_roll_ups_and_fills_the_edges_from_finer_tiers() -> None:
+def test_cover_takes_each_part_from_the_finest_tier_holding_it_whole() -> None:
     layers = [
         Layer(RAW),
         Layer(WindowSpec.rollup_of(M), ready_until=2 * H),
         Layer(WindowSpec.rollup_of(H), ready_until=H),
     ]
-    pieces = cover(5 * S, 2 * H + 25 * S, layers)
+    # the raw windows hold it all: exactly them, as before retention existed
+    keys = [(s.key, start) for s, start in cover(5 * S, 2 * H + 25 * S, layers)]
+    assert keys == [("10000", start) for start in range(10 * S, 2 * H + 20 * S, 10 * S)]
+    # raw windows gone up to 1h30m30s: minutes up to the first whole minute raw holds
+    layers[0] = Layer(RAW, held_after=90 * M + 30 * S)
+    keys = [(s.key, start) for s, start in cover(0, 2 * H, layers)]
+    assert keys[:91] == [("r60000", k * M) for k in range(91)]
+    assert keys[91:] == [("10000", start) for start in range(91 * M, 2 * H, 10 * S)]
+
+
+def test_cover_at_a_resolution_takes_whole_roll_ups_and_fills_the_edges_from_finer_tiers() -> None:
+    layers = [
+        Layer(RAW),
+        Layer(WindowSpec.rollup_of(M), ready_until=2 * H),
+        Layer(WindowSpec.rollup_of(H), ready_until=H),
+    ]
+    pieces = cover(5 * S, 2 * H + 25 * S, layers, min_size_ms=M)
     keys = [(s.key, start) for s, start in pieces]
     assert keys[:5] == [("10000", 10 * S * k) for k in range(1, 6)]  # [0, 5s) is cut: left out
     assert ("r3600000", 0) not in keys  # starts before the range
     assert keys[5] == ("r60000", M) and keys[63] == ("r60000", 59 * M) and keys[64] == ("r60000", H)
     assert keys[-2:] == [("10000", 2 * H), ("10000", 2 * H + 10 * S)]
     assert len(keys) == 5 + 59 + 60 + 2
+    hours = cover(0, 2 * H, layers, min_size_ms=H)
+    assert hours[0] == (WindowSpec.rollup_of(H), 0) and len(hours) == 1 + 60
 
 
 def test_cover_skips_what_every_tier_has_dropped() -> None:
@@ -93,7 +111,8 @@ def test_cover_skips_what_every_tier_has_dropped() -> None:
         Layer(WindowSpec.rollup_of(M), held_after=H, ready_until=4 * H),
     ]
     keys = [(s.key, start) for s, start in cover(0, 4 * H, layers)]
-    assert keys[0] == ("r60000", H) and len(keys) == 180
+    assert keys[0] == ("r60000", H) and keys[119] == ("r60000", 3 * H - M)
+    assert keys[120] == ("10000", 3 * H) and len(keys) == 120 + 360
 
 
 @st.composite

@@ -14,9 +14,8 @@ time-compressed stream expires exactly as real time would (docs/redis.md, "Reten
               1h roll-ups  .........................................................|  (90d)
               <------------------------------------------------------------ watermark
 
-A range read takes, piece by piece, the coarsest window that lies wholly inside the range among
-the tiers that still hold it (`cover`): the same merge with fewer pieces, and after a tier
-expires the next one answers for it.
+A range read takes each part from the finest tier that still holds it whole (`cover`): inside
+the raw TTL exactly the raw windows, after a tier expires the next one answers for it.
 """
 
 from __future__ import annotations
@@ -184,15 +183,27 @@ class Layer:
         return self.ready_until is None or end <= self.ready_until
 
 
-def cover(since_ms: int, until_ms: int, layers: Sequence[Layer]) -> list[tuple[WindowSpec, int]]:
+def cover(
+    since_ms: int, until_ms: int, layers: Sequence[Layer], min_size_ms: int = 0
+) -> list[tuple[WindowSpec, int]]:
     """Pieces (spec, window start) that tile [since, until) as far as the layers hold it.
 
-    Coarsest first: a window of a coarser tier is taken where it lies wholly inside the range
-    and its tier holds it; what is left is filled from finer tiers, down to the finest, whose
-    windows may be cut by the range's ends (those are left out, as a range read always did).
-    Sorted by start. `layers` are finest first, sizes dividing each other.
+    Each part comes from the finest tier that still holds it whole: a coarser window is taken
+    where it lies wholly inside the range, its tier holds it and the next finer tier does not
+    hold all of it (or is finer than `min_size_ms`, a resolution asked for); what is left is
+    filled from finer tiers, whose windows may be cut by the range's ends (those are left out,
+    as a range read always did). Within the raw TTL a range is therefore merged from exactly
+    the raw windows. Sorted by start. `layers` are finest first, sizes dividing each other.
     """
     out: list[tuple[WindowSpec, int]] = []
+
+    def finer_holds_all(level: int, start: int, end: int) -> bool:
+        if level == 0:
+            return False
+        finer = layers[level - 1]
+        if finer.spec.size_ms < min_size_ms:
+            return False
+        return finer.holds(start) and finer.holds(end - finer.spec.size_ms)
 
     def fill(lo: int, hi: int, level: int) -> None:
         if lo >= hi or level < 0:
@@ -202,7 +213,7 @@ def cover(since_ms: int, until_ms: int, layers: Sequence[Layer]) -> list[tuple[W
         start = -(-lo // size) * size  # first aligned start >= lo
         pos = lo
         while start + size <= hi:
-            if layer.holds(start):
+            if layer.holds(start) and not finer_holds_all(level, start, start + size):
                 fill(pos, start, level - 1)
                 out.append((layer.spec, start))
                 pos = start + size

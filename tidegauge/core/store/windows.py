@@ -261,18 +261,21 @@ def read_range(
     until_ms: int,
     service: str = ALL_SERVICES,
     spec: WindowSpec | None = None,
+    min_size_ms: int = 0,
 ) -> RangeResult:
     """Merge the sketches of every window of `spec` lying inside [since, until) into one answer.
 
     "p99 over the last 15 minutes" is the p99 of the merged t-digest of those windows, and the
     distinct users the merged HyperLogLog: exact merges, not averages of window figures.
-    `spec` defaults to the smallest tumbling spec (non-overlapping, so nothing counts twice).
+    `spec` defaults to the smallest tumbling spec (non-overlapping, so nothing counts twice)
+    and its retention tiers: each part from the finest tier that still holds it, or from
+    tiers of at least `min_size_ms` where they hold it (fewer pieces for long ranges).
     """
     if until_ms <= since_ms:
         raise ValueError("the range must end after it starts")
     stored = read_retention(r, keys) if spec is None else None
     if stored is not None and len(stored.layers) > 1:
-        return _range_across_tiers(r, keys, since_ms, until_ms, service, stored.layers)
+        return _range_across_tiers(r, keys, since_ms, until_ms, service, stored.layers, min_size_ms)
     if spec is None:
         tumbling = [s for s in read_window_specs(r, keys) if s.kind == "tumbling"]
         if not tumbling:
@@ -308,13 +311,14 @@ def _range_across_tiers(
     until_ms: int,
     service: str,
     layers: Sequence[Layer],
+    min_size_ms: int = 0,
 ) -> RangeResult:
-    """`read_range` over the raw windows and the roll-ups: the coarsest pieces that tile it.
+    """`read_range` over the raw windows and the roll-ups (`cover` picks the pieces).
 
     A roll-up is the merge of the finer windows it replaces, so counts are the same as from the
-    raw windows and the sketches stay within their bounds; fewer pieces to merge.
+    raw windows and the sketches stay within their bounds.
     """
-    pieces = cover(since_ms, until_ms, layers)
+    pieces = cover(since_ms, until_ms, layers, min_size_ms)
     by_spec: dict[WindowSpec, list[int]] = {}
     for spec, start in pieces:
         by_spec.setdefault(spec, []).append(start)
