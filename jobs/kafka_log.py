@@ -35,6 +35,7 @@ from kafka.record import MemoryRecords
 from jobs.log_batches import LogBatch, LogRecord, control_type
 from jobs.record_decode import decode_records
 from tidegauge.core.codecs import codec_by_id, missing_library
+from tidegauge.core.kafka_options import client_config
 
 __all__ = ["FetchResult", "LogClient", "SourceError", "decode_batches"]
 
@@ -153,13 +154,20 @@ def decode_batches(
     return out
 
 
+#: Client settings as (kafka-python name, text value) pairs (tidegauge/core/kafka_options.py).
+ClientOptions = tuple[tuple[str, str], ...]
+
+
 class LogClient:
     """Metadata, offsets and batch-level fetches for one topic, on one kafka-python client."""
 
-    def __init__(self, bootstrap: str, topic: str, client_id: str) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, client_id: str, options: ClientOptions = ()
+    ) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self._consumer = KafkaConsumer(
+            **client_config(options, "consumer"),  # TLS, SASL, timeouts: --kafka-option
             bootstrap_servers=bootstrap.split(","),
             enable_auto_commit=False,
             group_id=None,

@@ -30,13 +30,17 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from jobs.kafka_log import FetchResult, LogClient, SourceError
+from jobs.kafka_log import ClientOptions, FetchResult, LogClient, SourceError
 from jobs.log_batches import CommittedRange
 from jobs.offset_log import Offsets, checkpointed_end
 from tidegauge.core.store.keys import ControlFields
 
+#: Data source options of this prefix are Kafka client settings (`--kafka-option`).
+CLIENT_PREFIX = "kafka."
+
 __all__ = [
     "ARROW_SCHEMA",
+    "CLIENT_PREFIX",
     "SCHEMA",
     "KafkaDataSource",
     "KafkaPartition",
@@ -88,12 +92,13 @@ def split_limit(start: Mapping[str, int], end: Mapping[str, int], limit: int) ->
     return out
 
 
-def true_end_offsets(bootstrap: str, topic: str) -> Offsets:
+def true_end_offsets(bootstrap: str, topic: str, options: ClientOptions = ()) -> Offsets:
     """Where committed data ends in every partition of `topic` now (its last stable offsets).
 
     What `--trigger available-now` processes and where `startingOffsets=latest` starts.
+    `options`: the `--kafka-option`s (tidegauge/core/kafka_options.py).
     """
-    client = LogClient(bootstrap, topic, client_id="tidegauge-planner")
+    client = LogClient(bootstrap, topic, "tidegauge-planner", options)
     try:
         return _stable_end(client)
     finally:
@@ -116,10 +121,12 @@ class KafkaPartition(InputPartition):
         start: int,
         end: int,
         poll_timeout_ms: int = 30_000,
+        options: ClientOptions = (),
     ) -> None:
         super().__init__(value=(partition, start, end))
         self.bootstrap = bootstrap
         self.topic = topic
+        self.options = options  # the client settings (TLS, SASL): never printed
         self.partition = partition
         self.start = start
         self.end = end
@@ -182,7 +189,13 @@ def balance_ranges(
             take = min(r.end - start, room)
             tasks[-1].append(
                 KafkaPartition(
-                    r.bootstrap, r.topic, r.partition, start, start + take, r.poll_timeout_ms
+                    r.bootstrap,
+                    r.topic,
+                    r.partition,
+                    start,
+                    start + take,
+                    r.poll_timeout_ms,
+                    r.options,
                 )
             )
             start += take
@@ -293,7 +306,8 @@ def read_ranges(parts: list[KafkaPartition], chunk: int = 20_000) -> Iterator[pa
     if not parts:
         return
     first = parts[0]
-    client = _reader_client(first.bootstrap, first.topic)
+    key = (first.bootstrap, first.topic, first.options)
+    client = _reader_client(*key)
     cursors = [_Cursor(p) for p in parts]
     shown = 0  # cursors before this one have handed out all their rows
     ok = False
@@ -313,26 +327,26 @@ def read_ranges(parts: list[KafkaPartition], chunk: int = 20_000) -> Iterator[pa
         ok = True
     finally:
         if not ok:  # a failed or abandoned read may leave a half-read response: start afresh
-            _drop_reader_client(first.bootstrap, first.topic)
+            _drop_reader_client(*key)
 
 
-#: Executor side: one client per (bootstrap, topic) and Python worker, kept across tasks and
-#: micro-batches (Spark reuses its Python workers): connecting and fetching metadata cost
-#: 20-130 ms, paid once per worker instead of once per partition and batch.
-_READERS: dict[tuple[str, str], LogClient] = {}
+#: Executor side: one client per (bootstrap, topic, options) and Python worker, kept across
+#: tasks and micro-batches (Spark reuses its Python workers): connecting and fetching metadata
+#: cost 20-130 ms, paid once per worker instead of once per partition and batch.
+_READERS: dict[tuple[str, str, ClientOptions], LogClient] = {}
 
 
-def _reader_client(bootstrap: str, topic: str) -> LogClient:
-    client = _READERS.get((bootstrap, topic))
+def _reader_client(bootstrap: str, topic: str, options: ClientOptions = ()) -> LogClient:
+    client = _READERS.get((bootstrap, topic, options))
     if client is None:
-        client = _READERS[(bootstrap, topic)] = LogClient(
-            bootstrap, topic, client_id=f"tidegauge-read-{os.getpid()}"
+        client = _READERS[(bootstrap, topic, options)] = LogClient(
+            bootstrap, topic, f"tidegauge-read-{os.getpid()}", options
         )
     return client
 
 
-def _drop_reader_client(bootstrap: str, topic: str) -> None:
-    client = _READERS.pop((bootstrap, topic), None)
+def _drop_reader_client(bootstrap: str, topic: str, options: ClientOptions = ()) -> None:
+    client = _READERS.pop((bootstrap, topic, options), None)
     if client is not None:
         client.close()
 
@@ -343,6 +357,15 @@ class KafkaStreamReader(DataSourceStreamReader):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.bootstrap = options["bootstrap"]
         self.topic = options["topic"]
+        # `kafka.KEY` options: client settings (one Spark option each, so Spark's redaction
+        # of secret-looking option names hides passwords in plans and the UI)
+        self.client_options: ClientOptions = tuple(
+            sorted(
+                (k[len(CLIENT_PREFIX) :], v)
+                for k, v in options.items()
+                if k.startswith(CLIENT_PREFIX)
+            )
+        )
         self.starting = options.get("startingOffsets", "earliest")
         limit = options.get("maxRecordsPerTrigger")
         self.limit = int(limit) if limit else None
@@ -363,7 +386,9 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def _client(self) -> LogClient:
         if self._log is None:
-            self._log = LogClient(self.bootstrap, self.topic, client_id="tidegauge-planner")
+            self._log = LogClient(
+                self.bootstrap, self.topic, "tidegauge-planner", self.client_options
+            )
         return self._log
 
     def _true_end(self) -> Offsets:
@@ -429,6 +454,7 @@ class KafkaStreamReader(DataSourceStreamReader):
                 int(start.get(p, 0)),
                 int(e),
                 self.poll_timeout_ms,
+                self.client_options,
             )
             for p, e in sorted(end.items(), key=lambda kv: int(kv[0]))
             if int(e) > int(start.get(p, 0))
@@ -462,7 +488,8 @@ class KafkaDataSource(DataSource):
     minRecordsPerTask (small ranges share a task, see `group_ranges`), maxTasks (with it,
     ranges are cut into at most that many equal tasks, see `balance_ranges`),
     endingOffsets (JSON offsets dict), pollTimeoutMs, checkpoint (the query's checkpoint dir),
-    controlRedis and controlKey (where pause requests are read, see `paused_until`).
+    controlRedis and controlKey (where pause requests are read, see `paused_until`),
+    `kafka.KEY` (a kafka-python client setting such as `kafka.security_protocol`).
     """
 
     @classmethod

@@ -32,7 +32,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from jobs.aggregate import StateConfig, make_state_fn
 from jobs.deltas import KIND_DELTA, KIND_TIMES, SUMMARY_SCHEMA
 from jobs.event_source import SummaryDataSource, summary_source_options
-from jobs.kafka_source import true_end_offsets
+from jobs.kafka_source import CLIENT_PREFIX, true_end_offsets
 from jobs.offset_log import clock_of
 from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT
 from jobs.redis_sink import write_batch
@@ -87,6 +87,8 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         .option("controlRedis", cfg.redis.url)
         .option("controlKey", Keys(cfg.redis.prefix).control)
     )
+    for key, value in cfg.kafka.options:  # client settings, one option each (redactable)
+        reader = reader.option(CLIENT_PREFIX + key, value)
     if cfg.max_records_per_trigger:
         reader = reader.option("maxRecordsPerTrigger", str(cfg.max_records_per_trigger))
     if cfg.trigger == "available-now":
@@ -128,7 +130,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
 
 def _current_end(kafka: KafkaSettings) -> dict[str, int]:
     """Committed end offsets now: what `available-now` processes before it stops."""
-    return true_end_offsets(kafka.bootstrap, kafka.topic)
+    return true_end_offsets(kafka.bootstrap, kafka.topic, kafka.options)
 
 
 class _BatchWriter:

@@ -562,7 +562,7 @@ def test_reads_reuse_one_client_per_topic_and_a_failed_read_starts_afresh(
 
     topic = make_topic(2)
     topic.produce({0: 500, 1: 500})
-    key = (topic.kafka.bootstrap, topic.kafka.topic)
+    key = (topic.kafka.bootstrap, topic.kafka.topic, ())
     kafka_source._drop_reader_client(*key)
     rows, _ = read(topic, 0, 0, 250)
     client = kafka_source._READERS[key]

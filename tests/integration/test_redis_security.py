@@ -24,6 +24,7 @@ import pytest
 import redis
 
 from tests.integration.helpers import tidegauge
+from tests.tls_proxy import make_certificates
 from tidegauge.local.services import free_port, wait_for_port
 
 JOB_PW = "job-Secret-4711"
@@ -65,33 +66,7 @@ def acl_redis() -> Iterator[int]:
 @pytest.fixture(scope="module")
 def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
     d = tmp_path_factory.mktemp("tls")
-    openssl = shutil.which("openssl")
-    assert openssl, "openssl is missing: run `make setup`"
-
-    def run(*args: str) -> None:
-        subprocess.run([openssl, *args], check=True, capture_output=True, cwd=d)
-
-    run(
-        *("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=test-ca"),
-        *("-keyout", "ca.key", "-out", "ca.crt"),
-    )
-    run(
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-subj",
-        "/CN=127.0.0.1",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-    )
-    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
-    run(
-        *("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key"),
-        *("-CAcreateserial", "-days", "2", "-extfile", "san.ext", "-out", "server.crt"),
-    )
+    make_certificates(d)
     port = free_port()
     proc = _redis_server(
         *("--port", "0", "--tls-port", str(port), "--tls-auth-clients", "no"),

@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tidegauge.core.durations import format_duration, parse_duration
+from tidegauge.core.kafka_options import ClientKind, client_config, parse_kafka_options
 from tidegauge.core.retention import DEFAULT_RETENTION, Retention
 from tidegauge.core.windows import WindowSpec
 
@@ -27,6 +28,7 @@ __all__ = [
     "ENV_PLUGINS",
     "ENV_REDIS_URL",
     "ENV_TOPIC",
+    "add_kafka_options",
     "MIN_REFRESH_MS",
     "DashboardSettings",
     "JobConfig",
@@ -93,6 +95,13 @@ class KafkaSettings:
 
     bootstrap: str = DEFAULT_BOOTSTRAP
     topic: str = DEFAULT_TOPIC
+    #: Client settings (`--kafka-option KEY=VALUE`, tidegauge/core/kafka_options.py): TLS, SASL,
+    #: timeouts. Never in `repr`: they may hold secrets.
+    options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    def client_config(self, kind: ClientKind) -> dict[str, Any]:
+        """The keyword arguments of one kind of kafka-python client, from `options`."""
+        return client_config(self.options, kind)
 
     def __post_init__(self) -> None:
         for server in self.bootstrap.split(","):
@@ -109,12 +118,18 @@ class KafkaSettings:
         env: Mapping[str, str] | None = None,
         bootstrap: str | None = None,
         topic: str | None = None,
+        options: Sequence[str] = (),
     ) -> KafkaSettings:
-        """Flags win over TIDEGAUGE_KAFKA_BOOTSTRAP / TIDEGAUGE_TOPIC, which win over defaults."""
+        """Flags win over the environment, which wins over defaults.
+
+        TIDEGAUGE_KAFKA_BOOTSTRAP, TIDEGAUGE_TOPIC, TIDEGAUGE_KAFKA_OPTIONS; `options` are the
+        `--kafka-option` flags, added to (and winning over) the variable's.
+        """
         env = os.environ if env is None else env
         return cls(
             bootstrap=bootstrap or env.get(ENV_BOOTSTRAP) or DEFAULT_BOOTSTRAP,
             topic=topic or env.get(ENV_TOPIC) or DEFAULT_TOPIC,
+            options=parse_kafka_options(options, env),
         )
 
 
@@ -313,6 +328,19 @@ def default_shuffle_partitions(master: str, cores: int | None = None) -> int:
     return max(1, cores if cores is not None else (os.cpu_count() or 1))
 
 
+def add_kafka_options(p: argparse._ActionsContainer) -> None:
+    """`--kafka-option KEY=VALUE` (repeatable), for every command that talks to Kafka."""
+    p.add_argument(
+        "--kafka-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a kafka-python client setting for every Kafka client (repeatable; env "
+        "TIDEGAUGE_KAFKA_OPTIONS=K=V,K=V), e.g. security_protocol=SSL ssl_cafile=ca.pem "
+        "(docs/deploy.md)",
+    )
+
+
 def parse_conf(text: str) -> tuple[str, str]:
     """`KEY=VALUE` of `--conf` (as spark-submit takes it) as a pair; ValueError otherwise."""
     key, sep, value = text.partition("=")
@@ -328,7 +356,9 @@ def job_config_from_args(args: argparse.Namespace) -> JobConfig:
     """
     available_now = args.trigger.strip().lower() in ("available-now", "availablenow", "once")
     return JobConfig(
-        kafka=KafkaSettings.from_env(bootstrap=args.bootstrap, topic=args.topic),
+        kafka=KafkaSettings.from_env(
+            bootstrap=args.bootstrap, topic=args.topic, options=args.kafka_option
+        ),
         redis=RedisSettings.from_env(url=args.redis, prefix=args.redis_prefix),
         checkpoint=args.checkpoint,
         windows=_window_specs(args.window or ["10s"], args.slide, args.session_gap),

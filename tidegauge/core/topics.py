@@ -8,7 +8,7 @@ import time
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from tidegauge.core.config import KafkaSettings
+from tidegauge.core.config import KafkaSettings, add_kafka_options
 
 __all__ = ["add_arguments", "ensure_topic", "run"]
 
@@ -23,7 +23,11 @@ def ensure_topic(
     last: Exception | None = None
     while time.monotonic() < deadline:
         try:
-            admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap, client_id="tidegauge-admin")
+            admin = KafkaAdminClient(
+                bootstrap_servers=kafka.bootstrap,
+                client_id="tidegauge-admin",
+                **kafka.client_config("admin"),
+            )
         except KafkaError as e:  # broker still starting
             last = e
             time.sleep(0.5)
@@ -50,11 +54,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap", help="Kafka HOST:PORT (env TIDEGAUGE_KAFKA_BOOTSTRAP)")
     p.add_argument("--topic", help="topic name (default events)")
     p.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS)
+    add_kafka_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
     """Create the topic and say how many partitions it has."""
-    kafka = KafkaSettings.from_env(bootstrap=args.bootstrap, topic=args.topic)
+    kafka = KafkaSettings.from_env(
+        bootstrap=args.bootstrap, topic=args.topic, options=args.kafka_option
+    )
     n = ensure_topic(kafka, args.partitions)
     print(f"topic {kafka.topic!r} on {kafka.bootstrap}: {n} partitions")
     return 0

@@ -122,10 +122,13 @@ def parent_death_signal() -> Callable[[], None] | None:
     return preexec
 
 
-def _spawn(cmd: list[str], log_path: Path | None) -> subprocess.Popen:
+def _spawn(
+    cmd: list[str], log_path: Path | None, env: dict[str, str] | None = None
+) -> subprocess.Popen:
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
     return subprocess.Popen(
         cmd,
+        env=env,
         stdout=out,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
@@ -134,11 +137,18 @@ def _spawn(cmd: list[str], log_path: Path | None) -> subprocess.Popen:
     )
 
 
-def start_broker(port: int | None = None, log_path: Path | None = None) -> Service:
-    """Start Tansu (in-memory storage) on 127.0.0.1 and wait until it accepts connections."""
+def start_broker(
+    port: int | None = None, log_path: Path | None = None, advertised_port: int | None = None
+) -> Service:
+    """Start Tansu (in-memory storage) on 127.0.0.1 and wait until it accepts connections.
+
+    `advertised_port`: the port clients are told to connect to (a proxy in front of it).
+    """
     port = port or free_port()
     url = f"tcp://127.0.0.1:{port}"
-    cmd = [str(broker_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url]
+    advertised = f"tcp://127.0.0.1:{advertised_port or port}"
+    cmd = [str(broker_binary()), "broker", "--listener-url", url]
+    cmd += ["--advertised-listener-url", advertised]
     proc = _spawn(cmd, log_path)
     service = Service("broker", proc, "127.0.0.1", port, log_path)
     try:

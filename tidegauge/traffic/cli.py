@@ -14,7 +14,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from tidegauge.core.codecs import CODECS
-from tidegauge.core.config import KafkaSettings, RedisSettings
+from tidegauge.core.config import KafkaSettings, RedisSettings, add_kafka_options
 from tidegauge.core.durations import parse_duration, parse_instant
 from tidegauge.traffic.config import (
     DEFAULT_SERVICES,
@@ -51,6 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d = _arg(parse_duration)
     g = p.add_argument_group("kafka")
     g.add_argument("--bootstrap", help="Kafka HOST:PORT (env TIDEGAUGE_KAFKA_BOOTSTRAP)")
+    add_kafka_options(g)
     g.add_argument("--topic", help="topic name (env TIDEGAUGE_TOPIC, default events)")
     g.add_argument(
         "--partitions",
@@ -399,7 +400,9 @@ def run(args: argparse.Namespace) -> int:
         log.setLevel(logging.INFO)
         log.propagate = False
     try:
-        kafka = KafkaSettings.from_env(bootstrap=args.bootstrap, topic=args.topic)
+        kafka = KafkaSettings.from_env(
+            bootstrap=args.bootstrap, topic=args.topic, options=args.kafka_option
+        )
         config = config_from_args(args)
         redis_settings = None
         if "backlog" in config.scenarios or config.live_commands:  # only then is Redis used

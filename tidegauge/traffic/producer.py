@@ -149,12 +149,13 @@ def _compression_type(compression: str) -> str | None:
 def _connect(kafka: KafkaSettings, connect_timeout_ms: int, compression: str) -> KafkaProducer:
     compression_type = _compression_type(compression)
     try:
-        return KafkaProducer(
-            bootstrap_servers=kafka.bootstrap.split(","),
-            bootstrap_timeout_ms=connect_timeout_ms,
-            compression_type=compression_type,
+        config: dict[str, Any] = {
+            "bootstrap_timeout_ms": connect_timeout_ms,
+            "compression_type": compression_type,
             **_PRODUCER_CONFIG,
-        )
+            **kafka.client_config("producer"),  # --kafka-option wins
+        }
+        return KafkaProducer(bootstrap_servers=kafka.bootstrap.split(","), **config)
     except KafkaError as e:
         raise ProduceError(
             f"cannot reach Kafka at {kafka.bootstrap} within "
