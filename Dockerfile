@@ -1,3 +1,4 @@
+# syntax=docker/dockerfile:1
 # One image for every Tidegauge process (topic, produce, job, query, dashboard).
 #   docker build -t tidegauge:local .
 #   docker run --rm tidegauge:local --help
@@ -20,29 +21,35 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# The whole build context (see .dockerignore): pyproject.toml and the packages tidegauge/,
-# jobs/, dashboard/ and sketches/. A regular (non-editable) install copies them into
-# site-packages, so the sources are removed afterwards. The dashboard's charts load plotly.js
-# from dashboard/static/, copied there now: site-packages is read-only for the runtime user.
-COPY . /src
+# The dependencies first, in a layer of their own: it is rebuilt only when pyproject.toml changes
+# (a docs or code edit does not reinstall pyspark).
+COPY pyproject.toml /tmp/deps/pyproject.toml
 RUN set -eux; \
-    pip install /src; \
-    rm -rf /src; \
+    python -c "import tomllib; p = tomllib.load(open('/tmp/deps/pyproject.toml', 'rb')); print('\n'.join(p['project']['dependencies']))" > /tmp/deps/requirements.txt; \
+    pip install -r /tmp/deps/requirements.txt; \
+    rm -rf /tmp/deps
+
+# Then the project itself, from the build context mounted for this step only (see .dockerignore):
+# a regular (non-editable) install copies the packages into site-packages, and no layer keeps
+# the sources. The dashboard's charts load plotly.js from dashboard/static/, copied there now:
+# site-packages is read-only for the runtime user.
+RUN --mount=type=bind,target=/src,rw set -eux; \
+    pip install --no-deps /src; \
     python -c "from dashboard.run import install_plotly_js; print(install_plotly_js())"; \
     tidegauge --help
 
 # Run as an unprivileged user. /data is where the job keeps its Spark checkpoint; creating it
-# here owned by that user makes a fresh named volume mounted on it writable.
+# here owned by that user makes a fresh named volume mounted on it writable. (No VOLUME: it
+# would give every service of the image an anonymous volume of its own.)
 RUN set -eux; \
     useradd --create-home --uid 10001 --shell /usr/sbin/nologin tidegauge; \
     mkdir -p /data; \
     chown tidegauge:tidegauge /data
 USER tidegauge
 WORKDIR /home/tidegauge
-VOLUME ["/data"]
 
-# Streamlit dashboard.
-EXPOSE 8501
+# Streamlit dashboard; Spark master (RPC, web UI) of `tidegauge cluster --role master`.
+EXPOSE 8501 7077 8080
 
 ENTRYPOINT ["tidegauge"]
 CMD ["--help"]

@@ -391,6 +391,14 @@ def _health(snap: data.Snapshot) -> None:
             f"under the service '{OVERFLOW_SERVICE}' in the last {over['batches']} batches. A "
             "producer may be putting request ids into `service` (docs/events.md)."
         )
+    spark = snap.status.spark if snap.status is not None else None
+    if spark:
+        where = (
+            f"{spark['executors']} executor(s), {spark['cores']} core(s)"
+            if spark["executors"]
+            else f"{spark['cores']} core(s) in the job's own process"
+        )
+        st.caption(f"Spark `{spark['master']}`: {where}")
     left, right = st.columns([1, 2])
     with left:
         st.caption("Kafka offsets and lag by partition")

@@ -15,14 +15,16 @@ import redis
 
 from jobs.offset_log import next_watermark
 from jobs.pipeline import run_job
-from jobs.spark import build_session, quiet_task_failures
+from jobs.spark import build_session, check_executors, quiet_task_failures
 from jobs.status import progress_summary
 from tidegauge.core.config import (
     JobConfig,
+    add_kafka_options,
     job_config_from_args,
     redact_url,
 )
 from tidegauge.core.durations import format_duration, to_iso
+from tidegauge.core.kafka_options import redacted
 from tidegauge.core.retention import DEFAULT_RETENTION
 from tidegauge.core.store import connect
 from tidegauge.core.windows import WindowSpec
@@ -35,6 +37,7 @@ log = logging.getLogger("tidegauge.job")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of `tidegauge job` (names are part of the contract with the acceptance tests)."""
     p.add_argument("--bootstrap", help="Kafka HOST:PORT (env TIDEGAUGE_KAFKA_BOOTSTRAP)")
+    add_kafka_options(p)
     p.add_argument("--topic", help="topic to read (env TIDEGAUGE_TOPIC, default events)")
     p.add_argument("--redis", help="Redis URL (env TIDEGAUGE_REDIS_URL)")
     p.add_argument("--redis-prefix", default="tg", help="key prefix in Redis (default tg)")
@@ -201,7 +204,8 @@ def run(args: argparse.Namespace) -> int:
         f"{_trigger_text(cfg)}"
         f"{', clock-skew correction on' if cfg.correct_clock_skew else ''}"
         f"{'' if cfg.dedup else ', de-duplication off'}"
-        f", retention {cfg.retention.for_source(cfg.rollup_source_ms).text()}",
+        f", retention {cfg.retention.for_source(cfg.rollup_source_ms).text()}"
+        f"{'; kafka ' + redacted(cfg.kafka.options) if cfg.kafka.options else ''}",
         flush=True,
     )
     started = time.monotonic()
@@ -214,6 +218,13 @@ def run(args: argparse.Namespace) -> int:
         )
         if not args.verbose:
             quiet_task_failures(spark)
+        if not cfg.master.strip().startswith("local"):
+            hosts = check_executors(spark)
+            print(
+                f"tidegauge job: {spark.sparkContext.defaultParallelism} executor cores on "
+                f"{', '.join(hosts)} ({cfg.master}), each running tidegauge",
+                flush=True,
+            )
         query = run_job(cfg, spark, stop=lambda: stopping["flag"])
     except Exception as e:  # a clear one-line reason, not a JVM stack trace
         print(f"tidegauge job: failed: {failure_reason(str(e))}", file=sys.stderr)

@@ -305,6 +305,8 @@ def write_progress(r: redis.Redis, keys: Keys, summary: Mapping[str, Any]) -> No
             status[name] = int(summary[name])
     if summary.get("freshness"):  # kept from the last batch with records while the stream is quiet
         status["freshness"] = json.dumps(summary["freshness"], sort_keys=True)
+    if summary.get("spark"):
+        status["spark"] = json.dumps(summary["spark"], sort_keys=True)
     with r.pipeline(transaction=True) as tx:
         # Status only moves forward: a late progress event for an older batch must not win.
         # A query of another id (a job started with a new checkpoint) takes over: its batch ids

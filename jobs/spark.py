@@ -7,14 +7,17 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
 
 __all__ = [
     "build_session",
+    "check_executors",
     "ensure_java",
     "local_checkpoint",
     "quiet_task_failures",
@@ -161,8 +164,13 @@ def build_session(
     # Without these the Python workers may start another interpreter and time out connecting back.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    # Local mode: bind to loopback instead of guessing an interface (and warning about it).
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Local mode, or a cluster on this machine's loopback: bind to loopback instead of guessing
+    # an interface (and warning about it). A remote master must reach the driver elsewhere.
+    if master.strip().startswith("local") or urlsplit(master).hostname in (
+        "127.0.0.1",
+        "localhost",
+    ):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.master(with_task_retries(master)).appName(app_name)
     for key, value in session_settings(master, shuffle_partitions, ui, conf, checkpoint).items():
         builder = builder.config(key, value)
@@ -180,6 +188,60 @@ _FAILURE_LOGGERS = (
     "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
     "org.apache.spark.sql.execution.streaming.MicroBatchExecution",
 )
+
+
+def check_executors(spark: SparkSession, timeout_s: float = 120.0) -> list[str]:
+    """On a cluster: every executor imports this project at the driver's version.
+
+    The code is installed on every node (tidegauge/local/cluster.py says why), so an executor
+    without it, or with another version, would fail every read task with an import error or
+    compute with other rules. One tiny task per core, run before the query starts; returns
+    the executors' hosts. Raises RuntimeError naming what to install where.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        want = version("tidegauge")
+    except PackageNotFoundError:
+        want = None
+    sc = spark.sparkContext
+    deadline = time.monotonic() + timeout_s
+    while sc._jsc.sc().getExecutorIds().size() < 1:  # executors, the driver not counted
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"no executor joined within {timeout_s:.0f}s: is a worker registered with "
+                f"{sc.master}, with enough free cores and memory (spark.executor.memory)?"
+            )
+        time.sleep(0.5)
+
+    def probe(_: Any) -> tuple[str, str | None, str | None]:
+        import socket
+
+        try:
+            from importlib.metadata import version as v
+
+            import jobs.deltas  # noqa: F401  (what the read tasks import)
+
+            return socket.gethostname(), v("tidegauge"), None
+        except Exception as e:
+            return socket.gethostname(), None, f"{type(e).__name__}: {e}"
+
+    n = max(1, sc.defaultParallelism)
+    try:
+        got = sc.parallelize(range(n), n).map(probe).collect()
+    except Exception as e:
+        raise RuntimeError(
+            f"the executors cannot run Tidegauge's Python code: {str(e).splitlines()[0][:300]}"
+        ) from None
+    for host, have, error in got:
+        if error is not None or have != want:
+            why = error or f"tidegauge {have} (the driver runs {want})"
+            raise RuntimeError(
+                f"an executor on {host} cannot run this job: {why}. Install the same tidegauge "
+                "on every worker (the project image, or pip install in the Python the workers "
+                "run: PYSPARK_PYTHON)"
+            )
+    return sorted({host for host, _, _ in got})
 
 
 def quiet_task_failures(spark: SparkSession) -> None:

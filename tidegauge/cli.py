@@ -25,6 +25,10 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "dashboard": ("dashboard.run", "serve the Streamlit dashboard"),
     "demo": ("tidegauge.local.stack", "start broker, Redis, generator, job and dashboard together"),
     "topic": ("tidegauge.core.topics", "create the events topic"),
+    "cluster": (
+        "tidegauge.local.cluster",
+        "start a Spark standalone master and workers from the installed pyspark",
+    ),
 }
 
 

@@ -336,6 +336,9 @@ def _status(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int
         dups = sum(b.get("duplicates") or 0 for b in recent)
         print(f"duplicates dropped: {dups:,} in the last {len(recent)} batches")
         print(format_overflow(doc["overflow"]))
+        if status.spark:
+            s = status.spark
+            print(f"spark {s['master']}: {s['executors']} executor(s), {s['cores']} core(s)")
         print("offsets " + ", ".join(f"p{p}={o}" for p, o in sorted(status.offsets.items())))
     if args.max_age and age > parse_duration(args.max_age):
         return _fail(f"stale: last report {format_duration(age)} ago (> {args.max_age})")

@@ -30,7 +30,16 @@ COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 
-REQUIRED = {"kafka", "redis", "topic-init", "generator", "job", "dashboard"}
+REQUIRED = {
+    "kafka",
+    "redis",
+    "topic-init",
+    "generator",
+    "job",
+    "dashboard",
+    "spark-master",
+    "spark-worker",
+}
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 REDIS_DEFAULT_PORT = 6379
 
@@ -147,7 +156,14 @@ def test_required_services_exist(services: dict[str, dict[str, Any]]) -> None:
 
 def test_our_services_build_one_image(services: dict[str, dict[str, Any]]) -> None:
     ours = _ours(services)
-    assert set(ours) == {"topic-init", "generator", "job", "dashboard"}
+    assert set(ours) == {
+        "topic-init",
+        "generator",
+        "job",
+        "dashboard",
+        "spark-master",
+        "spark-worker",
+    }
     images = {svc.get("image") for svc in ours.values()}
     assert len(images) == 1, f"one image for all Tidegauge services, got {images}"
     for name, svc in ours.items():
@@ -204,6 +220,8 @@ def test_depends_on_has_no_cycle(services: dict[str, dict[str, Any]]) -> None:
             {"topic-init": "service_completed_successfully", "redis": "service_healthy"},
         ),
         ("dashboard", {"redis": "service_healthy"}),
+        ("spark-worker", {"spark-master": "service_healthy"}),
+        ("job", {"spark-master": "service_healthy"}),
     ],
 )
 def test_start_order(
@@ -218,7 +236,7 @@ def test_topic_init_is_one_shot(services: dict[str, dict[str, Any]]) -> None:
     assert services["topic-init"].get("restart", "no") == "no"
 
 
-@pytest.mark.parametrize("name", ["generator", "job", "dashboard"])
+@pytest.mark.parametrize("name", ["generator", "job", "dashboard", "spark-master", "spark-worker"])
 def test_long_running_services_restart(services: dict[str, dict[str, Any]], name: str) -> None:
     assert services[name].get("restart") == "unless-stopped"
 
@@ -358,7 +376,7 @@ def test_every_tidegauge_subcommand_is_real(services: dict[str, dict[str, Any]])
         assert len(argv) > 1, f"{name}: bare tidegauge"
         assert argv[1] in _COMMANDS, f"{name}: tidegauge {argv[1]} is not a subcommand"
         used.add(argv[1])
-    assert used == {"topic", "produce", "job", "query", "dashboard"}
+    assert used == {"topic", "produce", "job", "query", "dashboard", "cluster"}
 
 
 def test_topic_init_creates_three_partitions(services: dict[str, dict[str, Any]]) -> None:
@@ -433,6 +451,75 @@ def test_dashboard_port_published(services: dict[str, dict[str, Any]]) -> None:
     assert f"localhost:{port}/_stcore/health" in health
 
 
+def _bind_address(port: str | int | dict[str, Any]) -> str:
+    """The host address a `ports` entry publishes on, with `${VAR:-default}` at its default."""
+    if isinstance(port, dict):
+        return str(port.get("host_ip", "0.0.0.0"))
+    text = re.sub(r"\$\{[A-Za-z_][A-Za-z0-9_]*:-([^}]*)\}", r"\1", str(port).split("/")[0])
+    text = re.sub(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}", "", text)
+    parts = text.split(":")
+    return parts[0] if len(parts) == 3 and parts[0] else "0.0.0.0"
+
+
+def test_only_loopback_is_published_unless_the_user_opts_in(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """The page has no login: nothing is published on every host interface by default."""
+    published = [(n, p) for n, svc in services.items() for p in svc.get("ports") or []]
+    assert published, "the dashboard must be published"
+    for name, port in published:
+        assert _bind_address(port) == "127.0.0.1", f"{name}: {port} is open to the network"
+    assert "TIDEGAUGE_DASHBOARD_BIND" in str(services["dashboard"]["ports"])
+
+
+@pytest.mark.parametrize(
+    ("service", "path"),
+    [("redis", "/data"), ("job", "/data/checkpoint"), ("kafka", "/var/lib/kafka/data")],
+)
+def test_state_lives_on_named_volumes(compose: dict[str, Any], service: str, path: str) -> None:
+    """What `down` and `up` must keep is on a named volume (anonymous ones are dropped)."""
+    assert _named_volume_for(compose, compose["services"][service], path), (service, path)
+
+
+def test_redis_persists_its_writes(services: dict[str, dict[str, Any]]) -> None:
+    argv = _argv(services["redis"].get("command"))
+    assert argv[:1] == ["redis-server"] and _flag(argv, "--appendonly") == "yes"
+
+
+def test_our_services_reap_their_children_and_the_job_may_finish_a_batch(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    for name, svc in _ours(services).items():
+        assert svc.get("init") is True, f"{name}: no init process reaps Spark's children"
+    grace = parse_duration(str(services["job"].get("stop_grace_period", "10s")))
+    assert grace >= 30_000, "the job needs time to finish and commit its micro-batch"
+
+
+def test_the_job_runs_on_the_compose_spark_cluster(compose: dict[str, Any]) -> None:
+    svc = compose["services"]
+    master = _argv(svc["spark-master"]["command"])
+    assert master[:3] == ["cluster", "--role", "master"]
+    url = f"spark://{_flag(master, '--host')}:{_flag(master, '--port')}"
+    assert svc["spark-master"].get("hostname") == _flag(master, "--host")
+    worker = _argv(svc["spark-worker"]["command"])
+    assert worker[:3] == ["cluster", "--role", "worker"] and _flag(worker, "--master-url") == url
+    job = _argv(svc["job"]["command"])
+    assert _flag(job, "--master") == url
+    confs = dict(c.split("=", 1) for c in _flags(job, "--conf"))
+    assert confs.get("spark.driver.host") == svc["job"].get("hostname") == "job"
+    # scalable: no fixed name or host port on the workers
+    assert "container_name" not in svc["spark-worker"] and not svc["spark-worker"].get("ports")
+    # the executors write the state store into the checkpoint: the job's volume, same path
+    checkpoint = _flag(job, "--checkpoint") or ""
+    assert _named_volume_for(compose, svc["spark-worker"], checkpoint) == _named_volume_for(
+        compose, svc["job"], checkpoint
+    )
+
+
+def _flags(argv: list[str], name: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == name]
+
+
 # --- Dockerfile and .dockerignore -----------------------------------------------------------
 
 
@@ -461,20 +548,27 @@ def test_dockerfile_installs_java_17_or_21() -> None:
     assert re.search(r"\bPYSPARK_PYTHON=\S+", env)
 
 
-def test_dockerfile_installs_the_project() -> None:
+def test_dockerfile_installs_the_dependencies_in_their_own_layer_then_the_project() -> None:
+    """A docs or code edit must not reinstall pyspark: the dependencies come from
+    pyproject.toml alone, in an earlier layer; the sources are mounted for the install step
+    only, so no layer keeps them."""
     steps = _dockerfile()
-    copies = [args.split() for cmd, args in steps if cmd == "COPY"]
-    # The whole context (the packages and pyproject.toml) is copied to some directory...
-    dests = {parts[-1] for parts in copies if parts[0] == "."}
-    assert dests, "COPY . <dir> of the build context expected"
-    runs = " ".join(args for cmd, args in steps if cmd == "RUN")
-    # ...and that directory is pip-installed (not editable: the sources may be removed).
-    found = re.findall(r"pip install (?:--?\S+ )*([^\s;&|]+)", runs)
-    installed = {d.rstrip("/") or "/" for d in found}
-    assert installed & {d.rstrip("/") or "/" for d in dests}, (
-        f"pip install of the copied project expected, got {installed}"
-    )
-    assert "pip install -e" not in runs
+    copies = [(i, args.split()) for i, (cmd, args) in enumerate(steps) if cmd == "COPY"]
+    assert all(parts[0] != "." for _, parts in copies), "COPY . puts the sources in a layer"
+    deps_copy = next(i for i, parts in copies if parts[:-1] == ["pyproject.toml"])
+    runs = [(i, args) for i, (cmd, args) in enumerate(steps) if cmd == "RUN"]
+    deps = next(i for i, args in runs if "pip install -r" in args)
+    project = [(i, args) for i, args in runs if "--mount=type=bind" in args]
+    assert len(project) == 1, "one RUN installs the project from a bind mount of the context"
+    i, args = project[0]
+    target = re.search(r"--mount=type=bind,\S*target=([^,\s]+)", args)
+    assert target and re.search(rf"pip install --no-deps {re.escape(target.group(1))}\b", args)
+    assert deps_copy < deps < i
+    assert "pip install -e" not in " ".join(a for _, a in runs)
+
+
+def test_dockerfile_declares_no_volume() -> None:
+    assert all(cmd != "VOLUME" for cmd, _ in _dockerfile()), "every service would get one"
 
 
 def test_dockerfile_runs_as_non_root() -> None:

@@ -359,6 +359,23 @@ class _Demo:
         self.line("redis", "ready", f"{redact_url(url)}  ({source})")
         return url
 
+    def start_cluster(self, workers: int) -> str:
+        """A Spark standalone master and `workers` one-core workers here; the master URL."""
+        from tidegauge.local.cluster import start_cluster
+
+        root = self.state_dir / "spark"
+        # In this thread: a child's parent-death signal fires when the thread that started it
+        # ends, so the JVMs must not be started from a helper thread.
+        cluster = start_cluster(workers, root, cores=1, memory="1g")
+        self.stack.services += [cluster.master, *cluster.workers]  # stopped in reverse
+        self.line(
+            "spark",
+            "ready",
+            f"master {cluster.url} (web UI {cluster.webui}), {workers} workers of 1 core; "
+            f"logs in {self._rel(root)}/",
+        )
+        return cluster.url
+
     def create_topic(self, kafka: KafkaSettings) -> None:
         try:
             n = self.in_thread(lambda: ensure_topic(kafka, DEFAULT_PARTITIONS, 20), "topic", 25)
@@ -468,6 +485,10 @@ class _Demo:
             env,
         )
         self.line("generator", "started", f"{rate} events/s of event time, now (realtime)")
+        master = "local[2]"
+        if args.workers:
+            master = self.start_cluster(args.workers)
+            self.check_stop()
         self.spawn(
             "job",
             [
@@ -481,11 +502,13 @@ class _Demo:
                 "--redis-prefix",
                 args.redis_prefix,
                 *_JOB_KNOBS,
+                "--master",  # the last --master wins
+                master,
             ],
             env,
         )
         self.line(
-            "job", "started", f"Spark local[2] (java: {java}), checkpoint {self._rel(checkpoint)}"
+            "job", "started", f"Spark {master} (java: {java}), checkpoint {self._rel(checkpoint)}"
         )
         url = ""
         if not args.no_dashboard:
@@ -664,6 +687,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="where a fresh checkpoint starts reading the topic (default earliest)",
     )
     p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the job on a Spark standalone cluster of N one-core workers started here "
+        "(tidegauge cluster), instead of local[2]",
+    )
+    p.add_argument(
         "--no-dashboard",
         action="store_true",
         help="do not start the dashboard (headless runs, tests)",
@@ -684,6 +715,8 @@ def _validate(args: argparse.Namespace) -> str | None:
         return f"--rate must be positive, got {args.rate:g}"
     if not args.ready_timeout > 0:
         return "--ready-timeout must be positive"
+    if args.workers < 0:
+        return f"--workers must be 0 (local[2]) or more, got {args.workers}"
     try:
         if given(args.bootstrap, ENV_BOOTSTRAP, "--bootstrap"):
             KafkaSettings.from_env(bootstrap=args.bootstrap)

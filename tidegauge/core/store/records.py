@@ -83,6 +83,9 @@ class JobStatus:
     #: Freshness of the latest batch that had records (`tidegauge.core.freshness.Freshness` as a
     #: dict: batch_id, commit_time, records, p50_ms, p99_ms, max_ms); None before any.
     freshness: dict[str, int] | None = None
+    #: Where the latest batch ran: master, executors (0 in local mode) and cores; None if
+    #: unknown (status written by an older job).
+    spark: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for JSON output."""

@@ -31,6 +31,7 @@ def read_status(r: redis.Redis, keys: Keys) -> JobStatus | None:
         report_interval_ms=int(d["report_interval_ms"]) if "report_interval_ms" in d else None,
         allowed_lateness_ms=int(d["allowed_lateness_ms"]) if "allowed_lateness_ms" in d else None,
         freshness=json.loads(d["freshness"]) if "freshness" in d else None,
+        spark=json.loads(d["spark"]) if "spark" in d else None,
     )
 
 

@@ -1,0 +1,158 @@
+"""The job on a real Spark standalone cluster: a master and two workers, one core each.
+
+The cluster is started from the installed pyspark (tidegauge/local/cluster.py), as `tidegauge
+cluster` does: real master and worker JVMs, executors in their own JVMs with their own Python
+workers. A seeded stream with out-of-order, late and malformed events goes through the job
+with `--master spark://...` and `available-now`; Redis must then hold what a `local[2]` run of
+the same stream wrote (same windows, counts, late counts, dead letters; sketches within their
+bounds). Then a worker is killed (SIGKILL, its executor with it) while the job runs: the job
+finishes on the other worker with the same result.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from tests.integration.helpers import tidegauge
+from tests.procs import wait_until
+from tidegauge.core.store import Keys, read_batches, read_dead_counts, read_status, read_windows
+from tidegauge.local.cluster import LocalCluster, alive_workers, master_state, start_cluster
+
+TOPIC = "cluster-events"
+ROOT = Path(__file__).resolve().parents[2]
+JOB_FLAGS = (
+    *("--window", "10s", "--allowed-lateness", "20s", "--trigger", "available-now"),
+    *("--starting-offsets", "earliest", "--max-records-per-trigger", "1000"),
+)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = start_cluster(2, tmp_path_factory.mktemp("spark"), cores=1, memory="1g")
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def stream(broker, produce) -> str:  # type: ignore[no-untyped-def]
+    tidegauge("topic", "--bootstrap", broker.address, "--topic", TOPIC, "--partitions", "3")
+    produce(
+        TOPIC,
+        start_time="2026-04-01T00:00:00Z",
+        count="5000",
+        rate="100",
+        seed="21",
+        out_of_order_fraction="0.1",
+        max_delay="8s",
+        late_fraction="0.03",
+        lateness="20s",
+        malformed_fraction="0.01",
+        duplicate_fraction="0",
+        heartbeat_interval="1s",
+    )
+    return TOPIC
+
+
+def _job_args(broker_address: str, url: str, checkpoint: Path, master: str) -> list[str]:
+    return [
+        *("job", "--bootstrap", broker_address, "--topic", TOPIC, "--redis", url),
+        *("--checkpoint", str(checkpoint), "--master", master, *JOB_FLAGS),
+    ]
+
+
+def _result(url: str) -> dict[str, Any]:
+    r = redis.Redis.from_url(url)
+    rows = read_windows(r, Keys())
+    return {
+        "windows": {
+            (w.window_start, w.service): (w.count, w.late, w.errors, w.distinct_users) for w in rows
+        },
+        "p": {(w.window_start, w.service): (w.count, w.p50, w.p99) for w in rows},
+        "dead": read_dead_counts(r, Keys()),
+        "batches": read_batches(r, Keys()),
+    }
+
+
+@pytest.fixture(scope="module")
+def local_run(broker, stream: str, module_redis_db, tmp_path_factory) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    url = module_redis_db().url
+    ckpt = tmp_path_factory.mktemp("local") / "checkpoint"
+    tidegauge(*_job_args(broker.address, url, ckpt, "local[2]"))
+    return _result(url)
+
+
+def _assert_same(got: dict[str, Any], want: dict[str, Any]) -> None:
+    assert got["windows"] == want["windows"]  # counts, late, errors, distinct users
+    assert len(got["windows"]) >= 30 and sum(v[1] for v in got["windows"].values()) > 10
+    assert got["dead"] == want["dead"] and sum(want["dead"].values()) > 10
+    for key, (n, p50, p99) in want["p"].items():
+        _, g50, g99 = got["p"][key]
+        if n >= 20:  # t-digests of the same events, merged in another order: within bounds
+            assert g50 == pytest.approx(p50, rel=0.05) and g99 == pytest.approx(p99, rel=0.1)
+        else:
+            assert (g50, g99) == (p50, p99)
+
+
+def test_the_job_on_a_cluster_equals_the_local_run(
+    broker, stream: str, cluster: LocalCluster, local_run, module_redis_db, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    url = module_redis_db().url
+    ran = tidegauge(*_job_args(broker.address, url, tmp_path / "checkpoint", cluster.url))
+    assert "executor cores on" in ran.stdout and cluster.url in ran.stdout
+    _assert_same(_result(url), local_run)
+    # the executors ran on the workers: the master saw the application use both, and the
+    # status (the health panel, `query status`) says where the batches ran
+    apps = master_state(cluster.webui).get("completedapps", [])
+    assert apps and max(a.get("cores", 0) for a in apps) == 2
+    status = read_status(redis.Redis.from_url(url), Keys())
+    assert status is not None
+    assert status.spark == {"master": cluster.url, "executors": 2, "cores": 2}
+    shown = tidegauge("query", "status", "--redis", url).stdout
+    assert f"spark {cluster.url}: 2 executor(s), 2 core(s)" in shown
+
+
+def test_a_worker_killed_mid_stream_and_the_job_finishes_on_the_other(
+    broker, stream: str, cluster: LocalCluster, local_run, module_redis_db, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    url = module_redis_db().url
+    r = redis.Redis.from_url(url)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tidegauge.cli"]
+        + _job_args(broker.address, url, tmp_path / "checkpoint", cluster.url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        wait_until(lambda: len(read_batches(r, Keys())) >= 2, timeout_s=180, what="2 batches")
+        victim = cluster.workers[1]
+        os.killpg(victim.proc.pid, signal.SIGKILL)  # the worker and its executor: a lost node
+        victim.proc.wait(10)
+        killed_at = len(read_batches(r, Keys()))
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err[-3000:]
+    got = _result(url)
+    assert len(got["batches"]) > killed_at, "the job had finished before the worker was killed"
+    _assert_same(got, local_run)
+    alive = alive_workers(master_state(cluster.webui))
+    assert len(alive) == 1
+    status = read_status(r, Keys())
+    assert status is not None and status.spark is not None
+    assert status.spark["executors"] == 1  # the last batches ran on the surviving worker
