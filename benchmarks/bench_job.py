@@ -129,6 +129,15 @@ def main() -> None:
     ap.add_argument("--per-trigger", type=int, default=50_000)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--master", default="local[2]")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="run on a Spark standalone cluster of this many workers started here "
+        "(tidegauge/local/cluster.py) instead of --master",
+    )
+    ap.add_argument("--worker-cores", type=int, default=1, help="cores per worker (1)")
+    ap.add_argument("--partitions", type=int, default=3, help="Kafka partitions (3)")
     ap.add_argument("--duplicate-fraction", type=float, default=0.0, help="events sent twice")
     ap.add_argument(
         "--contenders",
@@ -142,9 +151,16 @@ def main() -> None:
     print(f"machine: {machine()}")
     tmp = Path(tempfile.mkdtemp(prefix="tg-bench-"))
     broker, redis_server = start_broker(), start_redis()
+    cluster = None
+    if args.workers:
+        from tidegauge.local.cluster import start_cluster
+
+        cluster = start_cluster(args.workers, tmp / "spark", cores=args.worker_cores)
+        args.master = cluster.url
+        print(f"cluster: {args.workers} worker(s) of {args.worker_cores} core(s) at {cluster.url}")
     try:
         kafka = KafkaSettings(bootstrap=broker.address, topic="bench")
-        ensure_topic(kafka, 3)
+        ensure_topic(kafka, args.partitions)
         t = time.monotonic()
         gen = GeneratorConfig(
             seed=1,
@@ -201,6 +217,8 @@ def main() -> None:
     finally:
         redis_server.stop()
         broker.stop()
+        if cluster is not None:
+            cluster.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
