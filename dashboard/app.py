@@ -20,6 +20,7 @@ import streamlit as st
 
 from dashboard import chart, data, figures, frames
 from dashboard.run import app_settings
+from dashboard.shared import SharedReads
 from tidegauge.core import control
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.config import DEFAULT_REDIS_URL, RedisSettings, plugins_from_env, redact_url
@@ -67,6 +68,13 @@ def _own_argv() -> list[str]:
 def _client(url: str) -> redis.Redis:
     # One client (and connection pool) per server process and URL, shared by every browser tab.
     return connect(RedisSettings(url=url))
+
+
+@st.cache_resource(show_spinner=False)
+def _shared_reads(url: str, prefix: str, refresh_ms: int) -> SharedReads[data.Snapshot]:
+    # Every session of this server showing the same view shares one read per refresh
+    # (dashboard/shared.py): a bit under the interval, so each session's next tick reads anew.
+    return SharedReads(ttl_s=0.9 * refresh_ms / 1000)
 
 
 @st.cache_resource(show_spinner=False)
@@ -437,13 +445,17 @@ def live() -> None:
         filters, latency_range_ms=data.LATENCY_RANGES_MS.get(latency_label, 15 * 60_000)
     )
     try:
-        snap = data.read_snapshot(
-            _client(settings.redis.url),
-            keys,
-            f.range_ms,
-            now_ms,
-            filters=f,
-            cache=_closed_windows(settings.redis.url, keys.prefix),
+        shared = _shared_reads(settings.redis.url, keys.prefix, settings.refresh_ms)
+        snap = shared.get(
+            f,
+            lambda: data.read_snapshot(
+                _client(settings.redis.url),
+                keys,
+                f.range_ms,
+                now_ms,
+                filters=f,
+                cache=_closed_windows(settings.redis.url, keys.prefix),
+            ),
         )
     except redis.exceptions.RedisError as e:
         st.error(
