@@ -1,0 +1,181 @@
+"""Many viewers of one dashboard server: refresh latency and server CPU per viewer.
+
+    .venv/bin/python benchmarks/bench_viewers.py [--viewers 1,10,50] [--seconds 30]
+
+Starts its own redis-server, seeded with an hour of 10 services through the job's sink code
+(tests/integration/seed.py), and one `tidegauge dashboard` process. Then, for each count, connects
+that many Streamlit sessions as real websocket clients speaking Streamlit's own protocol
+(`streamlit.proto`): each runs the page once, then does what a browser does for the page's
+`st.fragment(run_every=...)`: whenever the server's auto-rerun interval comes round, it asks for a
+rerun of the fragment. Measured per refresh: the time from the request to the server's
+"fragment run finished"; over the interval: the dashboard process's CPU seconds (its own and its
+children's, from /proc) and the Redis commands it sent, per viewer. The sessions run in this
+process on the same machine (no browser draws anything: what is measured is the server's work).
+Prints the machine and the figures; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import redis  # noqa: E402
+from streamlit.proto.BackMsg_pb2 import BackMsg  # noqa: E402
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg  # noqa: E402
+from websockets.asyncio.client import connect  # noqa: E402
+
+from benchmarks.machine import describe  # noqa: E402
+from tests.integration.seed import seed_live  # noqa: E402
+from tests.procs import descendants  # noqa: E402
+from tidegauge.core.store import Keys  # noqa: E402
+from tidegauge.local.services import free_port, start_redis, wait_for_port  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DONE = {
+    ForwardMsg.FINISHED_SUCCESSFULLY,
+    ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY,
+}
+
+
+def _cpu_s(pid: int) -> float:
+    """utime + stime of a process and every live descendant (the Streamlit server), seconds."""
+    ticks = 0
+    for p in {pid, *descendants(pid)}:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+async def _viewer(port: int, stop_at: float, measure_from: float, out: list[float]) -> None:
+    """One session: the page once, then fragment reruns at the server's interval."""
+    async with connect(
+        f"ws://127.0.0.1:{port}/_stcore/stream",
+        subprotocols=["streamlit"],  # type: ignore[list-item]
+        max_size=None,
+        origin=f"http://127.0.0.1:{port}",  # type: ignore[arg-type]
+    ) as ws:
+        first = BackMsg()
+        first.rerun_script.query_string = ""
+        first.rerun_script.page_script_hash = ""
+        await ws.send(first.SerializeToString())
+        page_hash = ""
+        fragment: str | None = None
+        interval = 1.0
+        sent: float | None = None
+        next_at = 0.0
+        while time.monotonic() < stop_at:
+            timeout = max(0.01, (next_at - time.monotonic()) if fragment and sent is None else 5.0)
+            try:
+                raw = await asyncio.wait_for(ws.recv(), timeout)
+            except TimeoutError:
+                raw = None
+            if raw is not None:
+                msg = ForwardMsg.FromString(raw if isinstance(raw, bytes) else raw.encode())
+                kind = msg.WhichOneof("type")
+                if kind == "new_session":
+                    page_hash = msg.new_session.page_script_hash
+                elif kind == "auto_rerun":
+                    fragment, interval = msg.auto_rerun.fragment_id, msg.auto_rerun.interval
+                    next_at = time.monotonic() + interval
+                elif kind == "script_finished" and msg.script_finished in DONE:
+                    if sent is not None:
+                        if sent >= measure_from:
+                            out.append(time.monotonic() - sent)
+                        sent = None
+                        next_at = max(next_at, time.monotonic())
+            if fragment and sent is None and time.monotonic() >= next_at:
+                req = BackMsg()
+                req.rerun_script.page_script_hash = page_hash
+                req.rerun_script.fragment_id = fragment
+                req.rerun_script.is_auto_rerun = True
+                sent = time.monotonic()
+                next_at = sent + interval
+                await ws.send(req.SerializeToString())
+
+
+async def _run(port: int, n: int, warmup_s: float, seconds: float) -> list[float]:
+    start = time.monotonic()
+    out: list[float] = []
+    await asyncio.gather(
+        *(_viewer(port, start + warmup_s + seconds, start + warmup_s, out) for _ in range(n))
+    )
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--viewers", default="1,10,50")
+    p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--warmup", type=float, default=10.0)
+    p.add_argument("--services", type=int, default=10)
+    p.add_argument("--minutes", type=int, default=60)
+    args = p.parse_args()
+    print(describe(("redis", "streamlit", "websockets", "plotly")))
+    svc = start_redis()
+    port = free_port()
+    url = f"redis://{svc.address}/0"
+    dash = None
+    try:
+        r = redis.Redis.from_url(url)
+        seed_live(
+            r, Keys(), time.time_ns() // 1_000_000, services=args.services, minutes=args.minutes
+        )
+        dash = subprocess.Popen(
+            [sys.executable, "-m", "tidegauge.cli", "dashboard", "--redis", url]
+            + ["--port", str(port), "--address", "127.0.0.1"],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for_port("127.0.0.1", port, timeout_s=60, proc=dash)
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=30).read()
+        print(f"seeded {args.services} services x {args.minutes} min; dashboard on port {port}")
+        for n in [int(x) for x in args.viewers.split(",")]:
+            cpu0, cmd0, t0 = None, None, None
+
+            async def measured(n: int = n) -> list[float]:
+                nonlocal cpu0, cmd0, t0
+                task = asyncio.ensure_future(_run(port, n, args.warmup, args.seconds))
+                await asyncio.sleep(args.warmup)
+                assert dash is not None
+                cpu0, t0 = _cpu_s(dash.pid), time.monotonic()
+                cmd0 = int(r.info("stats")["total_commands_processed"])
+                return await task
+
+            lat = asyncio.run(measured())
+            assert dash is not None and cpu0 is not None and t0 is not None and cmd0 is not None
+            span = time.monotonic() - t0
+            cpu = _cpu_s(dash.pid) - cpu0
+            cmds = int(r.info("stats")["total_commands_processed"]) - cmd0
+            lat.sort()
+            if not lat:
+                print(f"{n} viewers: no refresh finished")
+                continue
+            print(
+                f"{n:>3} viewers: {len(lat):,} refreshes in {span:.0f}s ({len(lat) / span / n:.2f} "
+                f"per viewer per s); refresh latency median {1000 * statistics.median(lat):.0f} "
+                f"ms, p95 {1000 * lat[int(0.95 * (len(lat) - 1))]:.0f} ms; server CPU "
+                f"{cpu / span:.2f} cores ({1000 * cpu / span / n:.0f} ms per viewer per s); "
+                f"Redis commands {cmds / span:,.0f}/s"
+            )
+    finally:
+        if dash is not None:
+            dash.terminate()
+            dash.wait(10)
+        svc.stop()
+
+
+if __name__ == "__main__":
+    main()
