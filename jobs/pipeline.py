@@ -40,7 +40,7 @@ from jobs.rollup import BatchTime
 from jobs.rows import OUTPUT_SCHEMA, decode_rows
 from jobs.spark import build_session
 from jobs.state import STATE_SCHEMA
-from jobs.status import Committed, ProgressEvent, StatusListener
+from jobs.status import Committed, ProgressEvent, StatusListener, where_batches_run
 from tidegauge.core.config import JobConfig, KafkaSettings, redact_url
 from tidegauge.core.durations import format_duration
 from tidegauge.core.events import OVERFLOW_SERVICE
@@ -190,6 +190,7 @@ class _BatchWriter:
             rows.duplicate_events,
             rows.overflow_names,
             rows.overflow_events,
+            where_batches_run(),
         )
         if rows.overflow_names:
             log.warning(

@@ -108,6 +108,24 @@ class Committed:
     #: Service names beyond `--max-services` it counted under OVERFLOW_SERVICE, and their events.
     overflow_names: int = 0
     overflow_events: int = 0
+    #: Where it ran (`where_batches_run`), taken when it committed: the listener may see the
+    #: progress event later, or again (replayed), after executors came or went.
+    spark: dict[str, Any] | None = None
+
+
+def where_batches_run() -> dict[str, Any] | None:
+    """The master, its executors now (0 in local mode) and their cores; None without Spark."""
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is None:
+        return None
+    try:
+        executors = int(sc._jsc.sc().getExecutorIds().size())
+        return {"master": sc.master, "executors": executors, "cores": sc.defaultParallelism}
+    except Exception as e:  # informational: never fail a batch for it
+        log.debug("could not read the executors: %s", e)
+        return None
 
 
 @dataclass(frozen=True)
@@ -201,7 +219,7 @@ class StatusListener(StreamingQueryListener):
             summary["allowed_lateness_ms"] = self.cfg.allowed_lateness_ms
             summary["freshness"] = None if done is None else done.freshness
             summary["duplicates"] = None if done is None else done.duplicates
-            summary["spark"] = self._spark()
+            summary["spark"] = where_batches_run() if done is None else done.spark
             summary["overflow"] = (
                 None
                 if done is None
@@ -210,20 +228,6 @@ class StatusListener(StreamingQueryListener):
             write_progress(self.client, self.keys, summary)
         except redis.RedisError as e:  # status is informational; never kill the query for it
             log.warning("could not write status: %s", e)
-
-    def _spark(self) -> dict[str, Any] | None:
-        """Where the batch ran: the master, its executors (0 in local mode) and their cores."""
-        from pyspark import SparkContext
-
-        sc = SparkContext._active_spark_context
-        if sc is None:
-            return None
-        try:
-            executors = int(sc._jsc.sc().getExecutorIds().size())
-            return {"master": sc.master, "executors": executors, "cores": sc.defaultParallelism}
-        except Exception as e:  # informational: never fail a batch for it
-            log.debug("could not read the executors: %s", e)
-            return None
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: N802
         """No new data: say we are alive, so a quiet stream does not look like a dead job."""

@@ -83,7 +83,8 @@ class JobStatus:
     #: Freshness of the latest batch that had records (`tidegauge.core.freshness.Freshness` as a
     #: dict: batch_id, commit_time, records, p50_ms, p99_ms, max_ms); None before any.
     freshness: dict[str, int] | None = None
-    #: Where the latest batch ran: master, executors (0 in local mode) and cores; None if
+    #: Where the latest batch ran: master, executors (0 in local mode) and cores (Spark's
+    #: default parallelism: on a cluster the cores it started with, at least 2); None if
     #: unknown (status written by an older job).
     spark: dict[str, Any] | None = None
 
