@@ -32,6 +32,7 @@ __all__ = [
     "Retention",
     "Tier",
     "cover",
+    "cover_by_spec",
     "expired",
     "format_span",
     "plan_reads",
@@ -223,6 +224,16 @@ def cover(
     if layers and until_ms > since_ms:
         fill(since_ms, until_ms, len(layers) - 1)
     return sorted(out, key=lambda p: (p[1], p[0].size_ms))
+
+
+def cover_by_spec(
+    since_ms: int, until_ms: int, layers: Sequence[Layer], min_size_ms: int = 0
+) -> list[tuple[WindowSpec, list[int]]]:
+    """`cover`'s pieces grouped by spec, finest spec first: what to read from each tier."""
+    by_spec: dict[WindowSpec, list[int]] = {}
+    for spec, start in cover(since_ms, until_ms, layers, min_size_ms):
+        by_spec.setdefault(spec, []).append(start)
+    return sorted(by_spec.items(), key=lambda kv: kv[0].size_ms)
 
 
 def _align_up(ts_ms: int, size_ms: int) -> int:

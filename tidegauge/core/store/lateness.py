@@ -18,7 +18,7 @@ from tidegauge.core.metrics import (
     WindowAgg,
     fraction_at_least,
 )
-from tidegauge.core.retention import Layer, cover
+from tidegauge.core.retention import Layer, cover_by_spec
 from tidegauge.core.store.arrivals import read_arrival_size
 from tidegauge.core.store.index import _stamped, _starts
 from tidegauge.core.store.keys import ALL_SERVICES, Keys, _s, split_batch_field
@@ -143,10 +143,7 @@ def _lateness_across_tiers(
     layers: Sequence[Layer],
 ) -> LatenessResult:
     """`read_lateness` over the raw windows and the roll-ups that tile the range (`cover`)."""
-    by_spec: dict[WindowSpec, list[int]] = {}
-    for piece, start in cover(since_ms, until_ms, layers):
-        by_spec.setdefault(piece, []).append(start)
-    parts = sorted(by_spec.items(), key=lambda kv: kv[0].size_ms)
+    parts = cover_by_spec(since_ms, until_ms, layers)
     accepted = [
         a[service]
         for piece, starts in parts

@@ -17,7 +17,7 @@ from tidegauge.core.metrics import (
     WindowAgg,
     added_result_fields,
 )
-from tidegauge.core.retention import Layer, cover, format_span, plan_reads
+from tidegauge.core.retention import Layer, cover_by_spec, format_span, plan_reads
 from tidegauge.core.store.index import _reusable, _starts, _sync
 from tidegauge.core.store.keys import ALL_SERVICES, Keys, _s, split_batch_field
 from tidegauge.core.store.records import WindowRow
@@ -318,13 +318,9 @@ def _range_across_tiers(
     A roll-up is the merge of the finer windows it replaces, so counts are the same as from the
     raw windows and the sketches stay within their bounds.
     """
-    pieces = cover(since_ms, until_ms, layers, min_size_ms)
-    by_spec: dict[WindowSpec, list[int]] = {}
-    for spec, start in pieces:
-        by_spec.setdefault(spec, []).append(start)
     found: list[tuple[int, int, WindowAgg]] = []  # (start, end, aggregate)
     counts: dict[str, int] = {}
-    for spec, starts in by_spec.items():
+    for spec, starts in cover_by_spec(since_ms, until_ms, layers, min_size_ms):
         aggs = _window_aggs(r, keys, spec, starts, [service], False, None, None)
         for start, a in zip(starts, aggs, strict=True):
             if service in a:
