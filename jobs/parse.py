@@ -19,11 +19,10 @@ import pyarrow as pa
 from tidegauge.core.events import (
     BUILT_IN_FIELDS,
     DEAD_LETTER_RAW_CAP,
-    Event,
     EventField,
     Heartbeat,
     event_fields,
-    parse_record,
+    parse_values,
 )
 from tidegauge.core.plugins import ensure_plugins
 from tidegauge.core.registry import metrics
@@ -136,20 +135,16 @@ def _parse_batch(
         cols["sent_ms"],
     )
     reason, detail, raw, raw_size = cols["reason"], cols["detail"], cols["raw"], cols["raw_size"]
+    extras = [cols[c] for c in extra_columns.values()] if extra_columns else []  # field order
     for i, value in enumerate(values):
-        got = parse_record(value)
-        if isinstance(got, Event):
+        got = parse_values(value)
+        if isinstance(got, list):  # values in check order (`event_fields()`)
             kind[i] = KIND_EVENT
-            event_ms[i] = got.event_time
-            service[i] = got.service
-            user_id[i] = got.user_id
-            event_id[i] = got.event_id
-            latency[i] = got.latency_ms
-            status[i] = got.status
-            sent[i] = got.sent_time
-            if extra_columns:
-                for name, v in got.extras:
-                    cols[extra_columns[name]][i] = v
+            (event_id[i], event_ms[i], service[i], user_id[i]) = got[:4]
+            (sent[i], latency[i], status[i]) = got[4:7]
+            if extras:
+                for col, v in zip(extras, got[7:], strict=True):
+                    col[i] = v
         elif isinstance(got, Heartbeat):
             kind[i] = KIND_HEARTBEAT
             event_ms[i] = got.event_time

@@ -30,13 +30,16 @@ __all__ = [
     "MIN_TIME_MS",
     "OVERFLOW_SERVICE",
     "Event",
+    "EventValues",
     "Heartbeat",
     "Reason",
     "Rejected",
+    "as_event",
     "encode_event",
     "encode_heartbeat",
     "event_fields",
     "parse_record",
+    "parse_values",
     "parse_time",
     "register_field",
     "unregister_field",
@@ -97,6 +100,9 @@ class Event:
     extras: tuple[tuple[str, Any], ...] = ()
 
 
+#: What `parse_values` gives for an event: its values in check order (`event_fields()`).
+EventValues = list[Any]
+
 FieldType = Literal["string", "time", "float", "int"]
 
 
@@ -129,11 +135,12 @@ class EventField:
         if not self.column:
             object.__setattr__(self, "column", self.name)
 
-    def checker(self) -> Callable[[Any], Any]:
+    def checker(self, valid_unicode: bool = False) -> Callable[[Any], Any]:
         """A function from the raw JSON value (None when absent) to the parsed value.
 
         Built once per field: parsing runs it for every record, so the per-type branches are
-        decided here, not per value.
+        decided here, not per value. `valid_unicode`: the decoder already refused lone
+        surrogates (orjson does), so strings need no UTF-8 check.
         """
         name, required = self.name, self.required
 
@@ -153,6 +160,8 @@ class EventField:
                     return _string(self, value)  # raises WRONG_TYPE (or returns a str subclass)
                 if (required and not value) or value in reserved or len(value) > longest:
                     return _string(self, value)  # raises with the contract's detail
+                if valid_unicode:
+                    return value
                 try:
                     value.encode("utf-8")
                 except UnicodeEncodeError:
@@ -240,8 +249,10 @@ def event_fields() -> tuple[EventField, ...]:
     return BUILT_IN_FIELDS + tuple(_REGISTERED.values())
 
 
-#: (name, checker) of every field in check order, rebuilt when the registered fields change.
+#: (name, checker) of every field in check order, rebuilt when the registered fields change;
+#: `_FAST_CHECKERS` for objects orjson decoded (no lone surrogates in their strings).
 _CHECKERS: list[tuple[str, Callable[[Any], Any]]] = []
+_FAST_CHECKERS: list[tuple[str, Callable[[Any], Any]]] = []
 _EXTRA_NAMES: list[str] = []
 
 
@@ -253,6 +264,7 @@ _BIG = 2.0**63
 
 def _compile() -> None:
     _CHECKERS[:] = [(f.name, f.checker()) for f in event_fields()]
+    _FAST_CHECKERS[:] = [(f.name, f.checker(valid_unicode=True)) for f in event_fields()]
     _EXTRA_NAMES[:] = list(_REGISTERED)
 
 
@@ -373,9 +385,13 @@ def _integer(f: EventField, value: Any) -> int:
     return value
 
 
-def _event(obj: dict[str, Any]) -> Event:
+def _checked(obj: dict[str, Any], checkers: list[tuple[str, Callable[[Any], Any]]]) -> EventValues:
     get = obj.get
-    v = [check(get(name)) for name, check in _CHECKERS]
+    return [check(get(name)) for name, check in checkers]
+
+
+def as_event(v: EventValues) -> Event:
+    """The `Event` of an event's checked values (`parse_values`)."""
     extras: tuple[tuple[str, Any], ...] = ()
     if _EXTRA_NAMES:
         extras = tuple((n, x) for n, x in zip(_EXTRA_NAMES, v[7:], strict=True) if x is not None)
@@ -403,11 +419,6 @@ def _heartbeat(obj: dict[str, Any]) -> Heartbeat:
 #: 1,024): a record's verdict must not depend on where it is parsed.
 MAX_NESTING = 64
 
-#: Brackets in a value beyond which the fast path leaves it to the standard library (after the
-#: depth check): with at most this many brackets, no value can be nested too deeply.
-_FAST_NESTING = MAX_NESTING
-
-
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKETS = re.compile(r"[\[\]{}]")
 
@@ -419,35 +430,54 @@ def _depth(text: str) -> int:
 
 
 def parse_record(value: bytes | None) -> Event | Heartbeat | Rejected:
-    """Judge one Kafka record value against the contract. Never raises.
+    """Judge one Kafka record value against the contract. Never raises."""
+    return _wrapped(parse_values(value))
 
-    Decodes with orjson (C, ~4x faster than the standard library) when it can give exactly
-    what `json.loads` gives; a value it rejects, deeply nested values and objects where a
-    number it turned into a float may have been an integer too big for 64 bits go the standard
-    library's way (`_parse_standard`), which also words every rejection. The two agree on
-    every record (tests/unit/test_events.py checks them against each other).
+
+def _wrapped(got: EventValues | Heartbeat | Rejected) -> Event | Heartbeat | Rejected:
+    return as_event(got) if isinstance(got, list) else got
+
+
+def parse_values(value: bytes | None) -> EventValues | Heartbeat | Rejected:
+    """`parse_record` without building the `Event`: its checked values, in check order.
+
+    The job's parser (jobs/parse.py) writes them straight into columns. Decodes with orjson
+    (C, ~4x faster than the standard library) when it can give exactly what `json.loads`
+    gives; a value it rejects, objects holding arrays or objects (whose depth the standard
+    path checks) and objects where a number it turned into a float may have been an integer
+    too big for 64 bits go the standard library's way (`_parse_standard`), which also words
+    every rejection. The two agree on every record (tests/unit/test_events.py checks them
+    against each other).
     """
     if not value:
         return Rejected(Reason.EMPTY, "record has no value")
     if len(value) > MAX_RECORD_BYTES:
         return _too_large(value)
-    if value.count(b"[") + value.count(b"{") > _FAST_NESTING:
-        return _parse_standard(value)
     try:
         obj = orjson.loads(value)
     except orjson.JSONDecodeError:  # not UTF-8, not JSON, NaN, a lone surrogate, 1e400...
-        return _parse_standard(value)
-    if not isinstance(obj, dict):
-        return _parse_standard(value)
+        return _standard_values(value)
+    if type(obj) is not dict:
+        return _standard_values(value)
     for v in obj.values():
-        if type(v) is float and not -_BIG < v < _BIG:
-            # orjson reads an integer beyond 64 bits as a float: judge the integer instead
-            return _parse_standard(value)
-    return _judge(obj)
+        t = type(v)
+        if (t is float and not -_BIG < v < _BIG) or t is dict or t is list:
+            # a float may be an integer beyond 64 bits; nesting needs the depth check
+            return _standard_values(value)
+    try:
+        if obj.get("heartbeat") is True:
+            return _heartbeat(obj)
+        return _checked(obj, _FAST_CHECKERS)
+    except ContractError as e:
+        return Rejected(e.reason, e.detail)
 
 
 def _parse_standard(value: bytes) -> Event | Heartbeat | Rejected:
     """`parse_record` with the standard library's decoder: the reference, and every rejection."""
+    return _wrapped(_standard_values(value))
+
+
+def _standard_values(value: bytes) -> EventValues | Heartbeat | Rejected:
     if len(value) > MAX_RECORD_BYTES:
         return _too_large(value)
     try:
@@ -472,11 +502,11 @@ def _too_large(value: bytes) -> Rejected:
     )
 
 
-def _judge(obj: dict[str, Any]) -> Event | Heartbeat | Rejected:
+def _judge(obj: dict[str, Any]) -> EventValues | Heartbeat | Rejected:
     try:
         if obj.get("heartbeat") is True:
             return _heartbeat(obj)
-        return _event(obj)
+        return _checked(obj, _CHECKERS)
     except ContractError as e:
         return Rejected(e.reason, e.detail)
 
