@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from collections.abc import Callable, Hashable
 from datetime import timedelta
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import streamlit as st
 
 from dashboard import chart, data, figures, frames
 from dashboard.run import app_settings
-from dashboard.shared import SharedReads
+from dashboard.shared import Derived, SharedReads
 from tidegauge.core import control
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.config import DEFAULT_REDIS_URL, RedisSettings, plugins_from_env, redact_url
@@ -71,7 +72,9 @@ def _client(url: str) -> redis.Redis:
 
 
 @st.cache_resource(show_spinner=False)
-def _shared_reads(url: str, prefix: str, refresh_ms: int) -> SharedReads[data.Snapshot]:
+def _shared_reads(
+    url: str, prefix: str, refresh_ms: int
+) -> SharedReads[tuple[data.Snapshot, Derived]]:
     # Every session of this server showing the same view shares one read per refresh
     # (dashboard/shared.py): a bit under the interval, so each session's next tick reads anew.
     return SharedReads(ttl_s=0.9 * refresh_ms / 1000)
@@ -183,7 +186,7 @@ def _job_command() -> str:
     return cmd + " --checkpoint var/checkpoints/job"
 
 
-def _status(snap: data.Snapshot, f: data.Filters) -> None:
+def _status(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
     if snap.status is None:
         st.info("The job has written windows but no status yet.")
     else:
@@ -198,7 +201,12 @@ def _status(snap: data.Snapshot, f: data.Filters) -> None:
                 "unable to reach Redis. The figures below are the last ones it wrote.",
                 icon="⚠️",
             )
-    heads = frames.headline(snap.status, snap.windows, snap.batches, snap.read_at_ms, f.range_ms)
+    heads = d.get(
+        "headline",
+        lambda: frames.headline(
+            snap.status, snap.windows, snap.batches, snap.read_at_ms, f.range_ms
+        ),
+    )
     for first in range(0, len(heads), HEADLINES_PER_ROW):
         line = heads[first : first + HEADLINES_PER_ROW]
         for col, h in zip(st.columns(HEADLINES_PER_ROW)[: len(line)], line, strict=True):
@@ -224,19 +232,23 @@ def _only(frame: pd.DataFrame, f: data.Filters) -> pd.DataFrame:
     return frame[frame["service"].isin([ALL_SERVICES, *f.services])].reset_index(drop=True)
 
 
-def _chart(fig: figures.Figure, key: str) -> None:
-    chart.chart(fig, key)
+def _chart(d: Derived, key: str, build: Callable[[], figures.Figure], *choices: Hashable) -> None:
+    """Draw the chart `key`: its JSON built once per snapshot and `choices` for every session."""
+    chart.draw(d.get(("chart", key, *choices), lambda: chart.figure_json(build())), key)
 
 
-def _time_domains(snap: data.Snapshot, f: data.Filters) -> None:
+def _time_domains(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
     st.subheader("Event time vs processing time")
     show_broker = st.toggle("Also count by the broker's timestamp", value=False, key="show_broker")
-    arrivals = frames.arrivals_frame(snap.arrivals, _services(f))
     _chart(
-        figures.time_domains(
-            arrivals, frames.watermark_frame(snap.batches), show_broker=show_broker
-        ),
+        d,
         "time_domains",
+        lambda: figures.time_domains(
+            frames.arrivals_frame(snap.arrivals, _services(f)),
+            frames.watermark_frame(snap.batches),
+            show_broker=show_broker,
+        ),
+        show_broker,
     )
     st.caption(
         "Top: the same events counted per window by when they happened (event time) and by "
@@ -245,38 +257,44 @@ def _time_domains(snap: data.Snapshot, f: data.Filters) -> None:
     )
 
 
-def _events_chart(snap: data.Snapshot, f: data.Filters, windows: pd.DataFrame) -> None:
+def _events_chart(snap: data.Snapshot, d: Derived, f: data.Filters, windows: pd.DataFrame) -> None:
     st.subheader("Events per second by service")
     show_total = st.toggle("Show the all-services total (*)", value=True, key="show_total")
-    frame = _only(windows, f)
-    order = _order(frame, f)
+    frame = d.get("windows_shown", lambda: _only(windows, f))
+    order = _order(d, "windows_shown", frame, f)
     wm = snap.status.watermark if snap.status and snap.status.watermark > 0 else None
-    fig = figures.events_per_second(
-        frame,
-        services=order,
-        window_size_ms=snap.window_size_ms,
-        watermark=None if wm is None else frames.to_utc([wm]).iloc[0].to_pydatetime(),
-        show_total=show_total,
+    _chart(
+        d,
+        "events_per_s",
+        lambda: figures.events_per_second(
+            frame,
+            services=order,
+            window_size_ms=snap.window_size_ms,
+            watermark=None if wm is None else frames.to_utc([wm]).iloc[0].to_pydatetime(),
+            show_total=show_total,
+        ),
+        tuple(order),
+        show_total,
     )
-    _chart(fig, "events_per_s")
     if snap.resolution:
         st.caption(f"Resolution: {snap.resolution} (older windows live on as roll-ups)")
 
 
-def _order(frame: pd.DataFrame, f: data.Filters) -> list[str]:
+def _order(d: Derived, name: str, frame: pd.DataFrame, f: data.Filters) -> list[str]:
     """Services in the order this session first saw them, limited to the chosen ones.
 
     A stable order keeps legend toggles on their line; a service that left the range keeps its
     (empty) place.
     """
     order = frames.stable_order(
-        st.session_state.get("service_order", []), frames.services_in(frame)
+        st.session_state.get("service_order", []),
+        d.get(("services_in", name), lambda: frames.services_in(frame)),
     )
     st.session_state["service_order"] = order
     return [s for s in order if not f.services or s in f.services]
 
 
-def _latency(snap: data.Snapshot, f: data.Filters, metrics: pd.DataFrame) -> None:
+def _latency(snap: data.Snapshot, d: Derived, f: data.Filters, metrics: pd.DataFrame) -> None:
     st.subheader("Latency")
     shown = f.selected(snap.services)
     left, right = st.columns([1, 1])
@@ -288,8 +306,12 @@ def _latency(snap: data.Snapshot, f: data.Filters, metrics: pd.DataFrame) -> Non
             format_func=lambda s: figures.TOTAL_NAME if s == ALL_SERVICES else s,
         )
         _chart(
-            figures.latency_percentiles(metrics, service, window_size_ms=snap.window_size_ms),
+            d,
             "latency_ts",
+            lambda: figures.latency_percentiles(
+                metrics, service, window_size_ms=snap.window_size_ms
+            ),
+            service,
         )
     with right:
         st.radio(
@@ -304,27 +326,31 @@ def _latency(snap: data.Snapshot, f: data.Filters, metrics: pd.DataFrame) -> Non
         if snap.range_from_ms is not None and snap.range_to_ms is not None:
             span = snap.range_to_ms - snap.range_from_ms
             st.dataframe(
-                frames.range_table(snap.range_aggs, services, span),
+                d.get("range_table", lambda: frames.range_table(snap.range_aggs, services, span)),
                 hide_index=True,
                 key="latency_table",
             )
         _chart(
-            figures.latency_cdf(frames.cdf_frame(snap.range_aggs, services), shown), "latency_cdf"
+            d,
+            "latency_cdf",
+            lambda: figures.latency_cdf(frames.cdf_frame(snap.range_aggs, services), shown),
         )
 
 
 def _users(
-    snap: data.Snapshot, f: data.Filters, windows: pd.DataFrame, metrics: pd.DataFrame
+    snap: data.Snapshot, d: Derived, f: data.Filters, windows: pd.DataFrame, metrics: pd.DataFrame
 ) -> None:
     st.subheader("Distinct users")
-    frame = _only(frames.users_band(metrics), f)
+    order = _order(d, "windows", windows, f)
     _chart(
-        figures.distinct_users(
-            frame,
-            services=_order(windows, f),
+        d,
+        "users",
+        lambda: figures.distinct_users(
+            _only(frames.users_band(metrics), f),
+            services=order,
             window_size_ms=snap.window_size_ms,
         ),
-        "users",
+        tuple(order),
     )
     st.caption(
         "HyperLogLog estimates per window; the band is ±2 standard errors (1.04/√m = "
@@ -332,14 +358,15 @@ def _users(
     )
 
 
-def _lateness(snap: data.Snapshot, f: data.Filters) -> None:
+def _lateness(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
     st.subheader("Lateness")
     _chart(
-        figures.lateness_windows(
+        d,
+        "lateness_windows",
+        lambda: figures.lateness_windows(
             frames.lateness_frame(snap.windows, _services(f)),
             window_size_ms=snap.window_size_ms,
         ),
-        "lateness_windows",
     )
     res = snap.lateness
     if res is None:
@@ -353,8 +380,9 @@ def _lateness(snap: data.Snapshot, f: data.Filters) -> None:
             f"{res.duplicates:,} duplicates dropped)"
         )
         _chart(
-            figures.lateness_histogram(frames.digest_histogram(res.lateness)),
+            d,
             "lateness_hist",
+            lambda: figures.lateness_histogram(frames.digest_histogram(res.lateness)),
         )
     with right:
         job_ms = snap.status.allowed_lateness_ms if snap.status else None
@@ -374,17 +402,25 @@ def _lateness(snap: data.Snapshot, f: data.Filters) -> None:
             "the event-time frontier had passed its window's end by at least L on arrival.",
         )
         _chart(
-            figures.what_if(frames.what_if_frame(res), chosen_ms=chosen, job_ms=job_ms),
+            d,
             "what_if_chart",
+            lambda: figures.what_if(
+                d.get("what_if", lambda: frames.what_if_frame(res)), chosen_ms=chosen, job_ms=job_ms
+            ),
+            chosen,
         )
     if snap.late_events:
         st.caption(f"Latest {len(snap.late_events)} late events kept")
-        st.dataframe(frames.late_events_frame(snap.late_events), hide_index=True, key="late_events")
+        st.dataframe(
+            d.get("late_events", lambda: frames.late_events_frame(snap.late_events)),
+            hide_index=True,
+            key="late_events",
+        )
 
 
-def _health(snap: data.Snapshot) -> None:
+def _health(snap: data.Snapshot, d: Derived) -> None:
     st.subheader("Pipeline health")
-    _chart(figures.pipeline_health(frames.health_frame(snap.batches)), "health")
+    _chart(d, "health", lambda: figures.pipeline_health(frames.health_frame(snap.batches)))
     st.caption(
         "Per batch, by when it ran: input vs processed rows/s; the batch's duration; its "
         "freshness, how old its records were when its results were committed to Redis (commit "
@@ -446,15 +482,18 @@ def live() -> None:
     )
     try:
         shared = _shared_reads(settings.redis.url, keys.prefix, settings.refresh_ms)
-        snap = shared.get(
+        snap, d = shared.get(
             f,
-            lambda: data.read_snapshot(
-                _client(settings.redis.url),
-                keys,
-                f.range_ms,
-                now_ms,
-                filters=f,
-                cache=_closed_windows(settings.redis.url, keys.prefix),
+            lambda: (
+                data.read_snapshot(
+                    _client(settings.redis.url),
+                    keys,
+                    f.range_ms,
+                    now_ms,
+                    filters=f,
+                    cache=_closed_windows(settings.redis.url, keys.prefix),
+                ),
+                Derived(),
             ),
         )
     except redis.exceptions.RedisError as e:
@@ -479,16 +518,16 @@ def live() -> None:
         st.code(_job_command(), language="bash")
         st.caption("or run the whole pipeline locally with `tidegauge demo`.")
         return
-    # Built once per refresh, shared by the panels that draw windows.
-    windows = frames.windows_frame(snap.windows)
-    metrics = frames.metrics_frame(snap.windows)
-    _status(snap, f)
-    _time_domains(snap, f)
-    _events_chart(snap, f, windows)
-    _latency(snap, f, metrics)
-    _users(snap, f, windows, metrics)
-    _lateness(snap, f)
-    _health(snap)
+    # Built once per snapshot, shared by the panels that draw windows (and by every session).
+    windows = d.get("windows", lambda: frames.windows_frame(snap.windows))
+    metrics = d.get("metrics", lambda: frames.metrics_frame(snap.windows))
+    _status(snap, d, f)
+    _time_domains(snap, d, f)
+    _events_chart(snap, d, f, windows)
+    _latency(snap, d, f, metrics)
+    _users(snap, d, f, windows, metrics)
+    _lateness(snap, d, f)
+    _health(snap, d)
 
 
 live()

@@ -23,7 +23,7 @@ import streamlit as st
 from dashboard.figures import Figure
 from dashboard.run import PLOTLY_JS
 
-__all__ = ["CONFIG", "chart", "figure_json"]
+__all__ = ["CONFIG", "chart", "draw", "figure_json"]
 
 #: plotly.js config of every chart: no logo, no cloud button, resize with the page.
 CONFIG = {"displaylogo": False, "responsive": True}
@@ -89,5 +89,10 @@ def figure_json(fig: Figure) -> str:
 
 def chart(fig: Figure, key: str) -> None:
     """Draw `fig` under the fixed `key`; the same key across refreshes keeps the user's view."""
-    payload: dict[str, Any] = {"figure": figure_json(fig), "config": CONFIG}
+    draw(figure_json(fig), key)
+
+
+def draw(figure: str, key: str) -> None:
+    """`chart` of a figure already in JSON (`figure_json`), e.g. one shared by many sessions."""
+    payload: dict[str, Any] = {"figure": figure, "config": CONFIG}
     _component(key=key, data=payload, height="content")

@@ -169,6 +169,10 @@ def streamlit_command(settings: DashboardSettings, port: int, address: str) -> l
         "--client.toolbarMode=viewer",
         # dashboard/chart.py loads plotly.js from app/static/ (dashboard/static/)
         "--server.enableStaticServing=true",
+        # A served dashboard: no watching of its source files, and no full garbage collection
+        # after every rerun of every session (~9 % of a busy server's CPU, measured).
+        "--server.fileWatcherType=none",
+        "--runner.postScriptGC=false",
         "--",
         *settings.app_argv(),
     ]

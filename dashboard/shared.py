@@ -7,6 +7,11 @@ sessions asking meanwhile wait for that read instead of starting their own (sing
 later ones reuse it. A failed read is not kept: the next session tries again. Snapshots are
 shared objects, so pages must treat them as read-only (they do: frames and figures are built
 from them, never written back).
+
+What the page derives from a snapshot (frames, figure JSON) is shared too: each snapshot comes
+with a `Derived` memo, so a chart is built once per snapshot and choice of the viewer (service,
+toggles), not once per viewer. Measured: frames and figures were most of a refresh's server CPU
+(BENCHMARKS.md, many viewers).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-__all__ = ["SharedReads"]
+__all__ = ["Derived", "SharedReads"]
 
 T = TypeVar("T")
 
@@ -76,3 +81,28 @@ class SharedReads(Generic[T]):
     def stats(self) -> dict[str, Any]:
         """Views held and reads done so far."""
         return {"views": len(self._entries), "reads": self.reads}
+
+
+class Derived:
+    """What sessions derive from one shared snapshot, built once per key for all of them.
+
+    Keys name the value and every choice it depends on (e.g. `("events", services, total)`),
+    so two sessions with different choices get different values. Builds run one at a time
+    under one lock: a session waiting for a chart another session is building gets that chart.
+    Values are shared: callers must not modify them.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()  # a build may use other derived values
+        self._values: dict[Hashable, Any] = {}
+        #: Values built (for the tests: N sessions with the same choices build each once).
+        self.builds = 0
+
+    def get(self, key: Hashable, build: Callable[[], T]) -> T:
+        """The value for `key`, built by `build()` the first time it is asked for."""
+        with self._lock:
+            if key not in self._values:
+                self._values[key] = build()  # raises: nothing kept, the next caller builds
+                self.builds += 1
+            value: T = self._values[key]
+            return value

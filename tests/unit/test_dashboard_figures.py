@@ -434,6 +434,8 @@ def test_streamlit_command_keeps_password_off_the_command_line() -> None:
     assert "--server.port=8600" in cmd and "--server.address=0.0.0.0" in cmd
     assert "--server.headless=true" in cmd and "--browser.gatherUsageStats=false" in cmd
     assert "--server.enableStaticServing=true" in cmd  # dashboard/chart.py loads plotly.js
+    # served, not developed: no source watching, no full GC after every session's rerun
+    assert "--server.fileWatcherType=none" in cmd and "--runner.postScriptGC=false" in cmd
     app_args = cmd[cmd.index("--") + 1 :]
     assert app_settings(app_args, {"TIDEGAUGE_REDIS_URL": s.redis.url}) == s
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from dashboard.shared import SharedReads
+from dashboard.shared import Derived, SharedReads
 
 pytestmark = pytest.mark.unit
 
@@ -81,3 +81,47 @@ def test_views_nobody_watches_are_forgotten() -> None:
     clock.t = 100.0
     shared.get("new", lambda: 2)
     assert len(shared) == 1
+
+
+def test_sessions_with_the_same_choices_build_each_chart_once() -> None:
+    derived = Derived()
+    builds: list[tuple[str, bool]] = []
+
+    def chart(service: str, total: bool) -> str:
+        def build() -> str:
+            builds.append((service, total))
+            time.sleep(0.01)
+            return f"{service}:{total}"
+
+        return derived.get(("chart", service, total), build)
+
+    got: list[str] = []
+    started = threading.Barrier(30)
+
+    def session(i: int) -> None:
+        started.wait()
+        got.append(chart("*", True))
+        got.append(chart("api" if i % 2 else "*", i % 3 == 0))
+
+    threads = [threading.Thread(target=session, args=(i,)) for i in range(30)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # one build per distinct choice, whoever asked first; everyone got the value of its choice
+    assert sorted(builds) == sorted(set(builds)) and derived.builds == len(builds) == 4
+    assert got.count("*:True") == 30 + 5 and len(got) == 60
+
+
+def test_a_build_may_use_other_derived_values_and_failures_are_not_kept() -> None:
+    derived = Derived()
+    frame = derived.get("frame", lambda: [1, 2, 3])
+    assert derived.get("chart", lambda: sum(derived.get("frame", lambda: [0]))) == 6
+    assert derived.get("frame", lambda: [0]) is frame
+
+    def broken() -> int:
+        raise RuntimeError("Redis went away")
+
+    with pytest.raises(RuntimeError):
+        derived.get("late", broken)
+    assert derived.get("late", lambda: 7) == 7 and derived.builds == 3
