@@ -23,6 +23,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "job": ("jobs.cli", "run the Spark Structured Streaming job (Kafka -> Redis)"),
     "query": ("tidegauge.query", "read stored results from Redis"),
     "dashboard": ("dashboard.run", "serve the Streamlit dashboard"),
+    "alerts": ("tidegauge.alerts.cli", "evaluate alert rules against the store, tell webhooks"),
     "demo": ("tidegauge.local.stack", "start broker, Redis, generator, job and dashboard together"),
     "topic": ("tidegauge.core.topics", "create the events topic"),
     "cluster": (

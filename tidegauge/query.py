@@ -12,11 +12,13 @@ from typing import Any
 import redis
 
 from tidegauge.core import store
+from tidegauge.core.alerts import STATES, Firing, describe_firing
 from tidegauge.core.config import RedisSettings, redact_url
 from tidegauge.core.durations import format_duration, parse_duration, parse_instant, to_iso
 from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.metrics import added_result_fields, field_label
 from tidegauge.core.store import ALL_SERVICES
+from tidegauge.core.store.alerts import read_alert_heartbeat, read_alert_log, read_firings
 from tidegauge.core.windows import WindowSpec
 
 __all__ = ["add_arguments", "format_freshness", "run"]
@@ -109,6 +111,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     common(d)
     d.add_argument("--limit", type=int, default=20)
 
+    al = sub.add_parser(
+        "alerts", help="alert firings (provisional, confirmed, retracted) and the latest notices"
+    )
+    common(al)
+    al.add_argument("--limit", type=int, default=20, help="notices to show (default 20)")
+    al.add_argument(
+        "--state", choices=STATES, help="only firings in this state (exit 1 if there are any)"
+    )
+
 
 def _fail(msg: str) -> int:
     print(f"tidegauge query: {msg}", file=sys.stderr)
@@ -134,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
             return _arrivals(r, keys, args, now)
         if args.view == "late-events":
             return _late_events(r, keys, args)
+        if args.view == "alerts":
+            return _alerts(r, keys, args, now)
         return _dead(r, keys, args)
     except redis.RedisError as e:
         return _fail(f"cannot read Redis at {redact_url(settings.url)}: {e}")
@@ -393,3 +406,37 @@ def _dead(r: redis.Redis, keys: store.Keys, args: argparse.Namespace) -> int:
     if not counts:
         print("(no dead letters)")
     return 0
+
+
+def _alerts(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int) -> int:
+    firings = read_firings(r, keys)
+    if args.state:
+        firings = [f for f in firings if f.state == args.state]
+    notices = read_alert_log(r, keys, args.limit)
+    beat = read_alert_heartbeat(r, keys)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "firings": [f.to_dict() for f in firings],
+                    "notices": notices,
+                    "evaluated_at": None if beat is None else beat.time,
+                }
+            )
+        )
+    else:
+        if beat is None:
+            print("no alert evaluator has run on this prefix (start one: tidegauge alerts)")
+        else:
+            ago = format_duration(max(now - beat.time, 0))
+            print(f"evaluated {ago} ago, {beat.rules} rule(s)")
+        for f in firings:
+            print(describe_firing(f))
+        if not firings:
+            print("(no firings)")
+        if notices:
+            print("\nlatest notices:")
+        for n in notices:
+            f = Firing.from_dict(n["firing"])
+            print(f"{to_iso(int(n['time']))}  {n['state']:<12} {f.rule_name} ({f.service})")
+    return 1 if args.state and firings else 0

@@ -2,7 +2,8 @@
 
     4  tidegauge.cli                      the command line: dispatches to everything below
     3  tidegauge.local                    local services and the demo (starts all of the below)
-    2  jobs | dashboard | tidegauge.traffic | tidegauge.query    one concern each, never each other
+    2  jobs | dashboard | tidegauge.traffic | tidegauge.query | tidegauge.alerts
+                                       one concern each, never each other
     1  tidegauge.core                     no Spark, no Streamlit: contract, time, metrics, store
     0  sketches                           t-digest, HyperLogLog
 
@@ -30,6 +31,7 @@ COMPONENTS = (
     ("dashboard", "dashboard", 2),
     ("tidegauge.traffic", "traffic", 2),
     ("tidegauge.query", "query", 2),
+    ("tidegauge.alerts", "alerts", 2),
     ("tidegauge.local", "local", 3),
     ("tidegauge", "cli", 4),
 )
@@ -40,6 +42,7 @@ FORBIDDEN = {
     "core": ("pyspark", "streamlit", "plotly"),
     "traffic": ("pyspark", "streamlit", "plotly"),
     "query": ("pyspark", "streamlit", "plotly"),
+    "alerts": ("pyspark", "streamlit", "plotly", "kafka"),
     "jobs": ("streamlit", "plotly"),
     "dashboard": ("pyspark",),
 }

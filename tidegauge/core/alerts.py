@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from tidegauge.core.durations import format_duration, parse_duration
+from tidegauge.core.durations import format_duration, parse_duration, to_iso
 from tidegauge.core.store.records import WindowRow
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "Rule",
     "advance",
     "batch_points",
+    "describe_firing",
     "evaluate",
     "load_rules",
     "parse_rule",
@@ -125,8 +126,8 @@ class Rule:
     @property
     def key(self) -> str:
         """Stable id of what the rule checks (its name may change without losing firings)."""
-        text = f"{self.metric}|{self.op}|{float(self.threshold)!r}|{self.windows}|{self.service}|{self.spec}"
-        return hashlib.sha1(text.encode()).hexdigest()[:12]
+        parts = (self.metric, self.op, float(self.threshold), self.windows, self.service, self.spec)
+        return hashlib.sha1("|".join(map(repr, parts)).encode()).hexdigest()[:12]
 
     def breaches(self, value: float | None) -> bool:
         """The value is over (or under) the threshold; no value never breaches."""
@@ -432,3 +433,11 @@ def advance(
 
 def _worse(rule: Rule, a: float, b: float) -> float:
     return max(a, b) if rule.op in (">", ">=") else min(a, b)
+
+
+def describe_firing(f: Firing) -> str:
+    """One line: state, rule, event-time span, windows (closed), worst value."""
+    return (
+        f"{f.state.upper():<12} {f.rule_name}: {f.text}; {to_iso(f.start)} to {to_iso(f.end)}, "
+        f"{f.windows} window(s) ({f.closed} closed), worst {f.peak:,.4g}"
+    )

@@ -144,6 +144,31 @@ class Keys:
         return f"{self.prefix}:control"
 
     @property
+    def alerts(self) -> str:
+        """Hash: firing id -> JSON firing (`tidegauge.core.alerts.Firing`), newest capped."""
+        return f"{self.prefix}:alerts"
+
+    @property
+    def alert_rules(self) -> str:
+        """Hash: rule key -> JSON {name, text} of the rules the evaluator runs."""
+        return f"{self.prefix}:alerts:rules"
+
+    @property
+    def alert_outbox(self) -> str:
+        """List: notices (JSON) written with the firings' state, awaiting webhook delivery."""
+        return f"{self.prefix}:alerts:outbox"
+
+    @property
+    def alert_log(self) -> str:
+        """List: every notice (JSON: firing, state, time), newest first, capped."""
+        return f"{self.prefix}:alerts:log"
+
+    @property
+    def alert_heartbeat(self) -> str:
+        """String: JSON {time, rules} the evaluator writes after every evaluation."""
+        return f"{self.prefix}:alerts:heartbeat"
+
+    @property
     def dead_counts(self) -> str:
         """Hash: reason -> number of dead letters ever seen (exact, not capped)."""
         return f"{self.prefix}:dead:count"

@@ -1,0 +1,9 @@
+"""`tidegauge alerts`: evaluate alert rules against the store and tell webhooks (docs/alerts.md).
+
+    evaluator.py  one evaluation: read windows and batches, advance the firings, write them
+    webhook.py    drain the outbox: POST each notice, retried with back-off
+    cli.py        the command: rules from a file and the command line, the loop
+
+Reads and writes only Redis (no Spark, no Kafka): it can run anywhere the store is reachable,
+as many rules as needed, restarted at will (its state is in Redis).
+"""
