@@ -23,6 +23,7 @@ from dashboard import chart, data, figures, frames
 from dashboard.run import app_settings
 from dashboard.shared import Derived, SharedReads
 from tidegauge.core import control
+from tidegauge.core.alerts import ongoing
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.config import DEFAULT_REDIS_URL, RedisSettings, plugins_from_env, redact_url
 from tidegauge.core.durations import format_duration, to_iso
@@ -186,6 +187,23 @@ def _job_command() -> str:
     return cmd + " --checkpoint var/checkpoints/job"
 
 
+def _alert_banner(snap: data.Snapshot) -> None:
+    """Ongoing alert firings on top of the page (docs/alerts.md); nothing when there are none."""
+    if not snap.firings or snap.spec is None or snap.newest_start_ms is None:
+        return
+    lateness = snap.status.allowed_lateness_ms if snap.status else None
+    slack = (lateness or 0) + 2 * snap.spec.size_ms
+    for x in ongoing(snap.firings, snap.spec.end(snap.newest_start_ms), slack):
+        text = (
+            f"**{x.rule_name}** ({x.text}): {x.state}, since {to_iso(x.start)}, "
+            f"{x.windows} window(s), worst {x.peak:,.4g}"
+        )
+        if x.state == "confirmed":
+            st.error(text, icon="🚨")
+        else:
+            st.warning(text + " (windows still open: stragglers may withdraw it)", icon="⏳")
+
+
 def _status(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
     if snap.status is None:
         st.info("The job has written windows but no status yet.")
@@ -266,12 +284,15 @@ def _events_chart(snap: data.Snapshot, d: Derived, f: data.Filters, windows: pd.
     _chart(
         d,
         "events_per_s",
-        lambda: figures.events_per_second(
-            frame,
-            services=order,
-            window_size_ms=snap.window_size_ms,
-            watermark=None if wm is None else frames.to_utc([wm]).iloc[0].to_pydatetime(),
-            show_total=show_total,
+        lambda: figures.mark_firings(
+            figures.events_per_second(
+                frame,
+                services=order,
+                window_size_ms=snap.window_size_ms,
+                watermark=None if wm is None else frames.to_utc([wm]).iloc[0].to_pydatetime(),
+                show_total=show_total,
+            ),
+            [x for x in snap.firings if not f.services or x.service in (ALL_SERVICES, *f.services)],
         ),
         tuple(order),
         show_total,
@@ -308,8 +329,9 @@ def _latency(snap: data.Snapshot, d: Derived, f: data.Filters, metrics: pd.DataF
         _chart(
             d,
             "latency_ts",
-            lambda: figures.latency_percentiles(
-                metrics, service, window_size_ms=snap.window_size_ms
+            lambda: figures.mark_firings(
+                figures.latency_percentiles(metrics, service, window_size_ms=snap.window_size_ms),
+                [x for x in snap.firings if x.service == service],
             ),
             service,
         )
@@ -521,6 +543,7 @@ def live() -> None:
     # Built once per snapshot, shared by the panels that draw windows (and by every session).
     windows = d.get("windows", lambda: frames.windows_frame(snap.windows))
     metrics = d.get("metrics", lambda: frames.metrics_frame(snap.windows))
+    _alert_banner(snap)
     _status(snap, d, f)
     _time_domains(snap, d, f)
     _events_chart(snap, d, f, windows)

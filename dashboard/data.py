@@ -13,6 +13,7 @@ from typing import Any
 
 import redis
 
+from tidegauge.core.alerts import Firing
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.metrics import WindowAgg
 from tidegauge.core.store import (
@@ -42,6 +43,7 @@ from tidegauge.core.store import (
     read_windows,
     read_windows_tiered,
 )
+from tidegauge.core.store.alerts import read_firings
 from tidegauge.core.windows import WindowSpec
 
 __all__ = [
@@ -125,6 +127,8 @@ class Snapshot:
     #: Which windows the charts show, when the store has retention tiers: e.g. "1h roll-ups
     #: to 2026-…Z, then 10s windows" (tidegauge/core/retention.py).
     resolution: str | None = None
+    #: Alert firings (`tidegauge alerts`) overlapping the shown range, newest first.
+    firings: list[Firing] = field(default_factory=list)
 
     @property
     def is_empty(self) -> bool:
@@ -232,5 +236,12 @@ def read_snapshot(
         batches=read_batches(r, keys, limit),
         late_events=read_late_events(r, keys, limit=f.late_event_limit),
         resolution=resolution,
+        firings=[
+            x
+            for x in read_firings(r, keys)
+            if newest is None or x.end > spec.end(newest) - f.range_ms
+        ]
+        if spec is not None
+        else [],
         **snap_range,
     )

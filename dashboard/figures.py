@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tidegauge.core.alerts import Firing
 from tidegauge.core.durations import format_duration
 from tidegauge.core.store import ALL_SERVICES
 
@@ -723,3 +724,54 @@ def pipeline_health(frame: pd.DataFrame) -> Figure:
         ),
     )
     return {"data": data, "layout": _layout(height=600, **axes)}
+
+
+#: How a firing is drawn on the event-time charts, by state.
+FIRING_STYLE = {
+    "confirmed": {"fillcolor": "#d62728", "opacity": 0.12, "line": {"width": 0}},
+    "provisional": {"fillcolor": "#ff7f0e", "opacity": 0.12, "line": {"width": 0}},
+    "retracted": {
+        "fillcolor": "rgba(0,0,0,0)",
+        "opacity": 0.6,
+        "line": {"width": 1, "dash": "dot", "color": "#7f7f7f"},
+    },
+}
+
+
+def mark_firings(fig: Figure, firings: Sequence[Firing]) -> Figure:
+    """`fig` (an event-time chart) with each alert firing as a shaded span and a label.
+
+    Spans cover the firing's windows (event time), coloured by state (docs/alerts.md):
+    confirmed red, provisional orange, retracted a dotted outline. Returns a new figure; `fig`
+    may be shared between sessions and is not changed.
+    """
+    if not firings or not fig.get("data"):
+        return fig
+    layout = dict(fig["layout"])
+    shapes = list(layout.get("shapes", []))
+    notes = list(layout.get("annotations", []))
+    for f in firings:
+        x0, x1 = _utc(f.start), _utc(f.end)
+        shapes.append(
+            {"type": "rect", "xref": "x", "yref": "paper", "x0": x0, "x1": x1, "y0": 0,
+             "y1": 1, "layer": "below", **FIRING_STYLE[f.state]}
+        )  # fmt: skip
+        notes.append(
+            {
+                "text": f"{f.rule_name} ({_service_label(f.service)}): {f.state}",
+                "xref": "x",
+                "yref": "paper",
+                "x": x0,
+                "y": 0,
+                "xanchor": "left",
+                "yanchor": "bottom",
+                "showarrow": False,
+                "font": {"size": 11, "color": "#7f7f7f" if f.state == "retracted" else "#d62728"},
+            }
+        )
+    layout["shapes"], layout["annotations"] = shapes, notes
+    return {"data": fig["data"], "layout": layout}
+
+
+def _utc(ms: int) -> str:
+    return pd.Timestamp(ms, unit="ms").isoformat()

@@ -23,6 +23,7 @@ from streamlit.testing.v1 import AppTest
 from dashboard import data
 from jobs.redis_sink import WindowUpdate, write_batch, write_progress
 from tests import procs
+from tests.integration.helpers import tidegauge
 from tests.integration.seed import PANELS, seed_live
 from tidegauge.core.config import ENV_REDIS_URL, RedisSettings
 from tidegauge.core.control import read_commands
@@ -410,3 +411,32 @@ def test_long_ranges_are_drawn_from_the_retention_roll_ups(
     assert first == batches[0].windows[0].start_ms  # the stream's first 10 minutes
     assert rates[0] == pytest.approx(want / 600)
     assert len(starts) < 200  # not 1,080 windows of 10 s
+
+
+def test_alert_firings_show_as_a_banner_and_on_the_event_time_charts(
+    monkeypatch: pytest.MonkeyPatch, redis_settings: RedisSettings, redis_client: redis.Redis
+) -> None:
+    seeded = seed(redis_client, now_ms())
+    # the real evaluator: checkout breaches in all six windows, three of them closed
+    tidegauge(
+        "alerts", "--once", "--redis", redis_settings.url,
+        "--rule", "events/s > 5 for 2 on checkout",   # 3 closed windows >= 2: confirmed
+        "--rule", "events/s > 20 for 5 on search",    # only 3 of 6 closed: provisional
+        "--rule", "events/s > 1000",                  # never: no firing
+    )  # fmt: skip
+    at = run_app(monkeypatch, redis_settings.url)
+    assert not at.exception
+    (confirmed,) = at.error
+    assert "events/s > 5 for 2 on checkout" in confirmed.value and "confirmed" in confirmed.value
+    (provisional,) = [w for w in at.warning if "search" in w.value]
+    assert "provisional" in provisional.value and "stragglers may withdraw" in provisional.value
+    fig = chart(at, "events_per_s")
+    marks = [a["text"] for a in fig["layout"]["annotations"] if "events/s" in a["text"]]
+    assert sorted(marks) == [
+        "events/s > 20 for 5 on search (search): provisional",
+        "events/s > 5 for 2 on checkout (checkout): confirmed",
+    ]
+    spans = [s for s in fig["layout"]["shapes"] if s["fillcolor"] in ("#d62728", "#ff7f0e")]
+    starts = sorted(s["x0"] for s in spans)
+    oldest = to_iso(seeded["newest"] - 5 * W).rstrip("Z")  # both runs start at the first window
+    assert all(x.startswith(oldest[:19]) for x in starts), starts

@@ -13,6 +13,7 @@ from tidegauge.core.alerts import (
     batch_points,
     evaluate,
     load_rules,
+    ongoing,
     parse_rule,
     window_points,
 )
@@ -243,3 +244,15 @@ def test_firings_older_than_what_was_read_are_kept_as_they_are() -> None:
 def test_a_firing_survives_a_round_trip_through_its_dict() -> None:
     (f,) = evaluate(RULE, window_points(RULE, [row(i, 900, closed=True) for i in range(3)]))
     assert Firing.from_dict(f.to_dict()) == f
+
+
+def test_ongoing_firings_are_the_unretracted_ones_reaching_the_newest_windows() -> None:
+    def firing(end_i: int, state: str) -> Firing:
+        return Firing(
+            "k", "r", "api", T0, T0 + end_i * S, state, 1.0, end_i, 0, id=f"{end_i}{state}"
+        )  # type: ignore[arg-type]
+
+    fs = [firing(10, "confirmed"), firing(10, "retracted"), firing(3, "confirmed"),
+          firing(9, "provisional")]  # fmt: skip
+    got = ongoing(fs, newest_end_ms=T0 + 10 * S, slack_ms=2 * S)
+    assert [f.id for f in got] == ["10confirmed", "9provisional"]

@@ -450,3 +450,29 @@ def test_install_plotly_js_copies_the_bundle_once(tmp_path: Path) -> None:
     dest.write_bytes(b"stale")
     install_plotly_js(tmp_path / "static")
     assert dest.read_bytes() == plotly_js_source().read_bytes()  # replaced when it differs
+
+
+def test_firings_are_drawn_as_spans_without_changing_the_shared_figure() -> None:
+    from tidegauge.core.alerts import Firing
+
+    t0 = 1_795_341_600_000
+    starts = pd.to_datetime([t0, t0 + 10_000, t0 + 20_000], unit="ms")
+    frame = pd.DataFrame({"service": ["api"] * 3, "window_start": starts, "latency_count": [5] * 3})
+    for p in ("p50", "p95", "p99"):
+        frame[p] = [1.0, 2.0, 3.0]
+    base = figures.latency_percentiles(frame, "api")
+    before = json.dumps(base, default=str)
+    fs = [
+        Firing("k", "slow", "api", t0, t0 + 20_000, "confirmed", 3.0, 2, 2, id="a"),
+        Firing("k", "slow", "api", t0 + 30_000, t0 + 40_000, "retracted", 3.0, 1, 0, id="b"),
+    ]
+    marked = figures.mark_firings(base, fs)
+    assert json.dumps(base, default=str) == before  # the shared input is untouched
+    spans = marked["layout"]["shapes"]
+    assert [s["x0"] for s in spans] == ["2026-11-22T10:00:00", "2026-11-22T10:00:30"]
+    assert spans[0]["fillcolor"] == "#d62728" and spans[1]["line"]["dash"] == "dot"
+    assert [a["text"] for a in marked["layout"]["annotations"]] == [
+        "slow (api): confirmed",
+        "slow (api): retracted",
+    ]
+    assert figures.mark_firings(base, []) is base

@@ -45,6 +45,7 @@ __all__ = [
     "describe_firing",
     "evaluate",
     "load_rules",
+    "ongoing",
     "parse_rule",
     "window_points",
 ]
@@ -441,3 +442,12 @@ def describe_firing(f: Firing) -> str:
         f"{f.state.upper():<12} {f.rule_name}: {f.text}; {to_iso(f.start)} to {to_iso(f.end)}, "
         f"{f.windows} window(s) ({f.closed} closed), worst {f.peak:,.4g}"
     )
+
+
+def ongoing(firings: Iterable[Firing], newest_end_ms: int, slack_ms: int) -> list[Firing]:
+    """Firings to tell a viewer about now: not retracted, reaching near the newest windows.
+
+    Near: within `slack_ms` of the newest window's end. A firing whose windows are long past is
+    history, not news.
+    """
+    return [f for f in firings if f.state != "retracted" and f.end >= newest_end_ms - slack_ms]
