@@ -9,6 +9,7 @@ import pytest
 from tidegauge.core.alerts import (
     Firing,
     Rule,
+    State,
     advance,
     batch_points,
     evaluate,
@@ -247,10 +248,10 @@ def test_a_firing_survives_a_round_trip_through_its_dict() -> None:
 
 
 def test_ongoing_firings_are_the_unretracted_ones_reaching_the_newest_windows() -> None:
-    def firing(end_i: int, state: str) -> Firing:
+    def firing(end_i: int, state: State) -> Firing:
         return Firing(
             "k", "r", "api", T0, T0 + end_i * S, state, 1.0, end_i, 0, id=f"{end_i}{state}"
-        )  # type: ignore[arg-type]
+        )
 
     fs = [firing(10, "confirmed"), firing(10, "retracted"), firing(3, "confirmed"),
           firing(9, "provisional")]  # fmt: skip

@@ -34,6 +34,7 @@ from tidegauge.core.durations import format_duration, parse_duration, to_iso
 from tidegauge.core.store.records import WindowRow
 
 __all__ = [
+    "State",
     "BATCH_METRICS",
     "METRICS",
     "OPS",
