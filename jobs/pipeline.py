@@ -191,6 +191,7 @@ class _BatchWriter:
             rows.overflow_names,
             rows.overflow_events,
             where_batches_run(),
+            len(rows.dead),
         )
         if rows.overflow_names:
             log.warning(

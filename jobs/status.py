@@ -111,6 +111,8 @@ class Committed:
     #: Where it ran (`where_batches_run`), taken when it committed: the listener may see the
     #: progress event later, or again (replayed), after executors came or went.
     spark: dict[str, Any] | None = None
+    #: Malformed records it sent to the dead-letter store.
+    dead_letters: int = 0
 
 
 def where_batches_run() -> dict[str, Any] | None:
@@ -219,6 +221,7 @@ class StatusListener(StreamingQueryListener):
             summary["allowed_lateness_ms"] = self.cfg.allowed_lateness_ms
             summary["freshness"] = None if done is None else done.freshness
             summary["duplicates"] = None if done is None else done.duplicates
+            summary["dead_letters"] = None if done is None else done.dead_letters
             summary["spark"] = where_batches_run() if done is None else done.spark
             summary["overflow"] = (
                 None

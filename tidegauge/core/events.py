@@ -330,7 +330,8 @@ def parse_time(value: Any, field: str = "event_time") -> int:
     if not MIN_TIME_MS <= ms < MAX_TIME_MS:
         raise ContractError(
             Reason.INVALID_TIME,
-            f"{field}={ms} is outside 2000..2100 (epoch milliseconds expected, seconds given?)",
+            f"{field}={_short(ms)} is outside 2000..2100 (epoch milliseconds expected, seconds "
+            "given?)",
         )
     return ms
 
@@ -400,6 +401,12 @@ def as_event(v: EventValues) -> Event:
 
 
 _compile()
+
+
+def _short(n: int) -> str:
+    """An integer for a message: as is up to 24 digits, else its first digits and its size."""
+    text = str(n)
+    return text if len(text) <= 24 else f"{text[:12]}...({len(text)} digits)"
 
 
 def _heartbeat(obj: dict[str, Any]) -> Heartbeat:

@@ -1,10 +1,10 @@
 """`tidegauge demo`: the whole pipeline as local processes, started and stopped by one command.
 
 Start order: a Kafka-protocol broker (Tansu, in memory) unless one is given, a private
-redis-server unless one is given, the events topic, then three children running this same
-interpreter: the generator (`tidegauge produce`), the Spark job (`tidegauge job`) and the
-dashboard (`tidegauge dashboard`). Each child is the leader of its own process group
-(`start_new_session=True`), so:
+redis-server unless one is given, the events topic, then four children running this same
+interpreter: the generator (`tidegauge produce`), the Spark job (`tidegauge job`), the alert
+evaluator (`tidegauge alerts` with `DEMO_RULES`) and the dashboard (`tidegauge dashboard`).
+Each child is the leader of its own process group (`start_new_session=True`), so:
 
 - a Ctrl-C on the terminal reaches only this process, which then stops the children in order;
 - a stop signal goes to the child's leader alone (the job must stop its query before its Spark JVM
@@ -92,6 +92,14 @@ _GENERATOR_KNOBS = (
     "10s",
     "--quiet",
 )
+#: The demo's own alert rules (`tidegauge alerts`, docs/alerts.md): the dashboard's "latency
+#: incident" lifts the all-services p99 from ~500 ms to ~2 s, which fires the first.
+DEMO_RULES = (
+    "p99 > 1500 for 2",
+    "error_rate > 10% for 3",
+    "freshness > 5s for 5",
+)
+
 _JOB_KNOBS = (
     "--trigger",
     "1s",
@@ -285,7 +293,7 @@ class _Demo:
 
     def prepare_state_dir(self) -> Path:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        for name in ("broker", "redis", "generator", "job", "dashboard"):
+        for name in ("broker", "redis", "generator", "job", "alerts", "dashboard"):
             with contextlib.suppress(FileNotFoundError):
                 (self.log_dir / f"{name}.log").unlink()
         if self.args.checkpoint:
@@ -510,6 +518,17 @@ class _Demo:
         self.line(
             "job", "started", f"Spark {master} (java: {java}), checkpoint {self._rel(checkpoint)}"
         )
+        self.spawn(
+            "alerts",
+            [
+                "alerts",
+                "--redis-prefix",
+                args.redis_prefix,
+                *[x for rule in DEMO_RULES for x in ("--rule", rule)],
+            ],
+            env,
+        )
+        self.line("alerts", "started", f"{len(DEMO_RULES)} rules ({'; '.join(DEMO_RULES)})")
         url = ""
         if not args.no_dashboard:
             url = f"http://127.0.0.1:{args.port}"
@@ -586,7 +605,7 @@ class _Demo:
             self.stop_requested.wait(0.5)
 
     def stop(self) -> bool:
-        """Stop the children (generator, job, dashboard), then Redis and the broker.
+        """Stop the children (generator, job, alerts, dashboard), then Redis and the broker.
 
         Returns True when every child exited by itself within the grace period.
         """
