@@ -19,7 +19,7 @@ import pandas as pd
 import redis
 import streamlit as st
 
-from dashboard import chart, data, figures, frames
+from dashboard import chart, data, figures, frames, view_url
 from dashboard.run import app_settings
 from dashboard.shared import Derived, SharedReads
 from tidegauge.core import control
@@ -97,11 +97,74 @@ except ValueError as e:
 keys = Keys(settings.redis.prefix)
 shown_url = redact_url(settings.redis.url)
 
-st.title("Tidegauge")
-st.caption(
-    f"Redis `{shown_url}` · prefix `{keys.prefix}` · refresh every "
-    f"{format_duration(settings.refresh_ms)} · all times UTC"
-)
+
+def _label_of(ms: int | None, labels: dict[str, int]) -> str | None:
+    return next((label for label, x in labels.items() if x == ms), None)
+
+
+def _restore_view() -> None:
+    """On a session's first run, set the widgets from the page URL (dashboard/view_url.py)."""
+    if "view_restored" in st.session_state:
+        return
+    st.session_state["view_restored"] = True
+    _range_default()  # a --window-range outside RANGES_MS becomes a choice first
+    v = view_url.from_params(
+        st.query_params.to_dict(),
+        data.WINDOW_KINDS,
+        list(RANGES_MS.values()),
+        list(data.LATENCY_RANGES_MS.values()),
+    )
+    state = st.session_state
+    if v.services:
+        state["services"] = list(v.services)
+    state["kind"] = v.kind
+    if (label := _label_of(v.range_ms, RANGES_MS)) is not None:
+        state["range"] = label
+    if (label := _label_of(v.latency_range_ms, data.LATENCY_RANGES_MS)) is not None:
+        state["latency_range"] = label
+    state["latency_service"] = v.latency_service
+    state["show_broker"], state["show_total"], state["wall"] = v.show_broker, v.show_total, v.wall
+    state["view_problems"] = v.problems
+
+
+def _current_view() -> view_url.View:
+    """The view the widgets show now."""
+    state = st.session_state
+    range_ms = RANGES_MS.get(state.get("range", ""), settings.window_range_ms)
+    return view_url.View(
+        services=tuple(state.get("services", ())),
+        kind=state.get("kind", "tumbling"),
+        range_ms=None if range_ms == settings.window_range_ms else range_ms,
+        latency_range_ms=(
+            None
+            if state.get("latency_range", "15 min") == "15 min"
+            else data.LATENCY_RANGES_MS.get(state["latency_range"])
+        ),
+        latency_service=state.get("latency_service", ALL_SERVICES),
+        show_broker=bool(state.get("show_broker", False)),
+        show_total=bool(state.get("show_total", True)),
+        wall=bool(state.get("wall", False)),
+    )
+
+
+def _keep_view_in_url() -> None:
+    """Write the current view into the page URL (only when it changed: no extra reruns)."""
+    params = view_url.to_params(_current_view())
+    if st.query_params.to_dict() != params:
+        st.query_params.from_dict(params)
+
+
+#: Wall mode: no sidebar or toolbar, large figures, legible across a room (`?wall=1`).
+WALL_CSS = """
+<style>
+section[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"],
+header[data-testid="stHeader"] { display: none !important; }
+[data-testid="stMetricValue"] { font-size: 3.2rem !important; }
+[data-testid="stMetricLabel"] p { font-size: 1.3rem !important; }
+[data-testid="stAlert"] p { font-size: 1.4rem !important; }
+.block-container { padding-top: 1rem !important; max-width: 100% !important; }
+</style>
+"""
 
 
 def _range_default() -> str:
@@ -120,6 +183,9 @@ def _sidebar() -> data.Filters:
         known = read_services(_client(settings.redis.url), keys)
     except redis.exceptions.RedisError:
         known = []  # the live part says what is wrong
+    if any(x not in known for x in st.session_state.get("services", [])):
+        # a link's service the store no longer has (or Redis is unreachable): leave it out
+        st.session_state["services"] = [x for x in st.session_state["services"] if x in known]
     chosen = st.sidebar.multiselect(
         "Services",
         known,
@@ -136,13 +202,22 @@ def _sidebar() -> data.Filters:
         "kind). Sessions: count = sessions closed, latency = session length.",
     )
     labels = list(RANGES_MS)
+    st.session_state.setdefault("range", _range_default())
     range_label = st.sidebar.selectbox(
         "Time range",
         labels,
-        index=labels.index(_range_default()),
         key="range",
         help="How much event time the charts show, ending at the newest window.",
     )
+    st.sidebar.toggle(
+        "Wall mode",
+        key="wall",
+        help="No sidebar, large figures and the alert banner on top, for a screen across the "
+        "room (?wall=1 in the link; remove it to leave)",
+    )
+    with st.sidebar.expander("Share this view"):
+        st.caption("This link opens the page with the same filters, ranges and toggles:")
+        st.code(view_url.link(st.context.url or "", _current_view()), language=None)
     if settings.demo_controls:
         _demo_controls(known)
     return data.Filters(
@@ -257,7 +332,7 @@ def _chart(d: Derived, key: str, build: Callable[[], figures.Figure], *choices: 
 
 def _time_domains(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
     st.subheader("Event time vs processing time")
-    show_broker = st.toggle("Also count by the broker's timestamp", value=False, key="show_broker")
+    show_broker = st.toggle("Also count by the broker's timestamp", key="show_broker")
     _chart(
         d,
         "time_domains",
@@ -277,7 +352,7 @@ def _time_domains(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
 
 def _events_chart(snap: data.Snapshot, d: Derived, f: data.Filters, windows: pd.DataFrame) -> None:
     st.subheader("Events per second by service")
-    show_total = st.toggle("Show the all-services total (*)", value=True, key="show_total")
+    show_total = st.toggle("Show the all-services total (*)", key="show_total")
     frame = d.get("windows_shown", lambda: _only(windows, f))
     order = _order(d, "windows_shown", frame, f)
     wm = snap.status.watermark if snap.status and snap.status.watermark > 0 else None
@@ -320,6 +395,8 @@ def _latency(snap: data.Snapshot, d: Derived, f: data.Filters, metrics: pd.DataF
     shown = f.selected(snap.services)
     left, right = st.columns([1, 1])
     with left:
+        if st.session_state.get("latency_service") not in (ALL_SERVICES, *shown):
+            st.session_state["latency_service"] = ALL_SERVICES  # a link's service that left
         service = st.selectbox(
             "Service",
             [ALL_SERVICES, *shown],
@@ -336,10 +413,10 @@ def _latency(snap: data.Snapshot, d: Derived, f: data.Filters, metrics: pd.DataF
             service,
         )
     with right:
+        st.session_state.setdefault("latency_range", "15 min")
         st.radio(
             "Range",
             list(data.LATENCY_RANGES_MS),
-            index=1,
             key="latency_range",
             horizontal=True,
             help="Merged t-digests of the tumbling windows in this range.",
@@ -490,6 +567,22 @@ def _dead_letters(snap: data.Snapshot) -> None:
         )
 
 
+_restore_view()
+if st.session_state.get("wall"):
+    st.markdown(WALL_CSS, unsafe_allow_html=True)
+else:
+    st.title("Tidegauge")
+    st.caption(
+        f"Redis `{shown_url}` · prefix `{keys.prefix}` · refresh every "
+        f"{format_duration(settings.refresh_ms)} · all times UTC"
+    )
+if st.session_state.get("view_problems"):
+    st.warning(
+        "Parts of this link were ignored: " + "; ".join(st.session_state["view_problems"]),
+        icon="🔗",
+    )
+    st.session_state["view_problems"] = ()  # said once; the URL no longer has them
+
 filters = _sidebar()
 
 
@@ -543,6 +636,7 @@ def live() -> None:
     # Built once per snapshot, shared by the panels that draw windows (and by every session).
     windows = d.get("windows", lambda: frames.windows_frame(snap.windows))
     metrics = d.get("metrics", lambda: frames.metrics_frame(snap.windows))
+    _keep_view_in_url()
     _alert_banner(snap)
     _status(snap, d, f)
     _time_domains(snap, d, f)

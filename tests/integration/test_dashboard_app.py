@@ -440,3 +440,36 @@ def test_alert_firings_show_as_a_banner_and_on_the_event_time_charts(
     starts = sorted(s["x0"] for s in spans)
     oldest = to_iso(seeded["newest"] - 5 * W).rstrip("Z")  # both runs start at the first window
     assert all(x.startswith(oldest[:19]) for x in starts), starts
+
+
+def test_a_link_restores_the_view_and_the_url_follows_the_widgets(
+    monkeypatch: pytest.MonkeyPatch, redis_settings: RedisSettings, redis_client: redis.Redis
+) -> None:
+    seed(redis_client, now_ms())
+    monkeypatch.setenv(ENV_REDIS_URL, redis_settings.url)
+    at = AppTest.from_file(str(APP), default_timeout=30)
+    link = {"svc": "checkout,gone", "range": "1h", "lrange": "5m", "lsvc": "checkout",
+            "total": "0", "broker": "1", "kind": "sliding"}  # fmt: skip
+    for k, v in link.items():
+        at.query_params[k] = v
+    at.run(timeout=30)
+    assert not at.exception
+    assert at.multiselect(key="services").value == ["checkout"]  # "gone" is not in the store
+    assert at.selectbox(key="range").value == "1 h"
+    assert at.radio(key="latency_range").value == "5 min"
+    assert at.selectbox(key="latency_service").value == "checkout"
+    assert at.toggle(key="show_total").value is False and at.toggle(key="show_broker").value
+    (ignored,) = [w for w in at.warning if "ignored" in w.value]
+    assert "kind=sliding" in ignored.value
+    total = trace(chart(at, "events_per_s"), "all services (*)")
+    assert total["visible"] is False  # the total line is hidden, as the link asked
+    # the URL now says what the page shows (the unreadable parts are gone)
+    assert dict(at.query_params) == {
+        "svc": "checkout", "range": "1h", "lrange": "5m", "lsvc": "checkout",
+        "total": "0", "broker": "1",
+    }  # fmt: skip
+    at.toggle(key="wall").set_value(True).run(timeout=30)
+    assert at.query_params["wall"] == "1"
+    assert any("stSidebar" in m.value for m in at.markdown)  # the wall style hides the sidebar
+    share = next(c for c in at.code if "svc=checkout" in c.value)
+    assert "range=1h" in share.value and "wall=1" in share.value

@@ -1,0 +1,133 @@
+"""A view of the page as URL query parameters, and back (pure).
+
+Every choice a viewer makes (services, window kind, time range, latency range and service,
+toggles, wall mode) lives in the page's URL, so a link shows a colleague the same view and a
+wall screen's bookmark keeps its layout. Only choices that differ from the defaults are
+written, so the plain URL stays plain. A parameter that cannot be read (a typo, a removed
+service) is left out and named in `View.problems`: the page shows the rest of the view and says
+what it ignored, instead of failing.
+
+    ?svc=checkout,search&kind=hopping&range=1h&lrange=5m&lsvc=checkout&broker=1&total=0&wall=1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from urllib.parse import urlencode
+
+from tidegauge.core.durations import format_duration, parse_duration
+
+__all__ = ["View", "from_params", "link", "to_params"]
+
+
+@dataclass(frozen=True)
+class View:
+    """Everything a link restores. Durations in ms; None = the page's default."""
+
+    services: tuple[str, ...] = ()
+    kind: str = "tumbling"
+    range_ms: int | None = None
+    latency_range_ms: int | None = None
+    latency_service: str = "*"
+    show_broker: bool = False
+    show_total: bool = True
+    wall: bool = False
+    #: Parameters that could not be read, as "name=value: why".
+    problems: tuple[str, ...] = field(default=(), compare=False)
+
+
+_DEFAULT = View()
+
+
+def to_params(v: View) -> dict[str, str]:
+    """The query parameters of `v`: only what differs from the defaults."""
+    out: dict[str, str] = {}
+    if v.services:
+        out["svc"] = ",".join(v.services)
+    if v.kind != _DEFAULT.kind:
+        out["kind"] = v.kind
+    if v.range_ms is not None:
+        out["range"] = format_duration(v.range_ms)
+    if v.latency_range_ms is not None:
+        out["lrange"] = format_duration(v.latency_range_ms)
+    if v.latency_service != _DEFAULT.latency_service:
+        out["lsvc"] = v.latency_service
+    if v.show_broker:
+        out["broker"] = "1"
+    if not v.show_total:
+        out["total"] = "0"
+    if v.wall:
+        out["wall"] = "1"
+    return out
+
+
+def from_params(
+    params: Mapping[str, str | Sequence[str]],
+    kinds: Sequence[str],
+    ranges_ms: Sequence[int],
+    latency_ranges_ms: Sequence[int],
+) -> View:
+    """The view a URL asks for; what it cannot give is left at its default and in `problems`.
+
+    `kinds`, `ranges_ms` and `latency_ranges_ms` are what the page offers: a range it does not
+    offer is a problem, not a new choice.
+    """
+    problems: list[str] = []
+    v = View()
+
+    def get(name: str) -> str | None:
+        raw = params.get(name)
+        if raw is None:
+            return None
+        return raw if isinstance(raw, str) else (raw[-1] if raw else None)
+
+    def flag(name: str, value: str) -> bool | None:
+        if value in ("1", "true", "yes", "on"):
+            return True
+        if value in ("0", "false", "no", "off"):
+            return False
+        problems.append(f"{name}={value}: not 1 or 0")
+        return None
+
+    def duration(name: str, value: str, offered: Sequence[int]) -> int | None:
+        try:
+            ms = parse_duration(value)
+        except ValueError as e:
+            problems.append(f"{name}={value}: {e}")
+            return None
+        if ms not in offered:
+            shown = ", ".join(format_duration(x) for x in offered)
+            problems.append(f"{name}={value}: not one of {shown}")
+            return None
+        return ms
+
+    if (s := get("svc")) is not None:
+        v = replace(v, services=tuple(x for x in (p.strip() for p in s.split(",")) if x))
+    if (k := get("kind")) is not None:
+        if k in kinds:
+            v = replace(v, kind=k)
+        else:
+            problems.append(f"kind={k}: not one of {', '.join(kinds)}")
+    if (r := get("range")) is not None:
+        v = replace(v, range_ms=duration("range", r, ranges_ms))
+    if (r := get("lrange")) is not None:
+        v = replace(v, latency_range_ms=duration("lrange", r, latency_ranges_ms))
+    if (s := get("lsvc")) is not None and s:
+        v = replace(v, latency_service=s)
+    toggles = {}
+    for name, attr in (("broker", "show_broker"), ("total", "show_total"), ("wall", "wall")):
+        if (x := get(name)) is not None and (b := flag(name, x)) is not None:
+            toggles[attr] = b
+    v = replace(v, show_broker=toggles.get("show_broker", v.show_broker))
+    v = replace(
+        v, show_total=toggles.get("show_total", v.show_total), wall=toggles.get("wall", v.wall)
+    )
+    return replace(v, problems=tuple(problems))
+
+
+def link(page_url: str, v: View) -> str:
+    """`page_url` (query and fragment dropped) with `v`'s parameters."""
+    base = page_url.split("#", 1)[0].split("?", 1)[0]
+    params = to_params(v)
+    return f"{base}?{urlencode(params, safe=',*')}" if params else base

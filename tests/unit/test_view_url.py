@@ -1,0 +1,54 @@
+"""A view of the dashboard as URL parameters and back (dashboard/view_url.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dashboard.view_url import View, from_params, link, to_params
+
+pytestmark = pytest.mark.unit
+
+KINDS = ("tumbling", "hopping", "session")
+RANGES = (300_000, 900_000, 3_600_000, 86_400_000)
+LATENCY = (300_000, 900_000, 3_600_000)
+
+
+def back(v: View) -> View:
+    return from_params(to_params(v), KINDS, RANGES, LATENCY)
+
+
+def test_the_default_view_is_the_plain_url() -> None:
+    assert to_params(View()) == {}
+    assert link("http://h:8501/?old=1#top", View()) == "http://h:8501/"
+
+
+@pytest.mark.parametrize(
+    "v",
+    [
+        View(services=("checkout", "search")),
+        View(kind="hopping", range_ms=3_600_000),
+        View(latency_range_ms=300_000, latency_service="checkout"),
+        View(show_broker=True, show_total=False, wall=True),
+        View(("a b", "ü"), "session", 86_400_000, 3_600_000, "a b", True, False, True),
+    ],
+)
+def test_every_choice_survives_the_round_trip(v: View) -> None:
+    assert back(v) == v and back(v).problems == ()
+
+
+def test_a_link_reads_as_written() -> None:
+    v = View(services=("checkout", "search"), range_ms=3_600_000, wall=True)
+    assert link("http://h:8501/", v) == "http://h:8501/?svc=checkout,search&range=1h&wall=1"
+
+
+def test_what_cannot_be_read_is_ignored_and_named() -> None:
+    v = from_params(
+        {"kind": "sliding", "range": "7m", "lrange": "soon", "wall": "maybe", "svc": ["x", "api"]},
+        KINDS,
+        RANGES,
+        LATENCY,
+    )
+    assert v == View(services=("api",))  # the last of a repeated parameter counts
+    assert [p.split(":")[0] for p in v.problems] == ["kind=sliding", "range=7m", "lrange=soon",
+                                                      "wall=maybe"]  # fmt: skip
+    assert "not one of 5m, 15m, 1h, 24h" in v.problems[1]
