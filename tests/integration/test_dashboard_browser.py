@@ -93,8 +93,10 @@ def test_every_panel_renders_with_data_in_a_real_browser(
 
 
 @contextlib.contextmanager
-def _page(served: str) -> Iterator[playwright.Page]:
-    """Headless Chromium on the served page, once every chart has drawn its traces."""
+def _page(
+    served: str, query: str = "", width: int = 1600, charts: int = CHARTS
+) -> Iterator[playwright.Page]:
+    """Headless Chromium on the served page (`query`: "?a=b"), once every chart has drawn."""
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=CHROMIUM,
@@ -109,14 +111,14 @@ def _page(served: str) -> Iterator[playwright.Page]:
             ],
         )
         try:
-            page = browser.new_page(viewport={"width": 1600, "height": 5200})
-            page.goto(served)
+            page = browser.new_page(viewport={"width": width, "height": 5200})
+            page.goto(served + query)
             # Streamlit draws in steps: wait until every chart has drawn its traces.
             page.wait_for_function(
                 "(n) => { const p = document.querySelectorAll('.js-plotly-plot');"
                 " return p.length >= n &&"
                 " Array.from(p).every(e => e.querySelector('g.trace') !== null); }",
-                arg=CHARTS,
+                arg=charts,
                 timeout=60_000,
             )
             yield page
@@ -257,3 +259,48 @@ def test_service_names_are_shown_literally_and_nothing_runs(
         page.wait_for_timeout(1_500)  # a refresh later
         assert page.locator('[data-testid="stException"]').count() == 0
     assert dialogs == []
+
+
+#: Top-row figures whose text does not fit their box (the browser cuts them with an ellipsis).
+CUT_JS = """() => Array.from(document.querySelectorAll(
+    '[data-testid="stMetricLabel"] p, [data-testid="stMetricValue"] div,'
+    + '[data-testid="stMetricValue"]'))
+  .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.innerText)"""
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_a_link_restores_its_view_and_no_figure_is_cut(
+    served: str, redis_client: redis.Redis, width: int
+) -> None:
+    truth = seed_live(redis_client, Keys(), time.time_ns() // 1_000_000)
+    one = truth.services[1]
+    with _page(served, f"?svc={one}&range=1h&total=0&lrange=5m", width) as page:
+        sidebar = page.locator('section[data-testid="stSidebar"]')
+        assert sidebar.is_visible()
+        assert one in sidebar.locator('[data-testid="stMultiSelect"]').inner_text()
+        assert page.locator(".st-key-range input").input_value() == "1 h"
+        shown = page.evaluate(
+            "() => document.querySelector('.st-key-events_per_s .js-plotly-plot').data"
+            ".map(t => [t.name, t.visible === undefined ? true : t.visible])"
+        )
+        assert shown[0] == ["all services (*)", False]  # total=0: the total line hidden
+        assert [n for n, v in shown if v is True] == [one]
+        assert "svc=" in page.url and "range=1h" in page.url and "lrange=5m" in page.url
+        assert page.evaluate(CUT_JS) == []
+        labels = page.locator('[data-testid="stMetricLabel"]').all_inner_texts()
+        assert "Watermark delay" in labels, labels
+
+
+def test_wall_mode_hides_the_sidebar_and_keeps_every_figure_whole(
+    served: str, redis_client: redis.Redis
+) -> None:
+    seed_live(redis_client, Keys(), time.time_ns() // 1_000_000)
+    with _page(served, "?wall=1", 1280) as page:
+        assert not page.locator('section[data-testid="stSidebar"]').is_visible()
+        big = page.evaluate(
+            "() => parseFloat(getComputedStyle(document.querySelector("
+            "'[data-testid=\"stMetricValue\"]')).fontSize)"
+        )
+        assert big >= 40  # legible across a room
+        assert page.evaluate(CUT_JS) == []
+        assert "wall=1" in page.url
