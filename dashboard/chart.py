@@ -28,7 +28,7 @@ __all__ = ["CONFIG", "chart", "draw", "figure_json"]
 #: plotly.js config of every chart: no logo, no cloud button, resize with the page.
 CONFIG = {"displaylogo": False, "responsive": True}
 
-_JS = """
+_JS = r"""
 const SRC = "app/static/__PLOTLY_JS__";
 
 function plotly() {
@@ -51,6 +51,25 @@ function plotly() {
   return window.__tidegaugePlotly;
 }
 
+// A dark page (the dashboard's --theme dark, or a viewer's choice in its settings) gets charts
+// drawn light on dark; the figure JSON itself is theme-free, shared by every viewer.
+const DARK = {
+  paper_bgcolor: "rgba(0,0,0,0)",
+  plot_bgcolor: "rgba(0,0,0,0)",
+  font: { color: "#e6e6e6" },
+  xaxis: { gridcolor: "#3a3f4b", zerolinecolor: "#3a3f4b", linecolor: "#5a5f6b" },
+  yaxis: { gridcolor: "#3a3f4b", zerolinecolor: "#3a3f4b", linecolor: "#5a5f6b" },
+};
+
+function isDark() {
+  const m = getComputedStyle(document.body).backgroundColor.match(/\d+/g);
+  return !!m && 0.299 * m[0] + 0.587 * m[1] + 0.114 * m[2] < 128;
+}
+
+function themed(layout) {
+  return isDark() ? { ...layout, template: { layout: DARK } } : layout;
+}
+
 export default function ({ parentElement, data }) {
   let div = parentElement.querySelector(".tg-plot");
   if (!div) {
@@ -60,7 +79,7 @@ export default function ({ parentElement, data }) {
   }
   const fig = JSON.parse(data.figure);
   plotly()
-    .then((P) => P.react(div, fig.data, fig.layout, data.config))
+    .then((P) => P.react(div, fig.data, themed(fig.layout), data.config))
     .catch((e) => {
       div.className = "tg-plot tg-plot-error";
       div.textContent = "Chart unavailable: " + e.message;

@@ -112,6 +112,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="127.0.0.1",
         help="address to listen on (default: 127.0.0.1; 0.0.0.0 exposes it to the network)",
     )
+    parser.add_argument(
+        "--theme",
+        choices=("auto", "light", "dark"),
+        default="auto",
+        help="page theme (default auto: the viewer's system setting; each viewer may change it "
+        "in the page's settings); the charts follow it",
+    )
 
 
 def app_settings(argv: Sequence[str], env: Mapping[str, str] | None = None) -> DashboardSettings:
@@ -154,7 +161,9 @@ def install_plotly_js(static_dir: Path = STATIC_DIR) -> Path:
     return dest
 
 
-def streamlit_command(settings: DashboardSettings, port: int, address: str) -> list[str]:
+def streamlit_command(
+    settings: DashboardSettings, port: int, address: str, theme: str = "auto"
+) -> list[str]:
     """The child's command line: this interpreter running Streamlit on `app.py`."""
     return [
         sys.executable,
@@ -173,6 +182,7 @@ def streamlit_command(settings: DashboardSettings, port: int, address: str) -> l
         # after every rerun of every session (~9 % of a busy server's CPU, measured).
         "--server.fileWatcherType=none",
         "--runner.postScriptGC=false",
+        *([f"--theme.base={theme}"] if theme in ("light", "dark") else []),
         "--",
         *settings.app_argv(),
     ]
@@ -193,7 +203,9 @@ def run(args: argparse.Namespace) -> int:
     env = {**os.environ, ENV_REDIS_URL: settings.redis.url}
     print(f"Tidegauge dashboard: http://{args.address}:{args.port}", flush=True)
     print(f"  reading {settings.redis!r}", flush=True)
-    child = subprocess.Popen(streamlit_command(settings, args.port, args.address), env=env)
+    child = subprocess.Popen(
+        streamlit_command(settings, args.port, args.address, args.theme), env=env
+    )
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         # On a terminal Ctrl-C reaches the child too (same process group); stopping Streamlit

@@ -38,11 +38,12 @@ CHARTS = 9
 
 
 @pytest.fixture
-def served(redis_settings: RedisSettings) -> Iterator[str]:
+def served(redis_settings: RedisSettings, request: pytest.FixtureRequest) -> Iterator[str]:
+    """`tidegauge dashboard` (with the flags of an indirect parameter, if any): its URL."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "tidegauge.cli", "dashboard", "--port", str(port)]
-        + ["--redis", redis_settings.url, "--demo-controls"],
+        + ["--redis", redis_settings.url, "--demo-controls", *getattr(request, "param", [])],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -291,7 +292,8 @@ def test_a_link_restores_its_view_and_no_figure_is_cut(
         assert "Watermark delay" in labels, labels
 
 
-def test_wall_mode_hides_the_sidebar_and_keeps_every_figure_whole(
+@pytest.mark.parametrize("served", [["--theme", "dark"]], indirect=True)
+def test_wall_mode_in_the_dark_theme_hides_the_sidebar_and_keeps_every_figure_whole(
     served: str, redis_client: redis.Redis
 ) -> None:
     seed_live(redis_client, Keys(), time.time_ns() // 1_000_000)
@@ -304,3 +306,9 @@ def test_wall_mode_hides_the_sidebar_and_keeps_every_figure_whole(
         assert big >= 40  # legible across a room
         assert page.evaluate(CUT_JS) == []
         assert "wall=1" in page.url
+        # the charts follow the page's dark theme: light text on a transparent background
+        fonts = page.evaluate(
+            "() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
+            ".map(e => [e._fullLayout.font.color, e._fullLayout.paper_bgcolor])"
+        )
+        assert fonts and all(f == ["#e6e6e6", "rgba(0,0,0,0)"] for f in fonts), fonts[:3]
