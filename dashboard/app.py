@@ -330,16 +330,49 @@ def _chart(d: Derived, key: str, build: Callable[[], figures.Figure], *choices: 
     chart.draw(d.get(("chart", key, *choices), lambda: chart.figure_json(build())), key)
 
 
+def _event_marks(
+    snap: data.Snapshot, range_ms: int, services: tuple[str, ...], only: str | None = None
+) -> list[figures.Mark]:
+    """Alert firings and event-time annotations of these services (all: `()`), in range.
+
+    `only`: the firings of exactly this service (a chart of one service's own windows).
+    """
+    if snap.spec is None or snap.newest_start_ms is None:
+        return []
+    until = snap.spec.end(snap.newest_start_ms)
+    ours = (ALL_SERVICES, *services)
+    firings = [
+        x
+        for x in snap.firings
+        if (x.service == only if only is not None else not services or x.service in ours)
+    ]
+    notes = [
+        a for a in snap.annotations if a.domain == "event" and (not services or a.service in ours)
+    ]
+    marks = figures.firing_marks(firings) + figures.annotation_marks(notes)
+    return figures.clip(marks, until - range_ms, until)
+
+
 def _time_domains(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
     st.subheader("Event time vs processing time")
     show_broker = st.toggle("Also count by the broker's timestamp", key="show_broker")
     _chart(
         d,
         "time_domains",
-        lambda: figures.time_domains(
-            frames.arrivals_frame(snap.arrivals, _services(f)),
-            frames.watermark_frame(snap.batches),
-            show_broker=show_broker,
+        lambda: figures.mark(
+            figures.time_domains(
+                frames.arrivals_frame(snap.arrivals, _services(f)),
+                frames.watermark_frame(snap.batches),
+                show_broker=show_broker,
+            ),
+            figures.clip(
+                figures.annotation_marks(
+                    [a for a in snap.annotations if a.domain == "processing"]
+                    + frames.job_starts(snap.batches)
+                ),
+                snap.read_at_ms - f.range_ms,
+                snap.read_at_ms,
+            ),
         ),
         show_broker,
     )
@@ -359,7 +392,7 @@ def _events_chart(snap: data.Snapshot, d: Derived, f: data.Filters, windows: pd.
     _chart(
         d,
         "events_per_s",
-        lambda: figures.mark_firings(
+        lambda: figures.mark(
             figures.events_per_second(
                 frame,
                 services=order,
@@ -367,7 +400,7 @@ def _events_chart(snap: data.Snapshot, d: Derived, f: data.Filters, windows: pd.
                 watermark=None if wm is None else frames.to_utc([wm]).iloc[0].to_pydatetime(),
                 show_total=show_total,
             ),
-            [x for x in snap.firings if not f.services or x.service in (ALL_SERVICES, *f.services)],
+            _event_marks(snap, f.range_ms, f.services),
         ),
         tuple(order),
         show_total,
@@ -406,9 +439,11 @@ def _latency(snap: data.Snapshot, d: Derived, f: data.Filters, metrics: pd.DataF
         _chart(
             d,
             "latency_ts",
-            lambda: figures.mark_firings(
+            lambda: figures.mark(
                 figures.latency_percentiles(metrics, service, window_size_ms=snap.window_size_ms),
-                [x for x in snap.firings if x.service == service],
+                _event_marks(
+                    snap, f.range_ms, () if service == ALL_SERVICES else (service,), only=service
+                ),
             ),
             service,
         )

@@ -44,6 +44,7 @@ from tidegauge.core.store import (
     read_windows_tiered,
 )
 from tidegauge.core.store.alerts import read_firings
+from tidegauge.core.store.annotations import Annotation, read_annotations
 from tidegauge.core.windows import WindowSpec
 
 __all__ = [
@@ -129,6 +130,8 @@ class Snapshot:
     resolution: str | None = None
     #: Alert firings (`tidegauge alerts`) overlapping the shown range, newest first.
     firings: list[Firing] = field(default_factory=list)
+    #: Demo commands and scenario pauses (tidegauge/core/store/annotations.py) of the range.
+    annotations: list[Annotation] = field(default_factory=list)
 
     @property
     def is_empty(self) -> bool:
@@ -236,6 +239,13 @@ def read_snapshot(
         batches=read_batches(r, keys, limit),
         late_events=read_late_events(r, keys, limit=f.late_event_limit),
         resolution=resolution,
+        annotations=read_annotations(
+            r,
+            keys,
+            min(now_ms, spec.end(newest) if spec is not None and newest is not None else now_ms)
+            - f.range_ms,
+            now_ms,
+        ),
         firings=[
             x
             for x in read_firings(r, keys)

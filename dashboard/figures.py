@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +26,7 @@ import pandas as pd
 from tidegauge.core.alerts import Firing
 from tidegauge.core.durations import format_duration
 from tidegauge.core.store import ALL_SERVICES
+from tidegauge.core.store.annotations import Annotation
 
 __all__ = [
     "DOMAIN_STYLE",
@@ -726,8 +728,8 @@ def pipeline_health(frame: pd.DataFrame) -> Figure:
     return {"data": data, "layout": _layout(height=600, **axes)}
 
 
-#: How a firing is drawn on the event-time charts, by state.
-FIRING_STYLE = {
+#: How marks are drawn on the time charts: alert firings by state, annotations by domain.
+MARK_STYLE: dict[str, dict[str, Any]] = {
     "confirmed": {"fillcolor": "#d62728", "opacity": 0.12, "line": {"width": 0}},
     "provisional": {"fillcolor": "#ff7f0e", "opacity": 0.12, "line": {"width": 0}},
     "retracted": {
@@ -735,30 +737,59 @@ FIRING_STYLE = {
         "opacity": 0.6,
         "line": {"width": 1, "dash": "dot", "color": "#7f7f7f"},
     },
+    "event": {"fillcolor": "#9467bd", "opacity": 0.10, "line": {"width": 0}},
+    "processing": {"fillcolor": "#17becf", "opacity": 0.15, "line": {"width": 0}},
+    "instant": {"opacity": 0.8, "line": {"width": 1.5, "dash": "dash", "color": "#17becf"}},
 }
+_MARK_TEXT = {"confirmed": "#d62728", "provisional": "#ff7f0e", "retracted": "#7f7f7f"}
 
 
-def mark_firings(fig: Figure, firings: Sequence[Firing]) -> Figure:
-    """`fig` (an event-time chart) with each alert firing as a shaded span and a label.
+@dataclass(frozen=True)
+class Mark:
+    """A span (or, start == end, an instant) of a time chart with its label and style."""
 
-    Spans cover the firing's windows (event time), coloured by state (docs/alerts.md):
-    confirmed red, provisional orange, retracted a dotted outline. Returns a new figure; `fig`
-    may be shared between sessions and is not changed.
+    start: int
+    end: int
+    label: str
+    style: str
+
+
+def firing_marks(firings: Sequence[Firing]) -> list[Mark]:
+    """Alert firings over their windows (event time), by state (docs/alerts.md)."""
+    return [
+        Mark(f.start, f.end, f"{f.rule_name} ({_service_label(f.service)}): {f.state}", f.state)
+        for f in firings
+    ]
+
+
+def annotation_marks(annotations: Sequence[Annotation]) -> list[Mark]:
+    """Demo commands and job starts over the span they affected, in their own time domain."""
+    return [
+        Mark(a.start, a.end, a.label, "instant" if a.end == a.start else a.domain)
+        for a in annotations
+    ]
+
+
+def mark(fig: Figure, marks: Sequence[Mark]) -> Figure:
+    """`fig` (a chart over time) with each mark as a shaded span or a dashed line and a label.
+
+    Returns a new figure; `fig` may be shared between sessions and is not changed.
     """
-    if not firings or not fig.get("data"):
+    if not marks or not fig.get("data"):
         return fig
     layout = dict(fig["layout"])
     shapes = list(layout.get("shapes", []))
     notes = list(layout.get("annotations", []))
-    for f in firings:
-        x0, x1 = _utc(f.start), _utc(f.end)
+    for m in marks:
+        x0, x1 = _utc(m.start), _utc(m.end)
+        kind = "line" if m.start == m.end else "rect"
         shapes.append(
-            {"type": "rect", "xref": "x", "yref": "paper", "x0": x0, "x1": x1, "y0": 0,
-             "y1": 1, "layer": "below", **FIRING_STYLE[f.state]}
+            {"type": kind, "xref": "x", "yref": "paper", "x0": x0, "x1": x1, "y0": 0, "y1": 1,
+             "layer": "below", **MARK_STYLE[m.style]}
         )  # fmt: skip
         notes.append(
             {
-                "text": f"{f.rule_name} ({_service_label(f.service)}): {f.state}",
+                "text": m.label,
                 "xref": "x",
                 "yref": "paper",
                 "x": x0,
@@ -766,11 +797,25 @@ def mark_firings(fig: Figure, firings: Sequence[Firing]) -> Figure:
                 "xanchor": "left",
                 "yanchor": "bottom",
                 "showarrow": False,
-                "font": {"size": 11, "color": "#7f7f7f" if f.state == "retracted" else "#d62728"},
+                "font": {"size": 11, "color": _MARK_TEXT.get(m.style, "#555555")},
             }
         )
     layout["shapes"], layout["annotations"] = shapes, notes
     return {"data": fig["data"], "layout": layout}
+
+
+def clip(marks: Sequence[Mark], since_ms: int, until_ms: int) -> list[Mark]:
+    """The marks overlapping [since_ms, until_ms], cut to it (a mark must not widen an axis)."""
+    return [
+        Mark(max(m.start, since_ms), min(m.end, until_ms), m.label, m.style)
+        for m in marks
+        if m.end >= since_ms and m.start <= until_ms
+    ]
+
+
+def mark_firings(fig: Figure, firings: Sequence[Firing]) -> Figure:
+    """`mark` with alert firings: confirmed red, provisional orange, retracted dotted."""
+    return mark(fig, firing_marks(firings))
 
 
 def _utc(ms: int) -> str:

@@ -30,6 +30,7 @@ from tidegauge.core.store import (
     LatenessResult,
     WindowRow,
 )
+from tidegauge.core.store.annotations import Annotation
 
 #: Columns of `windows_frame`, in order.
 WINDOW_COLUMNS = ["window_start", "window_end", "service", "count", "events_per_s"]
@@ -627,3 +628,28 @@ def late_events_frame(events: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
             "partition:offset": [f"{e.get('partition')}:{e.get('offset')}" for e in events],
         }
     )
+
+
+def job_starts(batches: Sequence[Mapping[str, Any]]) -> list[Annotation]:
+    """Where the job was started or restarted, from its batch history (processing time).
+
+    A start is the first batch of a run: Spark gives every start of a query a new run id (a
+    restart from the checkpoint keeps the query id). The first batch kept counts only when it
+    is the query's batch 0; before it the history was trimmed.
+    """
+    out: list[Annotation] = []
+    previous: str | None = None
+    for b in batches:
+        run = b.get("run_id")
+        if run is None:
+            continue
+        if (previous is None and int(b.get("batch_id", -1)) == 0) or (
+            previous is not None and run != previous
+        ):
+            label = "job started" if int(b.get("batch_id", -1)) == 0 else "job restarted"
+            t = int(b["batch_time"])
+            out.append(
+                Annotation("job_start", f"{label} (batch {b['batch_id']})", "processing", t, t)
+            )
+        previous = run
+    return out

@@ -84,6 +84,9 @@ def progress_summary(
             op.get("numRowsDroppedByWatermark", 0) for op in progress.get("stateOperators", [])
         ),
         "query_id": str(progress.get("id")),
+        # A new run id per start of the job (same query id when it resumes a checkpoint): the
+        # dashboard marks where the job was (re)started (dashboard/frames.py `job_starts`).
+        "run_id": str(progress.get("runId")),
     }
 
 

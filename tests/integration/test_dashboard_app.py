@@ -30,6 +30,7 @@ from tidegauge.core.control import read_commands
 from tidegauge.core.durations import to_iso
 from tidegauge.core.metrics import WindowAgg
 from tidegauge.core.store import DeadLetter, Keys
+from tidegauge.core.store.annotations import read_annotations
 from tidegauge.core.windows import WindowSpec
 from tidegauge.local.services import free_port
 
@@ -473,3 +474,34 @@ def test_a_link_restores_the_view_and_the_url_follows_the_widgets(
     assert any("stSidebar" in m.value for m in at.markdown)  # the wall style hides the sidebar
     share = next(c for c in at.code if "svc=checkout" in c.value)
     assert "range=1h" in share.value and "wall=1" in share.value
+
+
+def test_demo_commands_and_job_starts_are_marked_on_the_charts_of_their_time_domain(
+    monkeypatch: pytest.MonkeyPatch, redis_settings: RedisSettings, redis_client: redis.Redis
+) -> None:
+    truth = seed_live(redis_client, KEYS, now_ms(), minutes=2)
+    monkeypatch.setattr(sys, "argv", [str(APP), "--demo-controls"])
+    at = run_app(monkeypatch, redis_settings.url)
+    before = now_ms()
+    at.sidebar.button(key="demo_pause").click().run(timeout=30)
+    at.sidebar.button(key="demo_incident").click().run(timeout=30)
+    notes = {a.kind: a for a in read_annotations(redis_client, KEYS, 0, now_ms() + 120_000)}
+    pause, incident = notes["backlog"], notes["incident"]
+    assert pause.domain == "processing" and pause.end - pause.start == 30_000
+    assert incident.domain == "event" and incident.end - incident.start == 60_000
+    assert before <= incident.start <= now_ms() and "all services 5x slower" in incident.label
+    # the backlog pause is processing time: drawn on the event-vs-processing chart (one
+    # refresh interval later: sessions share a snapshot for that long)
+    time.sleep(1.0)
+    at.run(timeout=30)
+    labels = [a["text"] for a in chart(at, "time_domains")["layout"]["annotations"]]
+    assert "backlog: job paused 30 s" in labels
+    # the incident is event time: drawn once the job has windows of that time
+    later = incident.start - incident.start % W
+    write_batch(redis_client, KEYS, 500, [window(later, s, 50) for s in truth.services])
+    time.sleep(1.0)
+    at.run(timeout=30)
+    fig = chart(at, "events_per_s")
+    (span,) = [s for s in fig["layout"]["shapes"] if s.get("fillcolor") == "#9467bd"]
+    assert span["x0"].startswith(to_iso(incident.start)[:19])  # from the click, in event time
+    assert any("incident" in a["text"] for a in fig["layout"]["annotations"])

@@ -476,3 +476,19 @@ def test_firings_are_drawn_as_spans_without_changing_the_shared_figure() -> None
         "slow (api): retracted",
     ]
     assert figures.mark_firings(base, []) is base
+
+
+def test_marks_are_clipped_to_the_chart_and_instants_are_lines() -> None:
+    from tidegauge.core.store.annotations import Annotation
+
+    marks = figures.annotation_marks(
+        [
+            Annotation("incident", "incident: api 5x slower", "event", 100, 400, "api"),
+            Annotation("job_start", "job restarted (batch 9)", "processing", 250, 250),
+            Annotation("backlog", "backlog", "processing", 900, 950),
+        ]
+    )
+    kept = figures.clip(marks, 200, 800)
+    assert [(m.start, m.end, m.style) for m in kept] == [(200, 400, "event"), (250, 250, "instant")]
+    fig = figures.mark({"data": [{"x": [1]}], "layout": {}}, kept)
+    assert [s["type"] for s in fig["layout"]["shapes"]] == ["rect", "line"]

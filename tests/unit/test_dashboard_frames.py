@@ -358,3 +358,16 @@ def test_panel_figures_render_data_and_say_when_there_is_none() -> None:
         built(figures.latency_cdf, frames.cdf_frame({}, ["*"])),
     ):
         assert not empty.data and empty.layout.annotations
+
+
+def test_job_starts_are_the_first_batch_of_each_run() -> None:
+    def b(i: int, run: str | None) -> dict[str, object]:
+        return {"batch_id": i, "batch_time": 1_000 * i, "run_id": run}
+
+    starts = frames.job_starts([b(0, "r1"), b(1, "r1"), b(2, "r2"), b(3, "r2"), b(4, None)])
+    assert [(a.start, a.label, a.domain) for a in starts] == [
+        (0, "job started (batch 0)", "processing"),
+        (2_000, "job restarted (batch 2)", "processing"),
+    ]
+    # a history trimmed before the first batch does not invent a start
+    assert frames.job_starts([b(7, "r1"), b(8, "r1")]) == []

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tidegauge.core.store.annotations import Annotation, write_annotation
 from tidegauge.core.store.keys import ControlFields
 
 if TYPE_CHECKING:  # only names for annotations: importing this module stays cheap
@@ -129,6 +130,8 @@ def request_pause(r: redis.Redis, keys: Keys, now_ms: int, pause_ms: int = 30_00
     _positive_ms("pause_ms", pause_ms)
     until = now_ms + pause_ms
     r.hset(keys.control, _PAUSE_UNTIL, until)
+    label = f"backlog: job paused {pause_ms // 1000:g} s"
+    write_annotation(r, keys, Annotation("backlog", label, "processing", now_ms, until))
     return until
 
 
@@ -156,6 +159,11 @@ def start_incident(
             _INCIDENT_SERVICE: incident.service,
         },
     )
+    where = "all services" if service == ALL_SERVICES else service
+    label = f"incident: {where} {incident.factor:g}x slower"
+    write_annotation(
+        r, keys, Annotation("incident", label, "event", now_ms, incident.until_ms, service)
+    )
     return incident
 
 
@@ -173,6 +181,8 @@ def request_late_burst(
     request = LateBurstRequest(id=now_ms, span_ms=span_ms)
     value = json.dumps({"id": request.id, "span_ms": request.span_ms}, separators=(",", ":"))
     r.hset(keys.control, _LATE_BURST, value)
+    label = f"late burst sent ({span_ms // 60_000:g} min of buffered events)"
+    write_annotation(r, keys, Annotation("late_burst", label, "processing", now_ms, now_ms))
     return request
 
 

@@ -144,6 +144,11 @@ class Keys:
         return f"{self.prefix}:control"
 
     @property
+    def annotations(self) -> str:
+        """Sorted set: JSON annotations (demo commands, job starts), score = start (ms)."""
+        return f"{self.prefix}:annotations"
+
+    @property
     def alerts(self) -> str:
         """Hash: firing id -> JSON firing (`tidegauge.core.alerts.Firing`), newest capped."""
         return f"{self.prefix}:alerts"
