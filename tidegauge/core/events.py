@@ -471,12 +471,7 @@ def parse_values(value: bytes | None) -> EventValues | Heartbeat | Rejected:
         if (t is float and not -_BIG < v < _BIG) or t is dict or t is list:
             # a float may be an integer beyond 64 bits; nesting needs the depth check
             return _standard_values(value)
-    try:
-        if obj.get("heartbeat") is True:
-            return _heartbeat(obj)
-        return _checked(obj, _FAST_CHECKERS)
-    except ContractError as e:
-        return Rejected(e.reason, e.detail)
+    return _judge(obj, _FAST_CHECKERS)
 
 
 def _parse_standard(value: bytes) -> Event | Heartbeat | Rejected:
@@ -509,11 +504,13 @@ def _too_large(value: bytes) -> Rejected:
     )
 
 
-def _judge(obj: dict[str, Any]) -> EventValues | Heartbeat | Rejected:
+def _judge(
+    obj: dict[str, Any], checkers: list[tuple[str, Callable[[Any], Any]]] = _CHECKERS
+) -> EventValues | Heartbeat | Rejected:
     try:
         if obj.get("heartbeat") is True:
             return _heartbeat(obj)
-        return _checked(obj, _CHECKERS)
+        return _checked(obj, checkers)
     except ContractError as e:
         return Rejected(e.reason, e.detail)
 
