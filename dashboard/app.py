@@ -23,7 +23,7 @@ from dashboard import chart, data, figures, frames, view_url
 from dashboard.run import app_settings
 from dashboard.shared import Derived, SharedReads
 from tidegauge.core import control
-from tidegauge.core.alerts import ongoing
+from tidegauge.core.alerts import ongoing, title
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.config import DEFAULT_REDIS_URL, RedisSettings, plugins_from_env, redact_url
 from tidegauge.core.durations import format_duration, to_iso
@@ -270,7 +270,7 @@ def _alert_banner(snap: data.Snapshot) -> None:
     slack = (lateness or 0) + 2 * snap.spec.size_ms
     for x in ongoing(snap.firings, snap.spec.end(snap.newest_start_ms), slack):
         text = (
-            f"**{x.rule_name}** ({x.text}): {x.state}, since {to_iso(x.start)}, "
+            f"**{title(x)}**: {x.state}, since {to_iso(x.start)}, "
             f"{x.windows} window(s), worst {x.peak:,.4g}"
         )
         if x.state == "confirmed":

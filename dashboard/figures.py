@@ -787,15 +787,16 @@ def mark(fig: Figure, marks: Sequence[Mark]) -> Figure:
             {"type": kind, "xref": "x", "yref": "paper", "x0": x0, "x1": x1, "y0": 0, "y1": 1,
              "layer": "below", **MARK_STYLE[m.style]}
         )  # fmt: skip
+        top = m.style not in _MARK_TEXT  # annotations above, alert firings below: no overlap
         notes.append(
             {
                 "text": m.label,
                 "xref": "x",
                 "yref": "paper",
                 "x": x0,
-                "y": 0,
+                "y": 1 if top else 0,
                 "xanchor": "left",
-                "yanchor": "bottom",
+                "yanchor": "top" if top else "bottom",
                 "showarrow": False,
                 "font": {"size": 11, "color": _MARK_TEXT.get(m.style, "#555555")},
             }

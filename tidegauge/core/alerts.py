@@ -48,6 +48,7 @@ __all__ = [
     "load_rules",
     "ongoing",
     "parse_rule",
+    "title",
     "window_points",
 ]
 
@@ -437,10 +438,20 @@ def _worse(rule: Rule, a: float, b: float) -> float:
     return max(a, b) if rule.op in (">", ">=") else min(a, b)
 
 
+def title(f: Firing) -> str:
+    """The rule as its author knows it: its name, and its condition when the name is not that."""
+    try:
+        if parse_rule(f.rule_name).describe() == f.text:
+            return f.rule_name  # a command-line rule, named by its own text
+    except ValueError:
+        pass
+    return f"{f.rule_name} ({f.text})"
+
+
 def describe_firing(f: Firing) -> str:
     """One line: state, rule, event-time span, windows (closed), worst value."""
     return (
-        f"{f.state.upper():<12} {f.rule_name}: {f.text}; {to_iso(f.start)} to {to_iso(f.end)}, "
+        f"{f.state.upper():<12} {title(f)}; {to_iso(f.start)} to {to_iso(f.end)}, "
         f"{f.windows} window(s) ({f.closed} closed), worst {f.peak:,.4g}"
     )
 
