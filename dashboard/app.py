@@ -355,6 +355,7 @@ def _event_marks(
 
 def _time_domains(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
     st.subheader("Event time vs processing time")
+    st.session_state.setdefault("show_broker", False)
     show_broker = st.toggle("Also count by the broker's timestamp", key="show_broker")
     _chart(
         d,
@@ -385,6 +386,9 @@ def _time_domains(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
 
 def _events_chart(snap: data.Snapshot, d: Derived, f: data.Filters, windows: pd.DataFrame) -> None:
     st.subheader("Events per second by service")
+    # defaults set here, not by value=: a link may have set them first (_restore_view), and a
+    # widget Streamlit dropped while it was not drawn comes back with its default, not False
+    st.session_state.setdefault("show_total", True)
     show_total = st.toggle("Show the all-services total (*)", key="show_total")
     frame = d.get("windows_shown", lambda: _only(windows, f))
     order = _order(d, "windows_shown", frame, f)
