@@ -103,10 +103,13 @@ def _label_of(ms: int | None, labels: dict[str, int]) -> str | None:
 
 
 def _restore_view() -> None:
-    """On a session's first run, set the widgets from the page URL (dashboard/view_url.py)."""
-    if "view_restored" in st.session_state:
+    """On a session's first run, read the view the page URL asks for (dashboard/view_url.py).
+
+    The widgets take it as their *defaults* (never preset in session state: Streamlit gives a
+    re-mounted widget its default, so a preset value would be lost at the next re-mount).
+    """
+    if "link" in st.session_state:
         return
-    st.session_state["view_restored"] = True
     _range_default()  # a --window-range outside RANGES_MS becomes a choice first
     v = view_url.from_params(
         st.query_params.to_dict(),
@@ -114,36 +117,30 @@ def _restore_view() -> None:
         list(RANGES_MS.values()),
         list(data.LATENCY_RANGES_MS.values()),
     )
-    state = st.session_state
-    if v.services:
-        state["services"] = list(v.services)
-    state["kind"] = v.kind
-    if (label := _label_of(v.range_ms, RANGES_MS)) is not None:
-        state["range"] = label
-    if (label := _label_of(v.latency_range_ms, data.LATENCY_RANGES_MS)) is not None:
-        state["latency_range"] = label
-    state["latency_service"] = v.latency_service
-    state["show_broker"], state["show_total"], state["wall"] = v.show_broker, v.show_total, v.wall
-    state["view_problems"] = v.problems
+    st.session_state["link"] = v
+    st.session_state["view_problems"] = v.problems
+
+
+def _link() -> view_url.View:
+    """The view the page was opened with (its widgets' defaults)."""
+    v: view_url.View = st.session_state.get("link", view_url.View())
+    return v
 
 
 def _current_view() -> view_url.View:
-    """The view the widgets show now."""
-    state = st.session_state
-    range_ms = RANGES_MS.get(state.get("range", ""), settings.window_range_ms)
+    """The view the widgets show now (a widget not drawn yet shows the link's choice)."""
+    state, link = st.session_state, _link()
+    range_ms = RANGES_MS.get(state.get("range", ""), link.range_ms or settings.window_range_ms)
+    latency = data.LATENCY_RANGES_MS.get(state.get("latency_range", ""), link.latency_range_ms)
     return view_url.View(
-        services=tuple(state.get("services", ())),
-        kind=state.get("kind", "tumbling"),
+        services=tuple(state.get("services", link.services)),
+        kind=state.get("kind", link.kind),
         range_ms=None if range_ms == settings.window_range_ms else range_ms,
-        latency_range_ms=(
-            None
-            if state.get("latency_range", "15 min") == "15 min"
-            else data.LATENCY_RANGES_MS.get(state["latency_range"])
-        ),
-        latency_service=state.get("latency_service", ALL_SERVICES),
-        show_broker=bool(state.get("show_broker", False)),
-        show_total=bool(state.get("show_total", True)),
-        wall=bool(state.get("wall", False)),
+        latency_range_ms=None if latency in (None, 15 * 60_000) else latency,
+        latency_service=state.get("latency_service", link.latency_service),
+        show_broker=bool(state.get("show_broker", link.show_broker)),
+        show_total=bool(state.get("show_total", link.show_total)),
+        wall=bool(state.get("wall", link.wall)),
     )
 
 
@@ -183,12 +180,10 @@ def _sidebar() -> data.Filters:
         known = read_services(_client(settings.redis.url), keys)
     except redis.exceptions.RedisError:
         known = []  # the live part says what is wrong
-    if any(x not in known for x in st.session_state.get("services", [])):
-        # a link's service the store no longer has (or Redis is unreachable): leave it out
-        st.session_state["services"] = [x for x in st.session_state["services"] if x in known]
     chosen = st.sidebar.multiselect(
         "Services",
         known,
+        default=[x for x in _link().services if x in known],  # a link's, if the store has them
         key="services",
         placeholder="all services",
         help="Lines and counts of these services only; empty = all services.",
@@ -196,21 +191,23 @@ def _sidebar() -> data.Filters:
     kind = st.sidebar.radio(
         "Window kind",
         data.WINDOW_KINDS,
+        index=data.WINDOW_KINDS.index(_link().kind),
         key="kind",
         horizontal=True,
         help="Which of the job's window specs the per-window charts show (the smallest of that "
         "kind). Sessions: count = sessions closed, latency = session length.",
     )
     labels = list(RANGES_MS)
-    st.session_state.setdefault("range", _range_default())
     range_label = st.sidebar.selectbox(
         "Time range",
         labels,
+        index=labels.index(_label_of(_link().range_ms, RANGES_MS) or _range_default()),
         key="range",
         help="How much event time the charts show, ending at the newest window.",
     )
     st.sidebar.toggle(
         "Wall mode",
+        value=_link().wall,
         key="wall",
         help="No sidebar, large figures and the alert banner on top, for a screen across the "
         "room (?wall=1 in the link; remove it to leave)",
@@ -355,8 +352,9 @@ def _event_marks(
 
 def _time_domains(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
     st.subheader("Event time vs processing time")
-    st.session_state.setdefault("show_broker", False)
-    show_broker = st.toggle("Also count by the broker's timestamp", key="show_broker")
+    show_broker = st.toggle(
+        "Also count by the broker's timestamp", value=_link().show_broker, key="show_broker"
+    )
     _chart(
         d,
         "time_domains",
@@ -386,10 +384,9 @@ def _time_domains(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
 
 def _events_chart(snap: data.Snapshot, d: Derived, f: data.Filters, windows: pd.DataFrame) -> None:
     st.subheader("Events per second by service")
-    # defaults set here, not by value=: a link may have set them first (_restore_view), and a
-    # widget Streamlit dropped while it was not drawn comes back with its default, not False
-    st.session_state.setdefault("show_total", True)
-    show_total = st.toggle("Show the all-services total (*)", key="show_total")
+    show_total = st.toggle(
+        "Show the all-services total (*)", value=_link().show_total, key="show_total"
+    )
     frame = d.get("windows_shown", lambda: _only(windows, f))
     order = _order(d, "windows_shown", frame, f)
     wm = snap.status.watermark if snap.status and snap.status.watermark > 0 else None
@@ -432,11 +429,14 @@ def _latency(snap: data.Snapshot, d: Derived, f: data.Filters, metrics: pd.DataF
     shown = f.selected(snap.services)
     left, right = st.columns([1, 1])
     with left:
-        if st.session_state.get("latency_service") not in (ALL_SERVICES, *shown):
-            st.session_state["latency_service"] = ALL_SERVICES  # a link's service that left
+        options = [ALL_SERVICES, *shown]
+        if st.session_state.get("latency_service", ALL_SERVICES) not in options:
+            del st.session_state["latency_service"]  # a service that left: back to the default
+        linked = _link().latency_service
         service = st.selectbox(
             "Service",
-            [ALL_SERVICES, *shown],
+            options,
+            index=options.index(linked) if linked in options else 0,
             key="latency_service",
             format_func=lambda s: figures.TOTAL_NAME if s == ALL_SERVICES else s,
         )
@@ -452,10 +452,13 @@ def _latency(snap: data.Snapshot, d: Derived, f: data.Filters, metrics: pd.DataF
             service,
         )
     with right:
-        st.session_state.setdefault("latency_range", "15 min")
+        choices = list(data.LATENCY_RANGES_MS)
         st.radio(
             "Range",
-            list(data.LATENCY_RANGES_MS),
+            choices,
+            index=choices.index(
+                _label_of(_link().latency_range_ms, data.LATENCY_RANGES_MS) or "15 min"
+            ),
             key="latency_range",
             horizontal=True,
             help="Merged t-digests of the tumbling windows in this range.",
@@ -607,7 +610,7 @@ def _dead_letters(snap: data.Snapshot) -> None:
 
 
 _restore_view()
-if st.session_state.get("wall"):
+if st.session_state.get("wall", _link().wall):
     st.markdown(WALL_CSS, unsafe_allow_html=True)
 else:
     st.title("Tidegauge")

@@ -27,6 +27,7 @@ from playwright import sync_api as playwright
 
 from jobs.redis_sink import WindowUpdate, touch_status, write_batch
 from tests.integration.seed import PANELS, SPEC, W, seed_live
+from tidegauge.core import control
 from tidegauge.core.config import RedisSettings
 from tidegauge.core.metrics import WindowAgg
 from tidegauge.core.store import Keys
@@ -296,9 +297,14 @@ def test_a_link_restores_its_view_and_no_figure_is_cut(
 def test_wall_mode_in_the_dark_theme_hides_the_sidebar_and_keeps_every_figure_whole(
     served: str, redis_client: redis.Redis
 ) -> None:
-    seed_live(redis_client, Keys(), time.time_ns() // 1_000_000)
+    now = time.time_ns() // 1_000_000
+    seed_live(redis_client, Keys(), now)
+    # an annotated incident on the charts (it once made the total toggle come back off)
+    control.start_incident(redis_client, Keys(), now - 200_000, 60_000, 5.0, "*")
     with _page(served, "?wall=1", 1280) as page:
         assert not page.locator('section[data-testid="stSidebar"]').is_visible()
+        page.wait_for_timeout(2_500)  # a few refreshes
+        assert page.locator(".st-key-show_total input").is_checked()  # the default: on
         big = page.evaluate(
             "() => parseFloat(getComputedStyle(document.querySelector("
             "'[data-testid=\"stMetricValue\"]')).fontSize)"
