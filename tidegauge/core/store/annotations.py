@@ -62,7 +62,7 @@ class Annotation:
 
 def write_annotation(r: redis.Redis, keys: Keys, a: Annotation) -> None:
     """Add `a` (the same annotation twice is kept once); the oldest beyond the cap go."""
-    pipe = r.pipeline(transaction=True)
+    pipe = r.pipeline(transaction=False)  # one round trip; a reader sees it with or without
     pipe.zadd(keys.annotations, {json.dumps(a.to_dict(), sort_keys=True): a.start})
     pipe.zremrangebyrank(keys.annotations, 0, -ANNOTATIONS_KEPT - 1)
     pipe.execute()
