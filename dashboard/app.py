@@ -20,6 +20,7 @@ import redis
 import streamlit as st
 
 from dashboard import chart, data, figures, frames, view_url
+from dashboard.copy_button import copy_button
 from dashboard.run import app_settings
 from dashboard.shared import Derived, SharedReads
 from tidegauge.core import control
@@ -214,7 +215,9 @@ def _sidebar() -> data.Filters:
     )
     with st.sidebar.expander("Share this view"):
         st.caption("This link opens the page with the same filters, ranges and toggles:")
-        st.code(view_url.link(st.context.url or "", _current_view()), language=None)
+        url = view_url.link(st.context.url or "", _current_view())
+        st.code(url, language=None)
+        copy_button(url, key="copy_link")
     if settings.demo_controls:
         _demo_controls(known)
     return data.Filters(

@@ -113,7 +113,10 @@ def _page(
             ],
         )
         try:
-            page = browser.new_page(viewport={"width": width, "height": 5200})
+            page = browser.new_page(
+                viewport={"width": width, "height": 5200},
+                permissions=["clipboard-read", "clipboard-write"],
+            )
             page.goto(served + query)
             # Streamlit draws in steps: wait until every chart has drawn its traces.
             page.wait_for_function(
@@ -291,6 +294,15 @@ def test_a_link_restores_its_view_and_no_figure_is_cut(
         assert page.evaluate(CUT_JS) == []
         labels = page.locator('[data-testid="stMetricLabel"]').all_inner_texts()
         assert "Watermark delay" in labels, labels
+        # "Copy link" puts the link of this very view on the clipboard
+        page.get_by_text("Share this view").click()
+        button = page.locator(".st-key-copy_link button")  # in the component's shadow root
+        button.click()
+        playwright.expect(button).to_have_text("Copied ✓")
+        copied = page.evaluate("() => navigator.clipboard.readText()")
+        shown = sidebar.locator('[data-testid="stCode"]').inner_text().strip()
+        assert copied == shown and copied.startswith(served)
+        assert f"svc={one}" in copied and "range=1h" in copied and "total=0" in copied
 
 
 @pytest.mark.parametrize("served", [["--theme", "dark"]], indirect=True)
