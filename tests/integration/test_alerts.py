@@ -147,9 +147,20 @@ def test_stragglers_over_and_back_give_provisional_retracted_confirmed_once_each
     assert (confirmed["start"], confirmed["end"], confirmed["windows"]) == (T0, T0 + 3 * W, 3)
     assert confirmed["peak"] >= 1_900  # the worst p99 the firing saw
 
-    # a restarted evaluator finds its state in Redis and tells nobody anything twice
+    # a restarted evaluator finds its state in Redis, tells nobody anything twice and rewrites
+    # no firing that did not change (keyspace events show every write of the firings hash)
+    redis_client.config_set("notify-keyspace-events", "Kh")
+    watch = redis_client.pubsub()
+    db = redis_client.connection_pool.connection_kwargs.get("db", 0)
+    watch.subscribe(f"__keyspace@{db}__:{Keys().alerts}")
     evaluate(redis_settings, receiver)
     assert receiver.states() == ["provisional", "retracted", "confirmed"]
+    writes = []
+    while (m := watch.get_message(timeout=0.2)) is not None:
+        if m["type"] == "message":
+            writes.append(m["data"])
+    assert writes == []
+    watch.close()
 
     shown = tidegauge("query", "alerts", "--redis", redis_settings.url).stdout
     assert "CONFIRMED" in shown and RULE in shown and shown.count("retracted") == 1

@@ -65,7 +65,7 @@ def evaluate_store(
         changed += moved
     rule_keys = {rule.key for rule in rules}
     every += [f for f in known if f.rule not in rule_keys]  # rules no longer run: kept
-    write_evaluation(r, keys, rules, every, changed, now_ms, deliver=deliver)
+    write_evaluation(r, keys, rules, every, changed, now_ms, deliver=deliver, stored=known)
     return changed
 
 

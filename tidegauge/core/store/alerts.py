@@ -49,15 +49,22 @@ def write_evaluation(
     changed: Sequence[Firing],
     now_ms: int,
     deliver: bool = True,
+    stored: Iterable[Firing] = (),
 ) -> None:
-    """Store every firing, queue and log the notices of `changed`, in one transaction."""
+    """Store every firing, queue and log the notices of `changed`, in one transaction.
+
+    `stored`: the firings as read before this evaluation; those unchanged are not rewritten
+    (an evaluator running every second would otherwise rewrite up to `FIRINGS_KEPT` each time).
+    """
     all_firings = sorted(firings, key=lambda f: f.start, reverse=True)
     kept, dropped = all_firings[:FIRINGS_KEPT], all_firings[FIRINGS_KEPT:]
+    before = {f.id: f for f in stored}
+    rewrite = [f for f in kept if before.get(f.id) != f]
     notices = [json.dumps(notice(f, now_ms), sort_keys=True) for f in changed]
     pipe = r.pipeline(transaction=True)
-    if kept:
+    if rewrite:
         pipe.hset(
-            keys.alerts, mapping={f.id: json.dumps(f.to_dict(), sort_keys=True) for f in kept}
+            keys.alerts, mapping={f.id: json.dumps(f.to_dict(), sort_keys=True) for f in rewrite}
         )
     if dropped:
         pipe.hdel(keys.alerts, *[f.id for f in dropped])
