@@ -46,7 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--window",
         action="append",
         metavar="SIZE[/SLIDE]",
-        help="event-time window: 10s tumbling, 60s/10s hopping; repeat for several (default 10s)",
+        help="event-time window: 10s tumbling, 60s/10s hopping, 60s/sliding (busiest 60 s "
+        "and rolling 60 s, per primary window; @RES sets the peak's resolution, default "
+        "100ms); repeat for several (default 10s)",
     )
     p.add_argument("--slide", help="slide of the (single) --window: makes it hopping")
     p.add_argument(
@@ -144,6 +146,8 @@ def _window_text(w: WindowSpec) -> str:
         return f"sessions (gap {format_duration(w.gap_ms)})"
     if w.kind == "tumbling":
         return format_duration(w.size_ms)
+    if w.kind == "sliding":
+        return f"{format_duration(w.size_ms)}/sliding@{format_duration(w.resolution_ms)}"
     return f"{format_duration(w.size_ms)}/{format_duration(w.slide_ms)}"
 
 

@@ -64,7 +64,8 @@ def id_hashes(event_ids: npt.NDArray[Any]) -> _U64:
 def horizons(event_ms: _I64, has_user: npt.NDArray[np.bool_], specs: Sequence[WindowSpec]) -> _I64:
     """Each event's horizon: the latest window end (any spec) that can still take it.
 
-    Tumbling and hopping specs: the end of the last window containing the event; sessions:
+    Tumbling and hopping specs: the end of the last window containing the event (sliding: the
+    last row whose peak intervals reach it, `WindowSpec.reach_ms`); sessions:
     event time + gap for events with a user (a session without its user is never formed).
     """
     out = np.full(len(event_ms), np.iinfo(np.int64).min, dtype=np.int64)
@@ -72,7 +73,7 @@ def horizons(event_ms: _I64, has_user: npt.NDArray[np.bool_], specs: Sequence[Wi
         if spec.kind == "session":
             ends = np.where(has_user, event_ms + spec.gap_ms, np.iinfo(np.int64).min)
         else:
-            ends = tumbling_starts(event_ms, spec.slide_ms) + spec.size_ms
+            ends = tumbling_starts(event_ms, spec.slide_ms) + spec.reach_ms
         np.maximum(out, ends, out=out)
     return out
 

@@ -9,6 +9,7 @@ aggregation to a batch of one service's events (late pairs are counted, never ad
 from __future__ import annotations
 
 import json
+import math
 import struct
 from collections import Counter
 from collections.abc import Mapping
@@ -22,7 +23,8 @@ import pandas as pd
 from jobs.dedup import SeenIds
 from jobs.sessions import Sessions
 from sketches.hll import hash32
-from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.metrics import TIMELINE, LateAgg, WindowAgg
+from tidegauge.core.sliding import Timeline, frame_of
 from tidegauge.core.windows import (
     LATE,
     STRAGGLER,
@@ -82,10 +84,12 @@ class ServiceWindows:
             self.sessions = Sessions(session_specs[0])
         self.pane_ms = pane_size(self.window_specs)
         self._sessions_touched: set[int] = set()
+        # Sliding windows count their events on a timeline of this resolution (0: none).
+        self.timeline_ms = math.gcd(*[s.resolution_ms for s in self.window_specs])
 
     def _last_end(self, pane_start: int) -> int:
-        """End of the last window (any spec) that contains the pane."""
-        return max(s.last_end_containing(pane_start) for s in self.window_specs)
+        """End of the last window (any spec) whose result depends on the pane."""
+        return max(s.last_end_reaching(pane_start) for s in self.window_specs)
 
     def add(
         self,
@@ -117,6 +121,7 @@ class ServiceWindows:
         valid = pd.notna(users)
         hashes = hash32(users[valid])  # once per batch; each pane takes its share
         starts = tumbling_starts(event_ms, self.pane_ms)
+        buckets = tumbling_starts(event_ms, self.timeline_ms) if self.timeline_ms else None
         uniq, inverse = np.unique(starts, return_inverse=True)
         for i, pane in enumerate(uniq.tolist()):
             mask = inverse == i
@@ -146,6 +151,7 @@ class ServiceWindows:
                 None if lateness is None else pane_lateness,
                 overdue_ms,
                 {name: col[mask] for name, col in extra.items()} if extra else None,
+                None if buckets is None else buckets[mask],
             )
             added.touched.add(pane)
         return added
@@ -225,23 +231,42 @@ class ServiceWindows:
             (spec, w)
             for pane in panes
             for spec in self.window_specs
-            for w in spec.windows_containing(pane, self.pane_ms)
+            for w in spec.windows_reaching(pane, self.pane_ms)
             if not is_late(spec.end(w), watermark_ms)
         }
-        out = {}
-        for spec, w in wanted:
-            have = [p for p in spec.panes_of(w, self.pane_ms) if p in self.panes]
-            if len(have) == 1 and window_end(have[0], self.pane_ms) == spec.end(w):
-                out[(spec, w)] = self.panes[have[0]]
-                continue
-            # Overdue is measured against each pane's end; re-base it on the window's end.
-            shifts = [float(window_end(p, self.pane_ms) - spec.end(w)) for p in have]
-            out[(spec, w)] = WindowAgg.merged((self.panes[p] for p in have), shifts)
+        out = {(spec, w): self._window(spec, w) for spec, w in wanted}
         if self.sessions is not None:
             for b in self._sessions_touched:
                 out[(self.sessions.spec, b)] = self.sessions.buckets[b]
             self._sessions_touched = set()
         return out
+
+    def _window(self, spec: WindowSpec, start: int) -> WindowAgg:
+        """The window of `spec` starting at `start`, merged from its panes.
+
+        With sliding windows the panes carry timelines: a sliding window's row gets the sum of
+        the timelines of every pane its peak intervals reach, framed to those intervals
+        (tidegauge/core/sliding.py); other windows get none.
+        """
+        have = [p for p in spec.panes_of(start, self.pane_ms) if p in self.panes]
+        if (
+            len(have) == 1
+            and window_end(have[0], self.pane_ms) == spec.end(start)
+            and not self.timeline_ms
+        ):
+            return self.panes[have[0]]
+        # Overdue is measured against each pane's end; re-base it on the window's end.
+        shifts = [float(window_end(p, self.pane_ms) - spec.end(start)) for p in have]
+        agg = WindowAgg.merged((self.panes[p] for p in have), shifts)
+        if self.timeline_ms:
+            timeline = Timeline()
+            if spec.kind == "sliding":
+                end = spec.end(start)
+                reach = range(end - spec.reach_ms, end, self.pane_ms)
+                parts = [self.panes[p].states[TIMELINE.name] for p in reach if p in self.panes]
+                timeline = Timeline.merged(parts).framed(frame_of(spec, start))
+            agg.states[TIMELINE.name] = timeline
+        return agg
 
     def evict(self, watermark_ms: int) -> list[int]:
         """Forget panes no open window needs any more; return their starts."""

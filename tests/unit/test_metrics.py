@@ -23,6 +23,10 @@ from tidegauge.core.metrics import PERCENTILES, WindowAgg
 
 NAN = math.nan
 METRIC_KEYS = {
+    "peak_events",  # sliding windows only (None elsewhere): tests/unit/test_sliding.py
+    "peak_start",
+    "peak_errors",
+    "peak_errors_start",
     "lateness_p50",
     "lateness_p99",
     "lateness_max",
@@ -212,6 +216,7 @@ def test_metrics_of_an_empty_aggregate() -> None:
         "lateness_p50": None,
         "lateness_p99": None,
         "lateness_max": None,
+        **dict.fromkeys(("peak_events", "peak_start", "peak_errors", "peak_errors_start")),
     }
 
 
@@ -380,7 +385,15 @@ def _with_entry(name: bytes, payload: bytes) -> bytes:
 
 def test_stored_entries_are_the_built_in_metrics_in_order() -> None:
     names = [n for n, _ in _good_entries()]
-    assert names == [b"count", b"errors", b"latency", b"users", b"lateness", b"overdue"]
+    assert names == [
+        b"count",
+        b"errors",
+        b"latency",
+        b"users",
+        b"lateness",
+        b"overdue",
+        b"timeline",
+    ]
     assert dict(_good_entries())[b"count"] == struct.pack("<q", 2)
     assert dict(_good_entries())[b"errors"] == struct.pack("<q", 1)
 

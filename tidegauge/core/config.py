@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from tidegauge.core.durations import format_duration, parse_duration
 from tidegauge.core.kafka_options import ClientKind, client_config, parse_kafka_options
 from tidegauge.core.retention import DEFAULT_RETENTION, Retention
-from tidegauge.core.windows import WindowSpec
+from tidegauge.core.windows import SLIDING_NEEDS_STEP, WindowSpec
 
 __all__ = [
     "DEFAULT_BOOTSTRAP",
@@ -299,7 +299,16 @@ def dashboard_settings_from_args(
 def _window_specs(
     texts: list[str], slide: str | None, session_gap: str | None
 ) -> tuple[WindowSpec, ...]:
-    specs = [WindowSpec.parse(t) for t in texts]
+    sliding = [t for t in texts if _is_sliding(t)]
+    specs = [WindowSpec.parse(t) for t in texts if t not in sliding]
+    if sliding:
+        # Sliding rows follow the primary window: the smallest tumbling one.
+        step = min((s.size_ms for s in specs if s.kind == "tumbling"), default=None)
+        if step is None:
+            raise ValueError(SLIDING_NEEDS_STEP)
+        specs += [WindowSpec.parse(t, step) for t in sliding]
+        if len({s.key for s in specs}) != len(specs):
+            raise ValueError("the same --window is given twice")
     if slide is not None:
         if len(specs) != 1 or specs[0].kind != "tumbling":
             raise ValueError("--slide goes with exactly one --window SIZE (or write SIZE/SLIDE)")
@@ -311,6 +320,10 @@ def _window_specs(
         bucket = min((s.size_ms for s in specs if s.kind == "tumbling"), default=specs[0].slide_ms)
         specs.append(WindowSpec.session(gap, bucket))
     return tuple(specs)
+
+
+def _is_sliding(text: str) -> bool:
+    return text.partition("/")[2].partition("@")[0].strip().lower() == "sliding"
 
 
 def default_shuffle_partitions(master: str, cores: int | None = None) -> int:

@@ -32,6 +32,7 @@ from tidegauge.core.registry import (
     metrics,
     register_metric,
 )
+from tidegauge.core.sliding import Timeline
 
 __all__ = [
     "BUILT_IN_METRICS",
@@ -175,6 +176,7 @@ class WindowAgg:
         lateness_ms: npt.NDArray[np.float64] | None = None,
         overdue_ms: npt.NDArray[np.float64] | None = None,
         extra: Mapping[str, npt.NDArray[Any]] | None = None,
+        timeline_ms: npt.NDArray[np.int64] | None = None,
     ) -> None:
         """`add` with user ids already hashed by `sketches.hll.hash32` (nulls dropped).
 
@@ -182,8 +184,11 @@ class WindowAgg:
         `lateness_ms` (NaN = unknown) and `overdue_ms` (only the events that have one) are
         optional so sessions and tests can leave them out. `extra` holds the columns of
         registered optional event fields (tidegauge/core/events.py), one entry per event.
+        `timeline_ms`: each event's bucket on the timeline of sliding windows (a job with one).
         """
         columns: dict[str, npt.NDArray[Any]] = {"latency_ms": latency_ms, "status": status}
+        if timeline_ms is not None:
+            columns["timeline_ms"] = timeline_ms
         if user_hashes is not None:
             columns["user_hash"] = user_hashes
         if lateness_ms is not None:
@@ -586,8 +591,55 @@ OVERDUE = register_metric(
     )
 )
 
+
+def _timeline_update(state: Timeline, batch: Batch) -> Timeline:
+    # Only a job with sliding windows gives the column (jobs/panes.py): each event's bucket.
+    buckets = batch.get("timeline_ms")
+    if buckets is None:
+        return state
+    status = batch.get("status")
+    errors = np.zeros(len(buckets), bool) if status is None else np.asarray(status) >= 500
+    return state.add(buckets, errors)
+
+
+def _timeline_results(state: Timeline, _: ResultContext) -> dict[str, Any]:
+    peaks = state.peaks()
+    if peaks is None:
+        return dict.fromkeys(TIMELINE_FIELDS)
+    return {
+        "peak_events": peaks.events,
+        "peak_start": peaks.start_ms,
+        "peak_errors": peaks.errors,
+        "peak_errors_start": peaks.errors_start_ms,
+    }
+
+
+#: A sliding window's busiest interval (tidegauge/core/sliding.py): None for other windows.
+TIMELINE_FIELDS = ("peak_events", "peak_start", "peak_errors", "peak_errors_start")
+TIMELINE = register_metric(
+    Metric(
+        name="timeline",
+        empty=Timeline,
+        update=_timeline_update,
+        merge=Timeline.merged,
+        results=_timeline_results,
+        fields=TIMELINE_FIELDS,
+        encode=Timeline.to_bytes,
+        decode=Timeline.from_bytes,
+        labels={"peak_events": "peak events", "peak_errors": "peak errors"},
+    )
+)
+
 #: The metrics every Tidegauge has; others come from plugins (docs/extending.md).
-BUILT_IN_METRICS: tuple[Metric, ...] = (COUNT, ERRORS, LATENCY, USERS, LATENESS, OVERDUE)
+BUILT_IN_METRICS: tuple[Metric, ...] = (
+    COUNT,
+    ERRORS,
+    LATENCY,
+    USERS,
+    LATENESS,
+    OVERDUE,
+    TIMELINE,
+)
 
 
 def added_result_fields() -> tuple[str, ...]:

@@ -36,8 +36,10 @@ __all__ = [
     "LATE",
     "ON_TIME",
     "STRAGGLER",
+    "SLIDING_NEEDS_STEP",
     "WindowSpec",
     "advance_watermark",
+    "default_resolution",
     "classify",
     "classify_many",
     "late_mask",
@@ -165,6 +167,11 @@ class WindowSpec:
     #: A roll-up tier's windows (tidegauge/core/retention.py): tumbling, merged from the
     #: smallest tumbling spec's windows after they closed; stored under their own key.
     rollup: bool = False
+    #: > 0 for a sliding window (tidegauge/core/sliding.py): every interval of `size_ms`, its
+    #: busiest one counted at this resolution; one row per step (`slide_ms`, the job's primary
+    #: window), holding the rolling aggregate of [end - size, end) and the peak of the
+    #: intervals ending inside (end - step, end].
+    resolution_ms: int = 0
 
     def __post_init__(self) -> None:
         if self.rollup and (self.gap_ms or self.slide_ms != self.size_ms):
@@ -179,6 +186,20 @@ class WindowSpec:
             raise ValueError(
                 f"slide must be in (0, size]: slide {self.slide_ms} ms, size {self.size_ms} ms"
             )
+        if self.resolution_ms:
+            r = self.resolution_ms
+            if r < 0 or self.rollup or self.gap_ms:
+                raise ValueError("a sliding window is neither a roll-up nor a session")
+            if self.size_ms % self.slide_ms:
+                raise ValueError(
+                    f"a sliding window's size ({self.size_ms} ms) must be a multiple of its step, "
+                    f"the primary window ({self.slide_ms} ms): its rows end where those end"
+                )
+            if self.size_ms % r or self.slide_ms % r:
+                raise ValueError(
+                    f"a sliding window's resolution ({r} ms) must divide its size "
+                    f"({self.size_ms} ms) and its step ({self.slide_ms} ms)"
+                )
 
     @classmethod
     def tumbling(cls, size_ms: int) -> WindowSpec:
@@ -196,29 +217,67 @@ class WindowSpec:
         return cls(bucket_ms, bucket_ms, gap_ms)
 
     @classmethod
-    def parse(cls, text: str) -> WindowSpec:
-        """Parse "10s" (tumbling) or "60s/10s" (size/slide, hopping) with `parse_duration`."""
+    def sliding(cls, size_ms: int, step_ms: int, resolution_ms: int | None = None) -> WindowSpec:
+        """Sliding windows of `size_ms`, a row per `step_ms`, peaks at `resolution_ms`.
+
+        The default resolution is 100 ms, or the largest that divides size and step if 100 ms
+        does not (`default_resolution`).
+        """
+        r = default_resolution(size_ms, step_ms) if resolution_ms is None else resolution_ms
+        if r <= 0:
+            raise ValueError("a sliding window's resolution must be positive")
+        return cls(size_ms, step_ms, resolution_ms=r)
+
+    @classmethod
+    def parse(cls, text: str, step_ms: int | None = None) -> WindowSpec:
+        """Parse "10s" (tumbling), "60s/10s" (size/slide, hopping) or "60s/sliding[@RES]".
+
+        A sliding window's step is the job's primary window (`step_ms`); without one the
+        text is refused (`SLIDING_NEEDS_STEP`).
+        """
         from tidegauge.core.durations import parse_duration
 
-        size, _, slide = text.partition("/")
+        size, _, slide = text.strip().partition("/")
         size_ms = parse_duration(size)
+        kind, _, resolution = slide.partition("@")
+        if kind.strip().lower() == "sliding":
+            if step_ms is None:
+                raise ValueError(SLIDING_NEEDS_STEP)
+            return cls.sliding(
+                size_ms, step_ms, parse_duration(resolution) if resolution.strip() else None
+            )
+        if resolution:
+            raise ValueError(f"{text!r}: only a sliding window has a resolution (SIZE/sliding@RES)")
         return cls(size_ms, parse_duration(slide) if slide else size_ms)
 
     @property
     def kind(self) -> str:
-        """Either "tumbling", "hopping" or "session"."""
+        """Either "tumbling", "hopping", "sliding" or "session"."""
         if self.gap_ms:
             return "session"
+        if self.resolution_ms:
+            return "sliding"
         return "tumbling" if self.slide_ms == self.size_ms else "hopping"
+
+    @property
+    def reach_ms(self) -> int:
+        """How far back from a row's end the events it depends on go.
+
+        The window's size, and for a sliding window one step more: the intervals ending inside
+        its step start up to a step before its rolling interval does.
+        """
+        return self.size_ms + (self.slide_ms if self.resolution_ms else 0)
 
     @property
     def key(self) -> str:
         """Redis identity: "10000" tumbling, "60000-10000" hopping, "s30000-10000" sessions.
 
-        Roll-ups: "r60000".
+        Roll-ups: "r60000"; sliding: "sl60000-10000-100" (size, step, resolution).
         """
         if self.rollup:
             return f"r{self.size_ms}"
+        if self.resolution_ms:
+            return f"sl{self.size_ms}-{self.slide_ms}-{self.resolution_ms}"
         if self.kind == "session":
             return f"s{self.gap_ms}-{self.size_ms}"
         if self.kind == "tumbling":
@@ -234,6 +293,9 @@ class WindowSpec:
         m = re.fullmatch(r"r(\d+)", key)
         if m:
             return cls.rollup_of(int(m.group(1)))
+        m = re.fullmatch(r"sl(\d+)-(\d+)-(\d+)", key)
+        if m:
+            return cls.sliding(int(m.group(1)), int(m.group(2)), int(m.group(3)))
         if not re.fullmatch(r"\d+(-\d+)?", key):
             raise ValueError(f"not a window key: {key!r}")
         size, _, slide = key.partition("-")
@@ -270,6 +332,24 @@ class WindowSpec:
         """End of the last window of this spec (by start) that holds `ts_ms`."""
         return self.end(tumbling_start(ts_ms, self.slide_ms))
 
+    def last_end_reaching(self, ts_ms: int) -> int:
+        """End of the last row (by start) whose result depends on an event at `ts_ms`.
+
+        `last_end_containing`, and one step later for a sliding window (its peak).
+        """
+        return tumbling_start(ts_ms, self.slide_ms) + self.reach_ms
+
+    def windows_reaching(self, pane_start_ms: int, pane_ms: int) -> list[int]:
+        """Starts of the rows whose result depends on the pane.
+
+        `windows_containing`, and for a sliding window also the row after the last of those
+        (the pane is in its peak intervals, not in its rolling interval).
+        """
+        starts = self.windows_containing(pane_start_ms, pane_ms)
+        if self.resolution_ms:
+            starts.append(tumbling_start(pane_start_ms, self.slide_ms) + self.slide_ms)
+        return starts
+
     def rate_per_s(self, count: int) -> float:
         """Events per second of a window of this spec holding `count` events."""
         return count * 1000.0 / self.size_ms
@@ -283,6 +363,22 @@ class WindowSpec:
     def panes_of(self, window_start_ms: int, pane_ms: int) -> range:
         """Pane starts that make up the window starting at `window_start_ms`."""
         return range(window_start_ms, window_start_ms + self.size_ms, pane_ms)
+
+
+#: Why "SIZE/sliding" cannot stand alone: its rows follow the job's primary window.
+SLIDING_NEEDS_STEP = (
+    "a sliding window (SIZE/sliding) reports once per primary window: give a tumbling "
+    "--window too, e.g. --window 10s --window 60s/sliding"
+)
+
+
+def default_resolution(size_ms: int, step_ms: int) -> int:
+    """A sliding window's resolution when none is given.
+
+    100 ms, or the largest that divides both size and step if 100 ms does not (1 ms is exact;
+    docs/time.md says what each costs).
+    """
+    return math.gcd(size_ms, step_ms, 100)
 
 
 def primary_size(specs: Sequence[WindowSpec]) -> int:

@@ -41,6 +41,12 @@ class WindowRow:
     lateness_p50: float | None = None
     lateness_p99: float | None = None
     lateness_max: float | None = None
+    #: Sliding windows only (tidegauge/core/sliding.py): the busiest interval of the window's
+    #: length ending inside its step, its events and start; the same for errors.
+    peak_events: int | None = None
+    peak_start: int | None = None
+    peak_errors: int | None = None
+    peak_errors_start: int | None = None
     #: The job's watermark has passed the window's end: no event can change it any more.
     closed: bool = False
     #: Result fields of metrics registered by plugins (None where a window predates them).
