@@ -19,7 +19,6 @@ from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.metrics import added_result_fields, field_label
 from tidegauge.core.store import ALL_SERVICES
 from tidegauge.core.store.alerts import read_alert_heartbeat, read_alert_log, read_firings
-from tidegauge.core.windows import WindowSpec
 
 __all__ = ["add_arguments", "format_freshness", "run"]
 
@@ -175,7 +174,7 @@ def _windows(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: in
         rows = store.read_windows(
             r,
             keys,
-            spec=WindowSpec.parse(args.window) if args.window else None,
+            spec=store.stored_spec(r, keys, args.window) if args.window else None,
             service=args.service,
             since_ms=since,
             until_ms=until,
@@ -185,18 +184,25 @@ def _windows(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: in
         print()
         return 0
     added = added_result_fields()  # plugin metrics get a column each, after the built-in ones
+    sliding = any(row.kind == "sliding" for row in rows)  # + its busiest interval
     print(
         f"{'window_start (UTC)':<26}{'service':<12}{'count':>8}{'ev/s':>9}{'err%':>7}"
         f"{'p50':>9}{'p99':>9}{'users':>8}{'late':>7}{'dups':>7}"
+        + (f"{'peak':>8}  {'busiest from (UTC)':<26}" if sliding else "")
         + "".join(f"{field_label(f):>14}" for f in added)
     )
     for row in rows:
         p50 = "-" if row.p50 is None else f"{row.p50:.1f}"
         p99 = "-" if row.p99 is None else f"{row.p99:.1f}"
+        peak = ""
+        if sliding:
+            at = "-" if row.peak_start is None else to_iso(row.peak_start)
+            peak = f"{_cell(row.peak_events):>8}  {at:<26}"
         print(
             f"{to_iso(row.window_start):<26}{row.service:<12}{row.count:>8}"
             f"{row.events_per_s:>9.1f}{100 * row.error_rate:>7.2f}{p50:>9}{p99:>9}"
             f"{row.distinct_users:>8}{row.late:>7}{row.duplicates:>7}"
+            + peak
             + "".join(f"{_cell(row.value(f)):>14}" for f in added)
         )
     if not rows:
@@ -209,13 +215,20 @@ def _windows(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: in
 def _range(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int) -> int:
     since = parse_instant(args.range_from, now)
     until = parse_instant(args.range_to, now) if args.range_to else now
-    spec = WindowSpec.parse(args.window) if args.window else None
+    spec = store.stored_spec(r, keys, args.window) if args.window else None
+    peaks = None
+    if spec is not None and spec.kind == "sliding":
+        # the range's figures from the tumbling windows, its busiest interval from the sliding
+        peaks = store.read_peaks(r, keys, spec, since, until, args.service)
+        spec = None
     if spec is not None and spec.kind != "tumbling":
         raise ValueError("range queries merge tumbling windows (hopping ones overlap)")
     if args.resolution and spec is not None:
         raise ValueError("--resolution picks among the retention tiers: leave out --window")
     min_size = parse_duration(args.resolution) if args.resolution else 0
     result = store.read_range(r, keys, since, until, args.service, spec, min_size)
+    if peaks is not None:
+        result.metrics.update(peaks)
     if args.json:
         print(json.dumps(result.to_dict()))
         return 0
@@ -229,7 +242,12 @@ def _range(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int)
         f"{to_iso(result.covered_to)}; resolution {result.resolution}"
     )
     for name in ("count", "events_per_s", *store.METRIC_FIELDS, *added_result_fields()):
+        if name.startswith("peak") and peaks is None:
+            continue  # a sliding window's figures: only with --window SIZE/sliding
         value = m.get(name)
+        if name in ("peak_start", "peak_errors_start") and value is not None:
+            print(f"  {name:<16}{to_iso(value)}")
+            continue
         shown = "-" if value is None else (f"{value:.4g}" if isinstance(value, float) else value)
         print(f"  {name:<16}{shown}")
     return 0
@@ -249,7 +267,7 @@ WHAT_IF_DEFAULTS = ("0s", "1s", "5s", "10s", "30s", "1m", "5m", "15m", "1h")
 def _lateness(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int) -> int:
     since = parse_instant(args.range_from, now)
     until = parse_instant(args.range_to, now) if args.range_to else now
-    spec = WindowSpec.parse(args.window) if args.window else None
+    spec = store.stored_spec(r, keys, args.window) if args.window else None
     values = [parse_duration(v) for v in (args.allowed_lateness or WHAT_IF_DEFAULTS)]
     result = store.read_lateness(r, keys, since, until, args.service, spec)
     doc = result.to_dict(values)

@@ -59,12 +59,14 @@ from tidegauge.core.store.windows import (
     RangeResult,
     TieredWindows,
     read_newest_window_start,
+    read_peaks,
     read_range,
     read_range_merged,
     read_services,
     read_window_specs,
     read_windows,
     read_windows_tiered,
+    stored_spec,
 )
 
 __all__ = [
@@ -106,8 +108,10 @@ __all__ = [
     "read_dead_letters",
     "read_services",
     "read_status",
+    "read_peaks",
     "read_range",
     "read_range_merged",
     "read_window_specs",
+    "stored_spec",
     "read_windows",
 ]

@@ -13,6 +13,7 @@ from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.durations import to_iso
 from tidegauge.core.metrics import (
     BUILT_IN_METRICS,
+    TIMELINE_FIELDS,
     LateAgg,
     WindowAgg,
     added_result_fields,
@@ -30,6 +31,63 @@ def read_window_specs(r: redis.Redis, keys: Keys) -> list[WindowSpec]:
     members: Any = r.smembers(keys.window_specs)
     specs = [WindowSpec.from_key(_s(v)) for v in members]
     return sorted(specs, key=lambda s: (s.kind != "tumbling", s.size_ms, s.slide_ms))
+
+
+def stored_spec(r: redis.Redis, keys: Keys, text: str) -> WindowSpec:
+    """The spec a reader means by a `--window` text ("10s", "60s/10s", "60s/sliding[@RES]").
+
+    A sliding window's step is the job's primary window, which a reader does not know: it is
+    the stored sliding spec of that size (and resolution, if given); ValueError naming the
+    stored ones when there is none.
+    """
+    from tidegauge.core.durations import format_duration, parse_duration
+
+    size, _, rest = text.strip().partition("/")
+    kind, _, resolution = rest.partition("@")
+    if kind.strip().lower() != "sliding":
+        return WindowSpec.parse(text)
+    size_ms = parse_duration(size)
+    res_ms = parse_duration(resolution) if resolution.strip() else None
+    stored = [s for s in read_window_specs(r, keys) if s.kind == "sliding"]
+    for s in stored:
+        if s.size_ms == size_ms and res_ms in (None, s.resolution_ms):
+            return s
+    have = ", ".join(
+        f"{format_duration(s.size_ms)}/sliding@{format_duration(s.resolution_ms)}" for s in stored
+    )
+    raise ValueError(f"no stored sliding window {text!r} (stored: {have or 'none'})")
+
+
+def read_peaks(
+    r: redis.Redis,
+    keys: Keys,
+    spec: WindowSpec,
+    since_ms: int,
+    until_ms: int,
+    service: str = ALL_SERVICES,
+) -> dict[str, Any]:
+    """The busiest interval of a sliding `spec` ending inside [since, until).
+
+    The largest peak of the rows whose step lies inside the range (the earliest of ties), and
+    the same for errors. Fields as in a row (`TIMELINE_FIELDS`, None without rows) and
+    `peak_rows`, the rows read.
+    """
+    if spec.kind != "sliding":
+        raise ValueError(f"{spec.key} is not a sliding window")
+    rows = [
+        row
+        for row in read_windows(r, keys, spec, service, since_ms=since_ms, until_ms=until_ms)
+        if row.window_end - spec.slide_ms >= since_ms
+        and row.window_end <= until_ms
+        and row.peak_events is not None
+    ]
+    out: dict[str, Any] = dict.fromkeys(TIMELINE_FIELDS)
+    out["peak_rows"] = len(rows)
+    for value, start in (("peak_events", "peak_start"), ("peak_errors", "peak_errors_start")):
+        best = max(rows, key=lambda row: (row.value(value), -row.value(start)), default=None)
+        if best is not None:
+            out[value], out[start] = best.value(value), best.value(start)
+    return out
 
 
 def read_services(r: redis.Redis, keys: Keys) -> list[str]:
