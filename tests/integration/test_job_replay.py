@@ -73,6 +73,8 @@ def job_args(bootstrap: str, topic: str, url: str, checkpoint: Path, trigger: st
         str(checkpoint),
         "--window",
         "10s",
+        "--window",  # sliding rows (timelines, peaks) must replay byte for byte too
+        "30s/sliding",
         "--allowed-lateness",
         "15s",
         "--trigger",

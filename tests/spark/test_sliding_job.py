@@ -148,3 +148,21 @@ def test_the_busiest_interval_holds_at_least_the_rolling_one_and_is_queryable(
     )
     assert {o["spec"] for o in out} == {spec.key}
     assert all("peak_events" in o for o in out)
+    # over a range: the busiest interval ending inside it, from the rows whose step it holds
+    stars = sorted((row for row in rows if row.service == "*"), key=lambda row: row.window_end)
+    since, until = stars[2].window_end - STEP, stars[-3].window_end
+    inside = [row for row in stars if since <= row.window_end - STEP and row.window_end <= until]
+    best = max(inside, key=lambda row: (row.peak_events, -row.peak_start))  # type: ignore[operator]
+    got = json.loads(
+        tidegauge(
+            "query", "range", "--window", "30s/sliding", "--from", str(since), "--to",
+            str(until), "--json", "--redis", run["url"],
+        ).stdout
+    )  # fmt: skip
+    assert (got["peak_events"], got["peak_start"]) == (best.peak_events, best.peak_start)
+    assert got["peak_rows"] == len(inside) and got["count"] > 0
+    shown = tidegauge(
+        "query", "range", "--window", "30s/sliding", "--from", str(since), "--to", str(until),
+        "--redis", run["url"],
+    ).stdout  # fmt: skip
+    assert f"peak_events     {best.peak_events}" in shown
