@@ -196,7 +196,9 @@ def _sidebar() -> data.Filters:
         key="kind",
         horizontal=True,
         help="Which of the job's window specs the per-window charts show (the smallest of that "
-        "kind). Sessions: count = sessions closed, latency = session length.",
+        "kind). Sliding: one point per primary window, the figures of the interval of the "
+        "sliding window's length before it. Sessions: count = sessions closed, latency = "
+        "session length.",
     )
     labels = list(RANGES_MS)
     range_label = st.sidebar.selectbox(
@@ -297,7 +299,7 @@ def _status(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
     heads = d.get(
         "headline",
         lambda: frames.headline(
-            snap.status, snap.windows, snap.batches, snap.read_at_ms, f.range_ms
+            snap.status, snap.windows, snap.batches, snap.read_at_ms, f.range_ms, snap.sliding
         ),
     )
     for first in range(0, len(heads), HEADLINES_PER_ROW):
@@ -447,7 +449,16 @@ def _latency(snap: data.Snapshot, d: Derived, f: data.Filters, metrics: pd.DataF
             d,
             "latency_ts",
             lambda: figures.mark(
-                figures.latency_percentiles(metrics, service, window_size_ms=snap.window_size_ms),
+                figures.latency_percentiles(
+                    metrics,
+                    service,
+                    window_size_ms=snap.window_size_ms,
+                    # a sliding window's rolling p99, unless the charts show that window already
+                    rolling=None
+                    if snap.sliding_spec in (None, snap.spec)
+                    else d.get("sliding_metrics", lambda: frames.metrics_frame(snap.sliding)),
+                    rolling_size_ms=snap.sliding_spec.size_ms if snap.sliding_spec else None,
+                ),
                 _event_marks(
                     snap, f.range_ms, () if service == ALL_SERVICES else (service,), only=service
                 ),

@@ -60,7 +60,7 @@ __all__ = [
 LATENCY_RANGES_MS = {"5 min": 5 * 60_000, "15 min": 15 * 60_000, "60 min": 60 * 60_000}
 
 #: Window kinds the filter offers, in this order.
-WINDOW_KINDS = ("tumbling", "hopping", "session")
+WINDOW_KINDS = ("tumbling", "hopping", "sliding", "session")
 
 #: Batch summaries read per refresh at most (the job keeps the last 2,000).
 MAX_BATCHES = 2_000
@@ -132,6 +132,10 @@ class Snapshot:
     firings: list[Firing] = field(default_factory=list)
     #: Demo commands and scenario pauses (tidegauge/core/store/annotations.py) of the range.
     annotations: list[Annotation] = field(default_factory=list)
+    #: The smallest stored sliding spec and its rows ending inside the shown range (every
+    #: service and `*`): the busiest-interval figure and the rolling percentile line.
+    sliding_spec: WindowSpec | None = None
+    sliding: list[WindowRow] = field(default_factory=list)
 
     @property
     def is_empty(self) -> bool:
@@ -221,6 +225,12 @@ def read_snapshot(
                     r, keys, since, until, ALL_SERVICES, tumbling, cache=cache
                 ),
             }
+    sliding_spec = next((s for s in specs if s.kind == "sliding"), None)
+    sliding: list[WindowRow] = []
+    if sliding_spec is not None:
+        sliding = (
+            windows if sliding_spec == spec else _sliding_rows(r, keys, sliding_spec, f, cache)
+        )
     limit = MAX_BATCHES
     if status is not None and status.report_interval_ms:
         limit = min(MAX_BATCHES, f.range_ms // status.report_interval_ms + 10)
@@ -239,6 +249,8 @@ def read_snapshot(
         batches=read_batches(r, keys, limit),
         late_events=read_late_events(r, keys, limit=f.late_event_limit),
         resolution=resolution,
+        sliding_spec=sliding_spec,
+        sliding=sliding,
         annotations=read_annotations(
             r,
             keys,
@@ -255,3 +267,15 @@ def read_snapshot(
         else [],
         **snap_range,
     )
+
+
+def _sliding_rows(
+    r: redis.Redis, keys: Keys, spec: WindowSpec, f: Filters, cache: ClosedWindows | None = None
+) -> list[WindowRow]:
+    """The sliding spec's rows ending inside the last `range_ms` before its newest one."""
+    newest = read_newest_window_start(r, keys, spec)
+    if newest is None:
+        return []
+    until = spec.end(newest)
+    rows = read_windows(r, keys, spec, since_ms=until - f.range_ms, cache=cache)
+    return [w for w in rows if w.window_end > until - f.range_ms]

@@ -63,6 +63,8 @@ TOTAL_NAME = "all services (*)"
 
 #: Percentile columns of the latency chart, in trace order, with their line colours.
 LATENCY_PERCENTILES = {"p50": "#2ca02c", "p95": "#ff7f0e", "p99": "#d62728"}
+#: The rolling p99 of a sliding window (dashed), drawn with the window percentiles.
+ROLLING_COLOR = "#9467bd"
 
 #: Legend name and colour of each time domain's rate series, in trace order.
 DOMAIN_STYLE = {
@@ -292,6 +294,8 @@ def latency_percentiles(
     service: str = ALL_SERVICES,
     *,
     window_size_ms: int | None = None,
+    rolling: pd.DataFrame | None = None,
+    rolling_size_ms: int | None = None,
 ) -> Figure:
     """p50, p95 and p99 latency (ms) of one service's windows over event time.
 
@@ -299,6 +303,8 @@ def latency_percentiles(
     percentiles come from the merged t-digest, not from averaging services). Always three
     traces in the order of `LATENCY_PERCENTILES`, so legend toggles stay put across refreshes
     and service changes. A window without latencies leaves a gap (NaN), not a zero.
+    `rolling` (a metrics frame of a sliding window's rows, `rolling_size_ms` long) adds a
+    fourth, dashed line: the p99 of the `rolling_size_ms` before each point.
     """
     part = frame[frame["service"] == service] if not frame.empty else frame
     if part.empty:
@@ -320,6 +326,23 @@ def latency_percentiles(
         }
         for name, color in LATENCY_PERCENTILES.items()
     ]
+    if rolling is not None and rolling_size_ms:
+        roll = rolling[rolling["service"] == service] if not rolling.empty else rolling
+        size = format_duration(rolling_size_ms)
+        data.append(
+            {
+                "type": "scatter",
+                "x": _col(roll, "window_end"),
+                "y": _col(roll, "p99"),
+                "customdata": _col(roll, "latency_count")[:, None],
+                "name": f"p99, last {size}",
+                "mode": "lines",
+                "line": {"width": 2.4, "color": ROLLING_COLOR, "dash": "dash"},
+                "connectgaps": False,
+                "hovertemplate": f"p99 of the {size} before: %{{y:,.1f}} ms "
+                "(%{customdata[0]:,} latencies)",
+            }
+        )
     layout = _layout(
         xaxis=_axis(_time_title(window_size_ms), type="date"),
         yaxis=_axis("latency (ms)", rangemode="tozero"),

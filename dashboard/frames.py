@@ -315,13 +315,15 @@ def headline(
     batches: Sequence[Mapping[str, Any]],
     now_ms: int,
     range_ms: int,
+    sliding: Sequence[WindowRow] = (),
 ) -> list[Headline]:
-    """The nine live figures of the top row: six of the stream, then three of the job.
+    """The live figures of the top row: six of the stream, then three of the job.
 
     Events/s, error rate, p99 and users are those of the newest complete window (all
     services); late events and stragglers are totals over the shown range; then the
     watermark delay, the freshness p99 of the latest batch with records and the age of the
-    job's last batch.
+    job's last batch. With a sliding window's rows (`sliding`), its busiest interval in the
+    range comes before the job's figures (`busiest_headline`).
     """
     max_event = next(
         (int(b["max_event_time"]) for b in reversed(batches) if b.get("max_event_time")), None
@@ -346,6 +348,8 @@ def headline(
             f"events accepted after their window was emitted, last {rng} of event time",
         ),
     ]
+    if sliding:
+        out.append(busiest_headline(sliding, rng))
     if status is None or status.watermark <= 0:
         out.append(Headline("Watermark delay", "–", "no watermark yet"))
     else:
@@ -366,6 +370,39 @@ def headline(
         )
     )
     return out
+
+
+def busiest_headline(rows: Sequence[WindowRow], range_text: str) -> Headline:
+    """The "Busiest 60s" figure of a sliding window's rows.
+
+    The most events (all services) in any interval of the window's length ending inside the
+    shown range, and when it was (the earliest of ties); its help adds the most errors.
+    """
+    totals = [w for w in rows if w.service == ALL_SERVICES and w.peak_events is not None]
+    size = rows[0].window_end - rows[0].window_start
+    label = f"Busiest {format_duration(size)}"
+    if not totals:
+        return Headline(label, "–", "no sliding window rows in the range yet")
+    best = max(totals, key=lambda w: (w.peak_events, -(w.peak_start or 0)))
+    errors = max(totals, key=lambda w: (w.peak_errors or 0, -(w.peak_errors_start or 0)))
+    assert best.peak_events is not None and best.peak_start is not None
+    return Headline(
+        label,
+        f"{best.peak_events:,}",
+        f"the most events (all services) in any {format_duration(size)} of event time ending "
+        f"in the last {range_text}: {best.peak_events * 1000 / size:,.1f}/s from "
+        f"{_hms_ms(best.peak_start)} UTC (sliding window); the most errors: "
+        f"{errors.peak_errors or 0:,}"
+        + (
+            f" from {_hms_ms(errors.peak_errors_start)} UTC"
+            if errors.peak_errors and errors.peak_errors_start is not None
+            else ""
+        ),
+    )
+
+
+def _hms_ms(ms: int) -> str:
+    return pd.Timestamp(ms, unit="ms").strftime("%H:%M:%S.%f")[:-3]
 
 
 def _freshness_headline(status: JobStatus | None, now_ms: int) -> Headline:

@@ -30,6 +30,7 @@ from jobs.redis_sink import (
 )
 from sketches.hll import hash32
 from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.sliding import Timeline, frame_of
 from tidegauge.core.store import DeadLetter, Keys
 from tidegauge.core.windows import WindowSpec
 
@@ -45,6 +46,8 @@ PANELS = [
 
 W = 10_000
 SPEC = WindowSpec.tumbling(W)
+#: Also written: a 30 s sliding window (rolling figures and busiest interval per 10 s).
+SLIDING = WindowSpec.sliding(30_000, W, 100)
 LATENESS_MS = 30_000
 
 
@@ -68,6 +71,10 @@ class Seeded:
     dead: int = 0
     #: Every latency written, for percentile checks.
     latencies: list[float] = field(default_factory=list)
+    #: The busiest `SLIDING` interval (all services) ending in the range: (events, start),
+    #: counted over every event time, and the rolling p99 rows' count.
+    busiest: tuple[int, int] = (0, 0)
+    sliding_rows: int = 0
 
     def late_by_service(self, services: list[str]) -> dict[int, int]:
         """Late events per window start, summed over `services`."""
@@ -92,12 +99,15 @@ def seed_live(
 ) -> Seeded:
     """Write windows, lateness, arrivals, batches and dead letters as the job would."""
     rng = np.random.default_rng(seed)
+    times_rng = np.random.default_rng(seed + 1_000)  # event times: the other values unchanged
+    parts: dict[tuple[str, int], tuple[WindowAgg, Timeline]] = {}
     names = list(names) if names is not None else [f"svc-{i:02d}" for i in range(services)]
     newest = now_ms - now_ms % W - 2 * W  # the newest window ends before now
     n_windows = minutes * 60_000 // W
     starts = [newest - (n_windows - 1 - i) * W for i in range(n_windows)]
     watermark = newest + W - 1 - LATENESS_MS
     truth = Seeded(names, starts, newest, watermark, now_ms - 500)
+    truth_times: list[np.ndarray] = []
     pause_from = len(starts) - pause_windows - 3  # paused, then caught up 3 windows ago
     batch_id = 0
     caught_up: list[WindowUpdate] = []
@@ -113,6 +123,11 @@ def seed_live(
             lateness = rng.exponential(800.0, n)
             agg = WindowAgg()
             agg.add_hashed(latency, status, hash32(users), lateness, None)
+            at = start + times_rng.integers(0, W, n)
+            if i == len(starts) - 12:
+                at[: n // 2] = start + times_rng.integers(2_000, 3_000, n // 2)  # a busy second
+            parts[(svc, start)] = (agg, Timeline().add(at // 100 * 100, status >= 500))
+            truth_times.append(at)
             truth.latencies += latency.tolist()
             updates.append(WindowUpdate(SPEC.key, start, svc, agg.metrics(W), agg.to_bytes()))
             truth.events[start] = truth.events.get(start, 0) + n
@@ -187,6 +202,8 @@ def seed_live(
         write_progress(
             r, keys, _progress(batch_id, start + W + 300, seen, rows, seen - LATENESS_MS)
         )
+    batch_id += 1
+    _seed_sliding(r, keys, batch_id, starts, names, parts, np.concatenate(truth_times), truth)
     letters = [
         DeadLetter(0, 17, now_ms - 3000, "invalid_json", "Expecting value", b"{oops", 5, 2),
         DeadLetter(2, 5, now_ms - 2000, "missing_field", "no 'service'", b'{"a":1}', 7, 2),
@@ -205,6 +222,48 @@ def seed_live(
     summary = _progress(batch_id, truth.batch_time, newest + W - 1, 3, watermark)
     write_progress(r, keys, summary)
     return truth
+
+
+def _seed_sliding(
+    r: redis.Redis,
+    keys: Keys,
+    batch_id: int,
+    starts: list[int],
+    names: list[str],
+    parts: dict[tuple[str, int], tuple[WindowAgg, Timeline]],
+    times: np.ndarray,
+    truth: Seeded,
+) -> None:
+    """The SLIDING rows a job writes from those windows' events, and their busiest interval.
+
+    Each row merges the aggregates of the windows of its rolling interval and the timelines of
+    the windows its peak intervals reach (as jobs/panes.py does); `truth.busiest` is counted
+    independently, interval by interval over every event time.
+    """
+    size, step = SLIDING.size_ms, SLIDING.slide_ms
+    updates = []
+    for end in [s + step for s in starts]:
+        for svc in names:
+            rolling = [
+                parts[(svc, s)][0] for s in range(end - size, end, step) if (svc, s) in parts
+            ]
+            reach = range(end - SLIDING.reach_ms, end, step)
+            agg = WindowAgg.merged(rolling)
+            timeline = Timeline.merged([parts[(svc, s)][1] for s in reach if (svc, s) in parts])
+            agg.states["timeline"] = timeline.framed(frame_of(SLIDING, end - size))
+            updates.append(
+                WindowUpdate(SLIDING.key, end - size, svc, agg.metrics(size), agg.to_bytes())
+            )
+    write_batch(r, keys, batch_id, updates)
+    ts = np.sort(times)
+    best = (-1, 0)
+    for end in [s + step for s in starts]:
+        for e in range(end - step + SLIDING.resolution_ms, end + 1, SLIDING.resolution_ms):
+            n = int(np.searchsorted(ts, e) - np.searchsorted(ts, e - size))
+            if n > best[0]:
+                best = (n, e - size)
+    truth.busiest = best
+    truth.sliding_rows = len(starts)
 
 
 def _summed(arrivals: list[ArrivalUpdate]) -> list[ArrivalUpdate]:

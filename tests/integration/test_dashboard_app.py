@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 import redis
 from streamlit.testing.v1 import AppTest
@@ -198,6 +199,31 @@ def test_every_panel_shows_the_seeded_backlog_story(
     assert metrics(at)["Would have been late"] == "0.00 %"
     assert any("late events kept" in c.value for c in at.caption)
     assert not at.exception and not at.error
+
+
+def test_a_sliding_window_shows_its_busiest_interval_and_rolling_p99(
+    monkeypatch: pytest.MonkeyPatch, redis_settings: RedisSettings, redis_client: redis.Redis
+) -> None:
+    truth = seed_live(redis_client, KEYS, now_ms())
+    at = run_app(monkeypatch, redis_settings.url)
+    assert not at.exception and not at.error
+    busiest = next(m for m in at.metric if m.label == "Busiest 30s")
+    events, start = truth.busiest
+    assert busiest.value == f"{events:,}"
+    when = pd.Timestamp(start, unit="ms").strftime("%H:%M:%S.%f")[:-3]
+    assert f"{events * 1000 / 30_000:,.1f}/s from {when} UTC" in busiest.proto.help
+    # the latency chart carries the rolling p99 of the 30 s before each primary window's end
+    rolling = trace(chart(at, "latency_ts"), "p99, last 30s")
+    assert len(values(rolling["y"])) == truth.sliding_rows
+    ends = [round(pd.Timestamp(x).timestamp() * 1000) for x in rolling["x"]]
+    assert ends == [s + 10_000 for s in truth.starts]
+    # chosen as the window kind, every chart shows the sliding rows (one per primary window)
+    at.sidebar.radio(key="kind").set_value("sliding").run(timeout=30)
+    assert not at.exception and not at.error
+    total = trace(chart(at, "events_per_s"), "all services (*)")
+    assert len(values(total["y"])) == truth.sliding_rows
+    three = [sum(truth.events[s] for s in truth.starts[i - 2 : i + 1]) for i in range(2, 10)]
+    assert values(total["y"])[2:10] == pytest.approx([n / 30 for n in three])
 
 
 def test_filters_choose_services_and_window_kind(
@@ -450,7 +476,7 @@ def test_a_link_restores_the_view_and_the_url_follows_the_widgets(
     monkeypatch.setenv(ENV_REDIS_URL, redis_settings.url)
     at = AppTest.from_file(str(APP), default_timeout=30)
     link = {"svc": "checkout,gone", "range": "1h", "lrange": "5m", "lsvc": "checkout",
-            "total": "0", "broker": "1", "kind": "sliding"}  # fmt: skip
+            "total": "0", "broker": "1", "kind": "rolling"}  # fmt: skip
     for k, v in link.items():
         at.query_params[k] = v
     at.run(timeout=30)
@@ -461,7 +487,7 @@ def test_a_link_restores_the_view_and_the_url_follows_the_widgets(
     assert at.selectbox(key="latency_service").value == "checkout"
     assert at.toggle(key="show_total").value is False and at.toggle(key="show_broker").value
     (ignored,) = [w for w in at.warning if "ignored" in w.value]
-    assert "kind=sliding" in ignored.value
+    assert "kind=rolling" in ignored.value
     total = trace(chart(at, "events_per_s"), "all services (*)")
     assert total["visible"] is False  # the total line is hidden, as the link asked
     # the URL now says what the page shows (the unreadable parts are gone)

@@ -304,7 +304,7 @@ def test_filters_pick_known_services_or_all() -> None:
     assert f.selected(["api", "web"]) == ["api"]
     assert data.Filters().selected(["api", "web"]) == ["api", "web"]
     with pytest.raises(ValueError):
-        data.Filters(kind="sliding")
+        data.Filters(kind="rolling")  # not a window kind
 
 
 # --- figures -------------------------------------------------------------------------------------
