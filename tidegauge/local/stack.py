@@ -105,6 +105,8 @@ _JOB_KNOBS = (
     "1s",
     "--window",
     "10s",
+    "--window",  # the busiest minute and the rolling p99 of the last minute (docs/time.md)
+    "60s/sliding",
     "--allowed-lateness",
     "30s",
     "--master",
