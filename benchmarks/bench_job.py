@@ -1,7 +1,7 @@
 """Job throughput: the sketch job vs a baseline of Spark built-ins, same Kafka input, one run.
 
     .venv/bin/python benchmarks/bench_job.py [--events 300000] [--per-trigger 50000] [--rounds 2]
-        [--duplicate-fraction 0.0] [--contenders baseline,tidegauge,tidegauge-no-dedup]
+        [--duplicate-fraction 0.0] [--contenders baseline,tidegauge,tidegauge-sliding,...]
 
 Starts its own broker (Tansu) and redis-server, produces `--events` seeded events once, then runs
 in one SparkSession, alternating for `--rounds`:
@@ -37,6 +37,7 @@ from jobs.pipeline import _current_end, run_job  # noqa: E402
 from jobs.spark import build_session  # noqa: E402
 from tidegauge.core.config import JobConfig, KafkaSettings, RedisSettings  # noqa: E402
 from tidegauge.core.topics import ensure_topic  # noqa: E402
+from tidegauge.core.windows import WindowSpec  # noqa: E402
 from tidegauge.local.services import start_broker, start_redis  # noqa: E402
 from tidegauge.traffic.config import GeneratorConfig  # noqa: E402
 from tidegauge.traffic.producer import produce  # noqa: E402
@@ -123,6 +124,14 @@ def run_baseline(spark: Any, kafka: KafkaSettings, per_trigger: int, checkpoint:
     return list(query.recentProgress)
 
 
+#: Contenders with windows of their own (the others: the job's default, 10 s tumbling).
+CONTENDER_WINDOWS = {
+    "tidegauge-sliding": (WindowSpec.tumbling(10_000), WindowSpec.sliding(60_000, 10_000)),
+    "tidegauge-sliding-1ms": (WindowSpec.tumbling(10_000), WindowSpec.sliding(60_000, 10_000, 1)),
+    "tidegauge-hopping": (WindowSpec.tumbling(10_000), WindowSpec(60_000, 10_000)),
+}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--events", type=int, default=300_000)
@@ -142,7 +151,8 @@ def main() -> None:
     ap.add_argument(
         "--contenders",
         default="baseline,tidegauge",
-        help="comma-separated: baseline, tidegauge, tidegauge-no-dedup",
+        help="comma-separated: baseline, tidegauge, tidegauge-no-dedup, tidegauge-hopping "
+        "(+ 60s/10s), tidegauge-sliding (+ 60s/sliding), tidegauge-sliding-1ms (@1ms)",
     )
     ap.add_argument(
         "--detail", action="store_true", help="print each batch: records, duration, its phases"
@@ -199,6 +209,7 @@ def main() -> None:
                         master=args.master,
                         shuffle_partitions=2,
                         dedup=name != "tidegauge-no-dedup",
+                        windows=CONTENDER_WINDOWS.get(name, JobConfig.windows),
                     )
                     progress = list(run_job(cfg, spark=spark).recentProgress)
                 if args.detail:
