@@ -37,6 +37,8 @@ from tidegauge.core.windows import WindowSpec
 __all__ = ["Frame", "Peaks", "Timeline", "frame_of"]
 
 _I64 = npt.NDArray[np.int64]
+_NONE = np.empty(0, np.int64)
+_NONE.flags.writeable = False  # shared: timelines replace their arrays, never write into them
 
 
 @dataclass(frozen=True)
@@ -105,9 +107,10 @@ class Timeline:
         errors: _I64 | None = None,
         frame: Frame | None = None,
     ) -> None:
-        self.starts = np.empty(0, np.int64) if starts is None else np.asarray(starts, np.int64)
-        self.counts = np.empty(0, np.int64) if counts is None else np.asarray(counts, np.int64)
-        self.errors = np.empty(0, np.int64) if errors is None else np.asarray(errors, np.int64)
+        # Every window aggregate holds a timeline, almost always empty: they share one array.
+        self.starts = _NONE if starts is None else np.asarray(starts, np.int64)
+        self.counts = _NONE if counts is None else np.asarray(counts, np.int64)
+        self.errors = _NONE if errors is None else np.asarray(errors, np.int64)
         self.frame = frame
 
     def __len__(self) -> int:
