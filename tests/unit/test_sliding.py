@@ -188,3 +188,23 @@ def test_dedup_keeps_ids_as_long_as_a_peak_can_take_the_event() -> None:
     at = np.array([0, 1_999, 2_000], np.int64)
     got = horizons(at, np.ones(3, bool), [WindowSpec.tumbling(2_000), sliding])
     assert got.tolist() == [8_000, 8_000, 10_000]  # last rolling end + one step
+
+
+def test_a_window_text_finds_its_stored_spec() -> None:
+    from tidegauge.alerts.evaluator import _spec_of
+    from tidegauge.core.alerts import parse_rule
+    from tidegauge.core.windows import match_spec
+
+    tumbling, hopping = WindowSpec.tumbling(10_000), WindowSpec(60_000, 10_000)
+    fine, coarse = WindowSpec.sliding(60_000, 10_000, 1), WindowSpec.sliding(60_000, 10_000)
+    stored = [tumbling, hopping, coarse, fine]
+    assert match_spec("10s", stored) == tumbling
+    assert match_spec("1m/10s", stored) == hopping and match_spec("60000-10000", stored) == hopping
+    assert match_spec("60s/sliding", stored) == coarse  # the first of that size
+    assert match_spec("60s/sliding@1ms", stored) == fine
+    assert match_spec("30s/sliding", stored) is None and match_spec("20s", stored) is None
+    # an alert rule's `in SPEC` reads the same way (it once compared the text with the key)
+    assert _spec_of(parse_rule("p99 > 800 for 3 in 60s/10s"), stored) == hopping
+    assert _spec_of(parse_rule("p99 > 800 in 1m/sliding@1ms"), stored) == fine
+    with pytest.raises(ValueError, match="is not a window"):
+        parse_rule("p99 > 800 in soon")

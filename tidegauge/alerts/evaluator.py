@@ -17,7 +17,7 @@ from tidegauge.core.store import (
     read_windows,
 )
 from tidegauge.core.store.alerts import read_firings, write_evaluation
-from tidegauge.core.windows import WindowSpec
+from tidegauge.core.windows import WindowSpec, match_spec
 
 __all__ = ["DEFAULT_LOOKBACK_MS", "evaluate_store"]
 
@@ -70,6 +70,7 @@ def evaluate_store(
 
 
 def _spec_of(rule: Rule, specs: Sequence[WindowSpec]) -> WindowSpec | None:
+    """The stored spec a rule reads: its `in SPEC` ("60s/10s", "1m/sliding"), else the first."""
     if rule.spec is None:
         return specs[0] if specs else None
-    return next((s for s in specs if s.key == rule.spec), None)
+    return match_spec(rule.spec, specs)

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from tidegauge.core.durations import format_duration, parse_duration, to_iso
 from tidegauge.core.store.records import WindowRow
+from tidegauge.core.windows import match_spec
 
 __all__ = [
     "State",
@@ -168,6 +169,11 @@ def parse_rule(text: str, name: str | None = None) -> Rule:
     threshold = float(m["threshold"])
     unit = (m["unit"] or "").lower()
     threshold = threshold / 100 if unit == "%" else threshold * 1000 if unit == "s" else threshold
+    if m["spec"]:
+        try:
+            match_spec(m["spec"], ())  # reads it: a window the job could write, or an error
+        except ValueError as e:
+            raise ValueError(f"rule {text!r}: 'in {m['spec']}' is not a window: {e}") from None
     return Rule(
         name=name or text.strip(),
         metric=metric,

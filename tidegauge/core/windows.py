@@ -40,6 +40,7 @@ __all__ = [
     "WindowSpec",
     "advance_watermark",
     "default_resolution",
+    "match_spec",
     "classify",
     "classify_many",
     "late_mask",
@@ -370,6 +371,38 @@ SLIDING_NEEDS_STEP = (
     "a sliding window (SIZE/sliding) reports once per primary window: give a tumbling "
     "--window too, e.g. --window 10s --window 60s/sliding"
 )
+
+
+def match_spec(text: str, specs: Sequence[WindowSpec]) -> WindowSpec | None:
+    """The spec of `specs` a user means by `text`, or None.
+
+    `text` is a `--window` text ("10s", "60s/10s", "60s/sliding[@RES]") or a stored key
+    ("60000-10000"). A sliding window's step is the job's primary window, which a reader does
+    not know: any of `specs` of that size (and resolution, when given) matches.
+    """
+    text = text.strip()
+    for s in specs:
+        if s.key == text:
+            return s
+    size, _, rest = text.partition("/")
+    kind, _, resolution = rest.partition("@")
+    if kind.strip().lower() == "sliding":
+        from tidegauge.core.durations import parse_duration
+
+        size_ms = parse_duration(size)
+        res_ms = parse_duration(resolution) if resolution.strip() else None
+        return next(
+            (
+                s
+                for s in specs
+                if s.kind == "sliding"
+                and s.size_ms == size_ms
+                and res_ms in (None, s.resolution_ms)
+            ),
+            None,
+        )
+    wanted = WindowSpec.parse(text)
+    return next((s for s in specs if s == wanted), None)
 
 
 def default_resolution(size_ms: int, step_ms: int) -> int:

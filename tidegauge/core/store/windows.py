@@ -23,7 +23,7 @@ from tidegauge.core.store.index import _reusable, _starts, _sync
 from tidegauge.core.store.keys import ALL_SERVICES, Keys, _s, split_batch_field
 from tidegauge.core.store.records import WindowRow
 from tidegauge.core.store.tiers import read_retention, resolution_text
-from tidegauge.core.windows import WindowSpec, tumbling_start
+from tidegauge.core.windows import WindowSpec, match_spec, tumbling_start
 
 
 def read_window_specs(r: redis.Redis, keys: Keys) -> list[WindowSpec]:
@@ -34,26 +34,23 @@ def read_window_specs(r: redis.Redis, keys: Keys) -> list[WindowSpec]:
 
 
 def stored_spec(r: redis.Redis, keys: Keys, text: str) -> WindowSpec:
-    """The spec a reader means by a `--window` text ("10s", "60s/10s", "60s/sliding[@RES]").
+    """The stored spec a reader means by a `--window` text (`match_spec`).
 
-    A sliding window's step is the job's primary window, which a reader does not know: it is
-    the stored sliding spec of that size (and resolution, if given); ValueError naming the
-    stored ones when there is none.
+    A text the job does not write is a ValueError naming the specs it does write; a tumbling or
+    hopping one that has no windows yet is returned as asked (its reads are empty).
     """
-    from tidegauge.core.durations import format_duration, parse_duration
+    from tidegauge.core.durations import format_duration
 
-    size, _, rest = text.strip().partition("/")
-    kind, _, resolution = rest.partition("@")
-    if kind.strip().lower() != "sliding":
+    stored = read_window_specs(r, keys)
+    found = match_spec(text, stored)
+    if found is not None:
+        return found
+    if "sliding" not in text.lower():
         return WindowSpec.parse(text)
-    size_ms = parse_duration(size)
-    res_ms = parse_duration(resolution) if resolution.strip() else None
-    stored = [s for s in read_window_specs(r, keys) if s.kind == "sliding"]
-    for s in stored:
-        if s.size_ms == size_ms and res_ms in (None, s.resolution_ms):
-            return s
     have = ", ".join(
-        f"{format_duration(s.size_ms)}/sliding@{format_duration(s.resolution_ms)}" for s in stored
+        f"{format_duration(s.size_ms)}/sliding@{format_duration(s.resolution_ms)}"
+        for s in stored
+        if s.kind == "sliding"
     )
     raise ValueError(f"no stored sliding window {text!r} (stored: {have or 'none'})")
 
