@@ -186,22 +186,28 @@ class Timeline:
         return Timeline(starts, self.counts[keep], self.errors[keep], frame)
 
     def peaks(self) -> Peaks | None:
-        """The busiest interval of the frame (None for a timeline without one)."""
+        """The busiest interval of the frame (None for a timeline without one).
+
+        The sum over [e - length, e) is a step function of the end e: it rises where a bucket
+        enters (e = bucket + resolution) and falls where one leaves. So the earliest busiest
+        interval ends at the frame's first end or where a bucket enters, and only those ends
+        are evaluated: work in the buckets with events, not in the frame's length (a 60 s
+        frame at 1 ms has 70,000 ends and a few hundred buckets).
+        """
         f = self.frame
         if f is None:
             return None
         r = f.resolution_ms
-        n = (f.last_end_ms - f.origin_ms) // r  # buckets from origin to the last end
-        k = f.length_ms // r  # buckets per interval
-        ends = np.arange((f.first_end_ms - f.origin_ms) // r, n + 1)  # bucket index of each end
+        ends = np.concatenate(([f.first_end_ms], self.starts + r))
+        ends = np.unique(ends[(ends >= f.first_end_ms) & (ends <= f.last_end_ms)])
+        inside = np.searchsorted(self.starts, ends, "left")  # buckets before each end
+        before = np.searchsorted(self.starts, ends - f.length_ms, "left")  # ... before its start
         out = []
         for values in (self.counts, self.errors):
-            dense = np.zeros(n, np.int64)
-            np.add.at(dense, (self.starts - f.origin_ms) // r, values)
-            cum = np.concatenate(([0], np.cumsum(dense)))
-            sums = cum[ends] - cum[ends - k]
+            cum = np.concatenate(([0], np.cumsum(values)))
+            sums = cum[inside] - cum[before]
             best = int(np.argmax(sums))
-            out += [int(sums[best]), f.first_end_ms + best * r - f.length_ms]
+            out += [int(sums[best]), int(ends[best]) - f.length_ms]
         return Peaks(*out)
 
     def to_bytes(self) -> bytes:
