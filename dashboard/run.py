@@ -155,7 +155,7 @@ def install_plotly_js(static_dir: Path = STATIC_DIR) -> Path:
     if dest.exists() and filecmp.cmp(src, dest, shallow=False):
         return dest
     static_dir.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(".tmp")
+    tmp = dest.with_suffix(f".{os.getpid()}.tmp")  # two launchers at once copy apart
     shutil.copyfile(src, tmp)
     tmp.replace(dest)  # atomic: a browser never gets half a file
     return dest
