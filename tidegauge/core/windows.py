@@ -148,7 +148,10 @@ def advance_watermark(
 
 @dataclass(frozen=True)
 class WindowSpec:
-    """A window kind: tumbling (`slide` = `size`) or hopping (`slide` < `size`), in ms.
+    """A window kind and its sizes in ms: tumbling, hopping, sliding or sessions.
+
+    Tumbling: `slide` = `size`; hopping: `slide` < `size`; sliding: `resolution_ms` > 0, a row
+    per `slide` (the primary window); sessions: `gap_ms` > 0.
 
     Hopping windows start at multiples of `slide` and last `size`; the job builds them by merging
     panes (tumbling windows of `pane_size` of all specs), never by re-reading events:
