@@ -73,9 +73,14 @@ def horizons(event_ms: _I64, has_user: npt.NDArray[np.bool_], specs: Sequence[Wi
         if spec.kind == "session":
             ends = np.where(has_user, event_ms + spec.gap_ms, np.iinfo(np.int64).min)
         else:
-            ends = tumbling_starts(event_ms, spec.slide_ms) + spec.reach_ms
+            ends = _last_starts(event_ms, spec) + spec.reach_ms
         np.maximum(out, ends, out=out)
     return out
+
+
+def _last_starts(event_ms: _I64, spec: WindowSpec) -> _I64:
+    """Vectorised `WindowSpec.last_start_at_or_before`: the last window start <= each time."""
+    return event_ms - np.mod(event_ms - spec.anchor_ms, spec.slide_ms)
 
 
 def first_occurrences(hashes: _U64) -> npt.NDArray[np.bool_]:
@@ -184,7 +189,7 @@ def duplicate_windows(
             sel = has_user & (event_ms + spec.gap_ms > watermark_ms)
             starts = [tumbling_starts(event_ms[sel], spec.size_ms)]
         else:
-            first = tumbling_starts(event_ms, spec.slide_ms)
+            first = _last_starts(event_ms, spec)
             starts = []
             for k in range(-(-spec.size_ms // spec.slide_ms)):
                 s = first - k * spec.slide_ms

@@ -2,9 +2,10 @@
 
 A seeded stream with out-of-order, late and malformed events and heartbeats goes through the
 real broker (3 partitions), the job (10 s tumbling plus 30 s sliding at the default 100 ms and
-20 s sliding at 1 ms, many small batches) and Redis. The expected answers come from the
-generator's ground truth and the job's recorded batch boundaries alone: the watermark rule
-replayed batch by batch, then, for every stored sliding row, service and `*`:
+25 s sliding at 1 ms, whose rows end on the 10 s grid and start 5 s off it; many small
+batches) and Redis. The expected answers come from the generator's ground truth and the
+job's recorded batch boundaries alone: the watermark rule replayed batch by batch, then, for
+every stored sliding row, service and `*`:
 
 - its peak: every interval of its length ending on its resolution's grid inside its step,
   counted directly over the events that arrived while the row was open (the busiest one, the
@@ -28,7 +29,7 @@ from tidegauge.core.windows import WindowSpec
 
 LATENESS_MS = 10_000
 STEP = 10_000
-SLIDING = (WindowSpec.sliding(30_000, STEP, 100), WindowSpec.sliding(20_000, STEP, 1))
+SLIDING = (WindowSpec.sliding(30_000, STEP, 100), WindowSpec.sliding(25_000, STEP, 1))
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,7 @@ def run(  # type: ignore[no-untyped-def]
         topic,
         url,
         str(tmp / "checkpoint"),
-        window=["10s", "30s/sliding", "20s/sliding@1ms"],
+        window=["10s", "30s/sliding", "25s/sliding@1ms"],
         allowed_lateness="10s",
         max_records_per_trigger="400",
     )

@@ -96,8 +96,13 @@ def test_specs_parse_and_refuse_what_cannot_be_sliding() -> None:
     assert default_resolution(2_050, 2_050) == 50
     with pytest.raises(ValueError, match="sliding"):
         WindowSpec.parse("60s/sliding")  # no step: the job's primary window gives it
-    with pytest.raises(ValueError, match="multiple of its step"):
-        WindowSpec.parse("25s/sliding", 10_000)
+    # any size: rows end where the primary windows end, wherever that puts their starts
+    odd = WindowSpec.parse("25s/sliding", 10_000)
+    assert (odd.anchor_ms, odd.windows_containing(20_000, 5_000)) == (5_000, [5_000, 15_000])
+    assert odd.end(5_000) % 10_000 == 0 and odd.last_end_containing(29_999) == 50_000
+    small = WindowSpec.parse("4s/sliding", 10_000)  # shorter than its step: busiest 4 s of 10 s
+    assert small.windows_containing(16_000, 2_000) == [16_000] and small.end(16_000) == 20_000
+    assert small.windows_containing(10_000, 2_000) == []  # no row's rolling 4 s holds [10, 12)
     with pytest.raises(ValueError, match="must divide"):
         WindowSpec.parse("60s/sliding@7ms", 10_000)
     with pytest.raises(ValueError, match="only a sliding window"):
@@ -145,7 +150,8 @@ def _stream(rng: np.random.Generator, n: int) -> Iterator[tuple[np.ndarray, np.n
 def test_every_row_equals_the_events_that_arrived_while_it_was_open(seed: int) -> None:
     rng = np.random.default_rng(seed)
     tumbling = WindowSpec.tumbling(2_000)
-    sliding = WindowSpec.sliding(6_000, 2_000, int(rng.choice([1, 10, 100])))
+    size = int(rng.choice([1_000, 3_000, 6_000, 7_000]))  # shorter, longer, odd multiples
+    sliding = WindowSpec.sliding(size, 2_000, int(rng.choice([1, 10, 100])))
     lateness = int(rng.integers(0, 5_000))
     sw = ServiceWindows((tumbling, sliding))
     watermark = 0
@@ -175,10 +181,10 @@ def test_every_row_equals_the_events_that_arrived_while_it_was_open(seed: int) -
         assert m["count"] == sum(start <= t < end for t, _ in open_)
     # every row with events in its reach while it was open was emitted
     starts = {
-        tumbling_row
+        end - size  # rows ending in (t, t + size + step]: their peak intervals reach t
         for t, _, wm in seen
-        for tumbling_row in range(t - t % 2_000 - 4_000, t - t % 2_000 + 2_001, 2_000)
-        if wm < sliding.end(tumbling_row)
+        for end in range(t - t % 2_000 + 2_000, t + size + 2_001, 2_000)
+        if wm < end
     }
     assert starts <= set(rows)
 

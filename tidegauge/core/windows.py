@@ -186,7 +186,7 @@ class WindowSpec:
             raise ValueError("session results are bucketed in tumbling windows")
         if self.size_ms <= 0:
             raise ValueError("window size must be positive")
-        if not 0 < self.slide_ms <= self.size_ms:
+        if not 0 < self.slide_ms <= self.size_ms and not (self.resolution_ms and self.slide_ms > 0):
             raise ValueError(
                 f"slide must be in (0, size]: slide {self.slide_ms} ms, size {self.size_ms} ms"
             )
@@ -194,11 +194,6 @@ class WindowSpec:
             r = self.resolution_ms
             if r < 0 or self.rollup or self.gap_ms:
                 raise ValueError("a sliding window is neither a roll-up nor a session")
-            if self.size_ms % self.slide_ms:
-                raise ValueError(
-                    f"a sliding window's size ({self.size_ms} ms) must be a multiple of its step, "
-                    f"the primary window ({self.slide_ms} ms): its rows end where those end"
-                )
             if self.size_ms % r or self.slide_ms % r:
                 raise ValueError(
                     f"a sliding window's resolution ({r} ms) must divide its size "
@@ -332,16 +327,29 @@ class WindowSpec:
         """
         return since_ms - self.size_ms + 1
 
+    @property
+    def anchor_ms(self) -> int:
+        """Where this spec's windows start, modulo `slide_ms`.
+
+        0: windows start at multiples of the slide. A sliding window's rows END at multiples of
+        its step (the primary window's ends), so they start at -size modulo the step.
+        """
+        return -self.size_ms % self.slide_ms if self.resolution_ms else 0
+
+    def last_start_at_or_before(self, ts_ms: int) -> int:
+        """Start of the last window of this spec that starts at or before `ts_ms`."""
+        return ts_ms - (ts_ms - self.anchor_ms) % self.slide_ms
+
     def last_end_containing(self, ts_ms: int) -> int:
         """End of the last window of this spec (by start) that holds `ts_ms`."""
-        return self.end(tumbling_start(ts_ms, self.slide_ms))
+        return self.end(self.last_start_at_or_before(ts_ms))
 
     def last_end_reaching(self, ts_ms: int) -> int:
         """End of the last row (by start) whose result depends on an event at `ts_ms`.
 
         `last_end_containing`, and one step later for a sliding window (its peak).
         """
-        return tumbling_start(ts_ms, self.slide_ms) + self.reach_ms
+        return self.last_start_at_or_before(ts_ms) + self.reach_ms
 
     def windows_reaching(self, pane_start_ms: int, pane_ms: int) -> list[int]:
         """Starts of the rows whose result depends on the pane.
@@ -351,7 +359,7 @@ class WindowSpec:
         """
         starts = self.windows_containing(pane_start_ms, pane_ms)
         if self.resolution_ms:
-            starts.append(tumbling_start(pane_start_ms, self.slide_ms) + self.slide_ms)
+            starts.append(self.last_start_at_or_before(pane_start_ms) + self.slide_ms)
         return starts
 
     def rate_per_s(self, count: int) -> float:
@@ -361,7 +369,7 @@ class WindowSpec:
     def windows_containing(self, pane_start_ms: int, pane_ms: int) -> list[int]:
         """Starts of the windows that contain the whole pane [pane_start, pane_start + pane_ms)."""
         first = pane_start_ms + pane_ms - self.size_ms  # earliest start that still covers the pane
-        first = -(-first // self.slide_ms) * self.slide_ms  # round up to a multiple of slide
+        first += (self.anchor_ms - first) % self.slide_ms  # round up onto the spec's grid
         return list(range(first, pane_start_ms + 1, self.slide_ms))
 
     def panes_of(self, window_start_ms: int, pane_ms: int) -> range:
