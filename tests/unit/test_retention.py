@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from jobs.rollup import RolledWindow, roll_period
@@ -218,6 +218,16 @@ def test_reads_take_each_part_from_the_finest_tier_holding_it() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(_layers(), st.integers(0, 6000), st.integers(1, 6000), st.sampled_from([0, M, 10 * M]))
+@example(  # found by CI: the minute tier held nothing of its part and the 10 m tier overlapped
+    [
+        Layer(RAW, 11 * M),
+        Layer(WindowSpec.rollup_of(M), 11 * M, 20 * M),
+        Layer(WindowSpec.rollup_of(10 * M), None, 20 * M),
+    ],
+    0,
+    661,
+    0,
+)
 def test_reads_do_not_overlap_and_stay_inside_the_range(
     layers: list[Layer], lo_s: int, span_s: int, min_size: int
 ) -> None:

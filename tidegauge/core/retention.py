@@ -259,10 +259,14 @@ def _spans(layers: Sequence[Layer]) -> list[tuple[Layer, int | None, int | None]
         hi = upper
         if layer.ready_until is not None:
             hi = layer.ready_until if hi is None else min(hi, layer.ready_until)
+        if hi is not None:
+            hi -= hi % size  # none of its windows may reach into a finer layer's part
         out.append((layer, lo, hi))
         if lo is None:
             break
-        upper = lo
+        # A layer that holds nothing of its part (lo >= hi) must not move the bound up: the
+        # next one answers for what lies before the finest part that is held.
+        upper = lo if upper is None else min(upper, lo)
     return out
 
 
