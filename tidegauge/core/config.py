@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from tidegauge.core.durations import format_duration, parse_duration
 from tidegauge.core.kafka_options import ClientKind, client_config, parse_kafka_options
 from tidegauge.core.retention import DEFAULT_RETENTION, Retention
-from tidegauge.core.windows import SLIDING_NEEDS_STEP, WindowSpec
+from tidegauge.core.windows import SLIDING_NEEDS_STEP, WindowSpec, is_sliding_text
 
 __all__ = [
     "DEFAULT_BOOTSTRAP",
@@ -299,7 +299,7 @@ def dashboard_settings_from_args(
 def _window_specs(
     texts: list[str], slide: str | None, session_gap: str | None
 ) -> tuple[WindowSpec, ...]:
-    sliding = [t for t in texts if _is_sliding(t)]
+    sliding = [t for t in texts if is_sliding_text(t)]
     specs = [WindowSpec.parse(t) for t in texts if t not in sliding]
     if sliding:
         # Sliding rows follow the primary window: the smallest tumbling one.
@@ -320,10 +320,6 @@ def _window_specs(
         bucket = min((s.size_ms for s in specs if s.kind == "tumbling"), default=specs[0].slide_ms)
         specs.append(WindowSpec.session(gap, bucket))
     return tuple(specs)
-
-
-def _is_sliding(text: str) -> bool:
-    return text.partition("/")[2].partition("@")[0].strip().lower() == "sliding"
 
 
 def default_shuffle_partitions(master: str, cores: int | None = None) -> int:

@@ -40,6 +40,7 @@ __all__ = [
     "WindowSpec",
     "advance_watermark",
     "default_resolution",
+    "is_sliding_text",
     "match_spec",
     "classify",
     "classify_many",
@@ -377,6 +378,11 @@ class WindowSpec:
         return range(window_start_ms, window_start_ms + self.size_ms, pane_ms)
 
 
+def is_sliding_text(text: str) -> bool:
+    """Whether a `--window` text names a sliding window ("60s/sliding", "1m/sliding@1ms")."""
+    return text.partition("/")[2].partition("@")[0].strip().lower() == "sliding"
+
+
 #: Why "SIZE/sliding" cannot stand alone: its rows follow the job's primary window.
 SLIDING_NEEDS_STEP = (
     "a sliding window (SIZE/sliding) reports once per primary window: give a tumbling "
@@ -395,11 +401,11 @@ def match_spec(text: str, specs: Sequence[WindowSpec]) -> WindowSpec | None:
     for s in specs:
         if s.key == text:
             return s
-    size, _, rest = text.partition("/")
-    kind, _, resolution = rest.partition("@")
-    if kind.strip().lower() == "sliding":
+    if is_sliding_text(text):
         from tidegauge.core.durations import parse_duration
 
+        size, _, rest = text.partition("/")
+        resolution = rest.partition("@")[2]
         size_ms = parse_duration(size)
         res_ms = parse_duration(resolution) if resolution.strip() else None
         return next(

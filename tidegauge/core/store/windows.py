@@ -23,7 +23,7 @@ from tidegauge.core.store.index import _reusable, _starts, _sync
 from tidegauge.core.store.keys import ALL_SERVICES, Keys, _s, split_batch_field
 from tidegauge.core.store.records import WindowRow
 from tidegauge.core.store.tiers import read_retention, resolution_text
-from tidegauge.core.windows import WindowSpec, match_spec, tumbling_start
+from tidegauge.core.windows import WindowSpec, is_sliding_text, match_spec, tumbling_start
 
 
 def read_window_specs(r: redis.Redis, keys: Keys) -> list[WindowSpec]:
@@ -45,7 +45,7 @@ def stored_spec(r: redis.Redis, keys: Keys, text: str) -> WindowSpec:
     found = match_spec(text, stored)
     if found is not None:
         return found
-    if "sliding" not in text.lower():
+    if not is_sliding_text(text):
         return WindowSpec.parse(text)
     have = ", ".join(
         f"{format_duration(s.size_ms)}/sliding@{format_duration(s.resolution_ms)}"
