@@ -478,53 +478,12 @@ def test_docs_list_every_reason_and_limit() -> None:
 # to `_parse_standard`. Whatever the bytes, both must reach the same verdict (event, heartbeat,
 # or rejection with the same reason and detail).
 
+from tests.mutations import FIELDS as _FIELDS  # noqa: E402
+from tests.mutations import TOKENS as _TOKENS  # noqa: E402
+from tests.mutations import mutations as _mutations  # noqa: E402
 from tidegauge.core.events import _parse_standard  # noqa: E402
 from tidegauge.traffic.config import GeneratorConfig  # noqa: E402
 from tidegauge.traffic.generator import generate  # noqa: E402
-
-_TOKENS = [
-    b"18446744073709551616",  # 2^64: an integer orjson turns into a float
-    b"-9223372036854775809",
-    b"9223372036854775807",
-    b"1e400",
-    b"-1e400",
-    b"NaN",
-    b"Infinity",
-    b"-0",
-    b"-0.0",
-    b"0.1000000000000000055511151231257827",
-    b"2.2250738585072011e-308",
-    b"1.7e12",
-    b"true",
-    b"null",
-    b'"\\ud800"',
-    b'"\\u00e9\\u0000"',
-    b'"2026-11-23T10:00:00+01:00"',
-    b"[" * 70 + b"]" * 70,
-    b"[" * 1010 + b"]" * 1010,  # too deep for the standard library, not for orjson
-    b"[" * 40 + b"1" + b"]" * 40,
-    b'{"a":' * 30 + b"1" + b"}" * 30,
-    b"\xef\xbb\xbf",
-    b"\xff",
-    b"\xed\xa0\x80",  # a surrogate in UTF-8 (CESU), not UTF-8
-    b" \t\r\n",
-    b"",
-]
-_FIELDS = [b"event_id", b"event_time", b"service", b"user_id", b"latency_ms", b"status"]
-_FIELDS += [b"sent_time", b"heartbeat", b"partition", b"source", b"unknown"]
-
-
-def _mutations(rng: random.Random, value: bytes) -> list[bytes]:
-    out = [value, value[: rng.randrange(len(value) + 1)]]
-    i = rng.randrange(len(value) + 1)
-    out.append(value[:i] + rng.choice(_TOKENS) + value[i:])
-    out.append(value[:i] + bytes([rng.randrange(256)]) + value[i + 1 :])
-    field, token = rng.choice(_FIELDS), rng.choice(_TOKENS)
-    new = b'"' + field + b'":' + token
-    out.append(re.sub(rb'"' + field + rb'":[^,}]*', lambda _: new, value))
-    out.append(value[:-1] + b',"' + field + b'":' + token + b"}")  # a duplicate or new key
-    out.append(b"[" + value + b"]")
-    return out
 
 
 def test_fast_decoding_reaches_the_standard_verdict_on_every_record() -> None:

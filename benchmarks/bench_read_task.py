@@ -1,0 +1,108 @@
+"""The read task's Python work alone, no Spark, no broker: parse and summarise, µs per record.
+
+    .venv/bin/python benchmarks/bench_read_task.py [--records 100000] [--rounds 7]
+
+What one read task of `tidegauge job` does with its records once fetched (jobs/event_source.py):
+parse them in chunks of `CHUNK` (jobs/parse.py) and summarise the parsed rows per service and
+pane (jobs/deltas.py, de-duplication on, the default 10 s window). Two kinds of traffic from the
+project's generator: "offered" (what `benchmarks/offered_load.py` sends: epoch-ms times, no
+malformed records) and "generator" (its defaults: 10 % ISO-8601 times, plus 1 % malformed
+records of every kind). Prints the best and median of `--rounds` per step. Uses only functions
+that older commits have too, so the same script measures before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pyarrow as pa  # noqa: E402
+
+from benchmarks.machine import describe  # noqa: E402
+from jobs.aggregate import StateConfig  # noqa: E402
+from jobs.event_source import CHUNK, _summary  # noqa: E402
+from jobs.kafka_source import ARROW_SCHEMA  # noqa: E402
+from jobs.offset_log import BatchClock  # noqa: E402
+from jobs.parse import parse_batches  # noqa: E402
+from tidegauge.core.windows import WindowSpec  # noqa: E402
+from tidegauge.traffic.config import GeneratorConfig  # noqa: E402
+from tidegauge.traffic.generator import generate  # noqa: E402
+
+T0 = 1_795_341_600_000
+
+
+def chunks(records: int, iso: float, malformed: float) -> list[pa.RecordBatch]:
+    cfg = GeneratorConfig(
+        seed=7,
+        rate=10_000.0,
+        count=records,
+        pace="fast",
+        start_time_ms=T0,
+        iso_fraction=iso,
+        malformed_fraction=malformed,
+    )
+    values = [r.value for r in generate(cfg)][:records]
+    out = []
+    for at in range(0, len(values), CHUNK):
+        part = values[at : at + CHUNK]
+        n = len(part)
+        out.append(
+            pa.RecordBatch.from_pydict(
+                {
+                    "partition": [0] * n,
+                    "offset": list(range(at, at + n)),
+                    "timestamp": [(T0 + at + i) * 1000 for i in range(n)],
+                    "key": [None] * n,
+                    "value": part,
+                },
+                schema=ARROW_SCHEMA,
+            )
+        )
+    return out
+
+
+def _parse_all(raw: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    return list(parse_batches(iter(raw)))
+
+
+def timed(step: Callable[[], object], rounds: int) -> list[float]:
+    out = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        step()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--rounds", type=int, default=7)
+    args = ap.parse_args()
+    print(describe(["pyarrow", "orjson"]))
+    cfg = StateConfig((WindowSpec.tumbling(10_000),))
+    clock = BatchClock(1, T0, T0 + 60_000)
+    print(f"{args.records:,} records, chunks of {CHUNK:,}, best / median of {args.rounds}")
+    print(f"{'traffic':<10} {'parse µs/record':>18} {'summarise µs/record':>22}")
+    for name, iso, malformed in (("offered", 0.0, 0.0), ("generator", 0.1, 0.01)):
+        raw = chunks(args.records, iso, malformed)
+        n = sum(b.num_rows for b in raw)
+        parsed = list(parse_batches(iter(raw)))
+        p = timed(partial(_parse_all, raw), args.rounds)
+        s = timed(partial(_summary, parsed, clock, cfg), args.rounds)
+        fmt = "{:.2f} / {:.2f}"
+        print(
+            f"{name:<10} {fmt.format(min(p) / n * 1e6, statistics.median(p) / n * 1e6):>18}"
+            f" {fmt.format(min(s) / n * 1e6, statistics.median(s) / n * 1e6):>22}"
+        )
+
+
+if __name__ == "__main__":
+    main()

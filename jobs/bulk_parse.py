@@ -1,0 +1,199 @@
+"""The parser's fast path: a chunk's ordinary records decoded at once by Arrow's JSON reader.
+
+Judging records one at a time in Python (`tidegauge.core.events.parse_values`) costs ~5 µs per
+record, the largest share of the read task (BENCHMARKS.md, issue 12). Here the records that look
+ordinary are joined into one newline-delimited document, decoded by Arrow's C++ JSON reader into
+one column per contract field, and checked with vectorised comparisons that mirror each
+`EventField`'s rules. A record this path vouches for gets exactly the values `parse_values`
+would give; every other record (malformed, a heartbeat, ISO times, anything Arrow's decoder and
+Python's could disagree on) is left to `parse_values`, which stays the one judge of what is
+wrong and why. `tests/unit/test_bulk_parse.py` holds the two paths to the same rows on mutated
+records of every kind.
+
+What makes a record a candidate (each rule closes a gap between the two decoders):
+- printable ASCII only, no backslash-u escape: no invalid UTF-8, byte-order mark or lone
+  surrogate (Arrow accepts those; Python does not, or decodes them differently), and no raw
+  newline, so a record is exactly one line of the document;
+- it starts with `{` and ends with `}`, at most `MAX_CANDIDATE_BYTES` long, with at most
+  `MAX_NESTING` brackets: not empty, not too large, no integer of 4,300 digits (which Python
+  refuses) and no nesting the contract refuses;
+- no `NaN`/`Inf` token anywhere (Arrow's decoder knows spellings Python's does not), no integer
+  `-0` (Python reads it as 0, Arrow as -0.0), no `heartbeat`;
+- no field whose value starts with a character its type cannot start with (time, number or
+  string written as something else), so the common malformed kinds never fail a decode.
+
+A chunk whose decode fails anyway (a duplicate contract key, `200.0` as a status, a record of
+two objects) is split in halves until the failing records are found (`_decode`); pieces of at
+most `_SMALLEST` records go to `parse_values` whole.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from tidegauge.core.events import MAX_TIME_MS, MIN_TIME_MS, EventField
+
+__all__ = ["MAX_CANDIDATE_BYTES", "Vouched", "vouch"]
+
+#: Longer records are judged one by one: below 4,300 bytes no integer can have the 4,300 digits
+#: Python's decoder refuses, and a request event is a few hundred bytes.
+MAX_CANDIDATE_BYTES = 4_000
+
+#: A failing piece of at most this many records is judged one by one instead of split again.
+_SMALLEST = 32
+
+_INT32 = 2**31
+
+#: Decoded pieces of a chunk: which of its records (positions) each table's rows are.
+Piece = tuple[npt.NDArray[np.int64], pa.Table]
+
+#: Arrow type each contract type is decoded as; int fields are range-checked, then narrowed.
+_DECODED = {"string": pa.string(), "time": pa.int64(), "float": pa.float64(), "int": pa.int64()}
+
+
+class Vouched:
+    """What the fast path found in a chunk of n records.
+
+    `ok` (length n) marks the records it vouches for; `rows[i]` is record i's row in `columns`
+    where `ok[i]`; `columns` holds each field's values (by `EventField.column`) of the decoded
+    candidates, in the field's parsed type.
+    """
+
+    __slots__ = ("columns", "ok", "rows")
+
+    def __init__(
+        self, ok: npt.NDArray[np.bool_], rows: npt.NDArray[np.int64], columns: dict[str, pa.Array]
+    ) -> None:
+        self.ok = ok
+        self.rows = rows
+        self.columns = columns
+
+
+#: What no candidate may hold, anywhere: a control character (Arrow's decoder and Python's treat
+#: them differently in places, and a raw newline would split the record), a backslash (escapes:
+#: surrogates, keys spelled with escapes), a `NaN`/`Inf` token (Arrow knows spellings Python does
+#: not), a `heartbeat`, a second bracket (nested values: depth rules).
+_SCREEN = r"[\x00-\x1f]|\\|NaN|Inf|heartbeat|[\[{].*[\[{]"
+
+
+@lru_cache(maxsize=8)
+def _plan(fields: tuple[EventField, ...]) -> tuple[str, pj.ParseOptions]:
+    """The screen (`_SCREEN` and values of the wrong type) and the decoder's options."""
+    wrong_start = []
+    for f in fields:
+        name = re.escape(f.name)
+        # a value that cannot be of the field's type: strings start with a quote, the rest with
+        # a digit or a minus sign; `null` is absent for both
+        wrong_start.append(f'"{name}":[^"n]' if f.type == "string" else f'"{name}":[^-0-9n]')
+    schema = pa.schema([(f.name, _DECODED[f.type]) for f in fields])
+    options = pj.ParseOptions(
+        explicit_schema=schema, unexpected_field_behavior="ignore", newlines_in_values=False
+    )
+    return "|".join([_SCREEN, *wrong_start]), options
+
+
+def _candidates(values: pa.Array, screen: str) -> npt.NDArray[np.bool_]:
+    text = values.view(pa.string())  # same layout; only ASCII rows are ever used as text
+    ok = pc.and_kleene(
+        pc.and_kleene(
+            pc.less_equal(pc.binary_length(values), MAX_CANDIDATE_BYTES),
+            pc.string_is_ascii(text),
+        ),
+        pc.and_kleene(pc.starts_with(text, "{"), pc.ends_with(text, "}")),
+    )
+    ok = pc.and_kleene(ok, pc.invert(pc.match_substring_regex(text, screen)))
+    return np.asarray(ok.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _read(lines: pa.Array, options: pj.ParseOptions) -> pa.Table | None:
+    """One newline-joined decode of `lines`; None if it fails or a line is not one object."""
+    n = len(lines)
+    doc = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, n], pa.int32()), lines), b"\n")
+    buf = doc[0].as_buffer()
+    read = pj.ReadOptions(use_threads=False, block_size=max(1 << 20, buf.size + 1))
+    try:
+        table = pj.read_json(pa.BufferReader(buf), read_options=read, parse_options=options)
+    except pa.ArrowInvalid:
+        return None
+    return table if table.num_rows == n else None
+
+
+def _decode(
+    lines: pa.Array, at: npt.NDArray[np.int64], options: pj.ParseOptions, out: list[Piece]
+) -> None:
+    """Decode `lines` (the chunk's records `at`), halving around the ones that fail."""
+    table = _read(lines, options)
+    if table is not None:
+        out.append((at, table))
+    elif len(lines) > _SMALLEST:
+        half = len(lines) // 2
+        _decode(lines.slice(0, half), at[:half], options, out)
+        _decode(lines.slice(half), at[half:], options, out)
+
+
+def _valid(f: EventField, col: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Where a decoded value passes the field's rules (`EventField.checker`)."""
+    if f.type == "string":
+        ok = col.is_valid()
+        if f.required:
+            ok = pc.and_(ok, pc.greater(pc.utf8_length(col), 0))
+        if f.reserved:
+            ok = pc.and_(ok, pc.invert(pc.is_in(col, pa.array(list(f.reserved), pa.string()))))
+        if f.max_length is not None:
+            ok = pc.and_(ok, pc.less_equal(pc.utf8_length(col), f.max_length))
+    elif f.type == "time":
+        ok = pc.and_(pc.greater_equal(col, MIN_TIME_MS), pc.less(col, MAX_TIME_MS))
+    elif f.type == "float":
+        # finite, and not -0.0: Python reads an integer -0 as 0.0, Arrow as -0.0
+        # (1 / -0.0 is -inf; so is 1 / -5e-324, which is left to Python too)
+        negative_zero = pc.equal(pc.divide(1.0, col), -math.inf)
+        ok = pc.and_(pc.is_finite(col), pc.invert(negative_zero))
+        if f.minimum is not None:
+            ok = pc.and_(ok, pc.greater_equal(col, f.minimum))
+    else:
+        ok = pc.and_(pc.greater_equal(col, -_INT32), pc.less(col, _INT32))
+    ok = ok.fill_null(False)
+    return ok if f.required else pc.or_(ok, col.is_null())
+
+
+def _typed(f: EventField, col: pa.ChunkedArray) -> pa.Array:
+    arr = col.combine_chunks()
+    if f.type == "int":
+        return arr.cast(pa.int32(), safe=False)  # in range in every row it vouches for
+    return arr
+
+
+def vouch(values: pa.Array, fields: Sequence[EventField]) -> Vouched:
+    """The records of `values` (binary, one Kafka value each) this path can judge, judged."""
+    fields = tuple(fields)
+    screen, options = _plan(fields)
+    n = len(values)
+    cand = np.flatnonzero(_candidates(values, screen))
+    pieces: list[Piece] = []
+    if len(cand):
+        _decode(values.take(pa.array(cand)), cand, options, pieces)
+    ok = np.zeros(n, dtype=bool)
+    rows = np.zeros(n, dtype=np.int64)
+    if not pieces:
+        return Vouched(ok, rows, {f.column: pa.array([], _typed_type(f)) for f in fields})
+    table = pa.concat_tables([t for _, t in pieces])
+    decoded = np.concatenate([at for at, _ in pieces])
+    passed = np.ones(table.num_rows, dtype=bool)
+    for f in fields:
+        passed &= np.asarray(_valid(f, table.column(f.name)).to_numpy(), dtype=bool)
+    ok[decoded[passed]] = True
+    rows[decoded] = np.arange(len(decoded))
+    return Vouched(ok, rows, {f.column: _typed(f, table.column(f.name)) for f in fields})
+
+
+def _typed_type(f: EventField) -> pa.DataType:
+    return pa.int32() if f.type == "int" else _DECODED[f.type]
