@@ -26,12 +26,14 @@ import time
 from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from jobs.kafka_log import ClientOptions, FetchResult, LogClient, SourceError
-from jobs.log_batches import CommittedRange
+from jobs.log_batches import CommittedRange, Records
 from jobs.offset_log import Offsets, checkpointed_end
 from tidegauge.core.store.keys import ControlFields
 
@@ -227,7 +229,8 @@ class _Cursor:
         self.committed = CommittedRange(part.start, part.end)
         self.pos = part.start
         self.quiet_since = time.monotonic()
-        self.cols: dict[str, list[Any]] = _empty_cols()
+        self.runs: list[Records] = []  # rows not yet handed out, `held` in all
+        self.held = 0
         self.ready: list[pa.RecordBatch] = []
 
     def done(self) -> bool:
@@ -235,20 +238,18 @@ class _Cursor:
 
     def take(self, result: FetchResult, chunk: int) -> None:
         """Feed one fetch answer; the range's rows go to `ready` whenever `chunk` are held."""
-        part, cols = self.part, self.cols
+        part = self.part
         for batch in result.batches:
             if batch.next_offset <= self.pos:
                 continue  # the batch holding `pos` may start before it
-            for rec in self.committed.feed(batch):
-                cols["partition"].append(part.partition)
-                cols["offset"].append(rec.offset)
-                ts = rec.timestamp_ms
-                cols["timestamp"].append(ts * 1000 if ts is not None else None)
-                cols["key"].append(rec.key)
-                cols["value"].append(rec.value)
-                if len(cols["offset"]) >= chunk:
+            run: Records | None = self.committed.feed(batch)
+            while run:
+                room = chunk - self.held
+                piece, run = (run, None) if len(run) <= room else (run[:room], run[room:])
+                self.runs.append(piece)
+                self.held += len(piece)
+                if self.held >= chunk:
                     self.ready.append(self.flush())
-                    cols = self.cols
             self.pos = batch.next_offset
             self.quiet_since = time.monotonic()
         if not result.batches and time.monotonic() - self.quiet_since > part.poll_timeout_ms / 1000:
@@ -265,9 +266,18 @@ class _Cursor:
             )
 
     def flush(self) -> pa.RecordBatch:
-        batch = pa.RecordBatch.from_pydict(self.cols, schema=ARROW_SCHEMA)
-        self.cols = _empty_cols()
-        return batch
+        rows = Records.joined(self.runs)
+        self.runs, self.held = [], 0
+        n = len(rows)
+        ms = pa.array(rows.timestamps_ms, pa.int64())
+        arrays = [
+            pa.array(np.full(n, self.part.partition, dtype=np.int32)),
+            pa.array(rows.offsets, pa.int64()),
+            pc.multiply(ms, 1000).cast(ARROW_SCHEMA.field("timestamp").type),
+            pa.array(rows.keys, pa.binary()),
+            pa.array(rows.values, pa.binary()),
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
 def _in_order(cursors: list[_Cursor], shown: int) -> Generator[pa.RecordBatch, None, int]:
@@ -281,14 +291,10 @@ def _in_order(cursors: list[_Cursor], shown: int) -> Generator[pa.RecordBatch, N
         c.ready = []
         if not c.done():
             break
-        if c.cols["offset"]:
+        if c.held:
             yield c.flush()
         shown += 1
     return shown
-
-
-def _empty_cols() -> dict[str, list[Any]]:
-    return {n: [] for n in ARROW_SCHEMA.names}
 
 
 def read_ranges(parts: list[KafkaPartition], chunk: int = 20_000) -> Iterator[pa.RecordBatch]:

@@ -27,11 +27,13 @@ changes once written, so a range read twice gives the same records: replays stay
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from itertools import chain
+from typing import Literal, NamedTuple, overload
 
-__all__ = ["CommittedRange", "LogBatch", "LogRecord", "control_type"]
+__all__ = ["CommittedRange", "LogBatch", "LogRecord", "Records", "control_type"]
 
 Marker = Literal["commit", "abort"]
 
@@ -46,6 +48,81 @@ class LogRecord(NamedTuple):
     timestamp_ms: int | None
     key: bytes | None
     value: bytes | None
+
+
+class Records(Sequence[LogRecord]):
+    """Records in offset order, kept as one list per field: what the read path moves around.
+
+    A reader hands tens of thousands of records a second from the fetch to an Arrow batch; kept
+    as columns they are sliced, joined and turned into Arrow arrays with list operations, never
+    one Python object per record (BENCHMARKS.md, issue 12). Indexing gives a `LogRecord`.
+    """
+
+    __slots__ = ("keys", "offsets", "timestamps_ms", "values")
+
+    def __init__(
+        self,
+        offsets: list[int],
+        timestamps_ms: list[int | None],
+        keys: list[bytes | None],
+        values: list[bytes | None],
+    ) -> None:
+        self.offsets = offsets
+        self.timestamps_ms = timestamps_ms
+        self.keys = keys
+        self.values = values
+
+    @classmethod
+    def of(cls, records: Sequence[LogRecord]) -> Records:
+        """`records` as columns (itself if it already is)."""
+        if isinstance(records, Records):
+            return records
+        return cls(
+            [r.offset for r in records],
+            [r.timestamp_ms for r in records],
+            [r.key for r in records],
+            [r.value for r in records],
+        )
+
+    @classmethod
+    def joined(cls, parts: Sequence[Records]) -> Records:
+        """The records of `parts`, one after another."""
+        if len(parts) == 1:
+            return parts[0]
+        return cls(
+            list(chain.from_iterable(p.offsets for p in parts)),
+            list(chain.from_iterable(p.timestamps_ms for p in parts)),
+            list(chain.from_iterable(p.keys for p in parts)),
+            list(chain.from_iterable(p.values for p in parts)),
+        )
+
+    def between(self, start: int, end: int) -> Records:
+        """The records with offsets in [start, end)."""
+        lo, hi = bisect_left(self.offsets, start), bisect_left(self.offsets, end)
+        return self if (lo, hi) == (0, len(self.offsets)) else self[lo:hi]
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    @overload
+    def __getitem__(self, i: int) -> LogRecord: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Records: ...
+
+    def __getitem__(self, i: int | slice) -> LogRecord | Records:
+        if isinstance(i, slice):
+            return Records(self.offsets[i], self.timestamps_ms[i], self.keys[i], self.values[i])
+        return LogRecord(self.offsets[i], self.timestamps_ms[i], self.keys[i], self.values[i])
+
+    def __iter__(self) -> Iterator[LogRecord]:
+        return map(LogRecord, self.offsets, self.timestamps_ms, self.keys, self.values)
+
+    def __repr__(self) -> str:
+        return f"Records({list(self)!r})"
+
+
+_NONE = Records([], [], [], [])
 
 
 @dataclass(frozen=True)
@@ -91,28 +168,28 @@ class CommittedRange:
     start: int
     end: int
     aborted: int = 0
-    _waiting: dict[int, list[LogRecord]] = field(default_factory=dict)
+    _waiting: dict[int, list[Records]] = field(default_factory=dict)
 
-    def feed(self, batch: LogBatch) -> list[LogRecord]:
+    def feed(self, batch: LogBatch) -> Records:
         """The records of `batch` (or of earlier batches) now known to be delivered."""
         if batch.marker is not None:
-            waiting = self._waiting.pop(batch.producer_id, [])
+            waiting = Records.joined(self._waiting.pop(batch.producer_id, [_NONE]))
             if batch.marker == "commit":
                 return waiting
             self.aborted += len(waiting)
-            return []
+            return _NONE
         if batch.next_offset <= self.start or batch.base_offset >= self.end:
-            return []
-        in_range = [r for r in batch.records if self.start <= r.offset < self.end]
+            return _NONE
+        in_range = Records.of(batch.records).between(self.start, self.end)
         if batch.transactional and in_range:
-            self._waiting.setdefault(batch.producer_id, []).extend(in_range)
-            return []
+            self._waiting.setdefault(batch.producer_id, []).append(in_range)
+            return _NONE
         return in_range
 
     @property
     def waiting(self) -> dict[int, int]:
         """Records waiting for a marker, by producer id."""
-        return {pid: len(rs) for pid, rs in self._waiting.items()}
+        return {pid: sum(map(len, rs)) for pid, rs in self._waiting.items()}
 
     def complete(self, position: int) -> bool:
         """True once the log is read to `end` and no record waits for its transaction's end."""

@@ -21,7 +21,7 @@ import struct
 import numpy as np
 import numpy.typing as npt
 
-from jobs.log_batches import LogRecord
+from jobs.log_batches import Records
 
 __all__ = ["decode_records"]
 
@@ -56,34 +56,44 @@ def _varints(buf: npt.NDArray[np.uint8], pos: _I64) -> tuple[_I64, _I64]:
 
 
 def _starts(body: bytes, count: int) -> list[int] | None:
-    """Where each of `count` records starts, and where the last ends; None if they do not fit."""
-    out = []
+    """Where each of `count` records starts, and where the last ends; None if they do not fit.
+
+    The one per-record Python loop of the decoder (each start depends on the length before
+    it); length prefixes of one or two bytes (records under 8 KiB) take the short way.
+    """
+    out: list[int] = []
     pos, end = 0, len(body)
+    append = out.append
     for _ in range(count):
         if pos >= end:
             return None
-        out.append(pos)
+        append(pos)
         b = body[pos]
-        pos += 1
-        v, shift = b & 0x7F, 7
-        while b >= 0x80:
-            if pos >= end or shift > 63:
-                return None
-            b = body[pos]
+        if b < 0x80:
+            v, pos = b, pos + 1
+        elif pos + 1 < end and body[pos + 1] < 0x80:
+            v, pos = (b & 0x7F) | (body[pos + 1] << 7), pos + 2
+        else:
             pos += 1
-            v |= (b & 0x7F) << shift
-            shift += 7
+            v, shift = b & 0x7F, 7
+            while b >= 0x80:
+                if pos >= end or shift > 63:
+                    return None
+                b = body[pos]
+                pos += 1
+                v |= (b & 0x7F) << shift
+                shift += 7
         size = (v >> 1) ^ -(v & 1)
         if size < 0:
             return None
         pos += size
     if pos != end:
         return None
-    out.append(end)
+    append(end)
     return out
 
 
-def decode_records(batch: bytes) -> list[LogRecord] | None:
+def decode_records(batch: bytes) -> Records | None:
     """The records of one uncompressed v2 data batch without headers; None for anything else.
 
     `batch` is the whole batch as on the wire (from its base offset field on). Timestamps are
@@ -99,7 +109,7 @@ def decode_records(batch: bytes) -> list[LogRecord] | None:
         return None
     body = batch[_HEAD.size :]
     if count == 0:
-        return [] if not body else None
+        return Records([], [], [], []) if not body else None
     starts = _starts(body, count)
     if starts is None:
         return None
@@ -130,21 +140,16 @@ def decode_records(batch: bytes) -> list[LogRecord] | None:
         times: list[int | None] = [max_ts if max_ts >= 0 else None] * count
     else:
         ts = first_ts + ts_delta
-        times = [t if t >= 0 else None for t in ts.tolist()]
+        times = ts.tolist() if ts.min() >= 0 else [t if t >= 0 else None for t in ts.tolist()]
+    return Records(offsets, times, _cut(body, key_at, key_len), _cut(body, value_at, value_len))
+
+
+def _cut(body: bytes, at: _I64, size: _I64) -> list[bytes | None]:
+    """The byte strings of `body` at these positions and sizes (size -1: None)."""
+    if size.max() < 0:
+        return [None] * len(size)
+    if size.min() >= 0:
+        return [body[a:e] for a, e in zip(at.tolist(), (at + size).tolist(), strict=True)]
     return [
-        LogRecord(
-            o,
-            t,
-            None if kl < 0 else body[ka : ka + kl],
-            None if vl < 0 else body[va : va + vl],
-        )
-        for o, t, ka, kl, va, vl in zip(
-            offsets,
-            times,
-            key_at.tolist(),
-            key_len.tolist(),
-            value_at.tolist(),
-            value_len.tolist(),
-            strict=True,
-        )
+        None if n < 0 else body[a : a + n] for a, n in zip(at.tolist(), size.tolist(), strict=True)
     ]

@@ -62,13 +62,13 @@ def test_decodes_exactly_what_kafka_python_reads(seed: int) -> None:
     wire = build(records, base_offset=rng.choice([0, 5, 2**40]))
     got = decode_records(wire)
     assert got is not None
-    assert got == kafka_python(wire)
+    assert list(got) == kafka_python(wire)
     assert all(type(r.value) in (bytes, type(None)) for r in got)
 
 
 def test_transactional_batches_are_decoded_too() -> None:
     wire = build([(0, T, b"k", b"v", []), (1, T + 1, None, b"w", [])], transactional=True)
-    assert decode_records(wire) == kafka_python(wire)
+    assert list(decode_records(wire) or ()) == kafka_python(wire)
 
 
 @pytest.mark.parametrize("codec", [1, 2, 3, 4])
