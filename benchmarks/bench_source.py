@@ -1,6 +1,7 @@
 """The Kafka source's executor read path alone: records/s of `read_range`, per codec, no Spark.
 
     .venv/bin/python benchmarks/bench_source.py [--records 200000] [--rounds 3] [--codec none lz4]
+        [--batch-bytes 262144]
 
 Starts its own broker (Tansu), writes `--records` generator-shaped JSON events (~200 bytes) to a
 one-partition topic per codec with a batching kafka-python producer, then reads the whole range
@@ -30,12 +31,14 @@ from tidegauge.local.services import start_broker  # noqa: E402
 T0 = 1_795_341_600_000
 
 
-def fill(bootstrap: str, topic: str, records: int, codec: str) -> None:
+def fill(
+    bootstrap: str, topic: str, records: int, codec: str, batch_bytes: int = 256 * 1024
+) -> None:
     ensure_topic(KafkaSettings(bootstrap=bootstrap, topic=topic), 1)
     producer = KafkaProducer(
         bootstrap_servers=bootstrap,
         linger_ms=20,
-        batch_size=256 * 1024,
+        batch_size=batch_bytes,
         compression_type=None if codec == "none" else codec,
     )
     for i in range(records):
@@ -68,13 +71,20 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--codec", nargs="+", default=["none", "lz4", "zstd"])
+    ap.add_argument(
+        "--batch-bytes",
+        type=int,
+        default=256 * 1024,
+        help="the producer's batch size; 6600 makes batches of ~33 records, as five producers "
+        "sending 100k events/s to three partitions with a 5 ms linger do",
+    )
     args = ap.parse_args()
     print(describe(("kafka-python", "pyarrow")))
     broker = start_broker()
     try:
         for codec in args.codec:
             topic = f"bench-source-{codec}"
-            fill(broker.address, topic, args.records, codec)
+            fill(broker.address, topic, args.records, codec, args.batch_bytes)
             runs = [read_once(broker.address, topic, args.records) for _ in range(args.rounds)]
             assert all(rows == args.records for _, _, rows in runs), runs
             rates = [args.records / wall for wall, _, _ in runs]

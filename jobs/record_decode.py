@@ -17,13 +17,15 @@ kafka-python's own builder. Pure: no I/O.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from jobs.log_batches import Records
 
-__all__ = ["decode_records"]
+__all__ = ["decode_many", "decode_records"]
 
 #: The v2 batch header, big-endian: base offset, batch length, partition leader epoch, magic,
 #: crc, attributes, last offset delta, first and max timestamp, producer id, producer epoch,
@@ -32,13 +34,15 @@ _HEAD = struct.Struct(">qiibIhiqqqhii")
 _CODEC_MASK = 0x07
 _LOG_APPEND_TIME = 0x08
 _CONTROL = 0x20
-_PAD = b"\0" * 10  # a varint is at most 10 bytes: reads past the end stay in the buffer
+#: Zeros after the records: the first four fields of a record are at most 41 bytes long, later
+#: reads are clamped to the end, so no read leaves the buffer whatever the bytes say.
+_PAD = b"\0" * 64
 
 _I64 = npt.NDArray[np.int64]
 
 
-def _varints(buf: npt.NDArray[np.uint8], pos: _I64) -> tuple[_I64, _I64]:
-    """Zigzag varints starting at each position: (values, positions after them)."""
+def _varints(buf: npt.NDArray[np.uint8], pos: _I64) -> tuple[_I64, _I64, npt.NDArray[np.bool_]]:
+    """Zigzag varints starting at each position: (values, positions after them, too long)."""
     value = np.zeros(len(pos), dtype=np.uint64)
     size = np.zeros(len(pos), dtype=np.int64)
     more = np.ones(len(pos), dtype=bool)
@@ -49,10 +53,8 @@ def _varints(buf: npt.NDArray[np.uint8], pos: _I64) -> tuple[_I64, _I64]:
         more &= b >= 0x80
         if not more.any():
             break
-    else:
-        raise ValueError("varint longer than 10 bytes")
     signed = (value >> np.uint64(1)).astype(np.int64) ^ -(value & np.uint64(1)).astype(np.int64)
-    return signed, pos + size
+    return signed, pos + size, more
 
 
 def _starts(body: bytes, count: int) -> list[int] | None:
@@ -100,48 +102,90 @@ def decode_records(batch: bytes) -> Records | None:
     CreateTime (first timestamp + delta) or, for a LogAppendTime batch, its max timestamp;
     negative ones are None, as kafka-python's reader reports them.
     """
-    if len(batch) < _HEAD.size:
-        return None
-    (base, length, _, magic, _, attrs, _, first_ts, max_ts, _, _, _, count) = _HEAD.unpack_from(
-        batch
-    )
-    if magic != 2 or attrs & (_CODEC_MASK | _CONTROL) or len(batch) != 12 + length or count < 0:
-        return None
-    body = batch[_HEAD.size :]
-    if count == 0:
-        return Records([], [], [], []) if not body else None
-    starts = _starts(body, count)
-    if starts is None:
-        return None
-    buf = np.frombuffer(body + _PAD, dtype=np.uint8)
-    bounds = np.array(starts, dtype=np.int64)
-    ends = bounds[1:]
-    try:
-        _, pos = _varints(buf, bounds[:-1])  # the length prefix again, to step over it
-        pos = pos + 1  # the record's attributes byte (unused)
-        ts_delta, pos = _varints(buf, pos)
-        off_delta, pos = _varints(buf, pos)
-        key_len, pos = _varints(buf, pos)
-        key_at = pos
-        value_len, pos = _varints(buf, pos + np.maximum(key_len, 0))
-        value_at = pos
-        headers, pos = _varints(buf, pos + np.maximum(value_len, 0))
-    except (ValueError, IndexError):
-        return None
-    if (
-        np.any(headers != 0)
-        or np.any(pos != ends)
-        or np.any(key_len < -1)
-        or np.any(value_len < -1)
-    ):
-        return None
+    return decode_many([batch])[0]
+
+
+class _Plain(NamedTuple):
+    """A batch the fast path takes: its body's place in the joined buffer, and its header."""
+
+    slot: int
+    base: int
+    attrs: int
+    first_ts: int
+    max_ts: int
+    starts: list[int]  # in the joined buffer; one more than records: where the last ends
+
+
+def decode_many(batches: Sequence[bytes]) -> list[Records | None]:
+    """`decode_records` of each batch, decoded together.
+
+    A fetch answers with many small batches when producers send often (at 100k events/s from
+    five producers, ~30 records each): numpy's cost per call would then be paid per handful of
+    records (14 µs per record at 33 per batch against 2 at 3,000). So the records of all the
+    batches are decoded in one pass: one Python walk over the length prefixes, then each field
+    for every record at once. A batch whose records do not add up gives None, alone.
+    """
+    out: list[Records | None] = [None] * len(batches)
+    plain: list[_Plain] = []
+    bodies: list[bytes] = []
+    at = 0
+    for i, batch in enumerate(batches):
+        if len(batch) < _HEAD.size:
+            continue
+        (base, length, _, magic, _, attrs, _, first_ts, max_ts, _, _, _, count) = _HEAD.unpack_from(
+            batch
+        )
+        if magic != 2 or attrs & (_CODEC_MASK | _CONTROL) or len(batch) != 12 + length:
+            continue
+        body = batch[_HEAD.size :]
+        if count <= 0:
+            if count == 0 and not body:
+                out[i] = Records([], [], [], [])
+            continue
+        starts = _starts(body, count)
+        if starts is None:
+            continue
+        plain.append(_Plain(i, base, attrs, first_ts, max_ts, [at + x for x in starts]))
+        bodies.append(body)
+        at += len(body)
+    if not plain:
+        return out
+    joined = b"".join(bodies)
+    buf = np.frombuffer(joined + _PAD, dtype=np.uint8)
+    counts = np.array([len(p.starts) - 1 for p in plain], dtype=np.int64)
+    firsts = np.array([x for p in plain for x in p.starts[:-1]], dtype=np.int64)
+    ends = np.array([x for p in plain for x in p.starts[1:]], dtype=np.int64)
+    which = np.repeat(np.arange(len(plain)), counts)  # each record's batch (in `plain`)
+    _, pos, long1 = _varints(buf, firsts)  # the length prefix again, to step over it
+    pos = pos + 1  # the record's attributes byte (unused)
+    ts_delta, pos, long2 = _varints(buf, pos)
+    off_delta, pos, long3 = _varints(buf, pos)
+    key_len, pos, long4 = _varints(buf, pos)
+    key_at = pos
+    value_len, pos, long5 = _varints(buf, np.minimum(pos + np.maximum(key_len, 0), len(joined)))
+    value_at = pos
+    headers, pos, long6 = _varints(buf, np.minimum(pos + np.maximum(value_len, 0), len(joined)))
+    bad = long1 | long2 | long3 | long4 | long5 | long6
+    bad |= (headers != 0) | (pos != ends) | (key_len < -1) | (value_len < -1)
+    bad_batch = np.bincount(which, weights=bad, minlength=len(plain)) > 0
+    base = np.array([p.base for p in plain], dtype=np.int64)[which]
+    log_append = np.array([bool(p.attrs & _LOG_APPEND_TIME) for p in plain])[which]
+    first = np.array([p.first_ts for p in plain], dtype=np.int64)[which]
+    latest = np.array([p.max_ts for p in plain], dtype=np.int64)[which]
     offsets = (base + off_delta).tolist()
-    if attrs & _LOG_APPEND_TIME:
-        times: list[int | None] = [max_ts if max_ts >= 0 else None] * count
-    else:
-        ts = first_ts + ts_delta
-        times = ts.tolist() if ts.min() >= 0 else [t if t >= 0 else None for t in ts.tolist()]
-    return Records(offsets, times, _cut(body, key_at, key_len), _cut(body, value_at, value_len))
+    ts = np.where(log_append, latest, first + ts_delta)
+    times: list[int | None] = (
+        ts.tolist() if ts.min() >= 0 else [t if t >= 0 else None for t in ts.tolist()]
+    )
+    keys = _cut(joined, key_at, key_len)
+    values = _cut(joined, value_at, value_len)
+    lo = 0
+    for p, n, broken in zip(plain, counts.tolist(), bad_batch.tolist(), strict=True):
+        if not broken:
+            hi = lo + n
+            out[p.slot] = Records(offsets[lo:hi], times[lo:hi], keys[lo:hi], values[lo:hi])
+        lo += n
+    return out
 
 
 def _cut(body: bytes, at: _I64, size: _I64) -> list[bytes | None]:

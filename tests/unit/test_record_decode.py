@@ -14,7 +14,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 
 from jobs.kafka_log import decode_batches
 from jobs.log_batches import LogRecord
-from jobs.record_decode import decode_records
+from jobs.record_decode import decode_many, decode_records
 
 T = 1_795_341_600_000
 
@@ -98,6 +98,36 @@ def test_broken_batches_give_none_and_never_raise() -> None:
         got = decode_records(bytes(broken))
         if got is not None:  # a flipped byte inside a key or value: still well formed
             assert not cut and len(got) == 50
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_batches_decoded_together_are_each_decoded_as_alone(seed: int) -> None:
+    # plain, compressed, with headers, empty, cut and corrupted batches side by side: each
+    # gets exactly what it gets alone (kafka-python's records, or None), whatever its neighbours
+    rng = random.Random(seed)
+    wires = []
+    for i in range(rng.randrange(1, 40)):
+        records = random_records(rng, rng.choice([1, 2, 5, 33, 200]))
+        kind = rng.random()
+        wire = build(records, codec=1 if kind < 0.1 else 0, base_offset=i * 1_000)
+        if 0.1 <= kind < 0.2:
+            wire = build([(0, T, b"k", b"v", [("h", b"1")])], base_offset=i * 1_000)
+        elif 0.2 <= kind < 0.3:
+            wire = wire[: rng.randrange(len(wire))]
+        elif 0.3 <= kind < 0.4:
+            broken = bytearray(wire)
+            broken[rng.randrange(61, len(broken))] = rng.randrange(256)
+            wire = bytes(broken)
+        elif 0.4 <= kind < 0.45:
+            wire = b""
+        wires.append(wire)
+    together = decode_many(wires)
+    assert len(together) == len(wires)
+    for wire, got in zip(wires, together, strict=True):
+        alone = decode_records(wire)
+        assert (got is None) == (alone is None)
+        if got is not None and alone is not None:
+            assert list(got) == list(alone) == kafka_python(wire)
 
 
 def test_decode_batches_uses_it_and_keeps_kafka_pythons_answers() -> None:
