@@ -22,9 +22,10 @@ What makes a record a candidate (each rule closes a gap between the two decoders
 - no field whose value starts with a character its type cannot start with (time, number or
   string written as something else), so the common malformed kinds never fail a decode.
 
-A chunk whose decode fails anyway (a duplicate contract key, `200.0` as a status, a record of
-two objects) is split in halves until the failing records are found (`_decode`); pieces of at
-most `_SMALLEST` records go to `parse_values` whole.
+A chunk whose decode fails anyway (a duplicate contract key, `1e400` as a latency, `200.0` as a
+status, a record of two objects) is decoded again without the record Arrow names as failing,
+or else split in halves (`_decode`); pieces of at most `_SMALLEST` records go to `parse_values`
+whole.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ MAX_CANDIDATE_BYTES = 4_000
 
 #: A failing piece of at most this many records is judged one by one instead of split again.
 _SMALLEST = 32
+
+#: Lines a chunk's decodes may take in all, in chunk sizes: a clean chunk takes one.
+_RETRIES = 4
 
 _INT32 = 2**31
 
@@ -114,30 +118,63 @@ def _candidates(values: pa.Array, screen: str) -> npt.NDArray[np.bool_]:
     return np.asarray(ok.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def _read(lines: pa.Array, options: pj.ParseOptions) -> pa.Table | None:
-    """One newline-joined decode of `lines`; None if it fails or a line is not one object."""
+def _read(lines: pa.Array, options: pj.ParseOptions) -> pa.Table | int | None:
+    """One newline-joined decode of `lines`.
+
+    The table; or, if the decode fails, the line Arrow names as the failing one (its message
+    says "in row N" for a syntax or type error) or None (a conversion error names no line, or
+    a line held more than one object).
+    """
     n = len(lines)
     doc = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, n], pa.int32()), lines), b"\n")
     buf = doc[0].as_buffer()
     read = pj.ReadOptions(use_threads=False, block_size=max(1 << 20, buf.size + 1))
     try:
         table = pj.read_json(pa.BufferReader(buf), read_options=read, parse_options=options)
-    except pa.ArrowInvalid:
-        return None
+    except pa.ArrowInvalid as e:
+        row = _ROW.search(str(e))
+        return int(row.group(1)) if row and int(row.group(1)) < n else None
     return table if table.num_rows == n else None
 
 
+_ROW = re.compile(r"in row (\d+)")
+
+
 def _decode(
-    lines: pa.Array, at: npt.NDArray[np.int64], options: pj.ParseOptions, out: list[Piece]
+    lines: pa.Array,
+    at: npt.NDArray[np.int64],
+    options: pj.ParseOptions,
+    out: list[Piece],
+    budget: list[int],
 ) -> None:
-    """Decode `lines` (the chunk's records `at`), halving around the ones that fail."""
-    table = _read(lines, options)
-    if table is not None:
-        out.append((at, table))
+    """Decode `lines` (the chunk's records `at`), leaving out the ones that fail.
+
+    A failing line Arrow names is left out: the lines before it are decoded again, the lines
+    after it in halves (they may hold more failures). A failure Arrow does not place halves the
+    piece, down to `_SMALLEST` lines, which are left to Python whole. `budget`
+    is how many more lines may be decoded for this chunk (`_RETRIES` times its size): a chunk
+    full of failing records must not cost more here than judging them one by one would.
+    """
+    if len(lines) > budget[0]:
+        return
+    budget[0] -= len(lines)
+    got = _read(lines, options)
+    if isinstance(got, pa.Table):
+        out.append((at, got))
+    elif got is not None:  # lines before it decoded; the rest may hold more failures: halve
+        if got:
+            _decode(lines.slice(0, got), at[:got], options, out, budget)
+        rest, after = lines.slice(got + 1), at[got + 1 :]
+        if len(rest) > _SMALLEST:
+            half = len(rest) // 2
+            _decode(rest.slice(0, half), after[:half], options, out, budget)
+            _decode(rest.slice(half), after[half:], options, out, budget)
+        elif len(rest):
+            _decode(rest, after, options, out, budget)
     elif len(lines) > _SMALLEST:
         half = len(lines) // 2
-        _decode(lines.slice(0, half), at[:half], options, out)
-        _decode(lines.slice(half), at[half:], options, out)
+        _decode(lines.slice(0, half), at[:half], options, out, budget)
+        _decode(lines.slice(half), at[half:], options, out, budget)
 
 
 def _valid(f: EventField, col: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -172,15 +209,18 @@ def _typed(f: EventField, col: pa.ChunkedArray) -> pa.Array:
     return arr
 
 
-def vouch(values: pa.Array, fields: Sequence[EventField]) -> Vouched:
-    """The records of `values` (binary, one Kafka value each) this path can judge, judged."""
+def vouch(values: pa.Array, fields: Sequence[EventField], n: int | None = None) -> Vouched:
+    """The records of `values` (binary, one Kafka value each) this path can judge, judged.
+
+    `n`: the chunk's size when `values` holds only its first records (the rest left to Python).
+    """
     fields = tuple(fields)
     screen, options = _plan(fields)
-    n = len(values)
+    n = len(values) if n is None else n
     cand = np.flatnonzero(_candidates(values, screen))
     pieces: list[Piece] = []
     if len(cand):
-        _decode(values.take(pa.array(cand)), cand, options, pieces)
+        _decode(values.take(pa.array(cand)), cand, options, pieces, [_RETRIES * len(cand)])
     ok = np.zeros(n, dtype=bool)
     rows = np.zeros(n, dtype=np.int64)
     if not pieces:
