@@ -278,60 +278,17 @@ def arrival_counts(
     return out
 
 
-class _Rows:
-    """Parsed rows as the summary reads them: numpy columns of an Arrow table or a pandas frame.
-
-    The read task hands Arrow (jobs/event_source.py): its columns go to numpy straight, strings
-    as object arrays with None, without a pandas frame in between (whose string columns cost a
-    null check per value on the way out). Tests and older callers hand pandas frames.
-    """
-
-    def __init__(self, rows: pa.Table | pd.DataFrame) -> None:
-        self.rows = rows
-        self.arrow = isinstance(rows, pa.Table)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def has(self, name: str) -> bool:
-        return name in (self.rows.column_names if self.arrow else self.rows)
-
-    def numbers(self, name: str, dtype: Any, na: float | None = None) -> npt.NDArray[Any]:
-        """A numeric column as `dtype`, nulls as `na`."""
-        if not self.arrow:
-            col = self.rows[name]
-            return col.to_numpy(dtype=dtype) if na is None else col.to_numpy(dtype, na_value=na)
-        arrow = self.rows.column(name)
-        if na is not None:
-            if np.dtype(dtype).kind == "f":
-                arrow = arrow.cast(pa.float64())
-            arrow = arrow.fill_null(na)
-        return np.asarray(arrow.to_numpy(), dtype=dtype)
-
-    def objects(self, name: str) -> npt.NDArray[Any]:
-        """A string (or binary) column as an object array."""
-        if not self.arrow:  # missing values as None, as from Arrow (pandas' str gives NaN)
-            out = self.rows[name].to_numpy(dtype=object, copy=True)
-            out[pd.isna(out)] = None
-            return out
-        return np.asarray(self.rows.column(name).to_numpy(zero_copy_only=False), dtype=object)
-
-    def where(self, mask: npt.NDArray[np.bool_]) -> _Rows:
-        if self.arrow:
-            return _Rows(self.rows.filter(pa.array(mask)))
-        return _Rows(self.rows[mask])
-
-
 def _extra_columns(
-    rows: _Rows, fields: tuple[EventField, ...]
+    pdf: pd.DataFrame, fields: tuple[EventField, ...]
 ) -> dict[str, npt.NDArray[Any]] | None:
     """The columns of registered event fields, by column name (numbers as float, NaN = absent)."""
     out: dict[str, npt.NDArray[Any]] = {}
     for f in fields[len(BUILT_IN_FIELDS) :]:
+        col = pdf[f.column]
         if f.type == "string":
-            out[f.column] = rows.objects(f.column)
+            out[f.column] = col.to_numpy(dtype=object)
         else:
-            out[f.column] = rows.numbers(f.column, np.float64, np.nan)
+            out[f.column] = col.to_numpy(dtype=np.float64, na_value=np.nan)
     return out or None
 
 
@@ -346,26 +303,25 @@ Columns = dict[str, npt.NDArray[Any]]
 
 
 def _event_columns(
-    parsed: _Rows, rows: npt.NDArray[np.bool_], fields: tuple[EventField, ...] = ()
+    pdf: pd.DataFrame, rows: npt.NDArray[np.bool_], fields: tuple[EventField, ...] = ()
 ) -> Columns:
     """The parsed event `rows` that `service_delta` needs, as numpy arrays (NaN / -1 = absent)."""
-    events = parsed if rows.all() else parsed.where(rows)
     cols: Columns = {
-        "service": events.objects("service"),
-        "event_ms": events.numbers("event_ms", np.int64, 0),
-        "kafka_ms": events.numbers("kafka_ms", np.float64, np.nan),
-        "user_id": events.objects("user_id"),
-        "latency_ms": events.numbers("latency_ms", np.float64, np.nan),
-        "status": events.numbers("status", np.int64, -1),
-        "partition": events.numbers("partition", np.int64),
-        "offset": events.numbers("offset", np.int64),
-        "event_id": events.objects("event_id"),
+        "service": pdf["service"].to_numpy(dtype=object),
+        "event_ms": pdf["event_ms"].to_numpy(dtype=np.int64, na_value=0),
+        "kafka_ms": pdf["kafka_ms"].to_numpy(dtype=np.float64, na_value=np.nan),
+        "user_id": pdf["user_id"].to_numpy(dtype=object),
+        "latency_ms": pdf["latency_ms"].to_numpy(dtype=np.float64, na_value=np.nan),
+        "status": pdf["status"].to_numpy(dtype=np.int64, na_value=-1),
+        "partition": pdf["partition"].to_numpy(dtype=np.int64),
+        "offset": pdf["offset"].to_numpy(dtype=np.int64),
+        "event_id": pdf["event_id"].to_numpy(dtype=object),
     }
-    if events.has("clock_offset_ms"):
-        cols["clock_offset_ms"] = events.numbers("clock_offset_ms", np.float64, np.nan)
-    for name, col in (_extra_columns(events, fields) or {}).items():
+    if "clock_offset_ms" in pdf:
+        cols["clock_offset_ms"] = pdf["clock_offset_ms"].to_numpy(dtype=np.float64, na_value=np.nan)
+    for name, col in (_extra_columns(pdf, fields) or {}).items():
         cols[_EXTRA + name] = col
-    return cols
+    return {k: v[rows] for k, v in cols.items()}
 
 
 #: Prefix of registered event fields' columns in `Columns`.
@@ -554,17 +510,16 @@ def _row(cols: dict[str, list[Any]], **values: Any) -> None:
 
 
 def summarise(
-    parsed: pa.Table | pd.DataFrame, watermark_ms: int, proc_ms: int | None, cfg: DeltaSettings
+    pdf: pd.DataFrame, watermark_ms: int, proc_ms: int | None, cfg: DeltaSettings
 ) -> dict[str, list[Any]]:
     """Summary rows (column -> values, event_time as epoch ms) of one chunk of parsed rows."""
     cols: dict[str, list[Any]] = {name: [] for name in _NAMES}
-    rows = _Rows(parsed)
-    if not len(rows):
+    if not len(pdf):
         return cols
-    kind = rows.objects("kind")
+    kind = pdf["kind"].to_numpy(dtype=object)
     is_event = kind == KIND_EVENT
     if is_event.any():
-        events = _event_columns(rows, is_event, cfg.fields)
+        events = _event_columns(pdf, is_event, cfg.fields)
         p, o = events["partition"], events["offset"]
         if not bool(np.all((p[1:] > p[:-1]) | ((p[1:] == p[:-1]) & (o[1:] >= o[:-1])))):
             order = np.lexsort((o, p))  # Kafka order, stable
@@ -582,50 +537,45 @@ def summarise(
                 count=len(g["event_ms"]),
                 blob=delta.to_bytes(),
             )
-    partition = rows.numbers("partition", np.int64)
-    offset = rows.numbers("offset", np.int64)
     is_beat = kind == KIND_HEARTBEAT
     if is_beat.any():
         _row(
             cols,
             kind=KIND_HEARTBEAT,
-            event_time=int(rows.numbers("event_ms", np.int64, 0)[is_beat].max()),
-            partition=int(partition[is_beat][0]),
-            offset=int(offset[is_beat][0]),
+            event_time=int(pdf["event_ms"].to_numpy(dtype=np.int64, na_value=0)[is_beat].max()),
+            partition=int(pdf["partition"].to_numpy(dtype=np.int64)[is_beat][0]),
+            offset=int(pdf["offset"].to_numpy(dtype=np.int64)[is_beat][0]),
             count=int(np.count_nonzero(is_beat)),
         )
-    kafka_ms = rows.numbers("kafka_ms", np.float64, np.nan)
-    is_dead = kind == KIND_DEAD
-    if is_dead.any():
-        dead = rows.where(is_dead)
-        for p, o, k, reason, detail, raw, size in zip(
-            partition[is_dead].tolist(),
-            offset[is_dead].tolist(),
-            kafka_ms[is_dead].tolist(),
-            dead.objects("reason").tolist(),
-            dead.objects("detail").tolist(),
-            dead.objects("raw").tolist(),
-            dead.numbers("raw_size", np.float64, np.nan).tolist(),
-            strict=True,
-        ):
-            _row(
-                cols,
-                kind=KIND_DEAD,
-                partition=int(p),
-                offset=int(o),
-                kafka_ms=_int_or_none(k),
-                reason=reason,
-                detail=detail,
-                raw=raw,
-                raw_size=_int_or_none(size),
-            )
+    dead = pdf[kind == KIND_DEAD] if (kind == KIND_DEAD).any() else pdf.iloc[0:0]
+    for p, o, k, reason, detail, raw, size in zip(
+        dead["partition"].tolist(),
+        dead["offset"].tolist(),
+        dead["kafka_ms"].tolist(),
+        dead["reason"].tolist(),
+        dead["detail"].tolist(),
+        dead["raw"].tolist(),
+        dead["raw_size"].tolist(),
+        strict=True,
+    ):
+        _row(
+            cols,
+            kind=KIND_DEAD,
+            partition=int(p),
+            offset=int(o),
+            kafka_ms=_int_or_none(k),
+            reason=reason,
+            detail=detail,
+            raw=raw,
+            raw_size=_int_or_none(size),
+        )
     _row(
         cols,
         kind=KIND_TIMES,
-        partition=int(partition[0]),
-        offset=int(offset[0]),
-        count=len(rows),
-        blob=encode_times(kafka_ms),
+        partition=int(pdf["partition"].iloc[0]),
+        offset=int(pdf["offset"].iloc[0]),
+        count=len(pdf),
+        blob=encode_times(pdf["kafka_ms"].to_numpy(dtype=np.float64, na_value=np.nan)),
     )
     return cols
 

@@ -107,7 +107,7 @@ def summary_source_options(
 
 
 def _summary(parsed: list[pa.RecordBatch], clock: BatchClock, cfg: StateConfig) -> pa.RecordBatch:
-    rows = pa.Table.from_batches(parsed)
+    rows = pa.Table.from_batches(parsed).to_pandas()
     return summary_batch(summarise(rows, clock.watermark_ms, clock.timestamp_ms, cfg))
 
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pytest
 
 from jobs.aggregate import StateConfig, make_state_fn
@@ -265,57 +264,3 @@ def test_late_events_cap_covers_the_first_late_events_in_kafka_order() -> None:
         zip(first["partition"], first["offset"], strict=True)
     )
     assert [json.loads(m)["event_id"] for m in got["metrics"]] == list(first["event_id"])
-
-
-@pytest.mark.parametrize(
-    "specs",
-    [
-        (TUMBLING,),
-        (TUMBLING, HOPPING),
-        (TUMBLING, SESSION),
-        (TUMBLING, WindowSpec.sliding(30 * S, 10 * S)),
-    ],
-    ids=["tumbling", "hopping", "session", "sliding"],
-)
-@pytest.mark.parametrize("dedup", [True, False])
-def test_arrow_rows_summarise_exactly_as_their_pandas_frame(
-    specs: tuple[WindowSpec, ...], dedup: bool
-) -> None:
-    # the read task summarises the parser's Arrow table without a pandas frame in between:
-    # byte for byte what the same rows as a pandas frame give (sketches, dead letters, times)
-    from jobs.kafka_source import ARROW_SCHEMA
-    from jobs.parse import _parse_batch
-    from tidegauge.traffic.config import GeneratorConfig
-    from tidegauge.traffic.generator import generate
-
-    cfg_gen = GeneratorConfig(
-        seed=11,
-        rate=400.0,
-        count=3_000,
-        pace="fast",
-        start_time_ms=T,
-        malformed_fraction=0.05,
-        heartbeat_interval_ms=500,
-        duplicate_fraction=0.05,
-    )
-    values = [r.value for r in generate(cfg_gen)]
-    n = len(values)
-    batch = pa.RecordBatch.from_pydict(
-        {
-            "partition": [1] * n,
-            "offset": list(range(n)),
-            "timestamp": [None if i % 7 == 0 else (T + 40 * i) * 1000 for i in range(n)],
-            "key": [None] * n,
-            "value": values,
-        },
-        schema=ARROW_SCHEMA,
-    )
-    table = pa.Table.from_batches(
-        [_parse_batch(batch.slice(0, n // 2)), _parse_batch(batch.slice(n // 2))]
-    )
-    cfg = StateConfig(specs, allowed_lateness_ms=5 * S, late_events_max=25, dedup=dedup)
-    for watermark in (0, T + 20 * S, T + 60 * S):
-        arrow = summary_batch(summarise(table, watermark, T + 90 * S, cfg))
-        frame = summary_batch(summarise(table.to_pandas(), watermark, T + 90 * S, cfg))
-        assert arrow.num_rows > 10
-        assert arrow.equals(frame)
