@@ -11,16 +11,18 @@ wrong and why. `tests/unit/test_bulk_parse.py` holds the two paths to the same r
 records of every kind.
 
 What makes a record a candidate (each rule closes a gap between the two decoders):
-- printable ASCII only, no backslash-u escape: no invalid UTF-8, byte-order mark or lone
-  surrogate (Arrow accepts those; Python does not, or decodes them differently), and no raw
-  newline, so a record is exactly one line of the document;
-- it starts with `{` and ends with `}`, at most `MAX_CANDIDATE_BYTES` long, with at most
-  `MAX_NESTING` brackets: not empty, not too large, no integer of 4,300 digits (which Python
-  refuses) and no nesting the contract refuses;
-- no `NaN`/`Inf` token anywhere (Arrow's decoder knows spellings Python's does not), no integer
-  `-0` (Python reads it as 0, Arrow as -0.0), no `heartbeat`;
+- ASCII only, no control character, no backslash: no invalid UTF-8, byte-order mark, escape or
+  lone surrogate (Arrow accepts some of those; Python does not, or decodes them differently),
+  and no raw newline, so a record is exactly one line of the document;
+- it starts with `{` and ends with `}`, at most `MAX_CANDIDATE_BYTES` long, with no second
+  bracket: not empty, not too large, no integer of 4,300 digits (which Python refuses) and no
+  nested value (whose depth the contract limits);
+- no `NaN`/`Inf` token anywhere (Arrow's decoder knows spellings Python's does not), no
+  `heartbeat`;
 - no field whose value starts with a character its type cannot start with (time, number or
   string written as something else), so the common malformed kinds never fail a decode.
+After decoding, a negative zero in a float field is left to Python too (Python reads the
+integer `-0` as 0.0, Arrow as -0.0).
 
 A chunk whose decode fails anyway (a duplicate contract key, `1e400` as a latency, `200.0` as a
 status, a record of two objects) is decoded again without the record Arrow names as failing,
