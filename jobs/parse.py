@@ -167,8 +167,8 @@ def _parse_batch(
         if f.name in fast.columns:
             both = pa.concat_arrays([fast.columns[f.name], pa.array(cols[f.name], f.type)])
         elif f.name in cols:
-            first = pa.array([KIND_EVENT] * vouched if f.name == "kind" else [None] * vouched)
-            both = pa.concat_arrays([first.cast(f.type), pa.array(cols[f.name], f.type)])
+            first = pa.repeat(pa.scalar(KIND_EVENT if f.name == "kind" else None, f.type), vouched)
+            both = pa.concat_arrays([first, pa.array(cols[f.name], f.type)])
         else:
             continue
         out[f.name] = both.take(take)

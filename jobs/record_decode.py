@@ -57,19 +57,21 @@ def _varints(buf: npt.NDArray[np.uint8], pos: _I64) -> tuple[_I64, _I64, npt.NDA
     return signed, pos + size, more
 
 
-def _starts(body: bytes, count: int) -> list[int] | None:
-    """Where each of `count` records starts, and where the last ends; None if they do not fit.
+def _starts(body: bytes, count: int, at: int, out: list[int]) -> bool:
+    """Append where each of `count` records starts (`body` placed at `at`); False if not.
+
+    False when the records do not fill the body exactly; then nothing is appended.
 
     The one per-record Python loop of the decoder (each start depends on the length before
     it); length prefixes of one or two bytes (records under 8 KiB) take the short way.
     """
-    out: list[int] = []
+    before = len(out)
     pos, end = 0, len(body)
     append = out.append
     for _ in range(count):
         if pos >= end:
-            return None
-        append(pos)
+            break
+        append(at + pos)
         b = body[pos]
         if b < 0x80:
             v, pos = b, pos + 1
@@ -80,19 +82,23 @@ def _starts(body: bytes, count: int) -> list[int] | None:
             v, shift = b & 0x7F, 7
             while b >= 0x80:
                 if pos >= end or shift > 63:
-                    return None
+                    pos = -1
+                    break
                 b = body[pos]
                 pos += 1
                 v |= (b & 0x7F) << shift
                 shift += 7
+            if pos < 0:
+                break
         size = (v >> 1) ^ -(v & 1)
         if size < 0:
-            return None
+            break
         pos += size
-    if pos != end:
-        return None
-    append(end)
-    return out
+    else:
+        if pos == end:
+            return True
+    del out[before:]
+    return False
 
 
 def decode_records(batch: bytes) -> Records | None:
@@ -113,7 +119,7 @@ class _Plain(NamedTuple):
     attrs: int
     first_ts: int
     max_ts: int
-    starts: list[int]  # in the joined buffer; one more than records: where the last ends
+    records: int
 
 
 def decode_many(batches: Sequence[bytes]) -> list[Records | None]:
@@ -128,6 +134,9 @@ def decode_many(batches: Sequence[bytes]) -> list[Records | None]:
     out: list[Records | None] = [None] * len(batches)
     plain: list[_Plain] = []
     bodies: list[bytes] = []
+    # where every record starts in the joined bodies, then where the last one ends: a record
+    # ends where the next begins, in its batch or the next one (the bodies follow each other)
+    bounds: list[int] = []
     at = 0
     for i, batch in enumerate(batches):
         if len(batch) < _HEAD.size:
@@ -142,19 +151,19 @@ def decode_many(batches: Sequence[bytes]) -> list[Records | None]:
             if count == 0 and not body:
                 out[i] = Records([], [], [], [])
             continue
-        starts = _starts(body, count)
-        if starts is None:
+        if not _starts(body, count, at, bounds):
             continue
-        plain.append(_Plain(i, base, attrs, first_ts, max_ts, [at + x for x in starts]))
+        plain.append(_Plain(i, base, attrs, first_ts, max_ts, count))
         bodies.append(body)
         at += len(body)
     if not plain:
         return out
+    bounds.append(at)
     joined = b"".join(bodies)
     buf = np.frombuffer(joined + _PAD, dtype=np.uint8)
-    counts = np.array([len(p.starts) - 1 for p in plain], dtype=np.int64)
-    firsts = np.array([x for p in plain for x in p.starts[:-1]], dtype=np.int64)
-    ends = np.array([x for p in plain for x in p.starts[1:]], dtype=np.int64)
+    counts = np.array([p.records for p in plain], dtype=np.int64)
+    edges = np.array(bounds, dtype=np.int64)
+    firsts, ends = edges[:-1], edges[1:]
     which = np.repeat(np.arange(len(plain)), counts)  # each record's batch (in `plain`)
     _, pos, long1 = _varints(buf, firsts)  # the length prefix again, to step over it
     pos = pos + 1  # the record's attributes byte (unused)
