@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
+from jobs.columns import present
 from jobs.dedup import SeenIds
 from jobs.sessions import Sessions
 from sketches.hll import hash32
@@ -96,7 +96,7 @@ class ServiceWindows:
         event_ms: npt.NDArray[np.int64],
         latency_ms: npt.NDArray[np.float64],
         status: npt.NDArray[np.int64],
-        users: npt.NDArray[Any],
+        users: Any,
         watermark_ms: int,
         arrival_ms: npt.NDArray[np.float64] | None = None,
         frontier_ms: int | None = None,
@@ -107,8 +107,8 @@ class ServiceWindows:
         `arrival_ms` is each event's broker timestamp (NaN when unknown); lateness is
         arrival - event time. Every (window, event) pair is classified by `classify`: late
         pairs go to the result's `late` (never to a pane), stragglers are counted per window.
-        `extra` holds the columns of registered event fields (one entry per event), which
-        registered metrics read.
+        `users` is a numpy object or Arrow string column (None/null: no user). `extra` holds the
+        columns of registered event fields (one entry per event), which registered metrics read.
         """
         added = Added()
         lateness = None
@@ -118,8 +118,8 @@ class ServiceWindows:
             self.add_sessions(added, users, event_ms, lateness, watermark_ms, frontier_ms)
         if not len(event_ms):
             return added
-        valid = pd.notna(users)
-        hashes = hash32(users[valid])  # once per batch; each pane takes its share
+        valid = present(users)
+        hashes = hash32(users)  # the valid ones', once per batch; each pane takes its share
         starts = tumbling_starts(event_ms, self.pane_ms)
         buckets = tumbling_starts(event_ms, self.timeline_ms) if self.timeline_ms else None
         uniq, inverse = np.unique(starts, return_inverse=True)
@@ -209,7 +209,7 @@ class ServiceWindows:
         assert self.sessions is not None
         spec = self.sessions.spec
         ends = event_ms + spec.gap_ms
-        late = pd.notna(users) & late_mask(ends, watermark_ms)
+        late = present(users) & late_mask(ends, watermark_ms)
         if not late.any():
             return
         buckets = tumbling_starts(event_ms[late], spec.size_ms)

@@ -105,6 +105,23 @@ def test_first_occurrence_wins() -> None:
     assert first_occurrences(h).tolist() == [True, True, False, False, True, False]
 
 
+@pytest.mark.parametrize("repeats", [0, 1, 50])
+def test_first_occurrences_match_a_replay(repeats: int) -> None:
+    """Chunks without repeats take a shortcut; with a few or many, positions are found."""
+    rng = np.random.default_rng(repeats)
+    h = rng.integers(0, 2**64, 5_000, dtype=np.uint64)
+    for _ in range(repeats):
+        h[rng.integers(0, len(h))] = h[rng.integers(0, len(h))]
+    seen: set[int] = set()
+    want = []
+    for v in h.tolist():
+        want.append(v not in seen)
+        seen.add(v)
+    assert first_occurrences(h).tolist() == want
+    assert first_occurrences(h[:0]).tolist() == []
+    assert first_occurrences(h[:1]).tolist() == [True]
+
+
 def _brute_windows(
     events: list[tuple[int, bool]], specs: tuple[WindowSpec, ...], watermark: int
 ) -> Counter[tuple[str, int]]:
