@@ -22,6 +22,7 @@ them, so an upgrade that moves them fails there.
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ import kafka.errors as kafka_errors
 from kafka import KafkaConsumer, TopicPartition
 from kafka.protocol.consumer import FetchRequest
 from kafka.record import MemoryRecords
+from kafka.record.default_records import DefaultRecordBatch
+from kafka.record.util import calc_crc32c
 
 from jobs.log_batches import LogBatch, LogRecord, Records, control_type
 from jobs.record_decode import decode_many
@@ -133,7 +136,60 @@ def decode_batches(
 
     A batch cut off at the end of the response (fetch size limit) is left out; the next fetch
     starts at it. With `check_crc`, a batch whose CRC does not match is a `SourceError`.
+
+    Batches of message format 2 (every Kafka since 0.11) are framed from their headers here and
+    their plain records decoded together (`decode_many`); kafka-python's batch objects cost
+    ~30 µs per batch, as much as decoding 30 records, and producers at high rates send batches
+    of a few dozen records. Compressed and control batches, records the fast decoder leaves,
+    and responses holding an older format go through kafka-python as before.
     """
+    frames: list[tuple[int, tuple[Any, ...]]] = []  # (position, v2 header) of each batch
+    pos, size = 0, len(data)
+    while size - pos >= 12:
+        end = pos + 12 + int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
+        if end > size:
+            break  # cut off by the fetch size limit
+        if end - pos < _V2_HEAD.size or data[pos + 16] != 2:
+            return _decode_with_kafka_python(data, topic, partition, check_crc)
+        head = _V2_HEAD.unpack_from(data, pos)
+        if check_crc and calc_crc32c(memoryview(data)[pos + 21 : end]) != head[4]:
+            raise SourceError(
+                f"cannot decode {topic}[{partition}]: the record batch at offset "
+                f"{head[0]} fails its CRC check (corrupt on the broker or on the wire)"
+            )
+        frames.append((pos, head))
+        pos = end
+    wires = [data[at : at + 12 + head[1]] for at, head in frames]
+    plain = [
+        w if not head[5] & (_CODEC_MASK | _CONTROL) else b""
+        for w, (_, head) in zip(wires, frames, strict=True)
+    ]
+    out = []
+    for wire, (_, head), records in zip(wires, frames, decode_many(plain), strict=True):
+        base, attrs, last_delta, producer = head[0], head[5], head[6], head[9]
+        if records is None:
+            out.append(_decode_one(DefaultRecordBatch(wire), topic, partition))
+        else:
+            transactional = bool(attrs & _TRANSACTIONAL)
+            out.append(
+                LogBatch(base, base + last_delta + 1, producer, transactional, None, records)
+            )
+    return out
+
+
+#: The v2 batch header, big-endian: base offset, batch length, partition leader epoch, magic,
+#: crc, attributes, last offset delta, first and max timestamp, producer id, producer epoch,
+#: base sequence, record count. The CRC covers everything from the attributes on (byte 21).
+_V2_HEAD = struct.Struct(">qiibIhiqqqhii")
+_CODEC_MASK = 0x07
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
+
+
+def _decode_with_kafka_python(
+    data: bytes, topic: str, partition: int, check_crc: bool
+) -> list[LogBatch]:
+    """`decode_batches` through kafka-python's batch objects, for responses of older formats."""
     records = MemoryRecords(data)
     raws, wires = [], []
     pos = 0  # where `raw` starts in `data`: batches follow each other, 12 + length bytes each

@@ -1,8 +1,9 @@
 """The records of an uncompressed v2 record batch, decoded field by field across all records.
 
 kafka-python decodes a batch record by record into objects, ~4 µs of Python per record (py-spy:
-the largest single cost of the read task, BENCHMARKS.md issue 12). Here one Python loop only
-walks the records' length prefixes to find where each record starts; every other field (the
+the largest single cost of the read task, BENCHMARKS.md issue 12). Here the records' starts are
+found for all batches of a fetch at once (`_chain_starts`; a Python walk over the length
+prefixes, `_starts`, only for batches that search cannot vouch for); every other field (the
 timestamp and offset deltas, key and value lengths, the header count) is decoded with numpy for
 all records at once, and the values are cut out of the batch as bytes.
 
@@ -17,6 +18,7 @@ kafka-python's own builder. Pure: no I/O.
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -101,6 +103,48 @@ def _starts(body: bytes, count: int, at: int, out: list[int]) -> bool:
     return False
 
 
+#: The shortest record after its length prefix: attributes, timestamp delta, offset delta, key
+#: length, value length and header count, one byte each at least.
+_MIN_RECORD = 6
+
+
+def _chain_starts(
+    buf: npt.NDArray[np.uint8], at: _I64, ends: _I64, counts: _I64
+) -> tuple[_I64, npt.NDArray[np.bool_]]:
+    """Every record start of every body found at once, and which bodies it holds for.
+
+    Body b is `buf[at[b]:ends[b]]` with `counts[b]` records. The walk `_starts` does record by
+    record is done here without one Python step per record: a record's attributes byte is zero
+    and so is the header count that ends it (no headers, the case this decoder takes), while
+    text values hold no zero byte. So the bytes after zero bytes, plus each body's start, are
+    candidates; each candidate is decoded as if it were a record start (its length says where
+    the next record would begin), and one check over all of them tells whether a body's
+    candidates form exactly its chain: the first is the body's start, each says the next one
+    begins where the next candidate is, the last ends at the body's end, and there are
+    `counts[b]` of them. A chain starting at the body's start is unique, so a body that passes
+    has exactly its records' starts; one that fails (binary values with zero bytes, non-zero
+    attributes, a broken batch) is left to `_starts`.
+    """
+    total = int(ends[-1]) if len(ends) else 0
+    cand = np.sort(np.concatenate((at, np.flatnonzero(buf[:total] == 0) + 1)))
+    cand = cand[(cand < total) & np.append(True, cand[1:] != cand[:-1])]
+    size, after, long = _varints(buf, cand)
+    fits = ~long & (size >= _MIN_RECORD) & (buf[np.minimum(after, total)] == 0)
+    cand, nxt = cand[fits], (after + size)[fits]
+    body = np.searchsorted(at, cand, side="right") - 1  # each candidate's body
+    # where each candidate's successor should begin: the next candidate of the same body, or
+    # that body's end after its last one
+    expect = ends[body]
+    same = body[1:] == body[:-1]
+    expect[:-1][same] = cand[1:][same]
+    wrong = nxt != expect
+    n = np.bincount(body, minlength=len(at))
+    good = (n == counts) & (np.bincount(body, weights=wrong, minlength=len(at)) == 0)
+    first = np.searchsorted(body, np.arange(len(at)))  # each body's first candidate
+    good &= cand[np.minimum(first, max(len(cand) - 1, 0))] == at if len(cand) else counts == 0
+    return cand, good
+
+
 def decode_records(batch: bytes) -> Records | None:
     """The records of one uncompressed v2 data batch without headers; None for anything else.
 
@@ -132,12 +176,8 @@ def decode_many(batches: Sequence[bytes]) -> list[Records | None]:
     for every record at once. A batch whose records do not add up gives None, alone.
     """
     out: list[Records | None] = [None] * len(batches)
-    plain: list[_Plain] = []
+    taken: list[_Plain] = []
     bodies: list[bytes] = []
-    # where every record starts in the joined bodies, then where the last one ends: a record
-    # ends where the next begins, in its batch or the next one (the bodies follow each other)
-    bounds: list[int] = []
-    at = 0
     for i, batch in enumerate(batches):
         if len(batch) < _HEAD.size:
             continue
@@ -151,19 +191,39 @@ def decode_many(batches: Sequence[bytes]) -> list[Records | None]:
             if count == 0 and not body:
                 out[i] = Records([], [], [], [])
             continue
-        if not _starts(body, count, at, bounds):
-            continue
-        plain.append(_Plain(i, base, attrs, first_ts, max_ts, count))
+        taken.append(_Plain(i, base, attrs, first_ts, max_ts, count))
         bodies.append(body)
-        at += len(body)
-    if not plain:
+    if not taken:
         return out
-    bounds.append(at)
     joined = b"".join(bodies)
     buf = np.frombuffer(joined + _PAD, dtype=np.uint8)
+    sizes = np.array([len(b) for b in bodies], dtype=np.int64)
+    body_ends = np.cumsum(sizes)
+    body_at = body_ends - sizes
+    starts, chained = _chain_starts(
+        buf, body_at, body_ends, np.array([p.records for p in taken], dtype=np.int64)
+    )
+    # where every record of the plain batches starts in the joined bodies, and where each of
+    # those batches' bodies ends (a record ends where the next of its batch begins)
+    bounds: list[int] = []
+    plain: list[_Plain] = []
+    last_ends: list[int] = []
+    walked = starts.tolist()
+    for p, body, at, ok in zip(taken, bodies, body_at.tolist(), chained.tolist(), strict=True):
+        if ok:
+            lo = bisect_left(walked, at)
+            bounds += walked[lo : lo + p.records]
+        elif not _starts(body, p.records, at, bounds):
+            continue
+        plain.append(p)
+        last_ends.append(at + len(body))
+    if not plain:
+        return out
     counts = np.array([p.records for p in plain], dtype=np.int64)
-    edges = np.array(bounds, dtype=np.int64)
-    firsts, ends = edges[:-1], edges[1:]
+    firsts = np.array(bounds, dtype=np.int64)
+    ends = np.empty_like(firsts)
+    ends[:-1] = firsts[1:]
+    ends[np.cumsum(counts) - 1] = last_ends
     which = np.repeat(np.arange(len(plain)), counts)  # each record's batch (in `plain`)
     _, pos, long1 = _varints(buf, firsts)  # the length prefix again, to step over it
     pos = pos + 1  # the record's attributes byte (unused)

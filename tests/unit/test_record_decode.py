@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.util import calc_crc32c
 
-from jobs.kafka_log import decode_batches
+from jobs.kafka_log import SourceError, _decode_with_kafka_python, decode_batches
 from jobs.log_batches import LogRecord
-from jobs.record_decode import decode_many, decode_records
+from jobs.record_decode import _HEAD, _chain_starts, _starts, decode_many, decode_records
 
 T = 1_795_341_600_000
 
@@ -141,3 +143,108 @@ def test_decode_batches_uses_it_and_keeps_kafka_pythons_answers() -> None:
     assert list(batches[0].records) == kafka_python(plain)
     assert list(batches[1].records) == kafka_python(packed)
     assert batches[1].codec == "gzip"
+
+
+def text_records(rng: random.Random, n: int) -> list[tuple]:
+    """Records as the project's producers write them: JSON text values, no zero byte."""
+    out = []
+    for i in range(n):
+        key = None if rng.random() < 0.5 else f"svc-{rng.randrange(9)}".encode()
+        pad = "x" * rng.choice([0, 50, 130, 9_000])
+        value = f'{{"event_id":"e{i}","pad":"{pad}"}}'
+        out.append((i, T + rng.randint(-5_000, 5_000), key, value.encode(), []))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_record_starts_found_at_once_are_the_walked_ones(seed: int) -> None:
+    """Text batches take the all-at-once search for record starts (`_chain_starts`); binary
+    values with zero bytes in them may not, and are walked record by record. Both give the
+    starts the walk gives, and the records kafka-python reads."""
+    rng = random.Random(seed)
+    wires, texts = [], []
+    for i in range(rng.randrange(1, 30)):
+        n = rng.choice([1, 2, 33, 200])
+        binary = rng.random() < 0.3
+        records = random_records(rng, n) if binary else text_records(rng, n)
+        wires.append(build(records, base_offset=i * 1_000))
+        texts.append(not binary)
+    bodies = [w[_HEAD.size :] for w in wires]
+    counts = [DefaultRecordBatch(w).next_offset - i * 1_000 for i, w in enumerate(wires)]
+    sizes = np.array([len(b) for b in bodies], dtype=np.int64)
+    ends = np.cumsum(sizes)
+    buf = np.frombuffer(b"".join(bodies) + bytes(64), dtype=np.uint8)
+    starts, chained = _chain_starts(buf, ends - sizes, ends, np.array(counts, dtype=np.int64))
+    walked: list[int] = []
+    for body, at, n in zip(bodies, (ends - sizes).tolist(), counts, strict=True):
+        assert _starts(body, n, at, walked)
+    found = starts.tolist()
+    for (at, end), ok, text in zip(
+        zip((ends - sizes).tolist(), ends.tolist(), strict=True),
+        chained.tolist(),
+        texts,
+        strict=True,
+    ):
+        want = [s for s in walked if at <= s < end]
+        if ok:
+            assert [s for s in found if at <= s < end] == want
+        # text values hold no zero byte: such a body is found at once
+        assert ok or not text
+    for wire, got in zip(wires, decode_many(wires), strict=True):
+        assert got is not None and list(got) == kafka_python(wire)
+
+
+def control(base_offset: int, commit: bool) -> bytes:
+    """A transaction marker batch (control flag set), as a broker writes it."""
+    key = (0).to_bytes(2, "big") + (1 if commit else 0).to_bytes(2, "big")
+    wire = bytearray(build([(0, T, key, b"", [])], base_offset=base_offset, transactional=True))
+    wire[22] |= 0x20  # the control flag, low byte of the attributes; then the CRC again
+    wire[17:21] = calc_crc32c(memoryview(bytes(wire))[21:]).to_bytes(4, "big")
+    return bytes(wire)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_v2_batches_framed_here_equal_kafka_pythons_batches(seed: int) -> None:
+    """Plain, transactional, compressed, header-carrying and control batches, the last one cut
+    off: framing the v2 headers here gives exactly the batches kafka-python's objects give."""
+    rng = random.Random(seed)
+    wires, at = [], 0
+    for _ in range(rng.randrange(1, 25)):
+        kind = rng.random()
+        n = rng.choice([1, 3, 33])
+        if kind < 0.1:
+            wire = build([(i, T, b"k", b"z" * 90, []) for i in range(n)], codec=1, base_offset=at)
+        elif kind < 0.2:
+            wire = build([(0, T, b"k", b"v", [("h", b"1")])], base_offset=at)
+            n = 1
+        elif kind < 0.3:
+            wire, n = control(at, rng.random() < 0.5), 1
+        else:
+            records = text_records(rng, n) if kind < 0.8 else random_records(rng, n)
+            wire = build(records, base_offset=at, transactional=kind < 0.4)
+        wires.append(wire)
+        at += n
+    data = b"".join(wires)
+    if rng.random() < 0.5:
+        data = data[: len(data) - rng.randrange(1, len(wires[-1]))]
+    got = decode_batches(data, "t", 0)
+    want = _decode_with_kafka_python(data, "t", 0, True)
+    assert len(got) == len(want) >= len(wires) - 1
+    for g, w in zip(got, want, strict=True):
+        assert (g.base_offset, g.next_offset, g.producer_id) == (
+            w.base_offset,
+            w.next_offset,
+            w.producer_id,
+        )
+        assert (g.transactional, g.marker, g.codec) == (w.transactional, w.marker, w.codec)
+        assert list(g.records) == list(w.records)
+
+
+def test_a_batch_failing_its_crc_stops_the_read_with_its_offset() -> None:
+    rng = random.Random(5)
+    first = build(text_records(rng, 10), base_offset=0)
+    second = bytearray(build(text_records(rng, 10), base_offset=10))
+    second[rng.randrange(70, len(second))] ^= 0x40  # one bit of a value
+    with pytest.raises(SourceError, match=r"t\[0\]: the record batch at offset 10 fails its CRC"):
+        decode_batches(first + bytes(second), "t", 0)
+    assert len(decode_batches(first + bytes(second), "t", 0, check_crc=False)) == 2
