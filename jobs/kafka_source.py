@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
@@ -269,13 +268,15 @@ class _Cursor:
         rows = Records.joined(self.runs)
         self.runs, self.held = [], 0
         n = len(rows)
-        ms = pa.array(rows.timestamps_ms, pa.int64())
+        ms = rows.timestamps_ms
+        known = ms >= 0
+        micros = pa.array(ms * 1000, pa.int64(), mask=None if known.all() else ~known)
         arrays = [
             pa.array(np.full(n, self.part.partition, dtype=np.int32)),
             pa.array(rows.offsets, pa.int64()),
-            pc.multiply(ms, 1000).cast(ARROW_SCHEMA.field("timestamp").type),
-            pa.array(rows.keys, pa.binary()),
-            pa.array(rows.values, pa.binary()),
+            micros.cast(ARROW_SCHEMA.field("timestamp").type),
+            rows.keys,
+            rows.values,
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 

@@ -27,11 +27,13 @@ changes once written, so a range read twice gives the same records: replays stay
 from __future__ import annotations
 
 import struct
-from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Literal, NamedTuple, overload
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
 
 __all__ = ["CommittedRange", "LogBatch", "LogRecord", "Records", "control_type"]
 
@@ -51,21 +53,23 @@ class LogRecord(NamedTuple):
 
 
 class Records(Sequence[LogRecord]):
-    """Records in offset order, kept as one list per field: what the read path moves around.
+    """Records in offset order, kept as one column per field: what the read path moves around.
 
     A reader hands tens of thousands of records a second from the fetch to an Arrow batch; kept
-    as columns they are sliced, joined and turned into Arrow arrays with list operations, never
-    one Python object per record (BENCHMARKS.md, issue 12). Indexing gives a `LogRecord`.
+    as columns (offsets and timestamps in numpy, a negative timestamp meaning none; keys and
+    values as Arrow binary arrays, cut straight out of the fetched bytes by
+    `jobs/record_decode.py`) they are sliced, joined and handed to Arrow without one Python
+    object per record (BENCHMARKS.md, issue 12). Indexing gives a `LogRecord`.
     """
 
     __slots__ = ("keys", "offsets", "timestamps_ms", "values")
 
     def __init__(
         self,
-        offsets: list[int],
-        timestamps_ms: list[int | None],
-        keys: list[bytes | None],
-        values: list[bytes | None],
+        offsets: npt.NDArray[np.int64],
+        timestamps_ms: npt.NDArray[np.int64],
+        keys: pa.Array,
+        values: pa.Array,
     ) -> None:
         self.offsets = offsets
         self.timestamps_ms = timestamps_ms
@@ -78,27 +82,37 @@ class Records(Sequence[LogRecord]):
         if isinstance(records, Records):
             return records
         return cls(
-            [r.offset for r in records],
-            [r.timestamp_ms for r in records],
-            [r.key for r in records],
-            [r.value for r in records],
+            np.array([r.offset for r in records], dtype=np.int64),
+            np.array(
+                [-1 if r.timestamp_ms is None else r.timestamp_ms for r in records],
+                dtype=np.int64,
+            ),
+            pa.array([r.key for r in records], pa.binary()),
+            pa.array([r.value for r in records], pa.binary()),
         )
+
+    @classmethod
+    def empty(cls) -> Records:
+        """No records."""
+        return cls.of([])
 
     @classmethod
     def joined(cls, parts: Sequence[Records]) -> Records:
         """The records of `parts`, one after another."""
         if len(parts) == 1:
             return parts[0]
+        if not parts:
+            return cls.empty()
         return cls(
-            list(chain.from_iterable(p.offsets for p in parts)),
-            list(chain.from_iterable(p.timestamps_ms for p in parts)),
-            list(chain.from_iterable(p.keys for p in parts)),
-            list(chain.from_iterable(p.values for p in parts)),
+            np.concatenate([p.offsets for p in parts]),
+            np.concatenate([p.timestamps_ms for p in parts]),
+            pa.concat_arrays([p.keys for p in parts]),
+            pa.concat_arrays([p.values for p in parts]),
         )
 
     def between(self, start: int, end: int) -> Records:
         """The records with offsets in [start, end)."""
-        lo, hi = bisect_left(self.offsets, start), bisect_left(self.offsets, end)
+        lo, hi = np.searchsorted(self.offsets, [start, end]).tolist()
         return self if (lo, hi) == (0, len(self.offsets)) else self[lo:hi]
 
     def __len__(self) -> int:
@@ -112,17 +126,44 @@ class Records(Sequence[LogRecord]):
 
     def __getitem__(self, i: int | slice) -> LogRecord | Records:
         if isinstance(i, slice):
-            return Records(self.offsets[i], self.timestamps_ms[i], self.keys[i], self.values[i])
-        return LogRecord(self.offsets[i], self.timestamps_ms[i], self.keys[i], self.values[i])
+            lo, hi, step = i.indices(len(self))
+            if step != 1:
+                idx = np.arange(lo, hi, step)
+                return Records(
+                    self.offsets[idx],
+                    self.timestamps_ms[idx],
+                    self.keys.take(idx),
+                    self.values.take(idx),
+                )
+            n = max(hi - lo, 0)
+            return Records(
+                self.offsets[lo:hi],
+                self.timestamps_ms[lo:hi],
+                self.keys.slice(lo, n),
+                self.values.slice(lo, n),
+            )
+        ts = int(self.timestamps_ms[i])
+        return LogRecord(
+            int(self.offsets[i]),
+            None if ts < 0 else ts,
+            self.keys[i].as_py(),
+            self.values[i].as_py(),
+        )
 
     def __iter__(self) -> Iterator[LogRecord]:
-        return map(LogRecord, self.offsets, self.timestamps_ms, self.keys, self.values)
+        return map(
+            LogRecord,
+            self.offsets.tolist(),
+            [None if t < 0 else t for t in self.timestamps_ms.tolist()],
+            self.keys.to_pylist(),
+            self.values.to_pylist(),
+        )
 
     def __repr__(self) -> str:
         return f"Records({list(self)!r})"
 
 
-_NONE = Records([], [], [], [])
+_NONE = Records.empty()
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ the largest single cost of the read task, BENCHMARKS.md issue 12). Here the reco
 found for all batches of a fetch at once (`_chain_starts`; a Python walk over the length
 prefixes, `_starts`, only for batches that search cannot vouch for); every other field (the
 timestamp and offset deltas, key and value lengths, the header count) is decoded with numpy for
-all records at once, and the values are cut out of the batch as bytes.
+all records at once, and the keys and values are cut out of the batch as Arrow binary arrays.
 
 Only the common case is taken: a data batch (not a control batch) of message format 2, not
 compressed, whose records carry no headers. Anything else, and anything that does not add up
@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
 
 from jobs.log_batches import Records
 
@@ -189,7 +190,7 @@ def decode_many(batches: Sequence[bytes]) -> list[Records | None]:
         body = batch[_HEAD.size :]
         if count <= 0:
             if count == 0 and not body:
-                out[i] = Records([], [], [], [])
+                out[i] = Records.empty()
             continue
         taken.append(_Plain(i, base, attrs, first_ts, max_ts, count))
         bodies.append(body)
@@ -241,28 +242,60 @@ def decode_many(batches: Sequence[bytes]) -> list[Records | None]:
     log_append = np.array([bool(p.attrs & _LOG_APPEND_TIME) for p in plain])[which]
     first = np.array([p.first_ts for p in plain], dtype=np.int64)[which]
     latest = np.array([p.max_ts for p in plain], dtype=np.int64)[which]
-    offsets = (base + off_delta).tolist()
-    ts = np.where(log_append, latest, first + ts_delta)
-    times: list[int | None] = (
-        ts.tolist() if ts.min() >= 0 else [t if t >= 0 else None for t in ts.tolist()]
-    )
-    keys = _cut(joined, key_at, key_len)
-    values = _cut(joined, value_at, value_len)
+    offsets = base + off_delta
+    times = np.where(log_append, latest, first + ts_delta)  # negative: none
+    keys = _cut(joined, buf, key_at, np.where(bad, -1, key_len))
+    values = _cut(joined, buf, value_at, np.where(bad, -1, value_len))
     lo = 0
     for p, n, broken in zip(plain, counts.tolist(), bad_batch.tolist(), strict=True):
         if not broken:
             hi = lo + n
-            out[p.slot] = Records(offsets[lo:hi], times[lo:hi], keys[lo:hi], values[lo:hi])
+            out[p.slot] = Records(
+                offsets[lo:hi], times[lo:hi], keys.slice(lo, n), values.slice(lo, n)
+            )
         lo += n
     return out
 
 
-def _cut(body: bytes, at: _I64, size: _I64) -> list[bytes | None]:
-    """The byte strings of `body` at these positions and sizes (size -1: None)."""
-    if size.max() < 0:
-        return [None] * len(size)
-    if size.min() >= 0:
-        return [body[a:e] for a, e in zip(at.tolist(), (at + size).tolist(), strict=True)]
-    return [
-        None if n < 0 else body[a : a + n] for a, n in zip(at.tolist(), size.tolist(), strict=True)
-    ]
+#: Bytes a binary view holds inline: values up to this long are copied into their view.
+_INLINE = 12
+
+
+def _cut(data: bytes, buf: npt.NDArray[np.uint8], at: _I64, size: _I64) -> pa.Array:
+    """The byte strings of `data` at these positions and sizes (size -1: null), as Arrow binary.
+
+    Built as an Arrow binary *view* array over `data` itself (16 bytes per value: its length
+    and either the value inline, or its first four bytes and where it is in `data`), then cast
+    to plain binary in C++: no Python object per value. `buf` is `data` as bytes, padded by
+    at least `_INLINE` bytes.
+    """
+    n = len(size)
+    if len(data) >= 2**31:  # beyond a view's 32-bit offsets (fetches are far smaller)
+        cut = [
+            None if k < 0 else data[a : a + k]
+            for a, k in zip(at.tolist(), size.tolist(), strict=True)
+        ]
+        return pa.array(cut, pa.binary())
+    valid = size >= 0
+    length = np.where(valid, size, 0)
+    views = np.zeros((n, 4), dtype=np.int32)  # length, prefix, buffer index, offset
+    views[:, 0] = length
+    inline = np.flatnonzero(length <= _INLINE)
+    far = np.flatnonzero(length > _INLINE)
+    if len(far):
+        head = buf[at[far, None] + np.arange(4)]
+        views[far, 1] = np.ascontiguousarray(head).view("<i4")[:, 0]
+        views[far, 3] = at[far]
+    if len(inline):
+        span = np.arange(_INLINE)
+        body = buf[np.minimum(at[inline, None], len(data)) + span]
+        body[span >= length[inline, None]] = 0
+        views.view(np.uint8).reshape(n, 16)[inline, 4:] = body
+    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    view = pa.Array.from_buffers(
+        pa.binary_view(),
+        n,
+        [validity, pa.py_buffer(views), pa.py_buffer(data)],
+        null_count=n - int(np.count_nonzero(valid)),
+    )
+    return view.cast(pa.binary())
