@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 __all__ = [
     "build_session",
     "check_executors",
+    "LAUNCH_ATTEMPTS",
     "ensure_java",
     "local_checkpoint",
     "quiet_task_failures",
@@ -174,9 +176,32 @@ def build_session(
     builder = SparkSession.builder.master(with_task_retries(master)).appName(app_name)
     for key, value in session_settings(master, shuffle_partitions, ui, conf, checkpoint).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = _launch(builder)
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+#: Starts of Spark's JVM before giving up. Its launcher (`spark-class`) once exited without a
+#: word in a loaded CI run (bash: "CMD: bad array subscript"), which PySpark reports as
+#: JAVA_GATEWAY_EXITED, and the next start worked; a JVM that cannot start fails twice.
+LAUNCH_ATTEMPTS = 2
+
+
+def _launch(builder: SparkSession.Builder) -> SparkSession:
+    """`builder.getOrCreate()`, started again once if the JVM exits before it answers."""
+    for attempt in range(1, LAUNCH_ATTEMPTS + 1):
+        try:
+            return builder.getOrCreate()
+        except PySparkRuntimeError as e:
+            if e.getCondition() != "JAVA_GATEWAY_EXITED" or attempt == LAUNCH_ATTEMPTS:
+                raise
+            print(
+                f"tidegauge: Spark's JVM exited while starting ({e}); starting it again",
+                file=sys.stderr,
+                flush=True,
+            )
+            time.sleep(1.0)
+    raise AssertionError("unreachable")
 
 
 #: Spark's loggers that print a failed task's or query's whole stack trace. The job reports the
