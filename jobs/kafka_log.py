@@ -22,7 +22,6 @@ them, so an upgrade that moves them fails there.
 
 from __future__ import annotations
 
-import struct
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.util import calc_crc32c
 
 from jobs.log_batches import LogBatch, LogRecord, Records, control_type
-from jobs.record_decode import decode_many
+from jobs.record_decode import BATCH_HEAD, CODEC_MASK, CONTROL, TRANSACTIONAL, decode_many
 from tidegauge.core.codecs import codec_by_id, missing_library
 from tidegauge.core.kafka_options import client_config
 
@@ -144,24 +143,26 @@ def decode_batches(
     and responses holding an older format go through kafka-python as before.
     """
     frames: list[tuple[int, tuple[Any, ...]]] = []  # (position, v2 header) of each batch
+    view = memoryview(data)
     pos, size = 0, len(data)
     while size - pos >= 12:
         end = pos + 12 + int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
         if end > size:
             break  # cut off by the fetch size limit
-        if end - pos < _V2_HEAD.size or data[pos + 16] != 2:
+        if end - pos < BATCH_HEAD.size or data[pos + 16] != 2:
             return _decode_with_kafka_python(data, topic, partition, check_crc)
-        head = _V2_HEAD.unpack_from(data, pos)
-        if check_crc and calc_crc32c(memoryview(data)[pos + 21 : end]) != head[4]:
+        head = BATCH_HEAD.unpack_from(data, pos)
+        if check_crc and calc_crc32c(view[pos + 21 : end]) != head[4]:
             raise SourceError(
                 f"cannot decode {topic}[{partition}]: the record batch at offset "
                 f"{head[0]} fails its CRC check (corrupt on the broker or on the wire)"
             )
         frames.append((pos, head))
         pos = end
-    wires = [data[at : at + 12 + head[1]] for at, head in frames]
+    # views, not copies: `decode_many` copies the bodies once, into one buffer
+    wires = [view[at : at + 12 + head[1]] for at, head in frames]
     plain = [
-        w if not head[5] & (_CODEC_MASK | _CONTROL) else b""
+        w if not head[5] & (CODEC_MASK | CONTROL) else memoryview(b"")
         for w, (_, head) in zip(wires, frames, strict=True)
     ]
     out = []
@@ -170,20 +171,11 @@ def decode_batches(
         if records is None:
             out.append(_decode_one(DefaultRecordBatch(wire), topic, partition))
         else:
-            transactional = bool(attrs & _TRANSACTIONAL)
+            transactional = bool(attrs & TRANSACTIONAL)
             out.append(
                 LogBatch(base, base + last_delta + 1, producer, transactional, None, records)
             )
     return out
-
-
-#: The v2 batch header, big-endian: base offset, batch length, partition leader epoch, magic,
-#: crc, attributes, last offset delta, first and max timestamp, producer id, producer epoch,
-#: base sequence, record count. The CRC covers everything from the attributes on (byte 21).
-_V2_HEAD = struct.Struct(">qiibIhiqqqhii")
-_CODEC_MASK = 0x07
-_TRANSACTIONAL = 0x10
-_CONTROL = 0x20
 
 
 def _decode_with_kafka_python(

@@ -28,15 +28,19 @@ import pyarrow as pa
 
 from jobs.log_batches import Records
 
-__all__ = ["decode_many", "decode_records"]
+__all__ = ["BATCH_HEAD", "CODEC_MASK", "CONTROL", "TRANSACTIONAL", "decode_many", "decode_records"]
 
 #: The v2 batch header, big-endian: base offset, batch length, partition leader epoch, magic,
 #: crc, attributes, last offset delta, first and max timestamp, producer id, producer epoch,
 #: base sequence, record count.
-_HEAD = struct.Struct(">qiibIhiqqqhii")
-_CODEC_MASK = 0x07
+#: The CRC covers everything from the attributes on (byte 21). `jobs/kafka_log.py` frames a
+#: fetch's batches with it too.
+BATCH_HEAD = struct.Struct(">qiibIhiqqqhii")
+#: Attribute bits of a v2 batch.
+CODEC_MASK = 0x07
 _LOG_APPEND_TIME = 0x08
-_CONTROL = 0x20
+TRANSACTIONAL = 0x10
+CONTROL = 0x20
 #: Zeros after the records: the first four fields of a record are at most 41 bytes long, later
 #: reads are clamped to the end, so no read leaves the buffer whatever the bytes say.
 _PAD = b"\0" * 64
@@ -60,7 +64,7 @@ def _varints(buf: npt.NDArray[np.uint8], pos: _I64) -> tuple[_I64, _I64, npt.NDA
     return signed, pos + size, more
 
 
-def _starts(body: bytes, count: int, at: int, out: list[int]) -> bool:
+def _starts(body: bytes | memoryview, count: int, at: int, out: list[int]) -> bool:
     """Append where each of `count` records starts (`body` placed at `at`); False if not.
 
     False when the records do not fill the body exactly; then nothing is appended.
@@ -167,7 +171,7 @@ class _Plain(NamedTuple):
     records: int
 
 
-def decode_many(batches: Sequence[bytes]) -> list[Records | None]:
+def decode_many(batches: Sequence[bytes | memoryview]) -> list[Records | None]:
     """`decode_records` of each batch, decoded together.
 
     A fetch answers with many small batches when producers send often (at 100k events/s from
@@ -178,16 +182,16 @@ def decode_many(batches: Sequence[bytes]) -> list[Records | None]:
     """
     out: list[Records | None] = [None] * len(batches)
     taken: list[_Plain] = []
-    bodies: list[bytes] = []
+    bodies: list[bytes | memoryview] = []
     for i, batch in enumerate(batches):
-        if len(batch) < _HEAD.size:
+        if len(batch) < BATCH_HEAD.size:
             continue
-        (base, length, _, magic, _, attrs, _, first_ts, max_ts, _, _, _, count) = _HEAD.unpack_from(
-            batch
+        (base, length, _, magic, _, attrs, _, first_ts, max_ts, _, _, _, count) = (
+            BATCH_HEAD.unpack_from(batch)
         )
-        if magic != 2 or attrs & (_CODEC_MASK | _CONTROL) or len(batch) != 12 + length:
+        if magic != 2 or attrs & (CODEC_MASK | CONTROL) or len(batch) != 12 + length:
             continue
-        body = batch[_HEAD.size :]
+        body = batch[BATCH_HEAD.size :]
         if count <= 0:
             if count == 0 and not body:
                 out[i] = Records.empty()

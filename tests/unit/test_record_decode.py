@@ -16,7 +16,7 @@ from kafka.record.util import calc_crc32c
 
 from jobs.kafka_log import SourceError, _decode_with_kafka_python, decode_batches
 from jobs.log_batches import LogRecord
-from jobs.record_decode import _HEAD, _chain_starts, _starts, decode_many, decode_records
+from jobs.record_decode import BATCH_HEAD, _chain_starts, _starts, decode_many, decode_records
 
 T = 1_795_341_600_000
 
@@ -169,7 +169,7 @@ def test_record_starts_found_at_once_are_the_walked_ones(seed: int) -> None:
         records = random_records(rng, n) if binary else text_records(rng, n)
         wires.append(build(records, base_offset=i * 1_000))
         texts.append(not binary)
-    bodies = [w[_HEAD.size :] for w in wires]
+    bodies = [w[BATCH_HEAD.size :] for w in wires]
     counts = [DefaultRecordBatch(w).next_offset - i * 1_000 for i, w in enumerate(wires)]
     sizes = np.array([len(b) for b in bodies], dtype=np.int64)
     ends = np.cumsum(sizes)
