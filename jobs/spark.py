@@ -189,11 +189,11 @@ LAUNCH_ATTEMPTS = 2
 
 def _launch(builder: SparkSession.Builder) -> SparkSession:
     """`builder.getOrCreate()`, started again once if the JVM exits before it answers."""
-    for attempt in range(1, LAUNCH_ATTEMPTS + 1):
+    for _ in range(LAUNCH_ATTEMPTS - 1):
         try:
             return builder.getOrCreate()
         except PySparkRuntimeError as e:
-            if e.getCondition() != "JAVA_GATEWAY_EXITED" or attempt == LAUNCH_ATTEMPTS:
+            if e.getCondition() != "JAVA_GATEWAY_EXITED":
                 raise
             print(
                 f"tidegauge: Spark's JVM exited while starting ({e}); starting it again",
@@ -201,7 +201,7 @@ def _launch(builder: SparkSession.Builder) -> SparkSession:
                 flush=True,
             )
             time.sleep(1.0)
-    raise AssertionError("unreachable")
+    return builder.getOrCreate()
 
 
 #: Spark's loggers that print a failed task's or query's whole stack trace. The job reports the
