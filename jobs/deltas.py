@@ -44,6 +44,7 @@ from jobs.columns import STRINGS, Columns, arrow_strings, present, take, take_ro
 from jobs.dedup import duplicate_windows, first_occurrences, horizons, id_hashes
 from jobs.panes import ServiceWindows
 from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT
+from jobs.summary_schema import KIND_DELTA, KIND_TIMES, SUMMARY_ARROW, SUMMARY_SCHEMA
 from tidegauge.core.events import BUILT_IN_FIELDS, EventField
 from tidegauge.core.freshness import encode_times
 from tidegauge.core.metrics import LateAgg, WindowAgg
@@ -76,31 +77,7 @@ __all__ = [
     "summary_frame",
 ]
 
-KIND_DELTA = "delta"
-KIND_TIMES = "times"
-
-_COLUMNS = [
-    ("kind", pa.string()),
-    ("service", pa.string()),
-    ("event_time", pa.timestamp("us", tz="UTC")),
-    ("partition", pa.int32()),
-    ("offset", pa.int64()),
-    ("kafka_ms", pa.int64()),
-    ("count", pa.int64()),
-    ("reason", pa.string()),
-    ("detail", pa.string()),
-    ("raw", pa.binary()),
-    ("raw_size", pa.int32()),
-    ("blob", pa.binary()),
-]
-#: Arrow schema and Spark DDL of the summary rows the job's source yields.
-SUMMARY_ARROW = pa.schema(_COLUMNS)
-SUMMARY_SCHEMA = (
-    "kind string, service string, event_time timestamp, partition int, offset long, "
-    "kafka_ms long, count long, reason string, detail string, raw binary, raw_size int, "
-    "blob binary"
-)
-_NAMES = [name for name, _ in _COLUMNS]
+_NAMES = SUMMARY_ARROW.names
 
 
 class DeltaSettings(Protocol):
@@ -592,7 +569,7 @@ def summarise(
 def summary_batch(cols: dict[str, list[Any]]) -> pa.RecordBatch:
     """Summary rows as an Arrow batch of `SUMMARY_ARROW` (what the read task yields)."""
     arrays = []
-    for name, typ in _COLUMNS:
+    for name, typ in zip(SUMMARY_ARROW.names, SUMMARY_ARROW.types, strict=True):
         if name == "event_time":
             ms = [None if v is None else v * 1000 for v in cols[name]]
             arrays.append(pa.array(ms, type=pa.int64()).cast(typ))

@@ -25,19 +25,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from jobs.aggregate import StateConfig
-from jobs.deltas import SUMMARY_SCHEMA, summarise, summary_batch
 from jobs.kafka_source import KafkaDataSource, KafkaStreamReader, ranges_of, read_ranges
 from jobs.offset_log import BatchClock, batch_clock
-from jobs.parse import make_parser, parsed_schema
+from jobs.summary_schema import SUMMARY_SCHEMA
 from tidegauge.core.events import event_fields
 from tidegauge.core.plugins import ensure_plugins, load_plugins, loaded_plugins
 from tidegauge.core.registry import metrics
 from tidegauge.core.windows import WindowSpec
+
+if TYPE_CHECKING:
+    from jobs.aggregate import StateConfig
+
+# The parser and the summaries (pandas and all) are imported in the read tasks that use them:
+# Spark starts several short-lived Python processes that only plan with these classes, and
+# each of them paid ~1 s of imports (BENCHMARKS.md, "Job start").
 
 __all__ = [
     "CHUNK",
@@ -79,6 +85,8 @@ class EventStreamReader(KafkaStreamReader):
         self.field_names = tuple(json.loads(options.get("fieldNames", "null")) or ())
 
     def _parser(self) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+        from jobs.parse import make_parser
+
         if self.metric_names or self.field_names:
             ensure_plugins(self.plugins, self.metric_names, self.field_names)
         return make_parser(self.correct_clock_skew)
@@ -107,6 +115,8 @@ def summary_source_options(
 
 
 def _summary(parsed: list[pa.RecordBatch], clock: BatchClock, cfg: StateConfig) -> pa.RecordBatch:
+    from jobs.deltas import summarise, summary_batch
+
     rows = pa.Table.from_batches(parsed).to_pandas()
     return summary_batch(summarise(rows, clock.watermark_ms, clock.timestamp_ms, cfg))
 
@@ -145,6 +155,8 @@ class SummaryStreamReader(EventStreamReader):
         summaries, the fewer partial aggregates to ship and merge, which counts when there are
         many services with few events each (BENCHMARKS.md, cost curves).
         """
+        from jobs.aggregate import StateConfig
+
         assert isinstance(partition, ClockedPartition)
         parse = self._parser()
         cfg = StateConfig(
@@ -177,6 +189,8 @@ class EventDataSource(KafkaDataSource):
         (Spark asks in a planner process of its own, which loads the plugins named here; the
         job passes the schema itself anyway.)
         """
+        from jobs.parse import parsed_schema
+
         load_plugins(json.loads(self.options.get("plugins", "[]")))
         return parsed_schema()[0]
 

@@ -24,17 +24,22 @@ import logging
 import os
 import time
 from collections.abc import Generator, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from jobs.kafka_log import ClientOptions, FetchResult, LogClient, SourceError
 from jobs.log_batches import CommittedRange, Records
 from jobs.offset_log import Offsets, checkpointed_end
-from tidegauge.core.store.keys import ControlFields
+
+if TYPE_CHECKING:
+    from jobs.kafka_log import ClientOptions, FetchResult, LogClient
+
+# The Kafka client (jobs/kafka_log.py) and Redis are imported where they are used: Spark starts
+# several short-lived Python processes that only plan with this module's classes (look the
+# source up, create it, plan its reads), and each paid ~1 s of imports for them.
 
 #: Data source options of this prefix are Kafka client settings (`--kafka-option`).
 CLIENT_PREFIX = "kafka."
@@ -99,6 +104,8 @@ def true_end_offsets(bootstrap: str, topic: str, options: ClientOptions = ()) ->
     What `--trigger available-now` processes and where `startingOffsets=latest` starts.
     `options`: the `--kafka-option`s (tidegauge/core/kafka_options.py).
     """
+    from jobs.kafka_log import LogClient
+
     client = LogClient(bootstrap, topic, "tidegauge-planner", options)
     try:
         return _stable_end(client)
@@ -258,6 +265,8 @@ class _Cursor:
                 else f"transactions of producers {sorted(self.committed.waiting)} not ended "
                 f"at offset {self.pos}"
             )
+            from jobs.kafka_log import SourceError
+
             raise SourceError(
                 f"{part.topic}[{part.partition}]: {what} after {part.poll_timeout_ms} ms "
                 f"(last stable offset {result.last_stable_offset}; deleted by retention, "
@@ -346,6 +355,8 @@ _READERS: dict[tuple[str, str, ClientOptions], LogClient] = {}
 def _reader_client(bootstrap: str, topic: str, options: ClientOptions = ()) -> LogClient:
     client = _READERS.get((bootstrap, topic, options))
     if client is None:
+        from jobs.kafka_log import LogClient
+
         client = _READERS[(bootstrap, topic, options)] = LogClient(
             bootstrap, topic, f"tidegauge-read-{os.getpid()}", options
         )
@@ -393,6 +404,8 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def _client(self) -> LogClient:
         if self._log is None:
+            from jobs.kafka_log import LogClient
+
             self._log = LogClient(
                 self.bootstrap, self.topic, "tidegauge-planner", self.client_options
             )
@@ -417,6 +430,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         if not (self.control_url and self.control_key):
             return None
         try:
+            from tidegauge.core.store.keys import ControlFields
+
             if self._redis is None:
                 import redis
 

@@ -93,8 +93,9 @@ class Records(Sequence[LogRecord]):
 
     @classmethod
     def empty(cls) -> Records:
-        """No records."""
-        return cls.of([])
+        """No records (built without `pa.array`, which imports pandas: this runs at import)."""
+        none = np.empty(0, dtype=np.int64)
+        return cls(none, none, pa.nulls(0, pa.binary()), pa.nulls(0, pa.binary()))
 
     @classmethod
     def joined(cls, parts: Sequence[Records]) -> Records:

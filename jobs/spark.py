@@ -16,6 +16,9 @@ from urllib.parse import urlsplit
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
+from jobs.jvm_archive import archive_options, cache_dir
+from jobs.spark_home import use_linked_home
+
 __all__ = [
     "build_session",
     "check_executors",
@@ -109,20 +112,23 @@ def session_settings(
     ui: bool = True,
     conf: Sequence[tuple[str, str]] = (),
     checkpoint: str | None = None,
+    java_options: str = "",
 ) -> dict[str, str]:
     """The Spark settings of a Tidegauge session: Tidegauge's own, then the job's `--conf`.
 
     A `--conf` replaces Tidegauge's value, except that Java options
-    (`spark.driver.extraJavaOptions`) are added to Tidegauge's own. With a `checkpoint` on the
-    local disk, Spark's checkpoint checksum files are off unless `conf` turns them on.
+    (`spark.driver.extraJavaOptions`) are added to Tidegauge's own (and to `java_options`,
+    such as the class archive's). With a `checkpoint` on the local disk, Spark's checkpoint
+    checksum files are off unless `conf` turns them on.
     """
+    driver_java = f"{_JAVA_OPTIONS} {java_options}".strip()
     out = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.ui.enabled": "true" if ui else "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.driver.extraJavaOptions": _JAVA_OPTIONS,
+        "spark.driver.extraJavaOptions": driver_java,
         # Python workers without the per-task archive re-read and gc pass
         # (jobs/worker_daemon.py). Local masters only: executors elsewhere may not have the
         # project installed, and a daemon module that cannot be imported there would keep
@@ -145,7 +151,7 @@ def session_settings(
         out["spark.sql.streaming.checkpoint.fileChecksum.enabled"] = "false"
     for key, value in conf:
         if key == "spark.driver.extraJavaOptions":
-            value = f"{_JAVA_OPTIONS} {value}"
+            value = f"{driver_java} {value}"
         out[key] = value
     return out
 
@@ -163,6 +169,8 @@ def build_session(
     Its settings are `session_settings` of the arguments.
     """
     ensure_java()
+    # pyspark's Python processes import the installed package, not its zip (jobs/spark_home.py)
+    use_linked_home(cache_dir())
     # Without these the Python workers may start another interpreter and time out connecting back.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -174,7 +182,10 @@ def build_session(
     ):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.master(with_task_retries(master)).appName(app_name)
-    for key, value in session_settings(master, shuffle_partitions, ui, conf, checkpoint).items():
+    # Spark's classes from the archive `make setup` wrote, if there is one (jobs/jvm_archive.py)
+    archive = archive_options()
+    settings = session_settings(master, shuffle_partitions, ui, conf, checkpoint, archive)
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = _launch(builder)
     spark.sparkContext.setLogLevel("WARN")

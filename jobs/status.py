@@ -126,7 +126,8 @@ def where_batches_run() -> dict[str, Any] | None:
     if sc is None:
         return None
     try:
-        executors = int(sc._jsc.sc().getExecutorIds().size())
+        # the driver is one of them; (`getExecutorIds` would log a warning per call locally)
+        executors = len(sc._jsc.sc().statusTracker().getExecutorInfos()) - 1
         return {"master": sc.master, "executors": executors, "cores": sc.defaultParallelism}
     except Exception as e:  # informational: never fail a batch for it
         log.debug("could not read the executors: %s", e)

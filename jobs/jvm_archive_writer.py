@@ -1,0 +1,130 @@
+"""Writes Spark's class archive (jobs/jvm_archive.py): `python -m jobs.jvm_archive_writer`.
+
+A training run starts a session as a job does, runs what a job's JVM runs (SQL, Arrow, Python
+workers, a stateful streaming query) and lets the JVM exit, which writes the classes it loaded
+(`-XX:ArchiveClassesAtExit`); the file is then renamed into place. ~1 min, once per Java and
+pyspark; `make setup` runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from jobs.jvm_archive import ARCHIVE_OFF, archive_path
+
+__all__ = ["build_archive", "main"]
+
+
+def _train(out: str) -> None:
+    """Run what a job's JVM runs, then let the JVM exit, writing the classes it loaded.
+
+    What it runs: SQL, Arrow, Python workers and a stateful streaming query.
+    """
+    import pandas as pd
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    from jobs.spark import build_session
+
+    opts = f"-XX:ArchiveClassesAtExit={out} {ARCHIVE_OFF}"
+    spark = build_session(
+        "local[2]", ui=False, conf=[("spark.driver.extraJavaOptions", opts)], shuffle_partitions=2
+    )
+    spark.range(1000).withColumn("k", F.col("id") % 7).groupBy("k").count().toArrow()
+
+    def count(key: tuple, pdfs, state):
+        n = sum(len(p) for p in pdfs) + (state.get[0] if state.exists else 0)
+        state.update((n,))
+        yield pd.DataFrame({"k": [key[0]], "n": [n]})
+
+    with tempfile.TemporaryDirectory(prefix="tg-jvm-train-") as tmp:
+        stream = (
+            spark.readStream.format("rate")
+            .option("rowsPerSecond", 200)
+            .load()
+            .withWatermark("timestamp", "1 second")
+            .withColumn("k", F.col("value") % 3)
+            .groupBy("k")
+            .applyInPandasWithState(
+                count, "k long, n long", "n long", "update", GroupStateTimeout.NoTimeout
+            )
+        )
+        query = (
+            stream.writeStream.outputMode("update")
+            .foreachBatch(lambda df, _: df.toArrow())
+            .option("checkpointLocation", tmp)
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            last = query.lastProgress
+            if last is not None and last.batchId >= 3:
+                break
+            time.sleep(0.2)
+        query.stop()
+    gateway = spark.sparkContext._gateway
+    spark.stop()
+    proc = getattr(gateway, "proc", None)
+    if proc is not None and proc.stdin is not None:
+        proc.stdin.close()  # the JVM exits at the end of its stdin, writing the archive
+        proc.wait(300)
+
+
+def build_archive(cache: Path | None = None, force: bool = False) -> Path | None:
+    """Write this machine's archive (a training run of ~40 s); None if Java cannot write one."""
+    path = archive_path(cache)
+    if path.is_file() and not force:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    started = time.monotonic()
+    env = {**os.environ, "TIDEGAUGE_JVM_ARCHIVE": "off"}
+    run = subprocess.run(
+        [sys.executable, "-m", "jobs.jvm_archive_writer", "--train", str(tmp)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if run.returncode != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
+        tmp.unlink(missing_ok=True)
+        tail = (run.stderr or run.stdout).strip().splitlines()[-3:]
+        print(f"jvm archive: not written ({' | '.join(tail) or 'no archive'})", file=sys.stderr)
+        return None
+    os.replace(tmp, path)  # atomic: a concurrent start maps a whole archive or none
+    for old in path.parent.glob("spark-*.jsa"):
+        if old != path:
+            old.unlink(missing_ok=True)  # archives of another Java or pyspark
+    took = time.monotonic() - started
+    size = path.stat().st_size / 1e6
+    print(f"jvm archive: {path} ({size:.0f} MB) written in {took:.0f}s")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m jobs.jvm_archive_writer [--force]`: write the archive unless it exists."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--force", action="store_true", help="write it again even if it exists")
+    ap.add_argument("--train", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.train:
+        _train(args.train)
+        return 0
+    path = archive_path()
+    if path.is_file() and not args.force:
+        print(f"jvm archive: {path} (already there)")
+        return 0
+    print("jvm archive: writing Spark's class archive once (~40 s): later JVMs start faster")
+    # A JVM that cannot write one still runs Tidegauge, only slower to start: not an error.
+    build_archive(force=args.force)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
