@@ -7,9 +7,9 @@ those classes parsed and verified in a memory-mapped archive written once by a t
 (`-XX:ArchiveClassesAtExit`); later JVMs map it (`-XX:SharedArchiveFile`).
 
 An archive is only valid for the JVM and the class path it was written with, so its file name
-carries a key of both (the java binary, its version, pyspark's version and jar names): another
-Java or pyspark simply finds no archive and starts as before. A JVM that cannot use an archive
-also starts as before (its warning is turned off). `make setup` writes it
+carries a key of both (the java binary, its version, pyspark's version and its jars' paths):
+another Java, pyspark or virtualenv simply finds no archive and starts as before. A JVM that
+cannot use an archive also starts as before (its warning is turned off). `make setup` writes it
 (`python -m jobs.jvm_archive_writer`); the archive lives in `$TIDEGAUGE_CACHE_DIR` (default
 `~/.cache/tidegauge`), ~140 MB.
 """
@@ -46,7 +46,7 @@ def _java() -> str:
 
 
 def archive_key(java: str, java_version: str, pyspark_version: str, jars: list[str]) -> str:
-    """What an archive is valid for, as 16 hex digits (pure)."""
+    """What an archive is valid for, as 16 hex digits (pure): the JVM, Spark, its class path."""
     h = hashlib.sha256()
     for part in (java, java_version, pyspark_version, *sorted(jars)):
         h.update(part.encode() + b"\0")
@@ -62,8 +62,16 @@ def _key(java: str) -> str:
         version = out.stderr.strip()
     except (OSError, subprocess.TimeoutExpired):
         version = "?"
-    jars = sorted(p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    # the jars' paths: the JVM checks its class path against the one the archive recorded
+    jars = sorted(str(p) for p in jars_dir().glob("*.jar"))
     return archive_key(java, version, pyspark.__version__, jars)
+
+
+def jars_dir() -> Path:
+    """The installed pyspark's jars: Spark's class path."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent / "jars"
 
 
 def archive_path(cache: Path | None = None) -> Path:

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from jobs.jvm_archive import ARCHIVE_OFF, archive_path
+from jobs.jvm_archive import ARCHIVE_OFF, archive_path, jars_dir
 
 __all__ = ["build_archive", "main"]
 
@@ -77,6 +77,19 @@ def _train(out: str) -> None:
         proc.wait(300)
 
 
+def _prune(keep: Path) -> None:
+    """Delete the archives of pyspark installations that are gone (each names its jars)."""
+    for old in keep.parent.glob("spark-*.jsa"):
+        source = old.with_suffix(".jars")
+        try:
+            gone = not Path(source.read_text().strip()).is_dir()
+        except OSError:
+            gone = True  # written before the name of its jars was kept beside it
+        if old != keep and gone:
+            old.unlink(missing_ok=True)
+            source.unlink(missing_ok=True)
+
+
 def build_archive(cache: Path | None = None, force: bool = False) -> Path | None:
     """Write this machine's archive (a training run of ~40 s); None if Java cannot write one."""
     path = archive_path(cache)
@@ -98,9 +111,8 @@ def build_archive(cache: Path | None = None, force: bool = False) -> Path | None
         print(f"jvm archive: not written ({' | '.join(tail) or 'no archive'})", file=sys.stderr)
         return None
     os.replace(tmp, path)  # atomic: a concurrent start maps a whole archive or none
-    for old in path.parent.glob("spark-*.jsa"):
-        if old != path:
-            old.unlink(missing_ok=True)  # archives of another Java or pyspark
+    path.with_suffix(".jars").write_text(str(jars_dir()))
+    _prune(path)
     took = time.monotonic() - started
     size = path.stat().st_size / 1e6
     print(f"jvm archive: {path} ({size:.0f} MB) written in {took:.0f}s")
@@ -120,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if path.is_file() and not args.force:
         print(f"jvm archive: {path} (already there)")
         return 0
-    print("jvm archive: writing Spark's class archive once (~40 s): later JVMs start faster")
+    print("jvm archive: writing Spark's class archive once (~1 min): later JVMs start faster")
     # A JVM that cannot write one still runs Tidegauge, only slower to start: not an error.
     build_archive(force=args.force)
     return 0

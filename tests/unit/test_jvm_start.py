@@ -92,3 +92,27 @@ def test_without_a_writable_cache_the_package_stays_the_home(
     home = use_linked_home(tmp_path / "cache")
     assert home is not None and os.environ["SPARK_HOME"] == home
     assert (Path(home) / "jars").is_dir() and not (Path(home) / "python" / "lib").exists()
+
+
+def test_writing_an_archive_prunes_only_those_of_pyspark_installations_that_are_gone(
+    tmp_path: Path,
+) -> None:
+    from jobs.jvm_archive_writer import _prune
+
+    jvm = tmp_path / "jvm"
+    jvm.mkdir()
+    live_jars = tmp_path / "venv" / "jars"
+    live_jars.mkdir(parents=True)
+    kept, other, gone, unnamed = (jvm / f"spark-{k}.jsa" for k in ("kept", "other", "gone", "old"))
+    for archive in (kept, other, gone, unnamed):
+        archive.write_bytes(b"archive")
+    kept.with_suffix(".jars").write_text(str(tmp_path / "removed" / "jars"))
+    other.with_suffix(".jars").write_text(str(live_jars))  # another virtualenv, still there
+    gone.with_suffix(".jars").write_text(str(tmp_path / "removed" / "jars"))
+    _prune(kept)
+    assert sorted(p.name for p in jvm.iterdir()) == [
+        "spark-kept.jars",
+        "spark-kept.jsa",
+        "spark-other.jars",
+        "spark-other.jsa",
+    ]
