@@ -39,6 +39,7 @@ def spark_home(package: Path, cache: Path) -> Path:
         return home
     cache.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".spark-home-", dir=cache))
+    tmp.chmod(0o755)  # mkdtemp's 0700 would hide a home made at image build from other users
     for name in LINKED:
         if (package / name).exists():
             (tmp / name).symlink_to(package.resolve() / name)

@@ -521,6 +521,26 @@ def _dockerfile() -> list[tuple[str, str]]:
     return out
 
 
+def test_the_image_writes_the_class_archive_where_its_user_can_read_it() -> None:
+    steps = _dockerfile()
+    runs = [
+        i
+        for i, (cmd, args) in enumerate(steps)
+        if cmd == "RUN" and "jobs.jvm_archive_writer" in args
+    ]
+    installs = [
+        i for i, (cmd, args) in enumerate(steps) if cmd == "RUN" and "pip install --no-deps" in args
+    ]
+    users = [i for i, (cmd, _) in enumerate(steps) if cmd == "USER"]
+    assert runs and installs and users, "the image must write Spark's class archive"
+    assert (
+        installs[-1] < runs[0] < users[0]
+    )  # with the project installed, before the user drops root
+    env = " ".join(args for cmd, args in steps[: runs[0]] if cmd == "ENV")
+    cache = re.search(r"TIDEGAUGE_CACHE_DIR=(\S+)", env)
+    assert cache and not cache.group(1).startswith(("/root", "~")), "a cache every user can read"
+
+
 def test_dockerfile_base_image() -> None:
     froms = [args for cmd, args in _dockerfile() if cmd == "FROM"]
     assert froms[-1].split()[0] == "python:3.11-slim-bookworm"

@@ -63,6 +63,7 @@ def test_the_linked_home_has_the_jars_and_scripts_but_no_zips(tmp_path: Path) ->
     assert (home / "jars" / "spark-core.jar").read_bytes() == b"jar"
     assert (home / "sbin").resolve() == (pkg / "sbin").resolve()
     assert (home / "python").is_dir() and not (home / "python" / "lib").exists()
+    assert home.stat().st_mode & 0o777 == 0o755  # readable by every user (an image's home)
     assert not (home / "data").exists()  # only what the package has is linked
     assert set(LINKED) >= {p.name for p in home.iterdir() if p.is_symlink()}
     # the same home again, and no half-made ones left beside it
