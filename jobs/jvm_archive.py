@@ -1,17 +1,18 @@
-"""A class-data-sharing archive of Spark's classes: the driver JVM starts in ~60 % of the time.
+"""A class-data-sharing archive of Spark's classes: the driver JVM starts ~7 s sooner.
 
-Every `tidegauge job` (and demo, and Spark test) starts a JVM that loads and verifies ~15,000
-classes of Spark's jars before the first batch: ~16 s on two cores, ~10 s of it class loading
-(BENCHMARKS.md, "JVM start"). Java's application class-data sharing (AppCDS, JDK 13+) keeps
-those classes parsed and verified in a memory-mapped archive written once by a training run
-(`-XX:ArchiveClassesAtExit`); later JVMs map it (`-XX:SharedArchiveFile`).
+Every `tidegauge job` (and demo, and Spark test) starts a JVM that loads and verifies thousands
+of classes of Spark's jars before the first batch: 16-17 s to a first trivial query on two
+cores, 9-10 s with the archive (BENCHMARKS.md, "Job start"). Java's application class-data
+sharing (AppCDS, JDK 13+) keeps those classes parsed and verified in a memory-mapped archive
+written once by a training run (`-XX:ArchiveClassesAtExit`); later JVMs map it
+(`-XX:SharedArchiveFile`).
 
 An archive is only valid for the JVM and the class path it was written with, so its file name
-carries a key of both (the java binary, its version, pyspark's version and its jars' paths):
-another Java, pyspark or virtualenv simply finds no archive and starts as before. A JVM that
-cannot use an archive also starts as before (its warning is turned off). `make setup` writes it
-(`python -m jobs.jvm_archive_writer`); the archive lives in `$TIDEGAUGE_CACHE_DIR` (default
-`~/.cache/tidegauge`), ~140 MB.
+carries a key of both (the java binary, its version, pyspark's version, its jars' paths, sizes
+and times): another Java, pyspark or virtualenv simply finds no archive and starts as before.
+A JVM that cannot use an archive also starts as before (its warning is turned off). `make
+setup` writes it (`python -m jobs.jvm_archive_writer`); the archive lives in
+`$TIDEGAUGE_CACHE_DIR` (default `~/.cache/tidegauge`), ~160 MB.
 """
 
 from __future__ import annotations
@@ -62,8 +63,11 @@ def _key(java: str) -> str:
         version = out.stderr.strip()
     except (OSError, subprocess.TimeoutExpired):
         version = "?"
-    # the jars' paths: the JVM checks its class path against the one the archive recorded
-    jars = sorted(str(p) for p in jars_dir().glob("*.jar"))
+    # the jars as the JVM checks them against the archive's record: path, size, modified time
+    # (a pyspark reinstalled in the same place gets new jars, so a new archive)
+    jars = sorted(
+        f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in jars_dir().glob("*.jar")
+    )
     return archive_key(java, version, pyspark.__version__, jars)
 
 

@@ -78,14 +78,20 @@ def _train(out: str) -> None:
 
 
 def _prune(keep: Path) -> None:
-    """Delete the archives of pyspark installations that are gone (each names its jars)."""
+    """Delete the archives this one replaces, and those of pyspark installations that are gone.
+
+    Each archive names its jars' directory beside it (`.jars`): one naming the same directory
+    as `keep` was written for jars since replaced (a reinstall, another Java); one naming a
+    directory that no longer exists belongs to a removed environment.
+    """
+    mine = keep.with_suffix(".jars").read_text().strip()
     for old in keep.parent.glob("spark-*.jsa"):
         source = old.with_suffix(".jars")
         try:
-            gone = not Path(source.read_text().strip()).is_dir()
+            jars = source.read_text().strip()
         except OSError:
-            gone = True  # written before the name of its jars was kept beside it
-        if old != keep and gone:
+            jars = ""  # written before the name of its jars was kept beside it
+        if old != keep and (jars == mine or not jars or not Path(jars).is_dir()):
             old.unlink(missing_ok=True)
             source.unlink(missing_ok=True)
 

@@ -95,21 +95,25 @@ def test_without_a_writable_cache_the_package_stays_the_home(
     assert (Path(home) / "jars").is_dir() and not (Path(home) / "python" / "lib").exists()
 
 
-def test_writing_an_archive_prunes_only_those_of_pyspark_installations_that_are_gone(
+def test_writing_an_archive_prunes_the_ones_it_replaces_and_those_of_removed_installations(
     tmp_path: Path,
 ) -> None:
     from jobs.jvm_archive_writer import _prune
 
     jvm = tmp_path / "jvm"
     jvm.mkdir()
-    live_jars = tmp_path / "venv" / "jars"
-    live_jars.mkdir(parents=True)
-    kept, other, gone, unnamed = (jvm / f"spark-{k}.jsa" for k in ("kept", "other", "gone", "old"))
-    for archive in (kept, other, gone, unnamed):
+    mine, other_venv = tmp_path / "venv" / "jars", tmp_path / "other" / "jars"
+    mine.mkdir(parents=True)
+    other_venv.mkdir(parents=True)
+    removed = tmp_path / "removed" / "jars"
+    names = ("kept", "replaced", "other", "gone", "old")
+    kept, replaced, other, gone, unnamed = (jvm / f"spark-{k}.jsa" for k in names)
+    for archive in (kept, replaced, other, gone, unnamed):
         archive.write_bytes(b"archive")
-    kept.with_suffix(".jars").write_text(str(tmp_path / "removed" / "jars"))
-    other.with_suffix(".jars").write_text(str(live_jars))  # another virtualenv, still there
-    gone.with_suffix(".jars").write_text(str(tmp_path / "removed" / "jars"))
+    kept.with_suffix(".jars").write_text(str(mine))
+    replaced.with_suffix(".jars").write_text(str(mine))  # the same jars before a reinstall
+    other.with_suffix(".jars").write_text(str(other_venv))  # another virtualenv, still there
+    gone.with_suffix(".jars").write_text(str(removed))
     _prune(kept)
     assert sorted(p.name for p in jvm.iterdir()) == [
         "spark-kept.jars",
