@@ -23,7 +23,14 @@ import os
 import subprocess
 from pathlib import Path
 
-__all__ = ["ARCHIVE_OFF", "archive_key", "archive_options", "archive_path", "cache_dir"]
+__all__ = [
+    "ARCHIVE_OFF",
+    "archive_key",
+    "archive_options",
+    "archive_path",
+    "cache_dir",
+    "java_version",
+]
 
 #: Where archives live unless `$TIDEGAUGE_CACHE_DIR` says otherwise.
 DEFAULT_CACHE = Path.home() / ".cache" / "tidegauge"
@@ -54,15 +61,25 @@ def archive_key(java: str, java_version: str, pyspark_version: str, jars: list[s
     return h.hexdigest()[:16]
 
 
+def java_version(java: str) -> str | None:
+    """What `java -version` prints (None if it cannot run); asked once per binary and process."""
+    return _java_version(os.path.realpath(java))
+
+
+@functools.cache
+def _java_version(java: str) -> str | None:
+    try:
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (out.stderr + out.stdout).strip()
+
+
 @functools.cache
 def _key(java: str) -> str:
     import pyspark
 
-    try:
-        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=20)
-        version = out.stderr.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        version = "?"
+    version = java_version(java) or "?"
     # the jars as the JVM checks them against the archive's record: path, size, modified time
     # (a pyspark reinstalled in the same place gets new jars, so a new archive)
     jars = sorted(

@@ -97,10 +97,12 @@ def _prune(keep: Path) -> None:
 
 
 def build_archive(cache: Path | None = None, force: bool = False) -> Path | None:
-    """Write this machine's archive (a training run of ~40 s); None if Java cannot write one."""
+    """Write this machine's archive (a training run of ~1 min); None if Java cannot write one."""
     path = archive_path(cache)
     if path.is_file() and not force:
+        print(f"jvm archive: {path} (already there)")
         return path
+    print("jvm archive: writing Spark's class archive once (~1 min): later JVMs start faster")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     started = time.monotonic()
@@ -134,11 +136,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.train:
         _train(args.train)
         return 0
-    path = archive_path()
-    if path.is_file() and not args.force:
-        print(f"jvm archive: {path} (already there)")
-        return 0
-    print("jvm archive: writing Spark's class archive once (~1 min): later JVMs start faster")
     # A JVM that cannot write one still runs Tidegauge, only slower to start: not an error.
     build_archive(force=args.force)
     return 0

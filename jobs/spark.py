@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -16,7 +15,7 @@ from urllib.parse import urlsplit
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
-from jobs.jvm_archive import archive_options, cache_dir
+from jobs.jvm_archive import archive_options, cache_dir, java_version
 from jobs.spark_home import use_linked_home
 
 __all__ = [
@@ -32,11 +31,8 @@ __all__ = [
 
 
 def _java_major(java: str) -> int | None:
-    try:
-        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    m = re.search(r'version "(\d+)', out.stderr + out.stdout)
+    # the same `java -version` the class archive's key reads: run once per binary
+    m = re.search(r'version "(\d+)', java_version(java) or "")
     return int(m.group(1)) if m else None
 
 
