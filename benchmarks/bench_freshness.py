@@ -41,7 +41,9 @@ job records it per batch (`freshness`: p50, p99, max by nearest rank). Per rate 
     all its source reported; Tansu's short ListOffsets answer can understate it too);
   * CPU seconds over the interval of the job (its whole process tree: driver, JVM, Python
     workers), the producers, the broker and Redis, next to what the cores offered: everything
-    shares the same cores, so a figure at a high rate is the job's *with* its load beside it.
+    shares the same cores, so a figure at a high rate is the job's *with* its load beside it;
+    and the job's by part: its JVM (of which the JIT compiler and GC threads), its Python
+    workers, its driver Python and data source planners (Linux /proc).
 
 One job for all rates, lowest first: starting Spark and its Python workers costs tens of seconds
 and is not what is measured; the warm-up absorbs the change of rate, state of earlier rates is
@@ -141,6 +143,74 @@ def tree_cpu_s(root: int, table: dict[int, tuple[int, float]] | None = None) -> 
 def cpu_snapshot(pids: dict[str, int]) -> dict[str, float | None]:
     table = _proc_table() if os.path.isdir("/proc") else None
     return {name: tree_cpu_s(pid, table) if table else None for name, pid in pids.items()}
+
+
+#: JVM threads by name: HotSpot's JIT compilers ("C2 CompilerThread0") and collectors.
+_JVM_THREADS = (("jit", ("C1 CompilerThre", "C2 CompilerThre")), ("gc", ("GC Thread", "G1 ")))
+
+
+def _part_of(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return "driver"
+    if argv and argv[0].endswith(b"java"):
+        return "jvm"
+    if b"pyspark.worker" in argv:  # the worker daemon and the workers it forks
+        return "python workers"
+    return "driver"  # the driver's Python and the data source's planner processes
+
+
+def job_parts(root: int) -> dict[str, float]:
+    """CPU seconds so far of the job's parts: its JVM (and, of those, the live JIT compiler
+    and GC threads'), its Python workers, and the rest (driver Python, planner processes).
+
+    Thread figures are per live thread: a compiler thread HotSpot retired in between is missing
+    from the difference, so "jit" and "gc" are lower bounds.
+    """
+    parts: dict[str, float] = {}
+    if not os.path.isdir("/proc"):
+        return parts
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    todo = [root] if root in table else []
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, ()))
+        part = _part_of(pid)
+        parts[part] = parts.get(part, 0.0) + table[pid][1]
+        if part != "jvm":
+            continue
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    text = f.read()
+                    name = text[text.index("(") + 1 : text.rindex(")")]
+                    rest = text.rsplit(")", 1)[1].split()
+                    for kind, prefixes in _JVM_THREADS:
+                        if name.startswith(prefixes):
+                            key = f"{kind}:{tid}"
+                            parts[key] = (int(rest[11]) + int(rest[12])) / _TICK
+    return parts
+
+
+def parts_text(before: dict[str, float], after: dict[str, float]) -> str:
+    """The job's CPU by part over an interval, from two `job_parts`."""
+
+    def delta(kind: str) -> float:
+        if ":" in kind or kind in ("jit", "gc"):
+            keys = [k for k in after if k.startswith(kind + ":")]
+            return sum(after[k] - before.get(k, 0.0) for k in keys)
+        return after.get(kind, 0.0) - before.get(kind, 0.0)
+
+    return (
+        f"JVM {delta('jvm'):.1f} (JIT compiler threads {delta('jit'):.1f}, GC threads "
+        f"{delta('gc'):.1f}), Python workers {delta('python workers'):.1f}, driver Python and "
+        f"planners {delta('driver'):.1f}"
+    )
 
 
 # --- the job as a subprocess --------------------------------------------------------------------
@@ -387,9 +457,9 @@ def run_rate(
         t0 = load.start()
         t_warm, t_end = t0 + args.warmup, t0 + args.warmup + args.seconds
         wait_until(t_warm)
-        cpu0 = cpu_snapshot(pids)
+        cpu0, parts0 = cpu_snapshot(pids), job_parts(job.proc.pid)
         wait_until(t_end)
-        cpu1 = cpu_snapshot(pids)
+        cpu1, parts1 = cpu_snapshot(pids), job_parts(job.proc.pid)
         status_end = read_status(r, keys)
         results = load.results(timeout_s=120)
     finally:
@@ -507,6 +577,8 @@ def run_rate(
         f"{(os.cpu_count() or 1) * interval:.0f}",
         flush=True,
     )
+    if parts1:
+        print(f"  the job's CPU seconds by part: {parts_text(parts0, parts1)}", flush=True)
     return {
         "rate": rate,
         "acked_rate": acked_rate,
