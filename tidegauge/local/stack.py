@@ -88,6 +88,12 @@ _GENERATOR_KNOBS = (
     "0.002",
     "--heartbeat-interval",
     "1s",
+    # Tansu, the demo's broker, keeps every record batch in memory and pays ~1 ms per 1,000
+    # batches in the topic on every request (the job asks for the end and fetches every
+    # batch): batched for 100 ms, the generator writes 27 batches/s instead of 91, so a demo
+    # slows down 3.4x later (BENCHMARKS.md, issue 12). Freshness pays ~50 ms.
+    "--kafka-option",
+    "linger_ms=100",
     "--connect-timeout",
     "10s",
     "--quiet",
