@@ -129,15 +129,20 @@ def tree_cpu_s(root: int, table: dict[int, tuple[int, float]] | None = None) -> 
     table = _proc_table() if table is None else table
     if root not in table:
         return None
+    return sum(table[pid][1] for pid in _tree(root, table))
+
+
+def _tree(root: int, table: dict[int, tuple[int, float]]) -> list[int]:
+    """`root` and its live descendants in `table` (empty if `root` is not there)."""
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in table.items():
         children.setdefault(ppid, []).append(pid)
-    total, todo = 0.0, [root]
+    out, todo = [], [root] if root in table else []
     while todo:
         pid = todo.pop()
-        total += table[pid][1]
+        out.append(pid)
         todo.extend(children.get(pid, ()))
-    return total
+    return out
 
 
 def cpu_snapshot(pids: dict[str, int]) -> dict[str, float | None]:
@@ -173,13 +178,7 @@ def job_parts(root: int) -> dict[str, float]:
     if not os.path.isdir("/proc"):
         return parts
     table = _proc_table()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    todo = [root] if root in table else []
-    while todo:
-        pid = todo.pop()
-        todo.extend(children.get(pid, ()))
+    for pid in _tree(root, table):
         part = _part_of(pid)
         parts[part] = parts.get(part, 0.0) + table[pid][1]
         if part != "jvm":
@@ -201,7 +200,7 @@ def parts_text(before: dict[str, float], after: dict[str, float]) -> str:
     """The job's CPU by part over an interval, from two `job_parts`."""
 
     def delta(kind: str) -> float:
-        if ":" in kind or kind in ("jit", "gc"):
+        if kind in ("jit", "gc"):  # per thread: the live ones of the later snapshot
             keys = [k for k in after if k.startswith(kind + ":")]
             return sum(after[k] - before.get(k, 0.0) for k in keys)
         return after.get(kind, 0.0) - before.get(kind, 0.0)
