@@ -16,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import redis
 import streamlit as st
 
@@ -308,7 +309,7 @@ def _status(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
             col.metric(h.label, h.value, help=h.help)
     if snap.status is not None:
         wm = "none yet" if snap.status.watermark <= 0 else to_iso(snap.status.watermark)
-        offsets = frames.offsets_summary(frames.offsets_frame(snap.status))
+        offsets = d.get("offsets_summary", lambda: frames.offsets_summary(_offsets(snap, d)))
         st.caption(
             f"Watermark {wm} · last batch #{snap.status.batch_id}, "
             f"{snap.status.input_rows:,} input rows · Kafka offsets by partition: {offsets}"
@@ -325,6 +326,16 @@ def _only(frame: pd.DataFrame, f: data.Filters) -> pd.DataFrame:
     if not f.services:
         return frame
     return frame[frame["service"].isin([ALL_SERVICES, *f.services])].reset_index(drop=True)
+
+
+def _table(d: Derived, key: str, build: Callable[[], pd.DataFrame]) -> None:
+    """Draw the table `key`: built and converted to Arrow once per snapshot for every session.
+
+    Given a pandas frame, Streamlit converts it to Arrow for each session and refresh (a fifth
+    of the server's CPU with ten viewers, BENCHMARKS.md); an Arrow table it only serialises.
+    """
+    table = d.get(("table", key), lambda: pa.Table.from_pandas(build(), preserve_index=False))
+    st.dataframe(table, hide_index=True, key=key)
 
 
 def _chart(d: Derived, key: str, build: Callable[[], figures.Figure], *choices: Hashable) -> None:
@@ -480,11 +491,7 @@ def _latency(snap: data.Snapshot, d: Derived, f: data.Filters, metrics: pd.DataF
         services = [ALL_SERVICES, *shown]
         if snap.range_from_ms is not None and snap.range_to_ms is not None:
             span = snap.range_to_ms - snap.range_from_ms
-            st.dataframe(
-                d.get("range_table", lambda: frames.range_table(snap.range_aggs, services, span)),
-                hide_index=True,
-                key="latency_table",
-            )
+            _table(d, "latency_table", lambda: frames.range_table(snap.range_aggs, services, span))
         _chart(
             d,
             "latency_cdf",
@@ -566,11 +573,7 @@ def _lateness(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
         )
     if snap.late_events:
         st.caption(f"Latest {len(snap.late_events)} late events kept")
-        st.dataframe(
-            d.get("late_events", lambda: frames.late_events_frame(snap.late_events)),
-            hide_index=True,
-            key="late_events",
-        )
+        _table(d, "late_events", lambda: frames.late_events_frame(snap.late_events))
 
 
 def _health(snap: data.Snapshot, d: Derived) -> None:
@@ -602,12 +605,20 @@ def _health(snap: data.Snapshot, d: Derived) -> None:
     with left:
         st.caption("Kafka offsets and lag by partition")
         if snap.status is not None:
-            st.dataframe(frames.offsets_frame(snap.status), hide_index=True, key="offsets")
+            _table(d, "offsets", lambda: _offsets(snap, d))
     with right:
-        _dead_letters(snap)
+        _dead_letters(snap, d)
 
 
-def _dead_letters(snap: data.Snapshot) -> None:
+def _offsets(snap: data.Snapshot, d: Derived) -> pd.DataFrame:
+    """Offsets and lag by partition, built once per snapshot (the status line and the table)."""
+    assert snap.status is not None
+    status = snap.status
+    frame: pd.DataFrame = d.get("offsets", lambda: frames.offsets_frame(status))
+    return frame
+
+
+def _dead_letters(snap: data.Snapshot, d: Derived) -> None:
     st.caption("Dead letters")
     if not snap.dead_counts:
         st.caption("None so far: every record met the event contract.")
@@ -615,12 +626,10 @@ def _dead_letters(snap: data.Snapshot) -> None:
     left, right = st.columns([1, 3])
     with left:
         st.caption(f"By reason (total {sum(snap.dead_counts.values()):,})")
-        st.dataframe(frames.dead_counts_frame(snap.dead_counts), hide_index=True, key="dead_counts")
+        _table(d, "dead_counts", lambda: frames.dead_counts_frame(snap.dead_counts))
     with right:
         st.caption(f"Latest {len(snap.dead_letters)}")
-        st.dataframe(
-            frames.dead_letters_frame(snap.dead_letters), hide_index=True, key="dead_latest"
-        )
+        _table(d, "dead_latest", lambda: frames.dead_letters_frame(snap.dead_letters))
 
 
 _restore_view()

@@ -118,7 +118,7 @@ def chart(at: AppTest, key: str) -> dict:
     """The plotly figure JSON of the chart with this Streamlit key (dashboard/chart.py)."""
     for c in charts(at):
         if c.proto.id.endswith(f"-{key}"):
-            return json.loads(json.loads(c.proto.json)["figure"])
+            return json.loads(c.proto.bytes)
     raise AssertionError(f"no chart {key!r}")
 
 

@@ -267,7 +267,7 @@ def test_time_axis_is_utc_dates() -> None:
     xs = list(pd.to_datetime(fig.data[0].x))
     assert xs == [pd.Timestamp("2026-11-18T11:06:40"), pd.Timestamp("2026-11-18T11:06:50")]
     # what reaches the browser: ISO strings without an offset (plotly.js has no time zones)
-    sent = chart.figure_json(figures.events_per_second(frame, window_size_ms=W))
+    sent = chart.figure_json(figures.events_per_second(frame, window_size_ms=W)).decode()
     assert '"2026-11-18T11:06:40' in sent
     assert "+00:00" not in sent
     assert json.loads(sent)["data"][0]["x"][0].startswith("2026-11-18T11:06:40")
