@@ -20,12 +20,11 @@ import pyarrow as pa
 import redis
 import streamlit as st
 
-from dashboard import chart, data, figures, frames, view_url
+from dashboard import chart, data, figures, frames, panels, view_url
 from dashboard.copy_button import copy_button
 from dashboard.run import app_settings
 from dashboard.shared import Derived, SharedReads
 from tidegauge.core import control
-from tidegauge.core.alerts import ongoing, title
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.config import DEFAULT_REDIS_URL, RedisSettings, plugins_from_env, redact_url
 from tidegauge.core.durations import format_duration, to_iso
@@ -51,9 +50,6 @@ RANGES_MS = {
     "7 d": 7 * 86_400_000,
     "30 d": 30 * 86_400_000,
 }
-
-#: Before the job states its report interval, a status older than this reads as stale.
-FALLBACK_STALE_MS = 5_000
 
 #: Top-row figures per line: the stream's six, then the job's three under them. Nine in one
 #: line would cut labels ("Watermark d…") at 1600 px with the sidebar open.
@@ -267,36 +263,18 @@ def _job_command() -> str:
 
 def _alert_banner(snap: data.Snapshot) -> None:
     """Ongoing alert firings on top of the page (docs/alerts.md); nothing when there are none."""
-    if not snap.firings or snap.spec is None or snap.newest_start_ms is None:
-        return
-    lateness = snap.status.allowed_lateness_ms if snap.status else None
-    slack = (lateness or 0) + 2 * snap.spec.size_ms
-    for x in ongoing(snap.firings, snap.spec.end(snap.newest_start_ms), slack):
-        text = (
-            f"**{title(x)}**: {x.state}, since {to_iso(x.start)}, "
-            f"{x.windows} window(s), worst {x.peak:,.4g}"
-        )
-        if x.state == "confirmed":
-            st.error(text, icon="🚨")
+    for n in panels.alert_notices(snap):
+        if n.level == "error":
+            st.error(n.text, icon="🚨")
         else:
-            st.warning(text + " (windows still open: stragglers may withdraw it)", icon="⏳")
+            st.warning(n.text, icon="⏳")
 
 
 def _status(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
     if snap.status is None:
         st.info("The job has written windows but no status yet.")
-    else:
-        stale_ms = frames.stale_after_ms(snap.status, settings.stale_after_ms, FALLBACK_STALE_MS)
-        view = frames.status_view(snap.status, snap.read_at_ms, stale_ms)
-        if view.stale:
-            silent = snap.read_at_ms - max(snap.status.status_time, snap.status.batch_time)
-            st.warning(
-                f"**Stale**: the job has not reported for {frames.format_age(silent)} (more than "
-                f"{format_duration(stale_ms)}); its last batch #{view.batch_id} ran "
-                f"{frames.format_age(view.batch_age_ms)} ago. The job may be stopped, stuck, or "
-                "unable to reach Redis. The figures below are the last ones it wrote.",
-                icon="⚠️",
-            )
+    elif (stale := panels.stale_notice(snap, settings.stale_after_ms)) is not None:
+        st.warning(stale.text, icon="⚠️")
     heads = d.get(
         "headline",
         lambda: frames.headline(
@@ -343,29 +321,6 @@ def _chart(d: Derived, key: str, build: Callable[[], figures.Figure], *choices: 
     chart.draw(d.get(("chart", key, *choices), lambda: chart.figure_json(build())), key)
 
 
-def _event_marks(
-    snap: data.Snapshot, range_ms: int, services: tuple[str, ...], only: str | None = None
-) -> list[figures.Mark]:
-    """Alert firings and event-time annotations of these services (all: `()`), in range.
-
-    `only`: the firings of exactly this service (a chart of one service's own windows).
-    """
-    if snap.spec is None or snap.newest_start_ms is None:
-        return []
-    until = snap.spec.end(snap.newest_start_ms)
-    ours = (ALL_SERVICES, *services)
-    firings = [
-        x
-        for x in snap.firings
-        if (x.service == only if only is not None else not services or x.service in ours)
-    ]
-    notes = [
-        a for a in snap.annotations if a.domain == "event" and (not services or a.service in ours)
-    ]
-    marks = figures.firing_marks(firings) + figures.annotation_marks(notes)
-    return figures.clip(marks, until - range_ms, until)
-
-
 def _time_domains(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
     st.subheader("Event time vs processing time")
     show_broker = st.toggle(
@@ -405,20 +360,10 @@ def _events_chart(snap: data.Snapshot, d: Derived, f: data.Filters, windows: pd.
     )
     frame = d.get("windows_shown", lambda: _only(windows, f))
     order = _order(d, "windows_shown", frame, f)
-    wm = snap.status.watermark if snap.status and snap.status.watermark > 0 else None
     _chart(
         d,
         "events_per_s",
-        lambda: figures.mark(
-            figures.events_per_second(
-                frame,
-                services=order,
-                window_size_ms=snap.window_size_ms,
-                watermark=None if wm is None else frames.to_utc([wm]).iloc[0].to_pydatetime(),
-                show_total=show_total,
-            ),
-            _event_marks(snap, f.range_ms, f.services),
-        ),
+        lambda: panels.events_figure(snap, frame, order, f, show_total),
         tuple(order),
         show_total,
     )
@@ -459,20 +404,12 @@ def _latency(snap: data.Snapshot, d: Derived, f: data.Filters, metrics: pd.DataF
         _chart(
             d,
             "latency_ts",
-            lambda: figures.mark(
-                figures.latency_percentiles(
-                    metrics,
-                    service,
-                    window_size_ms=snap.window_size_ms,
-                    # a sliding window's rolling p99, unless the charts show that window already
-                    rolling=None
-                    if snap.sliding_spec in (None, snap.spec)
-                    else d.get("sliding_metrics", lambda: frames.metrics_frame(snap.sliding)),
-                    rolling_size_ms=snap.sliding_spec.size_ms if snap.sliding_spec else None,
-                ),
-                _event_marks(
-                    snap, f.range_ms, () if service == ALL_SERVICES else (service,), only=service
-                ),
+            lambda: panels.latency_figure(
+                snap,
+                metrics,
+                service,
+                f,
+                lambda: d.get("sliding_metrics", lambda: frames.metrics_frame(snap.sliding)),
             ),
             service,
         )

@@ -1,0 +1,146 @@
+"""What the live panels say and draw, as data: shared by the Streamlit page and the wall page.
+
+The Streamlit page (`dashboard/app.py`) lays these out with widgets; the wall page
+(`dashboard/wall.py`) sends them to every screen as one JSON document. Pure functions of a
+snapshot (`dashboard/data.py`), so both show the same figures, alerts and warnings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from dashboard import data, figures, frames
+from tidegauge.core.alerts import ongoing, title
+from tidegauge.core.durations import format_duration, to_iso
+from tidegauge.core.store import ALL_SERVICES
+
+__all__ = [
+    "FALLBACK_STALE_MS",
+    "Notice",
+    "alert_notices",
+    "event_marks",
+    "events_figure",
+    "latency_figure",
+    "stale_notice",
+]
+
+#: Before the job states its report interval, a status older than this reads as stale.
+FALLBACK_STALE_MS = 5_000
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A banner: `level` "error" (confirmed alert) or "warning" (tentative alert, stale job)."""
+
+    level: str
+    text: str
+
+
+def alert_notices(snap: data.Snapshot) -> list[Notice]:
+    """Ongoing alert firings (docs/alerts.md), confirmed ones as errors; none when none."""
+    if not snap.firings or snap.spec is None or snap.newest_start_ms is None:
+        return []
+    lateness = snap.status.allowed_lateness_ms if snap.status else None
+    slack = (lateness or 0) + 2 * snap.spec.size_ms
+    out = []
+    for x in ongoing(snap.firings, snap.spec.end(snap.newest_start_ms), slack):
+        text = (
+            f"**{title(x)}**: {x.state}, since {to_iso(x.start)}, "
+            f"{x.windows} window(s), worst {x.peak:,.4g}"
+        )
+        if x.state == "confirmed":
+            out.append(Notice("error", text))
+        else:
+            out.append(
+                Notice("warning", text + " (windows still open: stragglers may withdraw it)")
+            )
+    return out
+
+
+def stale_notice(snap: data.Snapshot, stale_after_ms: int | None) -> Notice | None:
+    """A warning when the job has not reported for longer than it should have, else None."""
+    if snap.status is None:
+        return None
+    stale_ms = frames.stale_after_ms(snap.status, stale_after_ms, FALLBACK_STALE_MS)
+    view = frames.status_view(snap.status, snap.read_at_ms, stale_ms)
+    if not view.stale:
+        return None
+    silent = snap.read_at_ms - max(snap.status.status_time, snap.status.batch_time)
+    return Notice(
+        "warning",
+        f"**Stale**: the job has not reported for {frames.format_age(silent)} (more than "
+        f"{format_duration(stale_ms)}); its last batch #{view.batch_id} ran "
+        f"{frames.format_age(view.batch_age_ms)} ago. The job may be stopped, stuck, or "
+        "unable to reach Redis. The figures below are the last ones it wrote.",
+    )
+
+
+def event_marks(
+    snap: data.Snapshot, range_ms: int, services: tuple[str, ...], only: str | None = None
+) -> list[figures.Mark]:
+    """Alert firings and event-time annotations of these services (all: `()`), in range.
+
+    `only`: the firings of exactly this service (a chart of one service's own windows).
+    """
+    if snap.spec is None or snap.newest_start_ms is None:
+        return []
+    until = snap.spec.end(snap.newest_start_ms)
+    ours = (ALL_SERVICES, *services)
+    firings = [
+        x
+        for x in snap.firings
+        if (x.service == only if only is not None else not services or x.service in ours)
+    ]
+    notes = [
+        a for a in snap.annotations if a.domain == "event" and (not services or a.service in ours)
+    ]
+    marks = figures.firing_marks(firings) + figures.annotation_marks(notes)
+    return figures.clip(marks, until - range_ms, until)
+
+
+def events_figure(
+    snap: data.Snapshot,
+    frame: pd.DataFrame,
+    order: Sequence[str],
+    f: data.Filters,
+    show_total: bool,
+) -> figures.Figure:
+    """Events per second by service (`frame`: the shown services' windows), marked."""
+    wm = snap.status.watermark if snap.status and snap.status.watermark > 0 else None
+    return figures.mark(
+        figures.events_per_second(
+            frame,
+            services=list(order),
+            window_size_ms=snap.window_size_ms,
+            watermark=None if wm is None else frames.to_utc([wm]).iloc[0].to_pydatetime(),
+            show_total=show_total,
+        ),
+        event_marks(snap, f.range_ms, f.services),
+    )
+
+
+def latency_figure(
+    snap: data.Snapshot,
+    metrics: pd.DataFrame,
+    service: str,
+    f: data.Filters,
+    sliding_metrics: Callable[[], pd.DataFrame],
+) -> figures.Figure:
+    """Latency percentiles of `service` (`*` = all) per window, with a sliding window's p99.
+
+    `sliding_metrics`: gives `frames.metrics_frame(snap.sliding)`; called only when the
+    snapshot has a sliding spec other than the charts' own.
+    """
+    return figures.mark(
+        figures.latency_percentiles(
+            metrics,
+            service,
+            window_size_ms=snap.window_size_ms,
+            rolling=None if snap.sliding_spec in (None, snap.spec) else sliding_metrics(),
+            rolling_size_ms=snap.sliding_spec.size_ms if snap.sliding_spec else None,
+        ),
+        event_marks(snap, f.range_ms, () if service == ALL_SERVICES else (service,), only=service),
+    )
