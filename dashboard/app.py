@@ -22,15 +22,14 @@ import streamlit as st
 
 from dashboard import chart, data, figures, frames, panels, view_url
 from dashboard.copy_button import copy_button
-from dashboard.run import app_settings
-from dashboard.shared import Derived, SharedReads
+from dashboard.run import SERVER_PATH, app_settings
+from dashboard.shared import Derived
 from tidegauge.core import control
-from tidegauge.core.closed_windows import ClosedWindows
-from tidegauge.core.config import DEFAULT_REDIS_URL, RedisSettings, plugins_from_env, redact_url
+from tidegauge.core.config import DEFAULT_REDIS_URL, plugins_from_env, redact_url
 from tidegauge.core.durations import format_duration, to_iso
 from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.plugins import PluginError, load_plugins
-from tidegauge.core.store import ALL_SERVICES, Keys, connect, overflow_summary, read_services
+from tidegauge.core.store import ALL_SERVICES, Keys, overflow_summary, read_services
 
 st.set_page_config(page_title="Tidegauge", page_icon="🌊", layout="wide")
 try:  # the same plugin metrics as the job and `tidegauge query` (TIDEGAUGE_PLUGINS)
@@ -39,17 +38,8 @@ except PluginError as e:
     st.error(str(e))
     st.stop()
 
-#: Time range choices of the sidebar (ms of event time ending at the newest window).
-#: Beyond 6 h the charts draw the retention tiers' roll-ups (dashboard/data.py).
-RANGES_MS = {
-    "5 min": 5 * 60_000,
-    "15 min": 15 * 60_000,
-    "1 h": 3_600_000,
-    "6 h": 6 * 3_600_000,
-    "24 h": 24 * 3_600_000,
-    "7 d": 7 * 86_400_000,
-    "30 d": 30 * 86_400_000,
-}
+#: Time range choices of the sidebar (a --window-range outside them is added as a choice).
+RANGES_MS = dict(data.RANGES_MS)
 
 #: Top-row figures per line: the stream's six, then the job's three under them. Nine in one
 #: line would cut labels ("Watermark d…") at 1600 px with the sidebar open.
@@ -57,32 +47,17 @@ HEADLINES_PER_ROW = 6
 
 
 def _own_argv() -> list[str]:
-    # `streamlit run app.py -- FLAGS` makes sys.argv [app.py, *FLAGS]; under AppTest sys.argv is
-    # the test runner's, which is not ours to parse.
-    if sys.argv and Path(sys.argv[0]).resolve() == Path(__file__).resolve():
+    # `streamlit run server.py -- FLAGS` (or app.py) makes sys.argv [server.py, *FLAGS]; under
+    # AppTest sys.argv is the test runner's, which is not ours to parse.
+    ours = (Path(__file__).resolve(), SERVER_PATH.resolve())
+    if sys.argv and Path(sys.argv[0]).resolve() in ours:
         return sys.argv[1:]
     return []
 
 
-@st.cache_resource(show_spinner=False)
 def _client(url: str) -> redis.Redis:
     # One client (and connection pool) per server process and URL, shared by every browser tab.
-    return connect(RedisSettings(url=url))
-
-
-@st.cache_resource(show_spinner=False)
-def _shared_reads(
-    url: str, prefix: str, refresh_ms: int
-) -> SharedReads[tuple[data.Snapshot, Derived]]:
-    # Every session of this server showing the same view shares one read per refresh
-    # (dashboard/shared.py): a bit under the interval, so each session's next tick reads anew.
-    return SharedReads(ttl_s=0.9 * refresh_ms / 1000)
-
-
-@st.cache_resource(show_spinner=False)
-def _closed_windows(url: str, prefix: str) -> ClosedWindows:
-    # Closed windows never change: one memo per store, shared by every tab (thread-safe).
-    return ClosedWindows()
+    return data.client(url)
 
 
 try:
@@ -217,6 +192,12 @@ def _sidebar() -> data.Filters:
         url = view_url.link(st.context.url or "", _current_view())
         st.code(url, language=None)
         copy_button(url, key="copy_link")
+        wall = view_url.wall_link(st.context.url or "", _current_view())
+        st.caption(
+            f"For many screens (a wall, a whole rotation): [the wall page]({wall}) shows this "
+            "view's alerts, top-row figures and four charts, and all its screens share one "
+            "read and one rendering per refresh (docs/dashboard.md)."
+        )
     if settings.demo_controls:
         _demo_controls(known)
     return data.Filters(
@@ -294,18 +275,6 @@ def _status(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
         )
 
 
-def _services(f: data.Filters) -> list[str] | None:
-    """The services the series sum over, or None for the stored all-services (`*`) rows."""
-    return list(f.services) if f.services else None
-
-
-def _only(frame: pd.DataFrame, f: data.Filters) -> pd.DataFrame:
-    """Rows of the chosen services and the `*` total (all rows when none are chosen)."""
-    if not f.services:
-        return frame
-    return frame[frame["service"].isin([ALL_SERVICES, *f.services])].reset_index(drop=True)
-
-
 def _table(d: Derived, key: str, build: Callable[[], pd.DataFrame]) -> None:
     """Draw the table `key`: built and converted to Arrow once per snapshot for every session.
 
@@ -331,7 +300,7 @@ def _time_domains(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
         "time_domains",
         lambda: figures.mark(
             figures.time_domains(
-                frames.arrivals_frame(snap.arrivals, _services(f)),
+                frames.arrivals_frame(snap.arrivals, panels.shown_services(f)),
                 frames.watermark_frame(snap.batches),
                 show_broker=show_broker,
             ),
@@ -358,7 +327,7 @@ def _events_chart(snap: data.Snapshot, d: Derived, f: data.Filters, windows: pd.
     show_total = st.toggle(
         "Show the all-services total (*)", value=_link().show_total, key="show_total"
     )
-    frame = d.get("windows_shown", lambda: _only(windows, f))
+    frame = d.get("windows_shown", lambda: panels.only_shown(windows, f))
     order = _order(d, "windows_shown", frame, f)
     _chart(
         d,
@@ -445,7 +414,7 @@ def _users(
         d,
         "users",
         lambda: figures.distinct_users(
-            _only(frames.users_band(metrics), f),
+            panels.only_shown(frames.users_band(metrics), f),
             services=order,
             window_size_ms=snap.window_size_ms,
         ),
@@ -459,14 +428,7 @@ def _users(
 
 def _lateness(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
     st.subheader("Lateness")
-    _chart(
-        d,
-        "lateness_windows",
-        lambda: figures.lateness_windows(
-            frames.lateness_frame(snap.windows, _services(f)),
-            window_size_ms=snap.window_size_ms,
-        ),
-    )
+    _chart(d, "lateness_windows", lambda: panels.lateness_figure(snap, f))
     res = snap.lateness
     if res is None:
         st.caption("No tumbling windows yet: lateness needs them.")
@@ -515,7 +477,7 @@ def _lateness(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
 
 def _health(snap: data.Snapshot, d: Derived) -> None:
     st.subheader("Pipeline health")
-    _chart(d, "health", lambda: figures.pipeline_health(frames.health_frame(snap.batches)))
+    _chart(d, "health", lambda: panels.health_figure(snap))
     st.caption(
         "Per batch, by when it ran: input vs processed rows/s; the batch's duration; its "
         "freshness, how old its records were when its results were committed to Redis (commit "
@@ -591,28 +553,13 @@ filters = _sidebar()
 @st.fragment(run_every=timedelta(milliseconds=settings.refresh_ms))
 def live() -> None:
     """Re-read Redis and redraw every panel."""
-    now_ms = time.time_ns() // 1_000_000
     # The range picker lives inside this fragment; its value is known before it is drawn.
     latency_label = st.session_state.get("latency_range", "15 min")
     f = dataclasses.replace(
         filters, latency_range_ms=data.LATENCY_RANGES_MS.get(latency_label, 15 * 60_000)
     )
     try:
-        shared = _shared_reads(settings.redis.url, keys.prefix, settings.refresh_ms)
-        snap, d = shared.get(
-            f,
-            lambda: (
-                data.read_snapshot(
-                    _client(settings.redis.url),
-                    keys,
-                    f.range_ms,
-                    now_ms,
-                    filters=f,
-                    cache=_closed_windows(settings.redis.url, keys.prefix),
-                ),
-                Derived(),
-            ),
-        )
+        snap, d = data.shared_snapshot(settings.redis.url, keys.prefix, settings.refresh_ms, f)
     except redis.exceptions.RedisError as e:
         st.error(
             f"Cannot read Redis at `{shown_url}`: {e}\n\n"

@@ -8,13 +8,17 @@ numbers; `dashboard.figures` draws them. Times are epoch ms (UTC).
 
 from __future__ import annotations
 
+import functools
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
+from dashboard.shared import Derived, SharedReads
 from tidegauge.core.alerts import Firing
 from tidegauge.core.closed_windows import ClosedWindows
+from tidegauge.core.config import RedisSettings
 from tidegauge.core.metrics import WindowAgg
 from tidegauge.core.store import (
     ALL_SERVICES,
@@ -25,6 +29,7 @@ from tidegauge.core.store import (
     Keys,
     LatenessResult,
     WindowRow,
+    connect,
     event_arrivals,
     event_spec,
     read_arrival_size,
@@ -49,12 +54,27 @@ from tidegauge.core.windows import WindowSpec
 
 __all__ = [
     "LATENCY_RANGES_MS",
+    "RANGES_MS",
     "WINDOW_KINDS",
     "Filters",
     "Snapshot",
     "pick_spec",
+    "client",
     "read_snapshot",
+    "shared_snapshot",
 ]
+
+#: Time range choices of the page's sidebar and of wall page links: label -> ms of event time
+#: ending at the newest window. Beyond 6 h the charts draw the retention tiers' roll-ups.
+RANGES_MS = {
+    "5 min": 5 * 60_000,
+    "15 min": 15 * 60_000,
+    "1 h": 3_600_000,
+    "6 h": 6 * 3_600_000,
+    "24 h": 24 * 3_600_000,
+    "7 d": 7 * 86_400_000,
+    "30 d": 30 * 86_400_000,
+}
 
 #: The latency range picker's choices: label -> ms of event time ending at the newest window.
 LATENCY_RANGES_MS = {"5 min": 5 * 60_000, "15 min": 15 * 60_000, "60 min": 60 * 60_000}
@@ -279,3 +299,39 @@ def _sliding_rows(
     until = spec.end(newest)
     rows = read_windows(r, keys, spec, since_ms=until - f.range_ms, cache=cache)
     return [w for w in rows if w.window_end > until - f.range_ms]
+
+
+@functools.cache
+def client(url: str) -> redis.Redis:
+    """One Redis client (and connection pool) per URL for the whole server process."""
+    return connect(RedisSettings(url=url))
+
+
+@functools.cache
+def _shared_reads(url: str, prefix: str, refresh_ms: int) -> SharedReads[tuple[Snapshot, Derived]]:
+    # A bit under the interval, so each viewer's next tick reads anew (dashboard/shared.py).
+    return SharedReads(ttl_s=0.9 * refresh_ms / 1000)
+
+
+@functools.cache
+def _closed_windows(url: str, prefix: str) -> ClosedWindows:
+    # Closed windows never change: one memo per store (thread-safe).
+    return ClosedWindows()
+
+
+def shared_snapshot(url: str, prefix: str, refresh_ms: int, f: Filters) -> tuple[Snapshot, Derived]:
+    """View `f`'s snapshot and its memo, read at most once per refresh for this whole process.
+
+    Every session of the Streamlit page and every screen of the wall page showing the same
+    view share it (dashboard/shared.py). Raises what `read_snapshot` raises.
+    """
+    keys = Keys(prefix)
+
+    def read() -> tuple[Snapshot, Derived]:
+        now_ms = time.time_ns() // 1_000_000
+        snap = read_snapshot(
+            client(url), keys, f.range_ms, now_ms, filters=f, cache=_closed_windows(url, prefix)
+        )
+        return snap, Derived()
+
+    return _shared_reads(url, prefix, refresh_ms).get(f, read)

@@ -23,7 +23,11 @@ __all__ = [
     "alert_notices",
     "event_marks",
     "events_figure",
+    "health_figure",
     "latency_figure",
+    "lateness_figure",
+    "only_shown",
+    "shown_services",
     "stale_notice",
 ]
 
@@ -76,6 +80,18 @@ def stale_notice(snap: data.Snapshot, stale_after_ms: int | None) -> Notice | No
         f"{frames.format_age(view.batch_age_ms)} ago. The job may be stopped, stuck, or "
         "unable to reach Redis. The figures below are the last ones it wrote.",
     )
+
+
+def shown_services(f: data.Filters) -> list[str] | None:
+    """The services the series sum over, or None for the stored all-services (`*`) rows."""
+    return list(f.services) if f.services else None
+
+
+def only_shown(frame: pd.DataFrame, f: data.Filters) -> pd.DataFrame:
+    """Rows of the chosen services and the `*` total (all rows when none are chosen)."""
+    if not f.services:
+        return frame
+    return frame[frame["service"].isin([ALL_SERVICES, *f.services])].reset_index(drop=True)
 
 
 def event_marks(
@@ -144,3 +160,15 @@ def latency_figure(
         ),
         event_marks(snap, f.range_ms, () if service == ALL_SERVICES else (service,), only=service),
     )
+
+
+def lateness_figure(snap: data.Snapshot, f: data.Filters) -> figures.Figure:
+    """Late events and stragglers per window of the shown services."""
+    return figures.lateness_windows(
+        frames.lateness_frame(snap.windows, shown_services(f)), window_size_ms=snap.window_size_ms
+    )
+
+
+def health_figure(snap: data.Snapshot) -> figures.Figure:
+    """Per batch: rows/s in and out, duration and freshness (the job's own health)."""
+    return figures.pipeline_health(frames.health_frame(snap.batches))

@@ -30,6 +30,7 @@ from tidegauge.core.durations import parse_duration
 
 __all__ = [
     "APP_PATH",
+    "SERVER_PATH",
     "PLOTLY_JS",
     "STATIC_DIR",
     "DashboardSettings",
@@ -42,8 +43,10 @@ __all__ = [
     "streamlit_command",
 ]
 
-#: The Streamlit script the launcher serves.
+#: The Streamlit script of the page, and the server the launcher runs: the page plus the wall
+#: page's routes (dashboard/server.py).
 APP_PATH = Path(__file__).with_name("app.py")
+SERVER_PATH = APP_PATH.with_name("server.py")
 
 #: Where Streamlit's static file serving looks (next to the script; served at `app/static/`),
 #: and the plotly.js file dashboard/chart.py loads from there.
@@ -164,13 +167,13 @@ def install_plotly_js(static_dir: Path = STATIC_DIR) -> Path:
 def streamlit_command(
     settings: DashboardSettings, port: int, address: str, theme: str = "auto"
 ) -> list[str]:
-    """The child's command line: this interpreter running Streamlit on `app.py`."""
+    """The child's command line: this interpreter running Streamlit on `server.py`."""
     return [
         sys.executable,
         "-m",
         "streamlit",
         "run",
-        str(APP_PATH),
+        str(SERVER_PATH),
         f"--server.port={port}",
         f"--server.address={address}",
         "--server.headless=true",
@@ -207,11 +210,16 @@ def run(args: argparse.Namespace) -> int:
         streamlit_command(settings, args.port, args.address, args.theme), env=env
     )
 
+    received: list[int] = []
+
     def forward(signum: int, _frame: FrameType | None) -> None:
         # On a terminal Ctrl-C reaches the child too (same process group); stopping Streamlit
         # twice is harmless, and forwarding covers `kill PID` aimed at this process alone.
+        # SIGTERM either way: uvicorn shuts down gracefully on both, then re-raises the signal,
+        # and a re-raised SIGINT ends Streamlit's CLI with "Aborted!" and status 1.
+        received.append(signum)
         if child.poll() is None:
-            child.send_signal(signum)
+            child.send_signal(signal.SIGTERM)
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -226,4 +234,6 @@ def run(args: argparse.Namespace) -> int:
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
+    if received and code != 0:  # stopped as asked: the status of the signal we were sent
+        return 128 + received[0]
     return 128 - code if code < 0 else code

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from tidegauge.core.durations import format_duration, parse_duration
 
-__all__ = ["View", "from_params", "link", "to_params"]
+__all__ = ["WALL_PAGE", "View", "from_params", "link", "to_params", "wall_link"]
+
+#: The wall page's path under the server's root (dashboard/wall.py), without its leading "/".
+WALL_PAGE = "tidegauge/wall"
 
 
 @dataclass(frozen=True)
@@ -131,3 +134,14 @@ def link(page_url: str, v: View) -> str:
     base = page_url.split("#", 1)[0].split("?", 1)[0]
     params = to_params(v)
     return f"{base}?{urlencode(params, safe=',*')}" if params else base
+
+
+def wall_link(page_url: str, v: View) -> str:
+    """The wall page (dashboard/wall.py) of the server serving `page_url`, showing view `v`.
+
+    The page's own path is replaced; the view's parameters are the same, less wall mode.
+    """
+    parts = urlsplit(page_url)
+    params = to_params(replace(v, wall=False))
+    query = urlencode(params, safe=",*") if params else ""
+    return urlunsplit((parts.scheme, parts.netloc, "/" + WALL_PAGE, query, ""))

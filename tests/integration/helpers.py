@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -11,6 +12,8 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from tidegauge.core.durations import to_iso
 from tidegauge.core.windows import WindowSpec
@@ -214,3 +217,15 @@ def assert_clean_run(stdout: str, stderr: str, checkpoint: Path) -> None:
     stop = [line for line in stdout.splitlines() if "stopped after" in line]
     assert len(stop) == 1
     assert f"the next run starts at watermark {to_iso(next_ms)}" in stop[0], stop[0]
+
+
+def values(arr: list[float] | dict[str, str]) -> list[float]:
+    """A trace array from figure JSON: a list, or plotly's typed array {dtype, bdata (base64)}."""
+    if isinstance(arr, list):
+        return arr
+    return np.frombuffer(base64.b64decode(arr["bdata"]), dtype=arr["dtype"]).tolist()
+
+
+def trace(fig: dict, name: str) -> dict:
+    """The trace called `name` of a plotly figure's JSON."""
+    return next(t for t in fig["data"] if t.get("name") == name)

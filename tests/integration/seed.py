@@ -309,3 +309,11 @@ def _progress(
         if rows
         else None,
     }
+
+
+def seeded_window(start: int, service: str) -> WindowUpdate:
+    """One more window of `service` (50 events of 20 ms, 50 users), as the job writes it."""
+    agg = WindowAgg()
+    n = 50
+    agg.add(np.full(n, 20.0), np.full(n, 200), np.array([f"u{i}" for i in range(n)]))
+    return WindowUpdate(SPEC.key, start, service, agg.metrics(W), agg.to_bytes())

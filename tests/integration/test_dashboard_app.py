@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
@@ -24,7 +23,7 @@ from streamlit.testing.v1 import AppTest
 from dashboard import data
 from jobs.redis_sink import WindowUpdate, write_batch, write_progress
 from tests import procs
-from tests.integration.helpers import tidegauge
+from tests.integration.helpers import tidegauge, trace, values
 from tests.integration.seed import PANELS, seed_live
 from tidegauge.core.config import ENV_REDIS_URL, RedisSettings
 from tidegauge.core.control import read_commands
@@ -103,13 +102,6 @@ def run_app(monkeypatch: pytest.MonkeyPatch, url: str) -> AppTest:
     return AppTest.from_file(str(APP), default_timeout=30).run(timeout=30)
 
 
-def values(arr: list[float] | dict[str, str]) -> list[float]:
-    """A trace array from figure JSON: a list, or plotly's typed array {dtype, bdata (base64)}."""
-    if isinstance(arr, list):
-        return arr
-    return np.frombuffer(base64.b64decode(arr["bdata"]), dtype=arr["dtype"]).tolist()
-
-
 def metrics(at: AppTest) -> dict[str, str]:
     return {m.label: m.value for m in at.metric}
 
@@ -125,10 +117,6 @@ def chart(at: AppTest, key: str) -> dict:
 def charts(at: AppTest) -> list[Any]:
     """Every chart element of the page: our plotly component's instances."""
     return [c for c in at.get("bidi_component") if c.proto.component_name == "tidegauge_plot"]
-
-
-def trace(fig: dict, name: str) -> dict:
-    return next(t for t in fig["data"] if t.get("name") == name)
 
 
 def test_seeded_redis_shows_status_chart_and_dead_letters(

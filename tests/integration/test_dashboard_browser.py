@@ -11,65 +11,23 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 import redis
 from playwright import sync_api as playwright
 
-from jobs.redis_sink import WindowUpdate, touch_status, write_batch
-from tests.integration.seed import PANELS, SPEC, W, seed_live
+from jobs.redis_sink import touch_status, write_batch
+from tests.integration.seed import PANELS, W, seed_live, seeded_window
 from tidegauge.core import control
-from tidegauge.core.config import RedisSettings
-from tidegauge.core.metrics import WindowAgg
 from tidegauge.core.store import Keys
-from tidegauge.local.services import free_port
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 #: Charts with data, by Streamlit element key (each panel has at least one).
 CHARTS = 9
-
-
-@pytest.fixture
-def served(redis_settings: RedisSettings, request: pytest.FixtureRequest) -> Iterator[str]:
-    """`tidegauge dashboard` (with the flags of an indirect parameter, if any): its URL."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tidegauge.cli", "dashboard", "--port", str(port)]
-        + ["--redis", redis_settings.url, "--demo-controls", *getattr(request, "param", [])],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as resp:
-                    if resp.status == 200:
-                        break
-            assert proc.poll() is None, "the dashboard exited"
-            time.sleep(0.2)
-        else:
-            pytest.fail("the dashboard did not answer /_stcore/health within 30 s")
-        yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def test_every_panel_renders_with_data_in_a_real_browser(
@@ -188,7 +146,7 @@ def test_zoom_and_legend_toggles_survive_refreshes_that_bring_new_data(
         zoomed = page.evaluate(VIEW_JS)
         # the job writes the next window: the chart must show it without undoing the user's view
         start = truth.newest_start + W
-        write_batch(redis_client, Keys(), 10_000, [_window(start, s) for s in truth.services])
+        write_batch(redis_client, Keys(), 10_000, [seeded_window(start, s) for s in truth.services])
         page.wait_for_function(
             "(old) => { const e = document.querySelector('.st-key-events_per_s .js-plotly-plot');"
             " const xs = e.data[0].x; return String(xs[xs.length - 1]) !== old; }",
@@ -201,13 +159,6 @@ def test_zoom_and_legend_toggles_survive_refreshes_that_bring_new_data(
     assert after["range"] == zoomed["range"] != before["range"]  # ...under the same zoom
     assert after["visible"] == zoomed["visible"]
     assert after["visible"][2] == "legendonly"
-
-
-def _window(start: int, service: str) -> WindowUpdate:
-    agg = WindowAgg()
-    n = 50
-    agg.add(np.full(n, 20.0), np.full(n, 200), np.array([f"u{i}" for i in range(n)]))
-    return WindowUpdate(SPEC.key, start, service, agg.metrics(W), agg.to_bytes())
 
 
 #: Service names a producer could send (each within the contract's 128 characters).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.view_url import View, from_params, link, to_params
+from dashboard.view_url import View, from_params, link, to_params, wall_link
 
 pytestmark = pytest.mark.unit
 
@@ -52,3 +52,10 @@ def test_what_cannot_be_read_is_ignored_and_named() -> None:
     assert [p.split(":")[0] for p in v.problems] == ["kind=sliding", "range=7m", "lrange=soon",
                                                       "wall=maybe"]  # fmt: skip
     assert "not one of 5m, 15m, 1h, 24h" in v.problems[1]
+
+
+def test_the_wall_link_shows_the_same_view_on_the_wall_page() -> None:
+    v = View(services=("checkout", "search"), range_ms=3_600_000, wall=True)
+    url = wall_link("http://dash.example:8501/?svc=old&wall=1#top", v)
+    assert url == "http://dash.example:8501/tidegauge/wall?svc=checkout,search&range=1h"
+    assert wall_link("http://h:8501/", View()) == "http://h:8501/tidegauge/wall"
