@@ -1,6 +1,6 @@
 """Many viewers of one dashboard server: refresh latency and server CPU per viewer.
 
-    .venv/bin/python benchmarks/bench_viewers.py [--viewers 1,10,50] [--seconds 30]
+    .venv/bin/python benchmarks/bench_viewers.py [--viewers 1,10,50] [--seconds 30] [--wall]
 
 Starts its own redis-server, seeded with an hour of 10 services through the job's sink code
 (tests/integration/seed.py), and one `tidegauge dashboard` process. Then, for each count, connects
@@ -13,6 +13,11 @@ children's, from /proc) and the Redis commands it sent, per viewer, and this pro
 (the clients decode every message the server sends: on a small machine they compete with it).
 The sessions run in this process on the same machine (no browser draws anything: what is
 measured is the server's work).
+
+With `--wall`, the viewers are screens of the wall page (dashboard/wall.py) instead: each does
+what the page's script does, an HTTP GET of `/tidegauge/wall.json` (with the ETag it last got)
+one refresh interval after the previous answer, on a kept-alive connection; a refresh is an
+answer (200 with the new document, or 304).
 Prints the machine and the figures; nothing is asserted.
 """
 
@@ -20,10 +25,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -107,6 +114,40 @@ async def _viewer(port: int, stop_at: float, measure_from: float, out: list[floa
                 await ws.send(req.SerializeToString())
 
 
+def _screen(port: int, stop_at: float, measure_from: float, out: list[float]) -> None:
+    """One wall screen: GET the document, wait the interval after each answer, again."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    etag = None
+    while time.monotonic() < stop_at:
+        sent = time.monotonic()
+        conn.request("GET", "/tidegauge/wall.json", headers={"If-None-Match": etag or ""})
+        resp = conn.getresponse()
+        resp.read()
+        if resp.status not in (200, 304):
+            raise RuntimeError(f"wall.json answered {resp.status}")
+        etag = resp.getheader("ETag", etag)
+        if sent >= measure_from:
+            out.append(time.monotonic() - sent)
+        time.sleep(1.0)  # the page's script: the next poll one refresh (1 s) after the answer
+    conn.close()
+
+
+def _run_wall(port: int, n: int, warmup_s: float, seconds: float) -> list[float]:
+    start = time.monotonic()
+    out: list[float] = []
+    threads = [
+        threading.Thread(
+            target=_screen, args=(port, start + warmup_s + seconds, start + warmup_s, out)
+        )
+        for _ in range(n)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
 async def _run(port: int, n: int, warmup_s: float, seconds: float) -> list[float]:
     start = time.monotonic()
     out: list[float] = []
@@ -123,6 +164,7 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=10.0)
     p.add_argument("--services", type=int, default=10)
     p.add_argument("--minutes", type=int, default=60)
+    p.add_argument("--wall", action="store_true", help="screens of the wall page, not sessions")
     args = p.parse_args()
     print(describe(("redis", "streamlit", "websockets", "plotly")))
     svc = start_redis()
@@ -149,7 +191,11 @@ def main() -> None:
 
             async def measured(n: int = n) -> list[float]:
                 nonlocal cpu0, cmd0, t0, mine0
-                task = asyncio.ensure_future(_run(port, n, args.warmup, args.seconds))
+                task = asyncio.ensure_future(
+                    asyncio.to_thread(_run_wall, port, n, args.warmup, args.seconds)
+                    if args.wall
+                    else _run(port, n, args.warmup, args.seconds)
+                )
                 await asyncio.sleep(args.warmup)
                 assert dash is not None
                 cpu0, t0, mine0 = _cpu_s(dash.pid), time.monotonic(), time.process_time()
