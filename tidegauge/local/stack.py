@@ -43,6 +43,7 @@ from typing import TextIO, TypeVar
 
 import redis
 
+from dashboard.view_url import WALL_PAGE
 from tidegauge.core.config import (
     ENV_BOOTSTRAP,
     ENV_REDIS_URL,
@@ -597,6 +598,7 @@ class _Demo:
         self.say(rule)
         if url:
             self.say(f"  Tidegauge dashboard:  {url}")
+            self.say(f"  Wall page (screens):  {url.rstrip('/')}/{WALL_PAGE}")
         else:
             self.say(
                 "  Tidegauge is running (no dashboard).  Try: "
