@@ -105,7 +105,8 @@ def document(
         for s in d.get(("services_in", "windows_shown"), lambda: frames.services_in(shown))
         if not f.services or s in f.services
     ]
-    service = v.latency_service if v.latency_service in (ALL_SERVICES, *snap.services) else "*"
+    known = (ALL_SERVICES, *snap.services)
+    service = v.latency_service if v.latency_service in known else ALL_SERVICES
     builds: dict[str, tuple[tuple[Hashable, ...], Callable[[], Figure]]] = {
         "events_per_s": (
             ("chart", "events_per_s", tuple(order), v.show_total),

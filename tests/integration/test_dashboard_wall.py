@@ -171,3 +171,11 @@ def test_wall_link_parts_it_cannot_read_are_named(served: str, redis_client: red
     status, _, page = _get(served + "/tidegauge/wall")
     assert status == 200 and b'src="../app/static/plotly.min.js"' in page
     assert _get(served + "/app/static/plotly.min.js")[0] == 200
+
+
+def test_wall_of_an_empty_store_says_it_waits_for_the_job(served: str) -> None:
+    status, _, body = _get(served + "/tidegauge/wall.json")
+    doc = json.loads(body)
+    assert status == 200
+    assert doc["empty"].startswith("Waiting for the job's first batch")
+    assert doc["charts"] == {} and doc["headline"] == []
