@@ -13,7 +13,10 @@ stragglers; a few records were dead letters.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,6 +28,7 @@ from jobs.redis_sink import (
     LateUpdate,
     WindowCount,
     WindowUpdate,
+    touch_status,
     write_batch,
     write_progress,
 )
@@ -317,3 +321,21 @@ def seeded_window(start: int, service: str) -> WindowUpdate:
     n = 50
     agg.add(np.full(n, 20.0), np.full(n, 200), np.array([f"u{i}" for i in range(n)]))
     return WindowUpdate(SPEC.key, start, service, agg.metrics(W), agg.to_bytes())
+
+
+@contextlib.contextmanager
+def job_reporting(r: redis.Redis, keys: Keys) -> Iterator[None]:
+    """A live job's status for the block's duration: touched every 0.5 s, as an idle job does."""
+    alive = threading.Event()
+
+    def report() -> None:
+        while not alive.wait(0.5):
+            touch_status(r, keys, time.time_ns() // 1_000_000)
+
+    heartbeat = threading.Thread(target=report, daemon=True)
+    heartbeat.start()
+    try:
+        yield
+    finally:
+        alive.set()
+        heartbeat.join()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +19,8 @@ import pytest
 import redis
 from playwright import sync_api as playwright
 
-from jobs.redis_sink import touch_status, write_batch
-from tests.integration.seed import PANELS, W, seed_live, seeded_window
+from jobs.redis_sink import write_batch
+from tests.integration.seed import PANELS, W, job_reporting, seed_live, seeded_window
 from tidegauge.core import control
 from tidegauge.core.store import Keys
 
@@ -36,19 +35,8 @@ def test_every_panel_renders_with_data_in_a_real_browser(
     assert Path(CHROMIUM).exists(), "Debian's chromium is missing: run `make setup`"
     truth = seed_live(redis_client, Keys(), time.time_ns() // 1_000_000)
     shot = Path(os.environ.get("TIDEGAUGE_SCREENSHOT") or tmp_path / "dashboard.png")
-    alive = threading.Event()
-
-    def job_is_alive() -> None:  # an idle job reports every second (jobs/status.py)
-        while not alive.wait(0.5):
-            touch_status(redis_client, Keys(), time.time_ns() // 1_000_000)
-
-    heartbeat = threading.Thread(target=job_is_alive, daemon=True)
-    heartbeat.start()
-    try:
+    with job_reporting(redis_client, Keys()):  # an idle job reports (jobs/status.py)
         _check_page(served, truth.late, truth.stragglers, shot)
-    finally:
-        alive.set()
-        heartbeat.join()
     assert shot.stat().st_size > 50_000  # a real picture, not a blank page
 
 

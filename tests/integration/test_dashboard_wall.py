@@ -9,7 +9,6 @@ what they must cost is one Redis read per view and refresh, however many they ar
 from __future__ import annotations
 
 import json
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -22,7 +21,7 @@ from playwright import sync_api as playwright
 
 from jobs.redis_sink import touch_status, write_batch
 from tests.integration.helpers import trace, values
-from tests.integration.seed import seed_live, seeded_window
+from tests.integration.seed import job_reporting, seed_live, seeded_window
 from tests.integration.test_dashboard_browser import CHROMIUM
 from tidegauge.core.store import Keys
 from tidegauge.local.services import free_port
@@ -84,52 +83,38 @@ def test_wall_page_draws_its_charts_and_follows_new_windows_without_reloading(
     served: str, redis_client: redis.Redis
 ) -> None:
     truth = seed_live(redis_client, Keys(), time.time_ns() // 1_000_000)
-    alive = threading.Event()
-
-    def job_is_alive() -> None:  # an idle job reports every second (jobs/status.py)
-        while not alive.wait(0.5):
-            touch_status(redis_client, Keys(), time.time_ns() // 1_000_000)
-
-    heartbeat = threading.Thread(target=job_is_alive, daemon=True)
-    heartbeat.start()
     requests: list[str] = []
-    try:
-        with playwright.sync_playwright() as p:
-            browser = p.chromium.launch(
-                executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+    errors: list[str] = []
+    with job_reporting(redis_client, Keys()), playwright.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1400})
+            page.on("request", lambda r: requests.append(r.url))
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(served + "/tidegauge/wall")
+            page.wait_for_function(
+                "(keys) => keys.every(k => { const e = document.getElementById('chart-' + k);"
+                " return e && e.querySelector('g.trace') !== null; })",
+                arg=list(WALL_CHARTS),
+                timeout=60_000,
             )
-            try:
-                page = browser.new_page(viewport={"width": 1600, "height": 1400})
-                page.on("request", lambda r: requests.append(r.url))
-                errors: list[str] = []
-                page.on("pageerror", lambda e: errors.append(str(e)))
-                page.goto(served + "/tidegauge/wall")
-                page.wait_for_function(
-                    "(keys) => keys.every(k => { const e = document.getElementById('chart-' + k);"
-                    " return e && e.querySelector('g.trace') !== null; })",
-                    arg=list(WALL_CHARTS),
-                    timeout=60_000,
-                )
-                tiles = _tiles(page)
-                assert tiles["Late events"] == f"{truth.late:,}"
-                assert tiles["Stragglers"] == f"{truth.stragglers:,}"
-                body = page.inner_text("body")
-                assert "Stale" not in body and "Cannot" not in body
-                shown = page.evaluate(NEWEST_JS)
-                # the job writes the next window: the page shows it without a reload
-                start = truth.newest_start + 10_000
-                write_batch(
-                    redis_client, Keys(), 10_000, [seeded_window(start, s) for s in truth.services]
-                )
-                page.wait_for_function(
-                    f"(old) => ({NEWEST_JS})() !== old", arg=shown, timeout=20_000
-                )
-                assert errors == []
-            finally:
-                browser.close()
-    finally:
-        alive.set()
-        heartbeat.join()
+            tiles = _tiles(page)
+            assert tiles["Late events"] == f"{truth.late:,}"
+            assert tiles["Stragglers"] == f"{truth.stragglers:,}"
+            body = page.inner_text("body")
+            assert "Stale" not in body and "Cannot" not in body
+            shown = page.evaluate(NEWEST_JS)
+            # the job writes the next window: the page shows it without a reload
+            start = truth.newest_start + 10_000
+            write_batch(
+                redis_client, Keys(), 10_000, [seeded_window(start, s) for s in truth.services]
+            )
+            page.wait_for_function(f"(old) => ({NEWEST_JS})() !== old", arg=shown, timeout=20_000)
+        finally:
+            browser.close()
+    assert errors == []
     pages = [u for u in requests if u.endswith("/tidegauge/wall")]
     polls = [u for u in requests if "/tidegauge/wall.json" in u]
     assert len(pages) == 1 and len(polls) >= 2  # one page load, then polls
