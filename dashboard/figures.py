@@ -579,9 +579,22 @@ def lateness_windows(frame: pd.DataFrame, *, window_size_ms: int | None = None) 
         barmode="group",
         xaxis=_axis(_time_title(window_size_ms), type="date"),
         yaxis=_axis("events", rangemode="tozero"),
-        yaxis2=_axis("revision", rangemode="tozero", tickformat=",d", overlaying="y", side="right"),
+        yaxis2=_axis(
+            "revision",
+            rangemode="tozero",
+            tickformat=",d",
+            overlaying="y",
+            side="right",
+            **_integer_ticks(_col(frame, "revision")),
+        ),
     )
     return {"data": data, "layout": layout}
+
+
+def _integer_ticks(values: np.ndarray, most: int = 5) -> dict[str, Any]:
+    """Ticks at whole numbers on a count axis (plotly steps by 0.25 for small ones: 0, 0, 1, 1)."""
+    top = int(np.nanmax(values)) if len(values) else 0
+    return {"tick0": 0, "dtick": max(1, -(-top // most))}
 
 
 def lateness_histogram(frame: pd.DataFrame) -> Figure:

@@ -492,3 +492,18 @@ def test_marks_are_clipped_to_the_chart_and_instants_are_lines() -> None:
     assert [(m.start, m.end, m.style) for m in kept] == [(200, 400, "event"), (250, 250, "instant")]
     fig = figures.mark({"data": [{"x": [1]}], "layout": {}}, kept)
     assert [s["type"] for s in fig["layout"]["shapes"]] == ["rect", "line"]
+
+
+@pytest.mark.parametrize(("revisions", "step"), [([0, 1, 1], 1), ([0, 3], 1), ([2, 12], 3)])
+def test_the_revision_axis_labels_whole_numbers_only(revisions: list[int], step: int) -> None:
+    frame = pd.DataFrame(
+        {
+            "window_start": pd.to_datetime([10_000 * i for i in range(len(revisions))], unit="ms"),
+            "late": 0,
+            "stragglers": 0,
+            "duplicates": 0,
+            "revision": revisions,
+        }
+    )
+    axis = built(figures.lateness_windows, frame).layout.yaxis2
+    assert (axis.tick0, axis.dtick) == (0, step)  # 0, 1, 2 ... (or 0, 3, 6 ...): no 0.25 steps
