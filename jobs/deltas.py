@@ -393,10 +393,6 @@ def decode_columns(blob: bytes) -> Columns:
     return out
 
 
-#: Column of `Columns` with each event id's TG64 hash (rows shipped for de-duplication).
-_ID_HASH = "id_hash"
-
-
 def dedup_delta(
     cols: Columns, watermark_ms: int, proc_ms: int | None, cfg: DeltaSettings
 ) -> ServiceDelta:
@@ -433,9 +429,8 @@ def dedup_delta(
         )
         ids = kept["event_id"]
         ids = pc.if_else(pa.array(late == LATE), ids, pa.scalar(None, ids.type))
-        rows = dict(kept, event_id=ids)
-        rows[_ID_HASH] = hashes[keep]
-        out.rows = encode_columns(rows)
+        # No id hashes: `redo_delta` finds the rows `out.ids` belong to from the rows alone.
+        out.rows = encode_columns(dict(kept, event_id=ids))
     return out
 
 
@@ -447,13 +442,19 @@ def redo_delta(
     Those were accepted before (jobs/dedup.py) and count as duplicates now.
     """
     cols = decode_columns(delta.rows)
-    hashes = cols.pop(_ID_HASH).astype(np.uint64)
     has_user = present(cols["user_id"])
     hz = horizons(cols["event_ms"], has_user, cfg.specs)
+    # `delta.ids` are the hashes of exactly the rows whose horizon is ahead of the watermark,
+    # in row order (`dedup_delta`); the other rows are late for every window, never duplicates.
+    open_ = hz > delta.watermark_ms
+    if np.count_nonzero(open_) != len(delta.ids):
+        raise ValueError("a delta's ids do not match its rows")
+    hashes = np.zeros(len(hz), dtype=np.uint64)
+    hashes[open_] = delta.ids
     at = np.searchsorted(seen, hashes)
     hit = at < len(seen)
     hit[hit] = seen[at[hit]] == hashes[hit]
-    dup = hit & (hz > delta.watermark_ms)
+    dup = hit & open_
     kept = take_rows(cols, ~dup)
     out = service_delta(kept, delta.watermark_ms, delta.proc_ms, cfg)
     out.duplicates = delta.duplicates + duplicate_windows(
