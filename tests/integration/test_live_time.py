@@ -139,10 +139,12 @@ def test_backlog_spikes_processing_time_but_not_event_time(
             timeout=180,
         )
         ended = time.time() * 1000
+        # A generous wait: on two busy cores (another test worker) batches take 1-2 s and the
+        # catch-up once took longer than 90 s. How fast it catches up is a benchmark's matter.
         _wait(
             "the job to catch up",
             lambda: (s := read_status(r, Keys())) is not None and s.watermark >= ended - 11_000,
-            90,
+            180,
             log,
         )
     event = {
