@@ -120,7 +120,7 @@ def _screen(port: int, stop_at: float, measure_from: float, out: list[float]) ->
     etag = None
     while time.monotonic() < stop_at:
         sent = time.monotonic()
-        conn.request("GET", "/tidegauge/wall.json", headers={"If-None-Match": etag or ""})
+        conn.request("GET", "/tidegauge/wall.json", headers={"If-None-Match": etag} if etag else {})
         resp = conn.getresponse()
         resp.read()
         if resp.status not in (200, 304):

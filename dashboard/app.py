@@ -55,11 +55,6 @@ def _own_argv() -> list[str]:
     return []
 
 
-def _client(url: str) -> redis.Redis:
-    # One client (and connection pool) per server process and URL, shared by every browser tab.
-    return data.client(url)
-
-
 try:
     settings = app_settings(_own_argv())
 except ValueError as e:
@@ -150,7 +145,7 @@ def _sidebar() -> data.Filters:
     """Filters (services, window kind, time range) and, with --demo-controls, the demo buttons."""
     st.sidebar.header("Filters")
     try:
-        known = read_services(_client(settings.redis.url), keys)
+        known = read_services(data.client(settings.redis.url), keys)
     except redis.exceptions.RedisError:
         known = []  # the live part says what is wrong
     chosen = st.sidebar.multiselect(
@@ -211,7 +206,7 @@ def _demo_controls(known: list[str]) -> None:
         "Commands for the generator (`tidegauge produce --live-commands`) and the job, "
         "through Redis."
     )
-    r = _client(settings.redis.url)
+    r = data.client(settings.redis.url)
     now = time.time_ns() // 1_000_000
     target = st.sidebar.selectbox(
         "Incident service",
@@ -253,15 +248,10 @@ def _alert_banner(snap: data.Snapshot) -> None:
 
 def _status(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
     if snap.status is None:
-        st.info("The job has written windows but no status yet.")
+        st.info(panels.NO_STATUS)
     elif (stale := panels.stale_notice(snap, settings.stale_after_ms)) is not None:
         st.warning(stale.text, icon="⚠️")
-    heads = d.get(
-        "headline",
-        lambda: frames.headline(
-            snap.status, snap.windows, snap.batches, snap.read_at_ms, f.range_ms, snap.sliding
-        ),
-    )
+    heads = panels.headline(snap, d, f)
     for first in range(0, len(heads), HEADLINES_PER_ROW):
         line = heads[first : first + HEADLINES_PER_ROW]
         for col, h in zip(st.columns(HEADLINES_PER_ROW)[: len(line)], line, strict=True):

@@ -13,16 +13,19 @@ from dataclasses import dataclass
 import pandas as pd
 
 from dashboard import data, figures, frames
+from dashboard.shared import Derived
 from tidegauge.core.alerts import ongoing, title
 from tidegauge.core.durations import format_duration, to_iso
 from tidegauge.core.store import ALL_SERVICES
 
 __all__ = [
     "FALLBACK_STALE_MS",
+    "NO_STATUS",
     "Notice",
     "alert_notices",
     "event_marks",
     "events_figure",
+    "headline",
     "health_figure",
     "latency_figure",
     "lateness_figure",
@@ -33,6 +36,9 @@ __all__ = [
 
 #: Before the job states its report interval, a status older than this reads as stale.
 FALLBACK_STALE_MS = 5_000
+
+#: What the status panel says when the store has windows but the job wrote no status yet.
+NO_STATUS = "The job has written windows but no status yet."
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,17 @@ def alert_notices(snap: data.Snapshot) -> list[Notice]:
                 Notice("warning", text + " (windows still open: stragglers may withdraw it)")
             )
     return out
+
+
+def headline(snap: data.Snapshot, d: Derived, f: data.Filters) -> list[frames.Headline]:
+    """The top-row figures of the shown range, built once per snapshot (`d`) for every viewer."""
+    heads: list[frames.Headline] = d.get(
+        "headline",
+        lambda: frames.headline(
+            snap.status, snap.windows, snap.batches, snap.read_at_ms, f.range_ms, snap.sliding
+        ),
+    )
+    return heads
 
 
 def stale_notice(snap: data.Snapshot, stale_after_ms: int | None) -> Notice | None:

@@ -86,16 +86,11 @@ def document(
         return out
     notices = panels.alert_notices(snap)
     if snap.status is None:
-        notices.append(panels.Notice("warning", "The job has written windows but no status yet."))
+        notices.append(panels.Notice("warning", panels.NO_STATUS))
     elif (stale := panels.stale_notice(snap, stale_after_ms)) is not None:
         notices.append(stale)
     out["notices"] = [{"level": n.level, "text": n.text} for n in notices]
-    heads = d.get(
-        "headline",
-        lambda: frames.headline(
-            snap.status, snap.windows, snap.batches, snap.read_at_ms, f.range_ms, snap.sliding
-        ),
-    )
+    heads = panels.headline(snap, d, f)
     out["headline"] = [{"label": h.label, "value": h.value, "help": h.help} for h in heads]
     windows = d.get("windows", lambda: frames.windows_frame(snap.windows))
     metrics = d.get("metrics", lambda: frames.metrics_frame(snap.windows))
