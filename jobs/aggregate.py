@@ -39,8 +39,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from jobs.deltas import KIND_DELTA, KIND_TIMES, LateFact, ServiceDelta, redo_delta
+from jobs.columns import Columns, encode_columns
+from jobs.deltas import KIND_DELTA, KIND_TIMES, ServiceDelta, redo_delta
+from jobs.late_events import concat, newest, stored
 from jobs.panes import Added, ServiceWindows
 from jobs.parse import KIND_DEAD, KIND_EVENT
 from jobs.rows import DOMAINS, append_row, frame, new_rows
@@ -48,7 +51,7 @@ from jobs.state import DeadCounts, ShardState
 from tidegauge.core.events import OVERFLOW_SERVICE, EventField, event_fields
 from tidegauge.core.plugins import ensure_plugins
 from tidegauge.core.registry import metrics
-from tidegauge.core.windows import WindowSpec, frontier, primary_size, tumbling_start
+from tidegauge.core.windows import WindowSpec, frontier, primary_size
 
 __all__ = ["StateConfig", "make_state_fn"]
 
@@ -63,7 +66,7 @@ class StateConfig:
 
     specs: tuple[WindowSpec, ...]
     allowed_lateness_ms: int = 0
-    #: Late events kept per group and batch for the late store (the store itself is capped too).
+    #: Late events kept: the newest this many (jobs/late_events.py).
     late_events_max: int = 1_000
     #: Event groups; fixed for a checkpoint (services are hashed onto shards).
     shards: int = 1
@@ -182,16 +185,14 @@ def _service_batch(
     deltas: list[ServiceDelta],
     watermark: int,
     front: int | None,
-    late_budget: int,
-) -> int:
+) -> list[Columns]:
     """Apply one service's deltas of the batch (in Kafka order); append the rows they cause.
 
-    At most `late_budget` late events are kept (the cap is per group and batch, shared by the
-    group's services); returns how many were kept.
+    Returns the deltas' late events (jobs/late_events.py), for the group to pick the newest.
     """
     added = Added()
     arrivals: dict[tuple[str, int], list[int]] = {}
-    facts: list[LateFact] = []
+    late_events: list[Columns] = []
     duplicates: Counter[tuple[str, int]] = Counter()
     duplicate_events = 0
     for d in deltas:
@@ -209,7 +210,8 @@ def _service_batch(
             total = arrivals.setdefault(series, [0, 0, 0])
             for i, c in enumerate(counts):
                 total[i] += c
-        facts.extend(d.late_events)
+        if d.late_events:
+            late_events.append(d.late_events)
     if sw.sessions is not None:
         # A service without events in this batch still gets here: its sessions may close.
         sw.add_sessions(
@@ -263,32 +265,7 @@ def _service_batch(
                 {"late": n_late, "stragglers": n_strag, "proc_ms": proc_ms}, sort_keys=True
             ),
         )
-    kept = sorted(facts, key=lambda f: (f.partition, f.offset))[: max(late_budget, 0)]
-    size = primary_size(sw.specs)
-    for f in kept:
-        start = tumbling_start(f.event_ms, size)
-        append_row(
-            rows,
-            kind="late_event",
-            service=service,
-            window_start=start,
-            partition=f.partition,
-            offset=f.offset,
-            kafka_ms=f.kafka_ms,
-            metrics=json.dumps(
-                {
-                    "event_id": f.event_id,
-                    "event_time": f.event_ms,
-                    "window_end": start + size,
-                    "watermark": watermark,
-                    "behind_ms": watermark - start - size,
-                    "lateness_ms": None if f.kafka_ms is None else f.kafka_ms - f.event_ms,
-                    "clock_offset_ms": f.clock_offset_ms,
-                },
-                sort_keys=True,
-            ),
-        )
-    return len(kept)
+    return late_events
 
 
 def _events(
@@ -323,13 +300,14 @@ def _events(
                 guard.events += _events_of(delta)
             by_service.setdefault(routed, []).append(delta)
     rows: dict[str, list[Any]] = new_rows()
-    late_budget = cfg.late_events_max
+    late_events: list[Columns] = []
     for service in sorted(set(by_service) | set(shard.services)):
         sw = shard.services.get(service)
         if sw is None:
             sw = shard.services[service] = ServiceWindows(cfg.specs)
         deltas_of = _dedup(sw, by_service.get(service, []), watermark, cfg)
-        late_budget -= _service_batch(rows, service, sw, deltas_of, watermark, front, late_budget)
+        for cols in _service_batch(rows, service, sw, deltas_of, watermark, front):
+            late_events.append({**cols, "service": pa.array([service] * len(cols["offset"]))})
         sw.evict(watermark)
         if sw.is_empty:
             del shard.services[service]
@@ -338,6 +316,10 @@ def _events(
     for i, (kind, service) in enumerate(zip(rows["kind"], rows["service"], strict=True)):
         if kind == "window" and service == OVERFLOW_SERVICE:
             rows["partition"][i] = shard_id
+    if late_events and cfg.late_events_max:
+        kept = newest(concat(late_events), cfg.late_events_max)
+        kept = stored(kept, watermark, cfg.primary_ms)
+        append_row(rows, kind="late_events", count=len(kept["offset"]), agg=encode_columns(kept))
     if guard.names:
         append_row(
             rows,

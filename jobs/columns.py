@@ -19,7 +19,16 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
-__all__ = ["STRINGS", "Columns", "arrow_strings", "present", "take", "take_rows"]
+__all__ = [
+    "STRINGS",
+    "Columns",
+    "arrow_strings",
+    "decode_columns",
+    "encode_columns",
+    "present",
+    "take",
+    "take_rows",
+]
 
 #: Column name -> numpy array, or Arrow array for the `STRINGS` columns.
 Columns = dict[str, Any]
@@ -58,3 +67,37 @@ def present(values: Any) -> npt.NDArray[np.bool_]:
     if isinstance(values, pa.Array):
         return np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
     return np.asarray(pd.notna(values), dtype=bool)
+
+
+_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
+
+
+def encode_columns(cols: Columns) -> bytes:
+    """`Columns` as an Arrow IPC stream (self-describing; NaN stays NaN, None becomes null).
+
+    LZ4-compressed: half the bytes (~36 per event instead of ~71) for the same encoding time.
+    """
+    arrays = {
+        k: v if isinstance(v, pa.Array) else pa.array(v, from_pandas=v.dtype == object)
+        for k, v in cols.items()
+    }
+    batch = pa.RecordBatch.from_pydict(arrays)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema, options=_IPC_OPTIONS) as writer:
+        writer.write_batch(batch)
+    return bytes(sink.getvalue())
+
+
+def decode_columns(blob: bytes) -> Columns:
+    """Inverse of `encode_columns` (strings as Arrow arrays, as `Columns` holds them)."""
+    table = pa.ipc.open_stream(blob).read_all()
+    out: Columns = {}
+    for name, chunks in zip(table.column_names, table.columns, strict=True):
+        col = chunks.combine_chunks()
+        if name in STRINGS:
+            out[name] = arrow_strings(col)
+        elif not pa.types.is_primitive(col.type):  # registered string fields, all-null ones
+            out[name] = np.array(col.to_pylist(), dtype=object)
+        else:
+            out[name] = col.to_numpy(zero_copy_only=False)
+    return out

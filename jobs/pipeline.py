@@ -33,6 +33,7 @@ from jobs.aggregate import StateConfig, make_state_fn
 from jobs.deltas import KIND_DELTA, KIND_TIMES, SUMMARY_SCHEMA
 from jobs.event_source import SummaryDataSource, summary_source_options
 from jobs.kafka_source import CLIENT_PREFIX, true_end_offsets
+from jobs.late_events import concat, members, newest
 from jobs.offset_log import clock_of
 from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT
 from jobs.redis_sink import write_batch
@@ -156,6 +157,11 @@ class _BatchWriter:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         rows = decode_rows(batch.toArrow().to_pylist(), batch_id)
+        late_members = (
+            members(newest(concat(rows.late_events), self.cfg.late_events_max), batch_id)
+            if rows.late_events
+            else None
+        )
         windows, dead, late, stragglers = rows.windows, rows.dead, rows.late, rows.stragglers
         clock = clock_of(self.cfg.checkpoint, batch_id)
         at = BatchTime(batch_id, clock.watermark_ms, clock.timestamp_ms)
@@ -173,7 +179,7 @@ class _BatchWriter:
                 duplicates=rows.duplicates,
                 arrivals=rows.arrivals,
                 arrival_window_ms=self.primary_ms,
-                late_events=rows.late_events,
+                late_events=late_members,
                 late_events_max=self.cfg.late_events_max,
                 retention=self.retention,
                 source=self.source,

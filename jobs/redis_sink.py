@@ -25,7 +25,6 @@ from tidegauge.core.windows import WindowSpec
 
 __all__ = [
     "ArrivalUpdate",
-    "LateEvent",
     "LateUpdate",
     "WindowCount",
     "WindowUpdate",
@@ -92,33 +91,6 @@ class ArrivalUpdate:
     metrics: Mapping[str, Any]
 
 
-@dataclass(frozen=True)
-class LateEvent:
-    """One event the watermark had already passed, kept for people to look at."""
-
-    service: str
-    partition: int
-    offset: int
-    kafka_timestamp: int | None
-    window_start: int
-    #: event_id, event_time, window_end, watermark, behind_ms, lateness_ms, clock_offset_ms.
-    details: Mapping[str, Any]
-    batch_id: int
-
-    def to_json(self) -> str:
-        """Stored form: one flat JSON object, keys sorted (a replay writes the same member)."""
-        d = {
-            **self.details,
-            "service": self.service,
-            "partition": self.partition,
-            "offset": self.offset,
-            "kafka_timestamp": self.kafka_timestamp,
-            "window_start": self.window_start,
-            "batch_id": self.batch_id,
-        }
-        return json.dumps(d, separators=(",", ":"), sort_keys=True)
-
-
 def _doc(metrics: Mapping[str, Any], batch_id: int) -> str:
     return json.dumps({**metrics, "batch": batch_id}, separators=(",", ":"), sort_keys=True)
 
@@ -136,7 +108,7 @@ def write_batch(
     duplicates: Sequence[WindowCount] = (),
     arrivals: Sequence[ArrivalUpdate] = (),
     arrival_window_ms: int | None = None,
-    late_events: Sequence[LateEvent] = (),
+    late_events: Mapping[str, int] | None = None,
     late_events_max: int = 10_000,
     retention: Retention | None = None,
     source: WindowSpec | None = None,
@@ -157,7 +129,7 @@ def write_batch(
     named: list[str] = [x.service for x in windows]
     named += [x.service for x in late] + [x.service for x in stragglers]
     named += [x.service for x in duplicates]
-    named += [x.service for x in arrivals] + [x.service for x in late_events]
+    named += [x.service for x in arrivals]
     if ALL_SERVICES in named:
         raise ValueError("'*' is computed by the sink, not sent to it")
     if arrivals and not arrival_window_ms:
@@ -225,9 +197,8 @@ def write_batch(
                 keys.arrivals(a.domain, size, a.start_ms), batch_field(a.service, batch_id), doc
             )
             tx.zadd(keys.arrivals_index(a.domain, size), {str(a.start_ms): a.start_ms})
-    kept = {e.to_json(): e.kafka_timestamp or 0 for e in late_events}
-    if kept:
-        tx.zadd(keys.late_events, kept)
+    if late_events:
+        tx.zadd(keys.late_events, late_events)
         tx.zremrangebyrank(keys.late_events, 0, -(late_events_max + 1))
     letters = {d.to_json(): d.kafka_timestamp for d in dead}
     if letters:

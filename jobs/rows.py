@@ -14,7 +14,8 @@ from typing import Any
 
 import pandas as pd
 
-from jobs.redis_sink import ArrivalUpdate, LateEvent, LateUpdate, WindowCount, WindowUpdate
+from jobs.columns import Columns, decode_columns
+from jobs.redis_sink import ArrivalUpdate, LateUpdate, WindowCount, WindowUpdate
 from tidegauge.core.metrics import LateAgg
 from tidegauge.core.store import DeadLetter
 
@@ -40,7 +41,8 @@ DOMAINS = ("processing", "broker")
 #: duplicate  spec, service, window_start, count   (duplicates of this batch dropped from it)
 #: arrivals   spec (a DOMAIN), service, window_start, count, metrics (JSON: late, stragglers,
 #:            proc_ms): events of this batch by processing-time or broker-time window
-#: late_event service, window_start, partition, offset, kafka_ms, metrics (JSON: the event)
+#: late_events agg (jobs/late_events.py `STORED_COLUMNS`, Arrow IPC), count: a state group's
+#:            newest late events of this batch
 #: dead       partition, offset, kafka_ms, reason, detail, raw, raw_size
 #: duplicate_events service, count   (events of this batch dropped as duplicates)
 #: dead_count reason, count                  (absolute count so far)
@@ -81,7 +83,8 @@ class BatchRows:
     stragglers: list[WindowCount] = field(default_factory=list)
     duplicates: list[WindowCount] = field(default_factory=list)
     arrivals: list[ArrivalUpdate] = field(default_factory=list)
-    late_events: list[LateEvent] = field(default_factory=list)
+    #: Each state group's newest late events (jobs/late_events.py), to be cut to the newest.
+    late_events: list[Columns] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
     dead_counts: dict[str, int] = field(default_factory=dict)
     #: Broker-time histograms of the batch's records, one per chunk read.
@@ -134,18 +137,8 @@ def decode_rows(rows: Iterable[Mapping[str, Any]], batch_id: int) -> BatchRows:
                     json.loads(row["metrics"]),
                 )
             )
-        elif kind == "late_event":
-            out.late_events.append(
-                LateEvent(
-                    service=row["service"],
-                    partition=row["partition"],
-                    offset=row["offset"],
-                    kafka_timestamp=row["kafka_ms"],
-                    window_start=row["window_start"],
-                    details=json.loads(row["metrics"]),
-                    batch_id=batch_id,
-                )
-            )
+        elif kind == "late_events":
+            out.late_events.append(decode_columns(row["agg"]))
         elif kind == "dead":
             out.dead.append(
                 DeadLetter(

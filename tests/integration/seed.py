@@ -20,11 +20,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 import redis
 
+from jobs.late_events import members, stored
 from jobs.redis_sink import (
     ArrivalUpdate,
-    LateEvent,
     LateUpdate,
     WindowCount,
     WindowUpdate,
@@ -170,26 +171,23 @@ def seed_live(
                     truth.processing[a.start_ms] = truth.processing.get(a.start_ms, 0) + a.count
             arrivals = _summed(arrivals + caught_arrivals)
         batch_id += 1
-        late_events = [
-            LateEvent(
-                lt.service,
-                0,
-                1000 * i + j,
-                start + 60_000,
-                start,
+        n = len(lates)
+        late_events = members(
+            stored(
                 {
-                    "event_id": f"late-{i}-{j}",
-                    "event_time": start + 10,
-                    "window_end": start + W,
-                    "watermark": start + 40_000,
-                    "behind_ms": 30_000,
-                    "lateness_ms": 60_000,
-                    "clock_offset_ms": None,
+                    "partition": np.zeros(n, dtype=np.int64),
+                    "offset": 1000 * i + np.arange(n),
+                    "kafka_ms": np.full(n, float(start + 60_000)),
+                    "event_ms": np.full(n, start + 10),
+                    "event_id": pa.array([f"late-{i}-{j}" for j in range(n)]),
+                    "clock_offset_ms": np.full(n, np.nan),
+                    "service": pa.array([lt.service for lt in lates], pa.string()),
                 },
-                batch_id,
-            )
-            for j, lt in enumerate(lates)
-        ]
+                watermark_ms=start + 40_000,
+                size_ms=W,
+            ),
+            batch_id,
+        )
         write_batch(
             r,
             keys,

@@ -27,7 +27,9 @@ import pandas as pd
 import pytest
 
 from jobs.aggregate import StateConfig, make_state_fn
+from jobs.columns import decode_columns
 from jobs.deltas import KIND_TIMES, summarise, summary_frame
+from jobs.late_events import members
 from jobs.panes import ServiceWindows
 from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT
 from jobs.rows import OUTPUT_SCHEMA
@@ -717,6 +719,16 @@ def rows_of(out: pd.DataFrame, kind: str, *cols: str) -> set[tuple[Any, ...]]:
     return {tuple(r) for r in sel[list(cols)].itertuples(index=False, name=None)}
 
 
+def kept_late_events(out: pd.DataFrame) -> list[dict[str, Any]]:
+    """The late events a state function's output keeps, as stored (jobs/late_events.py)."""
+    events = []
+    for r in out[out["kind"] == "late_events"].to_dict("records"):
+        cols = decode_columns(r["agg"])
+        assert r["count"] == len(cols["offset"])
+        events += [json.loads(m) for m in members(cols, 0)]
+    return events
+
+
 def window_aggs(out: pd.DataFrame) -> dict[tuple[str, int], WindowAgg]:
     """(spec key, start) -> the window's WindowAgg, after checking each row is self-consistent."""
     found = {}
@@ -1324,10 +1336,6 @@ def run_cfg(cfg: StateConfig, frames: list[pd.DataFrame], state: FakeGroupState)
     return pd.concat(out, ignore_index=True)
 
 
-def _none_or_int(v: Any) -> int | None:
-    return None if v is None or pd.isna(v) else int(v)
-
-
 def _primary(specs: tuple[WindowSpec, ...]) -> int:
     """Smallest tumbling size, else the largest size dividing every size and slide."""
     tumbling = [s.size_ms for s in specs if s.kind == "tumbling"]
@@ -1415,7 +1423,7 @@ def test_state_fn_time_outputs_agree_with_the_definition(
             "late",
             "straggler",
             "arrivals",
-            "late_event",
+            "late_events",
             "broker_times",
         }
         # late: count per window, and a LateAgg of exactly those events
@@ -1457,12 +1465,22 @@ def test_state_fn_time_outputs_agree_with_the_definition(
         assert got_arrivals == expected_arrivals
         # the late events themselves, judged by the primary window
         got_events = {}
-        for r in out[out["kind"] == "late_event"].to_dict("records"):
-            assert r["spec"] is None or pd.isna(r["spec"])
-            got_events[(r["service"], r["partition"], r["offset"])] = {
-                "window_start": r["window_start"],
-                "kafka_ms": _none_or_int(r["kafka_ms"]),
-                "metrics": json.loads(r["metrics"]),
+        for e in kept_late_events(out):
+            got_events[(e["service"], e["partition"], e["offset"])] = {
+                "window_start": e["window_start"],
+                "kafka_ms": e["kafka_timestamp"],
+                "metrics": {
+                    k: e[k]
+                    for k in (
+                        "event_id",
+                        "event_time",
+                        "window_end",
+                        "watermark",
+                        "behind_ms",
+                        "lateness_ms",
+                        "clock_offset_ms",
+                    )
+                },
             }
         assert got_events == exp_late_events
 
@@ -1487,23 +1505,30 @@ def test_state_fn_late_events_are_capped(n_late: int, cap: int, kept: int) -> No
     on_time = [("api", T + 25 * S, float(T + 26 * S), 0, 100, math.nan)]
     frame = timed_frame(_late_rows("api", n_late) + on_time, proc_ms=T + 40 * S)
     out = run_cfg(cfg, [frame], FakeGroupState(T + 20 * S))
-    events = out[out["kind"] == "late_event"]
+    events = kept_late_events(out)
     assert len(events) == kept
-    assert set(events["offset"]) <= set(range(n_late))  # only late events, never the other
+    assert {e["offset"] for e in events} <= set(range(n_late))  # only late events, never others
     # the cap limits the stored events, not the counts
     assert rows_of(out, "late", "spec", "window_start", "count") == {(TK, T, n_late)}
     arrivals = out[(out["kind"] == "arrivals") & (out["spec"] == "processing")]
     assert [json.loads(m)["late"] for m in arrivals["metrics"]] == [n_late]
 
 
-def test_state_fn_late_events_cap_holds_per_group_with_several_services() -> None:
+def test_state_fn_late_events_cap_keeps_the_group_s_newest_of_all_services() -> None:
     cfg = StateConfig((TUMBLING,), late_events_max=4)
-    frame = timed_frame(_late_rows("api", 3) + _late_rows("web", 3, first_offset=3))
-    out = run_cfg(cfg, [frame], FakeGroupState(T + 20 * S))
+    rows = _late_rows("api", 3) + _late_rows("web", 3, first_offset=3)
+    # broker times: api's events newest, then web's (the rows' own have none)
+    rows = [(*r[:2], float(T + 100 * S - r[4] * S), *r[3:]) for r in rows]
+    out = run_cfg(cfg, [timed_frame(rows)], FakeGroupState(T + 20 * S))
     assert rows_of(out, "late", "service", "count") == {("api", 3), ("web", 3)}
-    kept = out[out["kind"] == "late_event"]
-    assert len(kept) == 4  # the cap is shared by the group's services, first by service name
-    assert sorted(kept["service"]) == ["api", "api", "api", "web"]
+    kept = kept_late_events(out)
+    # the cap is shared by the group's services: its newest 4 by broker time, newest first
+    assert [(e["service"], e["offset"]) for e in kept] == [
+        ("api", 0),
+        ("api", 1),
+        ("api", 2),
+        ("web", 3),
+    ]
 
 
 def test_state_fn_without_processing_or_broker_time_emits_no_such_arrivals() -> None:

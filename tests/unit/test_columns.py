@@ -12,8 +12,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from jobs.columns import arrow_strings, present, take, take_rows
-from jobs.deltas import decode_columns, encode_columns
+from jobs.columns import arrow_strings, decode_columns, encode_columns, present, take, take_rows
 from sketches.hll import hash32
 
 

@@ -17,18 +17,20 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from jobs.aggregate import StateConfig, make_state_fn
+from jobs.columns import decode_columns
 from jobs.deltas import (
     KIND_DELTA,
     KIND_TIMES,
-    LateFact,
     ServiceDelta,
     summarise,
     summary_batch,
     summary_frame,
 )
+from jobs.late_events import members
 from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT
 from jobs.state import ShardState
 from sketches.hll import HyperLogLog
@@ -134,6 +136,8 @@ def comparable(out: pd.DataFrame) -> tuple[dict[Any, Any], dict[Any, WindowAgg]]
             exact[key] = (r["count"], agg.errors, agg.users.registers.tobytes())
         elif r["kind"] == "late":
             exact[key] = (r["count"], LateAgg.from_bytes(r["agg"]).lateness.count)
+        elif r["kind"] == "late_events":  # the events themselves, in the order kept
+            exact[key] = (r["count"], list(members(decode_columns(r["agg"]), 0)))
         else:
             exact[key] = (r["count"], r["metrics"])
     return exact, aggs
@@ -164,7 +168,7 @@ def test_any_chunking_in_any_order_gives_the_whole_batch_result(
         assert exact_a == exact_c
         assert set(a["kind"]) >= {"window", "arrivals"}
         if b:
-            assert "late" in set(a["kind"]) and "late_event" in set(a["kind"])
+            assert "late" in set(a["kind"]) and "late_events" in set(a["kind"])
         for key, agg in aggs_a.items():
             other = aggs_c[key].latency
             if agg.latency == other:
@@ -174,8 +178,7 @@ def test_any_chunking_in_any_order_gives_the_whole_batch_result(
             for q in (0.5, 0.99):
                 rank = agg.latency.cdf(other.quantile(q))
                 assert abs(rank - q) <= 2 * (0.01 + 1 / agg.latency.count), key
-        late_events = a[a["kind"] == "late_event"]
-        assert len(late_events) <= cfg.late_events_max  # the cap holds across chunks
+        assert a[a["kind"] == "late_events"]["count"].sum() <= cfg.late_events_max
         watermark = max(watermark, int(pdf["event_ms"].max()) - cfg.allowed_lateness_ms)
     assert whole_state.value is not None and chunked_state.value is not None
     a_state = ShardState.from_bytes(whole_state.value[0], cfg)
@@ -226,7 +229,14 @@ def test_service_delta_round_trip() -> None:
         panes={T: agg},
         late={("10000", T - 10 * S): late},
         arrivals={("broker", T): (2, 1, 0), ("processing", T): (3, 1, 1)},
-        late_events=[LateFact(1, 2, None, T - 1, "e1", None), LateFact(1, 3, T, T, None, -4)],
+        late_events={
+            "partition": np.array([1, 1]),
+            "offset": np.array([2, 3]),
+            "kafka_ms": np.array([math.nan, T]),
+            "event_ms": np.array([T - 1, T]),
+            "event_id": pa.array(["e1", None]),
+            "clock_offset_ms": np.array([math.nan, -4.0]),
+        },
         users=np.array(["a", None, "ü"], dtype=object),
         event_ms=np.array([T, T + 1, T + 2], dtype=np.int64),
         lateness=np.array([1.0, math.nan, 3.0]),
@@ -234,7 +244,14 @@ def test_service_delta_round_trip() -> None:
     delta.stragglers[("10000", T)] = 4
     back = ServiceDelta.from_bytes(delta.to_bytes())
     assert back.to_bytes() == delta.to_bytes()
-    assert back.panes[T] == agg and back.late_events == delta.late_events
+    assert back.panes[T] == agg
+    assert back.late_events.keys() == delta.late_events.keys()
+    for name, col in delta.late_events.items():
+        got = back.late_events[name]
+        if isinstance(col, pa.Array):
+            assert got.to_pylist() == col.to_pylist()
+        else:
+            assert np.array_equal(got, col, equal_nan=True)
     assert back.users.tolist() == ["a", None, "ü"]
     assert np.array_equal(back.lateness, delta.lateness, equal_nan=True)
     assert isinstance(back.panes[T].users, HyperLogLog)
@@ -251,16 +268,24 @@ def test_state_fn_refuses_summaries_of_another_watermark() -> None:
         state_outputs([rows], cfg, T - 4 * S, FakeGroupState(0))
 
 
-def test_late_events_cap_covers_the_first_late_events_in_kafka_order() -> None:
+def test_late_events_kept_are_the_newest_by_broker_time_however_chunked() -> None:
     cfg = StateConfig((TUMBLING,), late_events_max=7)
     rng = np.random.default_rng(3)
     pdf = parsed(rng, 500, T, partitions=2)
-    pdf = pdf[pdf["kind"] == KIND_EVENT].assign(service="api", event_ms=T - 60 * S)
+    pdf = pdf[pdf["kind"] == KIND_EVENT].assign(event_ms=T - 60 * S)  # every event late
+    pdf["kafka_ms"] = np.where(rng.random(len(pdf)) < 0.5, pdf["kafka_ms"], T + 5 * S)  # ties
     parts = [summary_frame(summarise(c, T, T, cfg)) for c in chunks_of(pdf, rng)]
     out = state_outputs(parts, cfg, T, FakeGroupState(0))
-    got = out[out["kind"] == "late_event"]
-    first = pdf.sort_values(["partition", "offset"]).head(7)
-    assert list(zip(got["partition"], got["offset"], strict=True)) == list(
+    [row] = out[out["kind"] == "late_events"].to_dict("records")
+    got = [json.loads(m) for m in members(decode_columns(row["agg"]), 0)]
+    # newest broker time first (unknown = oldest), ties: later partition, then later offset
+    by_age = pdf.assign(score=pdf["kafka_ms"].fillna(0)).sort_values(
+        ["score", "partition", "offset"], ascending=False
+    )
+    first = by_age.head(7)
+    assert row["count"] == 7
+    assert [(e["partition"], e["offset"]) for e in got] == list(
         zip(first["partition"], first["offset"], strict=True)
     )
-    assert [json.loads(m)["event_id"] for m in got["metrics"]] == list(first["event_id"])
+    assert [e["event_id"] for e in got] == list(first["event_id"])
+    assert [e["service"] for e in got] == list(first["service"])
