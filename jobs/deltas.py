@@ -371,18 +371,25 @@ def dedup_delta(
     accepted = open_[keep]
     out.ids, out.horizons = hashes[keep][accepted], hz[keep][accepted]
     if len(out.ids):
-        # Event ids are only read for late events (jobs/late_events.py): ship no others.
-        size = primary_size(cfg.specs)
-        late = classify_many(
-            tumbling_starts(kept["event_ms"], size) + size,
-            watermark_ms,
-            frontier(watermark_ms, cfg.allowed_lateness_ms),
-        )
+        # Event ids are only read for late events (jobs/late_events.py), and only when
+        # `redo_delta` drops one, which only a late event still open for a larger window can
+        # be: ship no ids unless the chunk has such an event (with one window: never).
+        late = _late(kept["event_ms"], watermark_ms, cfg)
         ids = kept["event_id"]
-        ids = pc.if_else(pa.array(late == LATE), ids, pa.scalar(None, ids.type))
+        if (late & accepted).any():
+            ids = pc.if_else(pa.array(late), ids, pa.scalar(None, ids.type))
+        else:
+            ids = pa.nulls(len(ids), ids.type)
         # No id hashes: `redo_delta` finds the rows `out.ids` belong to from the rows alone.
         out.rows = encode_columns(dict(kept, event_id=ids))
     return out
+
+
+def _late(event_ms: npt.NDArray[np.int64], watermark_ms: int, cfg: DeltaSettings) -> Any:
+    """Which events are late for their primary window (the late events kept are of those)."""
+    size = primary_size(cfg.specs)
+    front = frontier(watermark_ms, cfg.allowed_lateness_ms)
+    return classify_many(tumbling_starts(event_ms, size) + size, watermark_ms, front) == LATE
 
 
 def redo_delta(
@@ -408,6 +415,10 @@ def redo_delta(
     dup = hit & open_
     kept = take_rows(cols, ~dup)
     out = service_delta(kept, delta.watermark_ms, delta.proc_ms, cfg)
+    if not _late(cols["event_ms"][dup], delta.watermark_ms, cfg).any():
+        # No late event dropped: the late events kept are the delta's (whose rows may carry
+        # no event ids, see `dedup_delta`).
+        out.late_events = delta.late_events
     out.duplicates = delta.duplicates + duplicate_windows(
         cols["event_ms"][dup], has_user[dup], cfg.specs, delta.watermark_ms
     )
