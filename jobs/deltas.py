@@ -163,6 +163,8 @@ class ServiceDelta:
             late.append([key, start, len(b)])
             blobs.append(b)
         users = json.dumps(self.users.tolist()).encode() if len(self.users) else b""
+        # Horizons take a few values per chunk (the windows' ends): each one by its index.
+        horizons, codes = np.unique(self.horizons, return_inverse=True)
         late_events = encode_columns(self.late_events) if self.late_events else b""
         head = json.dumps(
             {
@@ -176,6 +178,7 @@ class ServiceDelta:
                 "sessions": [len(self.event_ms), len(users)],
                 "dup": [[k, s, n] for (k, s), n in sorted(self.duplicates.items())],
                 "ids": [len(self.ids), len(self.rows), self.duplicate_events],
+                "hz": horizons.tolist(),
             },
             separators=(",", ":"),
         ).encode()
@@ -184,7 +187,7 @@ class ServiceDelta:
             self.event_ms.astype("<i8").tobytes(),
             self.lateness.astype("<f8").tobytes(),
             self.ids.astype("<u8").tobytes(),
-            self.horizons.astype("<i8").tobytes(),
+            codes.astype(_code_type(len(horizons))).tobytes(),
             self.rows,
             late_events,
         ]
@@ -222,8 +225,10 @@ class ServiceDelta:
         if n_ids:
             out.ids = np.frombuffer(blob, "<u8", n_ids, pos).astype(np.uint64)
             pos += 8 * n_ids
-            out.horizons = np.frombuffer(blob, "<i8", n_ids, pos).astype(np.int64)
-            pos += 8 * n_ids
+            values = np.array(head["hz"], dtype=np.int64)
+            code = np.dtype(_code_type(len(values)))
+            out.horizons = values[np.frombuffer(blob, code, n_ids, pos)]
+            pos += code.itemsize * n_ids
         out.rows = blob[pos : pos + n_rows]
         pos += n_rows
         if n_late := head["late_events"]:
@@ -235,7 +240,14 @@ class ServiceDelta:
 
 
 _MAGIC = b"TGSD"
-_VERSION = 3
+_VERSION = 4
+
+
+def _code_type(values: int) -> str:
+    """The narrowest unsigned integer that indexes `values` distinct values."""
+    return "<u1" if values <= 1 << 8 else "<u2" if values <= 1 << 16 else "<u4"
+
+
 _HEAD = struct.Struct("<4sBI")
 
 
@@ -300,9 +312,16 @@ _EXTRA = "extra:"
 
 
 def service_delta(
-    cols: Columns, watermark_ms: int, proc_ms: int | None, cfg: DeltaSettings
+    cols: Columns,
+    watermark_ms: int,
+    proc_ms: int | None,
+    cfg: DeltaSettings,
+    late_events: bool = True,
 ) -> ServiceDelta:
-    """The delta of one service's events (`Columns`, Kafka order) against the watermark."""
+    """The delta of one service's events (`Columns`, Kafka order) against the watermark.
+
+    Without `late_events` the delta keeps none (and `cols` need not have their columns).
+    """
     front = frontier(watermark_ms, cfg.allowed_lateness_ms)
     event_ms = cols["event_ms"]
     arrival = cols["kafka_ms"]
@@ -339,7 +358,7 @@ def service_delta(
         for start, counts in arrival_counts(starts, kinds).items():
             out.arrivals[(domain, start)] = counts
     late_idx = np.flatnonzero(classes == LATE)
-    if len(late_idx) and cfg.late_events_max:
+    if len(late_idx) and cfg.late_events_max and late_events:
         out.late_events = late_columns(cols, late_idx, cfg.late_events_max)
     return out
 
@@ -371,18 +390,25 @@ def dedup_delta(
     accepted = open_[keep]
     out.ids, out.horizons = hashes[keep][accepted], hz[keep][accepted]
     if len(out.ids):
-        # Event ids are only read for late events (jobs/late_events.py), and only when
-        # `redo_delta` drops one, which only a late event still open for a larger window can
-        # be: ship no ids unless the chunk has such an event (with one window: never).
+        # The late events' columns (jobs/late_events.py) are only read when `redo_delta`
+        # drops a late event, which only one still open for a larger window can be: ship
+        # them only if the chunk has such an event (with one window: never), and event ids
+        # only of late events.
         late = _late(kept["event_ms"], watermark_ms, cfg)
-        ids = kept["event_id"]
         if (late & accepted).any():
-            ids = pc.if_else(pa.array(late), ids, pa.scalar(None, ids.type))
+            ids = kept["event_id"]
+            payload = dict(
+                kept, event_id=pc.if_else(pa.array(late), ids, pa.scalar(None, ids.type))
+            )
         else:
-            ids = pa.nulls(len(ids), ids.type)
+            payload = {k: v for k, v in kept.items() if k not in _LATE_ONLY}
         # No id hashes: `redo_delta` finds the rows `out.ids` belong to from the rows alone.
-        out.rows = encode_columns(dict(kept, event_id=ids))
+        out.rows = encode_columns(payload)
     return out
+
+
+#: Columns only late events need (`late_columns`).
+_LATE_ONLY = ("partition", "offset", "event_id", "clock_offset_ms")
 
 
 def _late(event_ms: npt.NDArray[np.int64], watermark_ms: int, cfg: DeltaSettings) -> Any:
@@ -414,10 +440,13 @@ def redo_delta(
     hit[hit] = seen[at[hit]] == hashes[hit]
     dup = hit & open_
     kept = take_rows(cols, ~dup)
-    out = service_delta(kept, delta.watermark_ms, delta.proc_ms, cfg)
-    if not _late(cols["event_ms"][dup], delta.watermark_ms, cfg).any():
-        # No late event dropped: the late events kept are the delta's (whose rows may carry
-        # no event ids, see `dedup_delta`).
+    # Dropping no late event leaves the delta's late events as they are (and its rows may
+    # carry none of their columns, see `dedup_delta`).
+    late_dropped = bool(_late(cols["event_ms"][dup], delta.watermark_ms, cfg).any())
+    if late_dropped and "offset" not in cols:
+        raise ValueError("a delta's rows lack the late events' columns")
+    out = service_delta(kept, delta.watermark_ms, delta.proc_ms, cfg, late_events=late_dropped)
+    if not late_dropped:
         out.late_events = delta.late_events
     out.duplicates = delta.duplicates + duplicate_windows(
         cols["event_ms"][dup], has_user[dup], cfg.specs, delta.watermark_ms

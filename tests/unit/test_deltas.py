@@ -260,6 +260,19 @@ def test_service_delta_round_trip() -> None:
             ServiceDelta.from_bytes(broken)
 
 
+@pytest.mark.parametrize("distinct", [1, 5, 256, 257, 70_000])
+def test_service_delta_keeps_ids_and_horizons_in_row_order(distinct: int) -> None:
+    rng = np.random.default_rng(distinct)
+    n = max(distinct, 1_000)
+    delta = ServiceDelta(T, T, ids=rng.integers(0, 2**63, n, dtype=np.uint64))
+    delta.horizons = T + rng.permutation(np.arange(n) % distinct).astype(np.int64) * 10 * S
+    delta.rows = b"rows"
+    back = ServiceDelta.from_bytes(delta.to_bytes())
+    assert np.array_equal(back.ids, delta.ids) and back.ids.dtype == np.uint64
+    assert np.array_equal(back.horizons, delta.horizons) and back.horizons.dtype == np.int64
+    assert back.rows == b"rows"
+
+
 def test_state_fn_refuses_summaries_of_another_watermark() -> None:
     pdf = parsed(np.random.default_rng(1), 50, T, partitions=1)
     cfg = StateConfig((TUMBLING,))

@@ -1,0 +1,215 @@
+"""One micro-batch's Python work step by step, without Spark: read tasks, state groups, sink.
+
+    .venv/bin/python benchmarks/bench_batch_steps.py [--records 500000] [--late 0.2] [--rounds 3]
+
+`bench_job.py` times whole batches, in which Spark's machinery and this VM's noise blur what our
+own code costs. This script runs the same code on one batch of the same stream (bench_job's
+seeded generator) and times each Python step alone:
+  * read: parse in chunks of `CHUNK` and summarise `SUMMARY_RECORDS` at a time
+    (jobs/event_source.py), as the batch's read tasks do together;
+  * state: the state function (jobs/aggregate.py) over each state group's summaries, the
+    services spread over `--shards` groups;
+  * sink: what the batch writer does on the driver (jobs/pipeline.py): output rows decoded
+    (jobs/rows.py), late events picked and formatted (jobs/late_events.py), one Redis
+    transaction (jobs/redis_sink.py) into a private redis-server.
+The watermark is set so that `--late` of the batch's events are behind it: bench_job's stream is
+15-25 % late (its read tasks take partitions unevenly far, so one partition's events trail the
+watermark the others set), and late events have their own costs. A warm-up round first; prints
+best and median milliseconds of `--rounds`, with the bytes the summaries hand to the shuffle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pyarrow as pa  # noqa: E402
+import redis  # noqa: E402
+
+from benchmarks.machine import describe  # noqa: E402
+from jobs.aggregate import StateConfig, make_state_fn  # noqa: E402
+from jobs.deltas import KIND_DELTA, summarise, summary_batch  # noqa: E402
+from jobs.event_source import CHUNK, SUMMARY_RECORDS  # noqa: E402
+from jobs.kafka_source import ARROW_SCHEMA  # noqa: E402
+from jobs.late_events import concat, members, newest  # noqa: E402
+from jobs.parse import KIND_EVENT, parse_batches  # noqa: E402
+from jobs.redis_sink import write_batch  # noqa: E402
+from jobs.rows import decode_rows  # noqa: E402
+from tidegauge.core.config import JobConfig  # noqa: E402
+from tidegauge.core.store import Keys  # noqa: E402
+from tidegauge.local.services import start_redis  # noqa: E402
+from tidegauge.traffic.config import GeneratorConfig  # noqa: E402
+from tidegauge.traffic.generator import generate  # noqa: E402
+
+T0 = 1_780_000_000_000
+
+
+class _State:
+    """The part of Spark's GroupState the state function uses, for one group and batch."""
+
+    def __init__(self, watermark_ms: int) -> None:
+        self.watermark_ms = watermark_ms
+        self.value: tuple[Any, ...] | None = None
+
+    @property
+    def exists(self) -> bool:
+        return self.value is not None
+
+    @property
+    def get(self) -> tuple[Any, ...]:
+        assert self.value is not None
+        return self.value
+
+    def update(self, value: tuple[Any, ...]) -> None:
+        self.value = value
+
+    def remove(self) -> None:
+        self.value = None
+
+    def getCurrentWatermarkMs(self) -> int:  # noqa: N802 (Spark's name)
+        return self.watermark_ms
+
+
+def raw_chunks(values: list[bytes]) -> list[pa.RecordBatch]:
+    """Kafka records as the source's read hands them to the parser, `CHUNK` at a time."""
+    out = []
+    for at in range(0, len(values), CHUNK):
+        part = values[at : at + CHUNK]
+        n = len(part)
+        out.append(
+            pa.RecordBatch.from_pydict(
+                {
+                    "partition": [0] * n,
+                    "offset": list(range(at, at + n)),
+                    "timestamp": [(T0 + at + i) * 1000 for i in range(n)],
+                    "key": [None] * n,
+                    "value": part,
+                },
+                schema=ARROW_SCHEMA,
+            )
+        )
+    return out
+
+
+def read(raw: list[pa.RecordBatch], watermark: int, cfg: StateConfig) -> pd.DataFrame:
+    """Parse and summarise as the read tasks do; the summary rows, as the state step gets them."""
+    parsed = list(parse_batches(iter(raw)))
+    step = SUMMARY_RECORDS // CHUNK
+    sums = []
+    for i in range(0, len(parsed), step):
+        rows = pa.Table.from_batches(parsed[i : i + step]).to_pandas()
+        sums.append(summary_batch(summarise(rows, watermark, watermark + 40_000, cfg)))
+    return pa.Table.from_batches(sums).to_pandas()
+
+
+def state(summaries: pd.DataFrame, watermark: int, cfg: StateConfig) -> pd.DataFrame:
+    """The state function over every group's summaries (fresh state: the batch's own work)."""
+    fn = make_state_fn(cfg)
+    deltas = summaries[summaries["kind"] == KIND_DELTA]
+    shard = np.array([zlib.crc32(str(s).encode()) % cfg.shards for s in deltas["service"]])
+    outs = []
+    for g in range(cfg.shards):
+        outs += list(fn((KIND_EVENT, g), iter([deltas[shard == g]]), _State(watermark)))
+    return pd.concat(outs, ignore_index=True)
+
+
+def sink(out: pa.Table, r: redis.Redis, cfg: StateConfig) -> None:
+    """The batch writer's work on the driver, as jobs/pipeline.py does it."""
+    rows = decode_rows(out.to_pylist(), 7)
+    late = members(newest(concat(rows.late_events), cfg.late_events_max), 7)
+    write_batch(
+        r,
+        Keys("bench"),
+        7,
+        rows.windows,
+        rows.dead,
+        rows.dead_counts,
+        late=rows.late,
+        stragglers=rows.stragglers,
+        duplicates=rows.duplicates,
+        arrivals=rows.arrivals,
+        arrival_window_ms=10_000,
+        late_events=late if rows.late_events else None,
+        late_events_max=cfg.late_events_max,
+    )
+
+
+def timed(step: Callable[[], object], rounds: int) -> list[float]:
+    step()  # warm-up
+    out = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        step()
+        out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--records", type=int, default=500_000)
+    ap.add_argument(
+        "--late", type=float, default=0.2, help="share of the batch behind the watermark"
+    )
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--shards", type=int, default=JobConfig.state_shards)
+    args = ap.parse_args()
+    print(describe(["pyarrow", "numpy", "redis"]))
+    cfg = StateConfig(  # the job's defaults
+        JobConfig.windows,
+        allowed_lateness_ms=JobConfig.allowed_lateness_ms,
+        late_events_max=JobConfig.late_events_max,
+        shards=args.shards,
+    )
+    gen = GeneratorConfig(
+        seed=1,
+        rate=2000.0,
+        count=args.records,
+        pace="fast",
+        start_time_ms=T0,
+        out_of_order_fraction=0.05,
+        heartbeat_interval_ms=1000,
+    )
+    raw = raw_chunks([r.value for r in generate(gen)][: args.records])
+    events = pa.Table.from_batches(list(parse_batches(iter(raw)))).column("event_ms")
+    times = events.drop_null().to_numpy()
+    # late for the default 10 s window: its end at or before the watermark
+    watermark = int(np.quantile(times, args.late)) // 10_000 * 10_000
+    summaries = read(raw, watermark, cfg)
+    out = pa.Table.from_pandas(state(summaries, watermark, cfg), preserve_index=False)
+    late = int(out.filter(pa.compute.equal(out["kind"], "late_events"))["count"].to_numpy().sum())
+    shipped = int(summaries.loc[summaries["kind"] == KIND_DELTA, "blob"].map(len).sum())
+    print(
+        f"{args.records:,} records, {float(np.mean(times < watermark)):.1%} late, "
+        f"{args.shards} state groups, best / median of {args.rounds} after a warm-up"
+    )
+    print(
+        f"summaries to the shuffle: {shipped:,} bytes ({shipped / args.records:.1f} per record); "
+        f"late events to the driver: {late:,}"
+    )
+    redis_server = start_redis()
+    try:
+        r = redis.Redis.from_url(f"redis://{redis_server.address}/0")
+        steps = {
+            "read (parse + summarise)": lambda: read(raw, watermark, cfg),
+            "state (every group)": lambda: state(summaries, watermark, cfg),
+            "sink (decode + Redis)": lambda: sink(out, r, cfg),
+        }
+        for name, step in steps.items():
+            ms = timed(step, args.rounds)
+            print(f"{name:<26} {min(ms):8.0f} / {statistics.median(ms):8.0f} ms")
+    finally:
+        redis_server.stop()
+
+
+if __name__ == "__main__":
+    main()
