@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_job.py [--events 300000] [--per-trigger 50000] [--rounds 2]
         [--duplicate-fraction 0.0] [--contenders baseline,tidegauge,tidegauge-sliding,...]
+        [--detail] [--stages]
 
 Starts its own broker (Tansu) and redis-server, produces `--events` seeded events once, then runs
 in one SparkSession, alternating for `--rounds`:
@@ -12,7 +13,9 @@ in one SparkSession, alternating for `--rounds`:
     de-duplicating by event id as by default; tidegauge-no-dedup: the same with `--no-dedup`.
 Both drain the topic in `available-now` mode with the same max records per trigger. Throughput is
 Kafka records / sum of batch durations, without the first batch (Python worker start-up), and also
-including it. Prints the machine and the figures; nothing is asserted.
+including it. `--stages` adds where a batch's time goes inside Spark (its UI's REST API): the
+read stage and the aggregation stage of each contender. Prints the machine and the figures;
+nothing is asserted.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +93,59 @@ def print_batches(name: str, progress: list[Any]) -> None:
             if k != "triggerExecution"
         )
         print(f"  {name} batch {p.batchId}: {n:,} records in {p.batchDuration} ms ({phases})")
+
+
+def new_stages(spark: Any, seen: set[int]) -> list[dict[str, Any]]:
+    """Completed stages not reported before, from Spark's REST API (the UI must be on)."""
+    from urllib.request import urlopen
+
+    ctx = spark.sparkContext
+    url = f"{ctx.uiWebUrl}/api/v1/applications/{ctx.applicationId}/stages?status=complete"
+    with urlopen(url, timeout=30) as f:  # noqa: S310 (the session's own UI)
+        stages = [st for st in json.load(f) if st["stageId"] not in seen]
+    seen.update(st["stageId"] for st in stages)
+    return sorted(stages, key=lambda st: st["stageId"])
+
+
+def _batch_of(stage: dict[str, Any]) -> int | None:
+    """The micro-batch a stage ran for: Spark's job description ends in "batch = N"."""
+    text = stage.get("description") or ""
+    at = text.rfind("batch = ")
+    return int(text[at + 8 :].split()[0]) if at >= 0 else None
+
+
+def _wall_s(stage: dict[str, Any]) -> float:
+    fmt = "%Y-%m-%dT%H:%M:%S.%f%Z"
+    start, end = stage.get("submissionTime"), stage.get("completionTime")
+    if not start or not end:
+        return float("nan")
+    return (datetime.strptime(end, fmt) - datetime.strptime(start, fmt)).total_seconds()
+
+
+def print_stages(name: str, stages: list[dict[str, Any]]) -> None:
+    """Per stage role, medians over the batches after the first.
+
+    Roles: read (the source's stage, writing the shuffle) and aggregate (reading it).
+    """
+    roles: dict[str, list[dict[str, Any]]] = {"read": [], "aggregate": []}
+    for st in stages:
+        batch = _batch_of(st)
+        if not batch or not st["numTasks"]:
+            continue
+        if st.get("shuffleReadBytes", 0):
+            roles["aggregate"].append(st)
+        elif st.get("shuffleWriteBytes", 0):
+            roles["read"].append(st)  # (not the sink's collect of a small result)
+    mid = statistics.median
+    for role, sts in roles.items():
+        if sts:
+            print(
+                f"  {name} {role} stage, median of {len(sts)} batches: "
+                f"{mid(st['numTasks'] for st in sts):.0f} tasks, "
+                f"wall {mid(_wall_s(st) for st in sts):.2f} s, "
+                f"task time {mid(st['executorRunTime'] for st in sts) / 1000:.2f} s, "
+                f"shuffle write {mid(st.get('shuffleWriteBytes', 0) for st in sts) / 1e6:.1f} MB"
+            )
 
 
 def run_baseline(spark: Any, kafka: KafkaSettings, per_trigger: int, checkpoint: str) -> list[Any]:
@@ -157,6 +215,12 @@ def main() -> None:
     ap.add_argument(
         "--detail", action="store_true", help="print each batch: records, duration, its phases"
     )
+    ap.add_argument(
+        "--stages",
+        action="store_true",
+        help="Spark's UI on: print each contender's read and aggregation stages (median of "
+        "the batches after the first: wall time, task time, shuffle bytes)",
+    )
     args = ap.parse_args()
     print(f"machine: {machine()}")
     tmp = Path(tempfile.mkdtemp(prefix="tg-bench-"))
@@ -185,7 +249,8 @@ def main() -> None:
         )
         summary = produce(gen, kafka)
         print(f"produced {summary.records:,} records in {time.monotonic() - t:.1f}s")
-        spark = build_session(args.master, shuffle_partitions=2, ui=False)
+        spark = build_session(args.master, shuffle_partitions=2, ui=args.stages)
+        seen_stages: set[int] = set()
         spark.dataSource.register(EventDataSource)
         contenders = args.contenders.split(",")
         results: dict[str, list[tuple[int, float, float]]] = {name: [] for name in contenders}
@@ -214,6 +279,8 @@ def main() -> None:
                     progress = list(run_job(cfg, spark=spark).recentProgress)
                 if args.detail:
                     print_batches(name, progress)
+                if args.stages:
+                    print_stages(name, new_stages(spark, seen_stages))
                 rows, overall, steady = throughput(progress)
                 results[name].append((rows, overall, steady))
                 print(
