@@ -27,7 +27,6 @@ import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -36,15 +35,18 @@ import pandas as pd  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import redis  # noqa: E402
 
+from benchmarks.bench_read_task import raw_chunks  # noqa: E402
 from benchmarks.machine import describe  # noqa: E402
 from jobs.aggregate import StateConfig, make_state_fn  # noqa: E402
 from jobs.deltas import KIND_DELTA, summarise, summary_batch  # noqa: E402
 from jobs.event_source import CHUNK, SUMMARY_RECORDS  # noqa: E402
-from jobs.kafka_source import ARROW_SCHEMA  # noqa: E402
 from jobs.late_events import concat, members, newest  # noqa: E402
 from jobs.parse import KIND_EVENT, parse_batches  # noqa: E402
 from jobs.redis_sink import write_batch  # noqa: E402
 from jobs.rows import decode_rows  # noqa: E402
+
+# The stand-in for Spark's GroupState that the unit tests give the state function.
+from tests.unit.test_deltas import FakeGroupState  # noqa: E402
 from tidegauge.core.config import JobConfig  # noqa: E402
 from tidegauge.core.store import Keys  # noqa: E402
 from tidegauge.local.services import start_redis  # noqa: E402
@@ -52,53 +54,6 @@ from tidegauge.traffic.config import GeneratorConfig  # noqa: E402
 from tidegauge.traffic.generator import generate  # noqa: E402
 
 T0 = 1_780_000_000_000
-
-
-class _State:
-    """The part of Spark's GroupState the state function uses, for one group and batch."""
-
-    def __init__(self, watermark_ms: int) -> None:
-        self.watermark_ms = watermark_ms
-        self.value: tuple[Any, ...] | None = None
-
-    @property
-    def exists(self) -> bool:
-        return self.value is not None
-
-    @property
-    def get(self) -> tuple[Any, ...]:
-        assert self.value is not None
-        return self.value
-
-    def update(self, value: tuple[Any, ...]) -> None:
-        self.value = value
-
-    def remove(self) -> None:
-        self.value = None
-
-    def getCurrentWatermarkMs(self) -> int:  # noqa: N802 (Spark's name)
-        return self.watermark_ms
-
-
-def raw_chunks(values: list[bytes]) -> list[pa.RecordBatch]:
-    """Kafka records as the source's read hands them to the parser, `CHUNK` at a time."""
-    out = []
-    for at in range(0, len(values), CHUNK):
-        part = values[at : at + CHUNK]
-        n = len(part)
-        out.append(
-            pa.RecordBatch.from_pydict(
-                {
-                    "partition": [0] * n,
-                    "offset": list(range(at, at + n)),
-                    "timestamp": [(T0 + at + i) * 1000 for i in range(n)],
-                    "key": [None] * n,
-                    "value": part,
-                },
-                schema=ARROW_SCHEMA,
-            )
-        )
-    return out
 
 
 def read(raw: list[pa.RecordBatch], watermark: int, cfg: StateConfig) -> pd.DataFrame:
@@ -119,7 +74,7 @@ def state(summaries: pd.DataFrame, watermark: int, cfg: StateConfig) -> pd.DataF
     shard = np.array([zlib.crc32(str(s).encode()) % cfg.shards for s in deltas["service"]])
     outs = []
     for g in range(cfg.shards):
-        outs += list(fn((KIND_EVENT, g), iter([deltas[shard == g]]), _State(watermark)))
+        outs += list(fn((KIND_EVENT, g), iter([deltas[shard == g]]), FakeGroupState(watermark)))
     return pd.concat(outs, ignore_index=True)
 
 
@@ -179,7 +134,7 @@ def main() -> None:
         out_of_order_fraction=0.05,
         heartbeat_interval_ms=1000,
     )
-    raw = raw_chunks([r.value for r in generate(gen)][: args.records])
+    raw = raw_chunks([r.value for r in generate(gen)][: args.records], T0)
     events = pa.Table.from_batches(list(parse_batches(iter(raw)))).column("event_ms")
     times = events.drop_null().to_numpy()
     # late for the default 10 s window: its end at or before the watermark

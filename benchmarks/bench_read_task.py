@@ -48,7 +48,14 @@ def chunks(records: int, iso: float, malformed: float) -> list[pa.RecordBatch]:
         iso_fraction=iso,
         malformed_fraction=malformed,
     )
-    values = [r.value for r in generate(cfg)][:records]
+    return raw_chunks([r.value for r in generate(cfg)][:records], T0)
+
+
+def raw_chunks(values: list[bytes], t0: int) -> list[pa.RecordBatch]:
+    """Record values as the source's read hands them to the parser, `CHUNK` at a time.
+
+    One partition from offset 0, a broker timestamp 1 ms apart from `t0` on.
+    """
     out = []
     for at in range(0, len(values), CHUNK):
         part = values[at : at + CHUNK]
@@ -58,7 +65,7 @@ def chunks(records: int, iso: float, malformed: float) -> list[pa.RecordBatch]:
                 {
                     "partition": [0] * n,
                     "offset": list(range(at, at + n)),
-                    "timestamp": [(T0 + at + i) * 1000 for i in range(n)],
+                    "timestamp": [(t0 + at + i) * 1000 for i in range(n)],
                     "key": [None] * n,
                     "value": part,
                 },
