@@ -40,7 +40,7 @@ from benchmarks.machine import describe  # noqa: E402
 from jobs.aggregate import StateConfig, make_state_fn  # noqa: E402
 from jobs.deltas import KIND_DELTA, summarise, summary_batch  # noqa: E402
 from jobs.event_source import CHUNK, SUMMARY_RECORDS  # noqa: E402
-from jobs.late_events import concat, members, newest  # noqa: E402
+from jobs.late_events import batch_members  # noqa: E402
 from jobs.parse import KIND_EVENT, parse_batches  # noqa: E402
 from jobs.redis_sink import write_batch  # noqa: E402
 from jobs.rows import decode_rows  # noqa: E402
@@ -81,7 +81,7 @@ def state(summaries: pd.DataFrame, watermark: int, cfg: StateConfig) -> pd.DataF
 def sink(out: pa.Table, r: redis.Redis, cfg: StateConfig) -> None:
     """The batch writer's work on the driver, as jobs/pipeline.py does it."""
     rows = decode_rows(out.to_pylist(), 7)
-    late = members(newest(concat(rows.late_events), cfg.late_events_max), 7)
+    late = batch_members(rows.late_events, cfg.late_events_max, 7)
     write_batch(
         r,
         Keys("bench"),
@@ -94,7 +94,7 @@ def sink(out: pa.Table, r: redis.Redis, cfg: StateConfig) -> None:
         duplicates=rows.duplicates,
         arrivals=rows.arrivals,
         arrival_window_ms=10_000,
-        late_events=late if rows.late_events else None,
+        late_events=late,
         late_events_max=cfg.late_events_max,
     )
 

@@ -32,6 +32,7 @@ from tidegauge.core.windows import tumbling_starts
 __all__ = [
     "EVENT_COLUMNS",
     "STORED_COLUMNS",
+    "batch_members",
     "concat",
     "late_columns",
     "members",
@@ -151,3 +152,10 @@ def members(cols: Columns, batch_id: int) -> dict[str, int]:
         )
         out[text] = score
     return out
+
+
+def batch_members(groups: Sequence[Columns], n: int, batch_id: int) -> dict[str, int] | None:
+    """The batch writer's members -> scores: the newest `n` of the groups' late events."""
+    if not groups:
+        return None
+    return members(newest(concat(groups), n), batch_id)

@@ -33,7 +33,7 @@ from jobs.aggregate import StateConfig, make_state_fn
 from jobs.deltas import KIND_DELTA, KIND_TIMES, SUMMARY_SCHEMA
 from jobs.event_source import SummaryDataSource, summary_source_options
 from jobs.kafka_source import CLIENT_PREFIX, true_end_offsets
-from jobs.late_events import concat, members, newest
+from jobs.late_events import batch_members
 from jobs.offset_log import clock_of
 from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT
 from jobs.redis_sink import write_batch
@@ -157,11 +157,7 @@ class _BatchWriter:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         rows = decode_rows(batch.toArrow().to_pylist(), batch_id)
-        late_members = (
-            members(newest(concat(rows.late_events), self.cfg.late_events_max), batch_id)
-            if rows.late_events
-            else None
-        )
+        late_members = batch_members(rows.late_events, self.cfg.late_events_max, batch_id)
         windows, dead, late, stragglers = rows.windows, rows.dead, rows.late, rows.stragglers
         clock = clock_of(self.cfg.checkpoint, batch_id)
         at = BatchTime(batch_id, clock.watermark_ms, clock.timestamp_ms)
