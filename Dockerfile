@@ -38,11 +38,11 @@ RUN --mount=type=bind,target=/src,rw set -eux; \
     python -c "from dashboard.run import install_plotly_js; print(install_plotly_js())"; \
     tidegauge --help
 
-# Spark's class archive (jobs/jvm_archive.py) and the SPARK_HOME linked for it
-# (jobs/spark_home.py), written once here where every user can read them: each container's
+# Spark's class archive (jobs/runtime/jvm_archive.py) and the SPARK_HOME linked for it
+# (jobs/runtime/spark_home.py), written once here where every user can read them: each container's
 # Spark then starts ~7 s sooner. A build where Java cannot write one still succeeds (slower start).
 ENV TIDEGAUGE_CACHE_DIR=/opt/tidegauge/cache
-RUN python -m jobs.jvm_archive_writer
+RUN python -m jobs.runtime.jvm_archive_writer
 
 # Run as an unprivileged user. /data is where the job keeps its Spark checkpoint; creating it
 # here owned by that user makes a fresh named volume mounted on it writable. (No VOLUME: it

@@ -6,12 +6,12 @@
 own code costs. This script runs the same code on one batch of the same stream (bench_job's
 seeded generator) and times each Python step alone:
   * read: parse in chunks of `CHUNK` and summarise `SUMMARY_RECORDS` at a time
-    (jobs/event_source.py), as the batch's read tasks do together;
-  * state: the state function (jobs/aggregate.py) over each state group's summaries, the
+    (jobs/summary/read_task.py), as the batch's read tasks do together;
+  * state: the state function (jobs/state/aggregate.py) over each state group's summaries, the
     services spread over `--shards` groups;
   * sink: what the batch writer does on the driver (jobs/pipeline.py): output rows decoded
-    (jobs/rows.py), late events picked and formatted (jobs/late_events.py), one Redis
-    transaction (jobs/redis_sink.py) into a private redis-server.
+    (jobs/state/rows.py), late events picked and formatted (jobs/summary/late_events.py), one Redis
+    transaction (jobs/sink/redis_sink.py) into a private redis-server.
 The watermark is set so that `--late` of the batch's events are behind it: bench_job's stream is
 15-25 % late (its read tasks take partitions unevenly far, so one partition's events trail the
 watermark the others set), and late events have their own costs. A warm-up round first; prints
@@ -37,26 +37,28 @@ import redis  # noqa: E402
 
 from benchmarks.bench_read_task import raw_chunks  # noqa: E402
 from benchmarks.machine import describe  # noqa: E402
-from jobs.aggregate import StateConfig, make_state_fn  # noqa: E402
-from jobs.deltas import KIND_DELTA, summarise, summary_batch  # noqa: E402
-from jobs.event_source import CHUNK, SUMMARY_RECORDS  # noqa: E402
-from jobs.late_events import batch_members  # noqa: E402
-from jobs.parse import KIND_EVENT, parse_batches  # noqa: E402
-from jobs.redis_sink import write_batch  # noqa: E402
-from jobs.rows import decode_rows  # noqa: E402
+from cli.local.services import start_redis  # noqa: E402
+from jobs.parse.parser import RecordKind, parse_batches  # noqa: E402
+from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch  # noqa: E402
+from jobs.state.aggregate import make_state_fn  # noqa: E402
+from jobs.state.rows import decode_rows  # noqa: E402
+from jobs.summary.late_events import batch_members  # noqa: E402
+from jobs.summary.read_task import CHUNK, SUMMARY_RECORDS  # noqa: E402
+from jobs.summary.schema import SummaryKind
+from jobs.summary.settings import ExecutorConfig
+from jobs.summary.summarise import summarise, summary_batch  # noqa: E402
 
 # The stand-in for Spark's GroupState that the unit tests give the state function.
 from tests.unit.test_deltas import FakeGroupState  # noqa: E402
 from tidegauge.core.config import JobConfig  # noqa: E402
 from tidegauge.core.store import Keys  # noqa: E402
-from tidegauge.local.services import start_redis  # noqa: E402
 from tidegauge.traffic.config import GeneratorConfig  # noqa: E402
 from tidegauge.traffic.generator import generate  # noqa: E402
 
 T0 = 1_780_000_000_000
 
 
-def read(raw: list[pa.RecordBatch], watermark: int, cfg: StateConfig) -> pd.DataFrame:
+def read(raw: list[pa.RecordBatch], watermark: int, cfg: ExecutorConfig) -> pd.DataFrame:
     """Parse and summarise as the read tasks do; the summary rows, as the state step gets them."""
     parsed = list(parse_batches(iter(raw)))
     step = SUMMARY_RECORDS // CHUNK
@@ -67,35 +69,38 @@ def read(raw: list[pa.RecordBatch], watermark: int, cfg: StateConfig) -> pd.Data
     return pa.Table.from_batches(sums).to_pandas()
 
 
-def state(summaries: pd.DataFrame, watermark: int, cfg: StateConfig) -> pd.DataFrame:
+def state(summaries: pd.DataFrame, watermark: int, cfg: ExecutorConfig) -> pd.DataFrame:
     """The state function over every group's summaries (fresh state: the batch's own work)."""
     fn = make_state_fn(cfg)
-    deltas = summaries[summaries["kind"] == KIND_DELTA]
+    deltas = summaries[summaries["kind"] == SummaryKind.SERVICE]
     shard = np.array([zlib.crc32(str(s).encode()) % cfg.shards for s in deltas["service"]])
     outs = []
     for g in range(cfg.shards):
-        outs += list(fn((KIND_EVENT, g), iter([deltas[shard == g]]), FakeGroupState(watermark)))
+        outs += list(
+            fn((RecordKind.EVENT, g), iter([deltas[shard == g]]), FakeGroupState(watermark))
+        )
     return pd.concat(outs, ignore_index=True)
 
 
-def sink(out: pa.Table, r: redis.Redis, cfg: StateConfig) -> None:
+def sink(out: pa.Table, r: redis.Redis, cfg: ExecutorConfig) -> None:
     """The batch writer's work on the driver, as jobs/pipeline.py does it."""
     rows = decode_rows(out.to_pylist(), 7)
     late = batch_members(rows.late_events, cfg.late_events_max, 7)
     write_batch(
         r,
         Keys("bench"),
-        7,
-        rows.windows,
-        rows.dead,
-        rows.dead_counts,
-        late=rows.late,
-        stragglers=rows.stragglers,
-        duplicates=rows.duplicates,
-        arrivals=rows.arrivals,
-        arrival_window_ms=10_000,
-        late_events=late,
-        late_events_max=cfg.late_events_max,
+        SinkBatch(
+            7,
+            rows.windows,
+            rows.dead,
+            rows.dead_counts,
+            late=rows.late,
+            stragglers=rows.stragglers,
+            duplicates=rows.duplicates,
+            arrivals=rows.arrivals,
+            late_events=late,
+        ),
+        SinkConfig(arrival_window_ms=10_000, late_events_max=cfg.late_events_max),
     )
 
 
@@ -119,7 +124,7 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=JobConfig.state_shards)
     args = ap.parse_args()
     print(describe(["pyarrow", "numpy", "redis"]))
-    cfg = StateConfig(  # the job's defaults
+    cfg = ExecutorConfig(  # the job's defaults
         JobConfig.windows,
         allowed_lateness_ms=JobConfig.allowed_lateness_ms,
         late_events_max=JobConfig.late_events_max,
@@ -142,7 +147,7 @@ def main() -> None:
     summaries = read(raw, watermark, cfg)
     out = pa.Table.from_pandas(state(summaries, watermark, cfg), preserve_index=False)
     late = int(out.filter(pa.compute.equal(out["kind"], "late_events"))["count"].to_numpy().sum())
-    shipped = int(summaries.loc[summaries["kind"] == KIND_DELTA, "blob"].map(len).sum())
+    shipped = int(summaries.loc[summaries["kind"] == SummaryKind.SERVICE, "blob"].map(len).sum())
     print(
         f"{args.records:,} records, {float(np.mean(times < watermark)):.1%} late, "
         f"{args.shards} state groups, best / median of {args.rounds} after a warm-up"

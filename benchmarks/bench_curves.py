@@ -22,7 +22,8 @@ Figures per configuration:
   * rows/s: records read (events and heartbeats) / sum of batch durations, without the first batch
     that has rows (it starts the query's Python workers): `bench_job.throughput`.
   * batches: micro-batches the query ran, no-data batches included.
-  * sink ms: wall time of each `jobs.redis_sink.write_batch` call, median and p95 (nearest rank)
+  * sink ms: wall time of each `jobs.sink.redis_sink.write_batch` call, median and p95 (nearest
+  rank)
     over the query's batches. Measured on the driver, in this process, by wrapping the name
     `jobs.pipeline.write_batch` that the batch writer calls: it covers reading the stored
     aggregates back for the `*` merge, the merges, and the MULTI/EXEC; not the collect of the
@@ -71,15 +72,15 @@ import jobs.pipeline  # noqa: E402
 from benchmarks.bench_dashboard import refresh  # noqa: E402
 from benchmarks.bench_job import throughput  # noqa: E402
 from benchmarks.machine import describe  # noqa: E402
+from cli.local.services import Service, start_broker, start_redis  # noqa: E402
 from dashboard import data  # noqa: E402
-from jobs.spark import build_session  # noqa: E402
+from jobs.runtime.session import build_session  # noqa: E402
 from tidegauge.core.closed_windows import ClosedWindows  # noqa: E402
 from tidegauge.core.config import JobConfig, KafkaSettings, RedisSettings  # noqa: E402
 from tidegauge.core.store import ALL_SERVICES, Keys, read_batches, read_window_specs  # noqa: E402
-from tidegauge.core.topics import ensure_topic  # noqa: E402
-from tidegauge.local.services import Service, start_broker, start_redis  # noqa: E402
 from tidegauge.traffic.config import GeneratorConfig  # noqa: E402
 from tidegauge.traffic.producer import produce  # noqa: E402
+from tidegauge.traffic.topics import ensure_topic  # noqa: E402
 
 #: Event time starts here (fixed, so runs compare): 2026-05-28T20:26:40Z. The dashboard's
 #: event-time ranges end at the newest window, not at the wall clock, so the past is fine.

@@ -25,11 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import redis  # noqa: E402
 
 from benchmarks.machine import describe  # noqa: E402
+from cli.local.services import start_redis  # noqa: E402
 from dashboard import chart, data, figures, frames  # noqa: E402
 from tests.integration.seed import seed_live  # noqa: E402
 from tidegauge.core.closed_windows import ClosedWindows  # noqa: E402
 from tidegauge.core.store import ALL_SERVICES, Keys  # noqa: E402
-from tidegauge.local.services import start_redis  # noqa: E402
 
 
 def refresh(

@@ -35,13 +35,13 @@ import numpy as np  # noqa: E402
 
 from benchmarks.bench_freshness import _proc_table, tree_cpu_s  # noqa: E402
 from benchmarks.machine import describe  # noqa: E402
+from cli.local.services import free_port, start_redis  # noqa: E402
 from tidegauge.core.config import RedisSettings  # noqa: E402
 from tidegauge.core.store import Keys, connect, read_batches  # noqa: E402
-from tidegauge.local.services import free_port, start_redis  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-TRIGGER_MS = 1000  # the demo's trigger (tidegauge/local/stack.py)
+TRIGGER_MS = 1000  # the demo's trigger (cli/local/demo.py)
 #: Spark's ProcessingTimeExecutor, when a batch takes longer than the trigger interval.
 FALLING_BEHIND = "Current batch is falling behind"
 
@@ -86,10 +86,10 @@ def _name(pid: int) -> str:
         return f"pid {pid}"
     text = " ".join(a.decode(errors="replace") for a in argv)
     for needle, name in (
-        ("tidegauge.cli job", "job (driver, JVM, Python workers)"),
+        ("cli.main job", "job (driver, JVM, Python workers)"),
         ("streamlit", "dashboard (Streamlit)"),
         ("tansu", "broker (Tansu)"),
-        ("tidegauge.cli produce", "generator"),
+        ("cli.main produce", "generator"),
         ("redis-server", "redis"),
     ):
         if needle in text:
@@ -174,7 +174,7 @@ def main() -> None:
         [
             sys.executable,
             "-m",
-            "tidegauge.cli",
+            "cli.main",
             "demo",
             "--state-dir",
             str(tmp / "demo"),

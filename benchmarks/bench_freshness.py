@@ -6,7 +6,7 @@ holds its trigger, at several offered rates.
         [--client kafka-python|confluent] [--job-arg=--shuffle-partitions=2 ...]
 
 Starts its own broker (Tansu) and redis-server, a topic of 3 partitions, and the job as a user
-would (`python -m tidegauge.cli job ... --trigger 1s --master local[2] --starting-offsets
+would (`python -m cli.main job ... --trigger 1s --master local[2] --starting-offsets
 latest`, a subprocess), and waits for the job's first status (a heartbeat per partition every
 2 s kicks its first batch). Then, for each rate in turn, on the same job:
 
@@ -83,17 +83,17 @@ from benchmarks.offered_load import (  # noqa: E402
     combine_marks,
     processes_for,
 )
-from tidegauge.core.config import KafkaSettings, RedisSettings  # noqa: E402
-from tidegauge.core.durations import parse_duration  # noqa: E402
-from tidegauge.core.events import Heartbeat, encode_heartbeat  # noqa: E402
-from tidegauge.core.store import Keys, connect, read_batches, read_status  # noqa: E402
-from tidegauge.core.topics import ensure_topic  # noqa: E402
-from tidegauge.local.services import (  # noqa: E402
+from cli.local.services import (  # noqa: E402
     Service,
     parent_death_signal,
     start_broker,
     start_redis,
 )
+from tidegauge.core.config import KafkaSettings, RedisSettings  # noqa: E402
+from tidegauge.core.durations import parse_duration  # noqa: E402
+from tidegauge.core.events import Heartbeat, encode_heartbeat  # noqa: E402
+from tidegauge.core.store import Keys, connect, read_batches, read_status  # noqa: E402
+from tidegauge.traffic.topics import ensure_topic  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 PARTITIONS = 3
@@ -676,7 +676,7 @@ def main() -> None:
         argv = [
             sys.executable,
             "-m",
-            "tidegauge.cli",
+            "cli.main",
             "job",
             "--bootstrap",
             kafka.bootstrap,

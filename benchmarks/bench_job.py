@@ -6,7 +6,7 @@
 
 Starts its own broker (Tansu) and redis-server, produces `--events` seeded events once, then runs
 in one SparkSession, alternating for `--rounds`:
-  * baseline: the same Kafka source and parse step (jobs/event_source.py), then
+  * baseline: the same Kafka source and parse step (jobs/summary/read_task.py), then
     groupBy(window(event_time, 10s), service).agg(count, percentile_approx(latency, 5 quantiles),
     approx_count_distinct(user_id)) with the same watermark, results collected to the driver;
   * tidegauge: `jobs.pipeline.run_job` (t-digest + HLL per pane in state, Redis sink, status),
@@ -36,16 +36,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pyspark.sql import functions as F  # noqa: E402
 
 from benchmarks.machine import describe  # noqa: E402
-from jobs.event_source import EventDataSource  # noqa: E402
-from jobs.parse import PARSED_SCHEMA  # noqa: E402
+from cli.local.services import start_broker, start_redis  # noqa: E402
+from jobs.parse.parser import PARSED_SCHEMA  # noqa: E402
 from jobs.pipeline import _current_end, run_job  # noqa: E402
-from jobs.spark import build_session  # noqa: E402
+from jobs.runtime.session import build_session  # noqa: E402
+from jobs.summary.read_task import EventDataSource  # noqa: E402
 from tidegauge.core.config import JobConfig, KafkaSettings, RedisSettings  # noqa: E402
-from tidegauge.core.topics import ensure_topic  # noqa: E402
 from tidegauge.core.windows import WindowSpec  # noqa: E402
-from tidegauge.local.services import start_broker, start_redis  # noqa: E402
 from tidegauge.traffic.config import GeneratorConfig  # noqa: E402
 from tidegauge.traffic.producer import produce  # noqa: E402
+from tidegauge.traffic.topics import ensure_topic  # noqa: E402
 
 
 def machine() -> str:
@@ -56,7 +56,7 @@ def records_of(progress: Any) -> int:
     """Kafka records a batch read: its source's end - start offsets, summed over partitions.
 
     Not `numInputRows`: the job's source yields summary rows, a few per service and chunk
-    (jobs/deltas.py), while the baseline's yields a row per record. The topic has no
+    (jobs/summary/summarise.py), while the baseline's yields a row per record. The topic has no
     transactions, so every offset is a record.
     """
     src = (json.loads(progress.json).get("sources") or [{}])[0]
@@ -201,7 +201,7 @@ def main() -> None:
         type=int,
         default=0,
         help="run on a Spark standalone cluster of this many workers started here "
-        "(tidegauge/local/cluster.py) instead of --master",
+        "(cli/local/cluster.py) instead of --master",
     )
     ap.add_argument("--worker-cores", type=int, default=1, help="cores per worker (1)")
     ap.add_argument("--partitions", type=int, default=3, help="Kafka partitions (3)")
@@ -227,7 +227,7 @@ def main() -> None:
     broker, redis_server = start_broker(), start_redis()
     cluster = None
     if args.workers:
-        from tidegauge.local.cluster import start_cluster
+        from cli.local.cluster import start_cluster
 
         cluster = start_cluster(args.workers, tmp / "spark", cores=args.worker_cores)
         args.master = cluster.url

@@ -2,10 +2,11 @@
 
     .venv/bin/python benchmarks/bench_read_task.py [--records 100000] [--rounds 7]
 
-What one read task of `tidegauge job` does with its records once fetched (jobs/event_source.py):
-parse them in chunks of `CHUNK` (jobs/parse.py) and summarise the parsed rows per service and
-pane (jobs/deltas.py, de-duplication on, the default 10 s window). Two kinds of traffic from the
-project's generator: "offered" (what `benchmarks/offered_load.py` sends: epoch-ms times, no
+What one read task of `tidegauge job` does with its records once fetched
+(jobs/summary/read_task.py):
+parse them in chunks of `CHUNK` (jobs/parse/parser.py) and summarise the parsed rows per service and
+pane (jobs/summary/summarise.py, de-duplication on, the default 10 s window). Two kinds of traffic
+from the project's generator: "offered" (what `benchmarks/offered_load.py` sends: epoch-ms times, no
 malformed records) and "generator" (its defaults: 10 % ISO-8601 times, plus 1 % malformed
 records of every kind). Prints the best and median of `--rounds` per step. Uses only functions
 that older commits have too, so the same script measures before and after.
@@ -26,11 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pyarrow as pa  # noqa: E402
 
 from benchmarks.machine import describe  # noqa: E402
-from jobs.aggregate import StateConfig  # noqa: E402
-from jobs.event_source import CHUNK, _summary  # noqa: E402
-from jobs.kafka_source import ARROW_SCHEMA  # noqa: E402
-from jobs.offset_log import BatchClock  # noqa: E402
-from jobs.parse import parse_batches  # noqa: E402
+from jobs.parse.parser import parse_batches  # noqa: E402
+from jobs.source.kafka_source import ARROW_SCHEMA  # noqa: E402
+from jobs.source.offset_log import BatchClock  # noqa: E402
+from jobs.summary.read_task import CHUNK, _summary  # noqa: E402
+from jobs.summary.settings import ExecutorConfig  # noqa: E402
 from tidegauge.core.windows import WindowSpec  # noqa: E402
 from tidegauge.traffic.config import GeneratorConfig  # noqa: E402
 from tidegauge.traffic.generator import generate  # noqa: E402
@@ -94,7 +95,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args()
     print(describe(["pyarrow", "orjson"]))
-    cfg = StateConfig((WindowSpec.tumbling(10_000),))
+    cfg = ExecutorConfig((WindowSpec.tumbling(10_000),))
     clock = BatchClock(1, T0, T0 + 60_000)
     print(f"{args.records:,} records, chunks of {CHUNK:,}, best / median of {args.rounds}")
     print(f"{'traffic':<10} {'parse µs/record':>18} {'summarise µs/record':>22}")

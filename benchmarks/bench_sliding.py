@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_sliding.py [--batches 120] [--rates 100,1000,10000]
 
 Feeds one service's events (1 s batches, up to 3 s out of order, 5 % errors) through the job's
-pane logic (jobs/panes.py: `ServiceWindows.add`, `windows`, `evict` and the state's bytes, the
+pane logic (jobs/panes/windows.py: `ServiceWindows.add`, `windows`, `evict`, the state's bytes, the
 per-service work of the read tasks and the stateful step) with a 10 s tumbling window alone,
 plus a 60 s hopping window (60s/10s), plus a 60 s sliding window at 100 ms and at 1 ms. Prints,
 per rate: ms of CPU per batch, the state's bytes and the stored bytes of one 60 s row (what
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from benchmarks.machine import describe  # noqa: E402
-from jobs.panes import ServiceWindows  # noqa: E402
+from jobs.panes.windows import ServiceWindows  # noqa: E402
 from tidegauge.core.windows import WindowSpec, advance_watermark  # noqa: E402
 
 TUMBLING = WindowSpec.tumbling(10_000)

@@ -4,7 +4,8 @@
         [--retention 6h,1m:7d,1h:90d] [--pool 400]
 
 Starts its own redis-server and streams `--days` of event time, time-compressed, through the
-job's sink code (jobs/redis_sink.py `write_batch` with the retention tiers, jobs/rollup.py),
+job's sink code (jobs/sink/redis_sink.py `write_batch` with the retention tiers,
+jobs/sink/rollup.py),
 as the job writes it: one batch per minute of event time, each with the 10 s windows of every
 service (aggregates of `--events` events: latency t-digest, users HyperLogLog, lateness), a few
 late rows and stragglers, processing- and broker-time arrivals, and the batch's progress entry.
@@ -36,22 +37,17 @@ import redis  # noqa: E402
 
 from benchmarks.bench_dashboard import refresh  # noqa: E402
 from benchmarks.machine import describe  # noqa: E402
+from cli.local.services import start_redis  # noqa: E402
 from dashboard import data  # noqa: E402
-from jobs.redis_sink import (  # noqa: E402
-    ArrivalUpdate,
-    LateUpdate,
-    WindowCount,
-    WindowUpdate,
-    write_batch,
-    write_progress,
-)
-from jobs.rollup import BatchTime  # noqa: E402
+from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch  # noqa: E402
+from jobs.sink.rollup import BatchTime  # noqa: E402
+from jobs.sink.status import write_progress  # noqa: E402
+from jobs.state.rows import ArrivalUpdate, LateUpdate, WindowCount, WindowUpdate  # noqa: E402
 from tidegauge.core.closed_windows import ClosedWindows  # noqa: E402
 from tidegauge.core.metrics import LateAgg, WindowAgg  # noqa: E402
 from tidegauge.core.retention import DEFAULT_RETENTION, Retention, format_span  # noqa: E402
 from tidegauge.core.store import Keys  # noqa: E402
 from tidegauge.core.windows import WindowSpec  # noqa: E402
-from tidegauge.local.services import start_redis  # noqa: E402
 
 S, M, H, D = 1_000, 60_000, 3_600_000, 86_400_000
 W = 10 * S
@@ -145,15 +141,15 @@ def main() -> int:
             write_batch(
                 r,
                 keys,
-                b,
-                windows,
-                late=late,
-                stragglers=strag,
-                arrivals=arrivals,
-                arrival_window_ms=W,
-                retention=retention,
-                source=SPEC,
-                at=BatchTime(b, wm, t),
+                SinkBatch(
+                    b,
+                    windows,
+                    late=late,
+                    stragglers=strag,
+                    arrivals=arrivals,
+                    at=BatchTime(b, wm, t),
+                ),
+                SinkConfig(arrival_window_ms=W, retention=retention, source=SPEC),
             )
             sink_ms.append((time.perf_counter() - t0) * 1000)
             write_progress(

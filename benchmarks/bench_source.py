@@ -5,8 +5,8 @@
 
 Starts its own broker (Tansu), writes `--records` generator-shaped JSON events (~200 bytes) to a
 one-partition topic per codec with a batching kafka-python producer, then reads the whole range
-with `jobs.kafka_source.read_range` (what one Spark task does) `--rounds` times and prints the
-best and median records/s and CPU seconds per 100k records. Nothing is asserted.
+with `jobs.source.kafka_source.read_range` (what one Spark task does) `--rounds` times and prints
+the best and median records/s and CPU seconds per 100k records. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kafka import KafkaProducer  # noqa: E402
 
 from benchmarks.machine import describe  # noqa: E402
-from jobs.kafka_source import KafkaPartition, read_range  # noqa: E402
+from cli.local.services import start_broker  # noqa: E402
+from jobs.source.kafka_source import KafkaPartition, read_range  # noqa: E402
 from tidegauge.core.config import KafkaSettings  # noqa: E402
-from tidegauge.core.topics import ensure_topic  # noqa: E402
-from tidegauge.local.services import start_broker  # noqa: E402
+from tidegauge.traffic.topics import ensure_topic  # noqa: E402
 
 T0 = 1_795_341_600_000
 

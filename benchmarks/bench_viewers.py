@@ -43,10 +43,10 @@ from streamlit.proto.ForwardMsg_pb2 import ForwardMsg  # noqa: E402
 from websockets.asyncio.client import connect  # noqa: E402
 
 from benchmarks.machine import describe  # noqa: E402
+from cli.local.services import free_port, start_redis, wait_for_port  # noqa: E402
 from tests.integration.seed import seed_live  # noqa: E402
 from tests.procs import descendants  # noqa: E402
 from tidegauge.core.store import Keys  # noqa: E402
-from tidegauge.local.services import free_port, start_redis, wait_for_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DONE = {
@@ -177,7 +177,7 @@ def main() -> None:
             r, Keys(), time.time_ns() // 1_000_000, services=args.services, minutes=args.minutes
         )
         dash = subprocess.Popen(
-            [sys.executable, "-m", "tidegauge.cli", "dashboard", "--redis", url]
+            [sys.executable, "-m", "cli.main", "dashboard", "--redis", url]
             + ["--port", str(port), "--address", "127.0.0.1"],
             cwd=ROOT,
             stdout=subprocess.DEVNULL,

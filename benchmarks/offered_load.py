@@ -280,7 +280,7 @@ class _Client:
 
 def _worker(spec: _Spec, conn: Connection, stop: Any) -> None:
     """Producer process: prepare, say ready, wait for (T0, warmup, seconds), send, report."""
-    from tidegauge.local.services import parent_death_signal
+    from cli.local.services import parent_death_signal
 
     pdeath = parent_death_signal()
     if pdeath is not None:

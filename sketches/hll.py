@@ -326,7 +326,7 @@ def hash64(values: object) -> npt.NDArray[np.uint64]:
     """The full 64-bit TG64-v1 hashes of a column's non-null values, in order (nulls dropped).
 
     Same input as :func:`hash32` (whose values are the low 32 bits of these). For identities
-    that must not collide, e.g. event ids in de-duplication state (jobs/dedup.py): for ``n``
+    that must not collide, e.g. event ids in de-duplication state (jobs/panes/dedup.py): for ``n``
     distinct values the chance that any two share a hash is about ``n^2 / 2^65``.
     """
     parts = list(_iter_valid_hashes(values))

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import redis
 
+from cli.local.services import Service, start_broker, start_redis
 from tidegauge.core.config import KafkaSettings, RedisSettings
-from tidegauge.core.topics import ensure_topic
-from tidegauge.local.services import Service, start_broker, start_redis
+from tidegauge.traffic.topics import ensure_topic
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -198,7 +198,7 @@ def job(broker: Service) -> Callable[..., subprocess.CompletedProcess[str]]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local[2] SparkSession for every test of tests/spark (JVM started once)."""
-    from jobs.spark import build_session
+    from jobs.runtime.session import build_session
 
     session = build_session("local[2]", app_name="tidegauge-tests", ui=False)
     yield session

@@ -39,7 +39,7 @@ TOKENS = [
     b"\xed\xa0\x80",  # a surrogate in UTF-8 (CESU), not UTF-8
     b" \t\r\n",
     b"",
-    # where Arrow's JSON decoder (jobs/bulk_parse.py) could part from Python's
+    # where Arrow's JSON decoder (jobs/parse/bulk.py) could part from Python's
     b"Inf",
     b"-Inf",
     b"-NaN",

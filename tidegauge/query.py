@@ -11,14 +11,14 @@ from typing import Any
 
 import redis
 
+from tidegauge.alerts.rules import STATES, Firing, describe_firing
+from tidegauge.alerts.store import read_alert_heartbeat, read_alert_log, read_firings
 from tidegauge.core import store
-from tidegauge.core.alerts import STATES, Firing, describe_firing
 from tidegauge.core.config import RedisSettings, redact_url
 from tidegauge.core.durations import format_duration, parse_duration, parse_instant, to_iso
 from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.metrics import added_result_fields, field_label
 from tidegauge.core.store import ALL_SERVICES
-from tidegauge.core.store.alerts import read_alert_heartbeat, read_alert_log, read_firings
 
 __all__ = ["add_arguments", "format_freshness", "run"]
 

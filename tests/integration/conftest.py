@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from cli.local.services import free_port
 from tidegauge.core.config import RedisSettings
-from tidegauge.local.services import free_port
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def served(redis_settings: RedisSettings, request: pytest.FixtureRequest) -> Ite
     """`tidegauge dashboard` (with the flags of an indirect parameter, if any): its URL."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tidegauge.cli", "dashboard", "--port", str(port)]
+        [sys.executable, "-m", "cli.main", "dashboard", "--port", str(port)]
         + ["--redis", redis_settings.url, "--demo-controls", *getattr(request, "param", [])],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

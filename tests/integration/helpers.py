@@ -27,7 +27,7 @@ def tidegauge(
     """Run `tidegauge ARGS...` with this interpreter, as a user would (`env`: extra variables)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     proc = subprocess.run(
-        [sys.executable, "-m", "tidegauge.cli", *args],
+        [sys.executable, "-m", "cli.main", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

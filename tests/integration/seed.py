@@ -23,16 +23,10 @@ import numpy as np
 import pyarrow as pa
 import redis
 
-from jobs.late_events import members, stored
-from jobs.redis_sink import (
-    ArrivalUpdate,
-    LateUpdate,
-    WindowCount,
-    WindowUpdate,
-    touch_status,
-    write_batch,
-    write_progress,
-)
+from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch
+from jobs.sink.status import touch_status, write_progress
+from jobs.state.rows import ArrivalUpdate, LateUpdate, WindowCount, WindowUpdate
+from jobs.summary.late_events import members, stored
 from sketches.hll import hash32
 from tidegauge.core.metrics import LateAgg, WindowAgg
 from tidegauge.core.sliding import Timeline, frame_of
@@ -191,13 +185,15 @@ def seed_live(
         write_batch(
             r,
             keys,
-            batch_id,
-            updates,
-            late=lates,
-            stragglers=strags,
-            arrivals=arrivals,
-            arrival_window_ms=W,
-            late_events=late_events,
+            SinkBatch(
+                batch_id,
+                updates,
+                late=lates,
+                stragglers=strags,
+                arrivals=arrivals,
+                late_events=late_events,
+            ),
+            SinkConfig(arrival_window_ms=W),
         )
         rows = sum(u.metrics["count"] for u in updates)
         seen = start + W - 1  # the batch's max event time; the watermark trails it
@@ -215,10 +211,7 @@ def seed_live(
     write_batch(
         r,
         keys,
-        batch_id,
-        [],
-        dead=letters,
-        dead_counts={"invalid_json": 2, "missing_field": 1},
+        SinkBatch(batch_id, [], dead=letters, dead_counts={"invalid_json": 2, "missing_field": 1}),
     )
     truth.dead = len(letters)
     summary = _progress(batch_id, truth.batch_time, newest + W - 1, 3, watermark)
@@ -239,7 +232,7 @@ def _seed_sliding(
     """The SLIDING rows a job writes from those windows' events, and their busiest interval.
 
     Each row merges the aggregates of the windows of its rolling interval and the timelines of
-    the windows its peak intervals reach (as jobs/panes.py does); `truth.busiest` is counted
+    the windows its peak intervals reach (as jobs/panes/windows.py does); `truth.busiest` is counted
     independently, interval by interval over every event time.
     """
     size, step = SLIDING.size_ms, SLIDING.slide_ms
@@ -256,7 +249,7 @@ def _seed_sliding(
             updates.append(
                 WindowUpdate(SLIDING.key, end - size, svc, agg.metrics(size), agg.to_bytes())
             )
-    write_batch(r, keys, batch_id, updates)
+    write_batch(r, keys, SinkBatch(batch_id, updates))
     ts = np.sort(times)
     best = (-1, 0)
     for end in [s + step for s in starts]:

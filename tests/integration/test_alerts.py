@@ -19,7 +19,9 @@ import numpy as np
 import pytest
 import redis
 
-from jobs.redis_sink import WindowCount, WindowUpdate, write_batch, write_progress
+from jobs.sink.redis_sink import SinkBatch, write_batch
+from jobs.sink.status import write_progress
+from jobs.state.rows import WindowCount, WindowUpdate
 from sketches.hll import hash32
 from tests.integration.helpers import tidegauge
 from tidegauge.core.config import RedisSettings
@@ -94,7 +96,11 @@ class Job:
             self.windows[i] = self.windows.get(i, []) + lat
         updates = [update(i, self.windows[i]) for i in add]
         strag = [WindowCount(SPEC.key, T0 + i * W, "api", len(v)) for i, v in add.items()]
-        write_batch(self.r, self.keys, self.batch, updates, stragglers=strag if stragglers else ())
+        write_batch(
+            self.r,
+            self.keys,
+            SinkBatch(self.batch, updates, stragglers=strag if stragglers else ()),
+        )
         write_progress(
             self.r,
             self.keys,

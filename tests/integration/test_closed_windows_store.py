@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 import redis
 
-from jobs.redis_sink import ArrivalUpdate, LateUpdate, WindowUpdate, write_batch, write_progress
+from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch
+from jobs.sink.status import write_progress
+from jobs.state.rows import ArrivalUpdate, LateUpdate, WindowUpdate
 from tests.integration.seed import LATENESS_MS, SPEC, Seeded, W, seed_live
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.metrics import LateAgg, WindowAgg
@@ -131,11 +133,13 @@ def test_memoised_reads_follow_every_change_a_live_job_makes(
     write_batch(
         r,
         KEYS,
-        900,
-        [],
-        late=[LateUpdate(SPEC.key, old, svc, 3, late.to_bytes())],
-        arrivals=[ArrivalUpdate("broker", old, svc, 3, {"late": 3, "stragglers": 0})],
-        arrival_window_ms=W,
+        SinkBatch(
+            900,
+            [],
+            late=[LateUpdate(SPEC.key, old, svc, 3, late.to_bytes())],
+            arrivals=[ArrivalUpdate("broker", old, svc, 3, {"late": 3, "stragglers": 0})],
+        ),
+        SinkConfig(arrival_window_ms=W),
     )
     now = agree(r, seeded, memo)
     assert now["lateness"][ALL_SERVICES]["late"] == late_before + 3
@@ -143,7 +147,9 @@ def test_memoised_reads_follow_every_change_a_live_job_makes(
 
     # the job goes on: a new window, and the watermark closes the ones that were open
     nxt = seeded.newest_start + W
-    write_batch(r, KEYS, 901, [window(nxt, s, 40, i) for i, s in enumerate(seeded.services)])
+    write_batch(
+        r, KEYS, SinkBatch(901, [window(nxt, s, 40, i) for i, s in enumerate(seeded.services)])
+    )
     write_progress(r, KEYS, progress(901, nxt + W))
     now = agree(r, seeded, memo)
     assert nxt in now["starts"]
@@ -174,6 +180,6 @@ def test_a_closed_window_is_not_read_again_an_open_one_is(
     r.hset(KEYS.window(SPEC.key, closed), svc, b'{"count": 1}')
     assert reads(r, seeded, memo)["windows"] == before["windows"]
     # an open window still changes, and the memo shows it
-    write_batch(r, KEYS, 902, [window(still_open, svc, 5, 1)])
+    write_batch(r, KEYS, SinkBatch(902, [window(still_open, svc, 5, 1)]))
     rows = read_windows(r, KEYS, SPEC, svc, still_open, still_open + W, cache=memo)
     assert [w.count for w in rows] == [5]

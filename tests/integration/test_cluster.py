@@ -1,6 +1,6 @@
 """The job on a real Spark standalone cluster: a master and two workers, one core each.
 
-The cluster is started from the installed pyspark (tidegauge/local/cluster.py), as `tidegauge
+The cluster is started from the installed pyspark (cli/local/cluster.py), as `tidegauge
 cluster` does: real master and worker JVMs, executors in their own JVMs with their own Python
 workers. A seeded stream with out-of-order, late and malformed events goes through the job
 with `--master spark://...` and `available-now`; Redis must then hold what a `local[2]` run of
@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 import redis
 
+from cli.local.cluster import LocalCluster, alive_workers, master_state, start_cluster
 from tests.integration.helpers import tidegauge
 from tests.procs import wait_until
 from tidegauge.core.store import Keys, read_batches, read_dead_counts, read_windows
-from tidegauge.local.cluster import LocalCluster, alive_workers, master_state, start_cluster
 
 TOPIC = "cluster-events"
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,7 +111,7 @@ def test_the_job_on_a_cluster_equals_the_local_run_even_when_a_worker_dies_mid_s
     url = module_redis_db().url
     r = redis.Redis.from_url(url)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tidegauge.cli"]
+        [sys.executable, "-m", "cli.main"]
         + _job_args(broker.address, url, tmp_path / "checkpoint", cluster.url),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -57,7 +57,7 @@ def test_pause_round_trip_is_the_backlog_field(
     until = request_pause(client, KEYS, T0, pause_ms=45_000)
     assert until == T0 + 45_000
     assert hset_calls(redis_client) == before + 1
-    # The very field and format the job's Kafka source reads (jobs/kafka_source.py).
+    # The very field and format the job's Kafka source reads (jobs/source/kafka_source.py).
     assert redis_client.hget("tgc:control", "pause_until") == b"1800000045000"
     assert read_commands(client, KEYS) == DemoCommands(pause_until_ms=T0 + 45_000)
 

@@ -20,8 +20,11 @@ import pytest
 import redis
 from streamlit.testing.v1 import AppTest
 
+from cli.local.services import free_port
 from dashboard import data
-from jobs.redis_sink import WindowUpdate, write_batch, write_progress
+from jobs.sink.redis_sink import SinkBatch, write_batch
+from jobs.sink.status import write_progress
+from jobs.state.rows import WindowUpdate
 from tests import procs
 from tests.integration.helpers import tidegauge, trace, values
 from tests.integration.seed import PANELS, seed_live
@@ -32,7 +35,6 @@ from tidegauge.core.metrics import WindowAgg
 from tidegauge.core.store import DeadLetter, Keys
 from tidegauge.core.store.annotations import read_annotations
 from tidegauge.core.windows import WindowSpec
-from tidegauge.local.services import free_port
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
 W = 10_000
@@ -64,7 +66,9 @@ def seed(r: redis.Redis, batch_time: int) -> dict[str, int]:
     newest = batch_time - batch_time % W - W
     starts = [newest - i * W for i in range(6)]
     counts = {"checkout": 120, "search": 340, "auth": 55}
-    write_batch(r, KEYS, 1, [window(s, svc, c) for s in starts[3:] for svc, c in counts.items()])
+    write_batch(
+        r, KEYS, SinkBatch(1, [window(s, svc, c) for s in starts[3:] for svc, c in counts.items()])
+    )
     letters = [
         DeadLetter(0, 17, batch_time - 3000, "invalid_json", "Expecting value", b"{oops", 5, 2),
         DeadLetter(2, 5, batch_time - 2000, "missing_field", "no 'service'", b'{"a":1}', 7, 2),
@@ -73,10 +77,12 @@ def seed(r: redis.Redis, batch_time: int) -> dict[str, int]:
     write_batch(
         r,
         KEYS,
-        2,
-        [window(s, svc, c) for s in starts[:3] for svc, c in counts.items()],
-        dead=letters,
-        dead_counts={"invalid_json": 2, "missing_field": 1},
+        SinkBatch(
+            2,
+            [window(s, svc, c) for s in starts[:3] for svc, c in counts.items()],
+            dead=letters,
+            dead_counts={"invalid_json": 2, "missing_field": 1},
+        ),
     )
     watermark = newest - 20_000
     write_progress(
@@ -268,11 +274,13 @@ def test_snapshot_keeps_to_the_smallest_tumbling_spec(redis_client: redis.Redis)
     write_batch(
         redis_client,
         KEYS,
-        3,
-        [
-            window(newest, "search", 999, WindowSpec(30_000, 10_000)),
-            window(newest - newest % 60_000, "search", 2000, WindowSpec.tumbling(60_000)),
-        ],
+        SinkBatch(
+            3,
+            [
+                window(newest, "search", 999, WindowSpec(30_000, 10_000)),
+                window(newest - newest % 60_000, "search", 2000, WindowSpec.tumbling(60_000)),
+            ],
+        ),
     )
     snap = data.read_snapshot(redis_client, KEYS, window_range_ms=60_000, now_ms=now)
     assert snap.window_size_ms == W
@@ -358,7 +366,7 @@ def test_unreachable_redis_is_an_error_message_not_a_traceback(
 def dashboard_process(redis_settings: RedisSettings) -> Iterator[tuple[subprocess.Popen[str], int]]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tidegauge.cli", "dashboard", "--port", str(port)]
+        [sys.executable, "-m", "cli.main", "dashboard", "--port", str(port)]
         + ["--redis", redis_settings.url],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -512,7 +520,7 @@ def test_demo_commands_and_job_starts_are_marked_on_the_charts_of_their_time_dom
     assert "backlog: job paused 30 s" in labels
     # the incident is event time: drawn once the job has windows of that time
     later = incident.start - incident.start % W
-    write_batch(redis_client, KEYS, 500, [window(later, s, 50) for s in truth.services])
+    write_batch(redis_client, KEYS, SinkBatch(500, [window(later, s, 50) for s in truth.services]))
     time.sleep(1.0)
     at.run(timeout=30)
     fig = chart(at, "events_per_s")

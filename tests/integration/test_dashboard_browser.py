@@ -19,7 +19,7 @@ import pytest
 import redis
 from playwright import sync_api as playwright
 
-from jobs.redis_sink import write_batch
+from jobs.sink.redis_sink import SinkBatch, write_batch
 from tests.integration.seed import PANELS, W, job_reporting, seed_live, seeded_window
 from tidegauge.core import control
 from tidegauge.core.store import Keys
@@ -35,7 +35,7 @@ def test_every_panel_renders_with_data_in_a_real_browser(
     assert Path(CHROMIUM).exists(), "Debian's chromium is missing: run `make setup`"
     truth = seed_live(redis_client, Keys(), time.time_ns() // 1_000_000)
     shot = Path(os.environ.get("TIDEGAUGE_SCREENSHOT") or tmp_path / "dashboard.png")
-    with job_reporting(redis_client, Keys()):  # an idle job reports (jobs/status.py)
+    with job_reporting(redis_client, Keys()):  # an idle job reports (jobs/sink/status.py)
         _check_page(served, truth.late, truth.stragglers, shot)
     assert shot.stat().st_size > 50_000  # a real picture, not a blank page
 
@@ -134,7 +134,11 @@ def test_zoom_and_legend_toggles_survive_refreshes_that_bring_new_data(
         zoomed = page.evaluate(VIEW_JS)
         # the job writes the next window: the chart must show it without undoing the user's view
         start = truth.newest_start + W
-        write_batch(redis_client, Keys(), 10_000, [seeded_window(start, s) for s in truth.services])
+        write_batch(
+            redis_client,
+            Keys(),
+            SinkBatch(10_000, [seeded_window(start, s) for s in truth.services]),
+        )
         page.wait_for_function(
             "(old) => { const e = document.querySelector('.st-key-events_per_s .js-plotly-plot');"
             " const xs = e.data[0].x; return String(xs[xs.length - 1]) !== old; }",

@@ -19,12 +19,13 @@ import pytest
 import redis
 from playwright import sync_api as playwright
 
-from jobs.redis_sink import touch_status, write_batch
+from cli.local.services import free_port
+from jobs.sink.redis_sink import SinkBatch, write_batch
+from jobs.sink.status import touch_status
 from tests.integration.helpers import trace, values
 from tests.integration.seed import job_reporting, seed_live, seeded_window
 from tests.integration.test_dashboard_browser import CHROMIUM
 from tidegauge.core.store import Keys
-from tidegauge.local.services import free_port
 
 #: The wall's charts (dashboard/wall.py WALL_CHARTS).
 WALL_CHARTS = ("events_per_s", "latency_ts", "lateness_windows", "health")
@@ -109,7 +110,9 @@ def test_wall_page_draws_its_charts_and_follows_new_windows_without_reloading(
             # the job writes the next window: the page shows it without a reload
             start = truth.newest_start + 10_000
             write_batch(
-                redis_client, Keys(), 10_000, [seeded_window(start, s) for s in truth.services]
+                redis_client,
+                Keys(),
+                SinkBatch(10_000, [seeded_window(start, s) for s in truth.services]),
             )
             page.wait_for_function(f"(old) => ({NEWEST_JS})() !== old", arg=shown, timeout=20_000)
         finally:

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import redis
 
+from cli.local.services import free_port
 from tests import procs
 from tidegauge.core.store import ALL_SERVICES, Keys, read_status, read_windows
-from tidegauge.local.services import free_port
 
 START_BUDGET_S = 90.0  # start -> windows of several services and a moving batch id
 STOP_BUDGET_S = 30.0
@@ -111,7 +111,7 @@ def _start_demo(*args: str) -> Demo:
     for var in ("TIDEGAUGE_KAFKA_BOOTSTRAP", "TIDEGAUGE_REDIS_URL", "TIDEGAUGE_TOPIC"):
         env.pop(var, None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tidegauge.cli", "demo", *args],
+        [sys.executable, "-m", "cli.main", "demo", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,

@@ -164,7 +164,7 @@ def test_killed_job_resumes_to_the_same_state(stream: dict[str, Any], redis_sett
     checkpoint = stream["tmp"] / "killed"
     args = job_args(stream["broker"], stream["topic"], url, checkpoint, "500ms")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tidegauge.cli", *args],
+        [sys.executable, "-m", "cli.main", *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

@@ -24,10 +24,10 @@ import redis
 from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
+from cli.local.services import Service, free_port, start_broker, wait_for_port
 from tests.integration.helpers import batch_rows, expected_windows, load_truth, tidegauge
 from tests.tls_proxy import make_certificates
 from tidegauge.core.store import Keys, read_batches
-from tidegauge.local.services import Service, free_port, start_broker, wait_for_port
 
 SECRET = "s3cret-kafka-pa55word"
 TOPIC = "secure-events"

@@ -1,4 +1,4 @@
-"""The Kafka source (jobs/kafka_source.py) against the real Kafka-protocol broker (Tansu).
+"""The Kafka source (jobs/source/kafka_source.py) against the real Kafka-protocol broker (Tansu).
 
 Records are produced in multi-record batches on purpose (linger_ms, large batch_size): that is
 when the broker's ListOffsets(latest) answers "base offset of the last batch + 1", short of the
@@ -18,8 +18,8 @@ import pyarrow as pa
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from jobs.kafka_log import LogClient
-from jobs.kafka_source import (
+from jobs.source.kafka_log import LogClient
+from jobs.source.kafka_source import (
     KafkaPartition,
     KafkaStreamReader,
     read_range,
@@ -558,7 +558,7 @@ def test_reads_reuse_one_client_per_topic_and_a_failed_read_starts_afresh(
     make_topic: Callable[[int], Topic],
 ) -> None:
     """Executors keep their connection across micro-batches; a failure does not poison it."""
-    from jobs import kafka_source
+    from jobs.source import kafka_source
 
     topic = make_topic(2)
     topic.produce({0: 500, 1: 500})

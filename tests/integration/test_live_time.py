@@ -38,7 +38,7 @@ def running_job(*args: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tidegauge.cli", "job", *args],
+            [sys.executable, "-m", "cli.main", "job", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
@@ -224,7 +224,7 @@ def test_heartbeats_alone_close_the_last_window(
             [
                 sys.executable,
                 "-m",
-                "tidegauge.cli",
+                "cli.main",
                 "produce",
                 "--bootstrap",
                 broker.address,

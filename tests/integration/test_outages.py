@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 import redis
 
+from cli.local.services import free_port, wait_for_port
 from tests import procs
 from tests.integration.helpers import tidegauge
 from tests.integration.test_job_replay import job_args, snapshot
 from tidegauge.core.store import Keys, read_batches, read_status
-from tidegauge.local.services import free_port, wait_for_port
 
 TOTAL = 3_000  # records of the stream (events, duplicates, malformed)
 
@@ -114,7 +114,7 @@ class Job:
         self.log = workdir / "job.log"
         args = job_args(reference["broker"], reference["topic"], url, workdir / "cp", "500ms")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tidegauge.cli", *args, *extra],
+            [sys.executable, "-m", "cli.main", *args, *extra],
             stdout=self.log.open("wb"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -266,7 +266,7 @@ def _python_workers() -> list[int]:
     daemons = [
         int(p.name)
         for p in Path("/proc").iterdir()
-        if p.name.isdigit() and b"jobs.worker_daemon" in _cmdline(p)
+        if p.name.isdigit() and b"jobs.runtime.worker_daemon" in _cmdline(p)
     ]
     # forked task workers carry the daemon's command line; the driver's source runner does not
     # (it is not a task: Spark has no retry for it)
@@ -274,7 +274,7 @@ def _python_workers() -> list[int]:
         w
         for d in daemons
         for w in procs.children(d)
-        if b"jobs.worker_daemon" in _cmdline(Path(f"/proc/{w}"))
+        if b"jobs.runtime.worker_daemon" in _cmdline(Path(f"/proc/{w}"))
     ]
 
 

@@ -24,22 +24,22 @@ import redis
 from kafka import KafkaConsumer, TopicPartition
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from jobs.kafka_log import LogClient
-from jobs.log_batches import LogRecord
+from cli.local.services import free_port, start_redis
+from jobs.source.kafka_log import LogClient
+from jobs.source.log_batches import LogRecord
 from tests import procs
 from tidegauge.core.codecs import codec_by_name
 from tidegauge.core.config import KafkaSettings, RedisSettings
 from tidegauge.core.control import request_late_burst, request_pause, start_incident
 from tidegauge.core.events import Event, Heartbeat, Rejected, parse_record
 from tidegauge.core.store import Keys
-from tidegauge.local.services import free_port, start_redis
 from tidegauge.traffic.config import GeneratorConfig
 from tidegauge.traffic.generator import generate
 from tidegauge.traffic.producer import produce
 from tidegauge.traffic.records import HEARTBEAT_SOURCE
 
 T0 = 1_800_000_000_000
-CLI = [sys.executable, "-m", "tidegauge.cli", "produce"]
+CLI = [sys.executable, "-m", "cli.main", "produce"]
 
 
 def read_truth(path: Path) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ import pytest
 import redis
 from confluent_kafka import Producer
 
-from jobs.kafka_source import true_end_offsets
+from jobs.source.kafka_source import true_end_offsets
 from tests.integration.helpers import tidegauge
 from tidegauge.core.store import Keys, read_dead_counts, read_dead_letters, read_status
 
@@ -230,7 +230,7 @@ def test_a_codec_the_job_cannot_decode_stops_it_with_one_clear_line(
         [
             sys.executable,
             "-m",
-            "tidegauge.cli",
+            "cli.main",
             "job",
             "--bootstrap",
             broker.address,

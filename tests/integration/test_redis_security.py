@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from cli.local.services import free_port, wait_for_port
 from tests.integration.helpers import tidegauge
 from tests.tls_proxy import make_certificates
-from tidegauge.local.services import free_port, wait_for_port
 
 JOB_PW = "job-Secret-4711"
 VIEWER_PW = "viewer-Secret-0815"
@@ -97,7 +97,7 @@ def _job(broker: str, topic: str, checkpoint: Path, url: str) -> subprocess.Pope
     """The job with its Redis URL in the environment, as `tidegauge demo` passes it."""
     env = dict(os.environ, TIDEGAUGE_REDIS_URL=url, PYTHONUNBUFFERED="1")
     return subprocess.Popen(
-        [sys.executable, "-m", "tidegauge.cli", "job", "--bootstrap", broker, "--topic", topic]
+        [sys.executable, "-m", "cli.main", "job", "--bootstrap", broker, "--topic", topic]
         + ["--checkpoint", str(checkpoint), "--trigger", "available-now", "--master", "local[2]"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -183,7 +183,7 @@ def test_dashboard_reads_as_the_viewer_and_shows_no_password(  # type: ignore[no
         _run_job_watching_ps(broker.address, stream, tmp_path / "cp", job_url, JOB_PW)
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tidegauge.cli", "dashboard", "--port", str(port)],
+        [sys.executable, "-m", "cli.main", "dashboard", "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=dict(os.environ, TIDEGAUGE_REDIS_URL=viewer_url),

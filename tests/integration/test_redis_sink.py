@@ -1,4 +1,4 @@
-"""The Redis sink (jobs/redis_sink.py) and the read API (tidegauge/core/store/), real Redis.
+"""The Redis sink (jobs/sink/redis_sink.py) and the read API (tidegauge/core/store/), real Redis.
 
 The sink promises that each micro-batch is one transaction of absolute values, so a replayed
 batch leaves Redis exactly as it was; these tests replay batches and compare every key. The `*`
@@ -17,8 +17,10 @@ import numpy as np
 import pytest
 import redis
 
-import jobs.redis_sink as redis_sink
-from jobs.redis_sink import LateUpdate, WindowCount, WindowUpdate, write_batch, write_progress
+import jobs.sink.status as status_writes
+from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch
+from jobs.sink.status import write_progress
+from jobs.state.rows import LateUpdate, WindowCount, WindowUpdate
 from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.metrics import PERCENTILES, WindowAgg
 from tidegauge.core.store import (
@@ -162,12 +164,8 @@ def _write(r: redis.Redis, b: dict[str, Any], dead_letter_max: int = 100_000) ->
     write_batch(
         r,
         KEYS,
-        b["batch_id"],
-        b["windows"],
-        b["dead"],
-        b["dead_counts"],
-        dead_letter_max=dead_letter_max,
-        late=b["late"],
+        SinkBatch(b["batch_id"], b["windows"], b["dead"], b["dead_counts"], late=b["late"]),
+        SinkConfig(dead_letter_max=dead_letter_max),
     )
 
 
@@ -207,7 +205,7 @@ def test_replaying_the_last_batch_after_earlier_batches_changes_nothing(
 
 
 def test_empty_batch_writes_nothing(redis_client: redis.Redis) -> None:
-    write_batch(redis_client, KEYS, 0, [])
+    write_batch(redis_client, KEYS, SinkBatch(0, []))
     assert redis_client.dbsize() == 0
 
 
@@ -218,20 +216,22 @@ def test_star_merges_every_stored_service(redis_client: redis.Redis) -> None:
     # api and web share half their users; db has users of its own and much slower latencies
     api1, web = agg_of(300, 1, range(0, 200)), agg_of(200, 2, range(100, 300))
     write_batch(
-        redis_client, KEYS, 1, [update(TUMBLING, T, "api", api1), update(TUMBLING, T, "web", web)]
+        redis_client,
+        KEYS,
+        SinkBatch(1, [update(TUMBLING, T, "api", api1), update(TUMBLING, T, "web", web)]),
     )
     assert window_counts(redis_client, TUMBLING, T) == {"api": 300, "web": 200, "*": 500}
 
     # batch 2 only updates api (absolute): web's aggregate from batch 1 still counts in `*`
     api2 = agg_of(400, 3, range(0, 200))
-    write_batch(redis_client, KEYS, 2, [update(TUMBLING, T, "api", api2)])
+    write_batch(redis_client, KEYS, SinkBatch(2, [update(TUMBLING, T, "api", api2)]))
     assert window_counts(redis_client, TUMBLING, T) == {"api": 400, "web": 200, "*": 600}
     assert stored_aggs(redis_client, TUMBLING, T)["*"] == WindowAgg.merged([api2, web])
 
     # batch 3 adds a new service to the window, and opens another window
     db, db_next = agg_of(100, 4, range(1000, 1050), scale=400.0), agg_of(5, 5)
     batch3 = [update(TUMBLING, T, "db", db), update(TUMBLING, T + W, "db", db_next)]
-    write_batch(redis_client, KEYS, 3, batch3)
+    write_batch(redis_client, KEYS, SinkBatch(3, batch3))
     assert window_counts(redis_client, TUMBLING, T) == {"api": 400, "web": 200, "db": 100, "*": 700}
     assert window_counts(redis_client, TUMBLING, T + W) == {"db": 5, "*": 5}
 
@@ -267,7 +267,7 @@ def test_star_merges_every_stored_service(redis_client: redis.Redis) -> None:
 
     # replaying batch 3 keeps every byte, `*` included
     before = snapshot(redis_client)
-    write_batch(redis_client, KEYS, 3, batch3)
+    write_batch(redis_client, KEYS, SinkBatch(3, batch3))
     assert snapshot(redis_client) == before
     assert read_services(redis_client, KEYS) == ["api", "db", "web"]
     assert read_window_specs(redis_client, KEYS) == [TUMBLING]
@@ -278,12 +278,14 @@ def test_star_is_per_window_spec(redis_client: redis.Redis) -> None:
     write_batch(
         redis_client,
         KEYS,
-        1,
-        [
-            update(TUMBLING, T, "api", a10),
-            update(HOPPING, T, "api", a30),
-            update(MINUTE, T, "api", a60),
-        ],
+        SinkBatch(
+            1,
+            [
+                update(TUMBLING, T, "api", a10),
+                update(HOPPING, T, "api", a30),
+                update(MINUTE, T, "api", a60),
+            ],
+        ),
     )
     assert window_counts(redis_client, TUMBLING, T) == {"api": 3, "*": 3}
     assert window_counts(redis_client, HOPPING, T) == {"api": 9, "*": 9}
@@ -303,7 +305,7 @@ def test_write_batch_refuses_star(redis_client: redis.Redis, where: str) -> None
     args: dict[str, list[Any]] = {"windows": [update(TUMBLING, T, "api", agg_of(1, 2))], "late": []}
     args[where] = args[where] + star[where]
     with pytest.raises(ValueError, match=r"'\*' is computed by the sink"):
-        write_batch(redis_client, KEYS, 1, args["windows"], late=args["late"])
+        write_batch(redis_client, KEYS, SinkBatch(1, args["windows"], late=args["late"]))
     assert redis_client.dbsize() == 0  # refused before anything was written
 
 
@@ -319,17 +321,17 @@ def _late(r: redis.Redis, start: int, spec: WindowSpec = TUMBLING) -> dict[str, 
 def test_late_counts_replay_safe_but_add_across_batches(redis_client: redis.Redis) -> None:
     tk = TUMBLING.key
     b5 = [update(TUMBLING, T + W, "api", agg_of(1, 1))]
-    write_batch(redis_client, KEYS, 5, b5, late=[LateUpdate(tk, T, "api", 2)])
+    write_batch(redis_client, KEYS, SinkBatch(5, b5, late=[LateUpdate(tk, T, "api", 2)]))
     assert _late(redis_client, T) == {"api": 2, "*": 2}
     # replay of batch 5: still 2
-    write_batch(redis_client, KEYS, 5, b5, late=[LateUpdate(tk, T, "api", 2)])
+    write_batch(redis_client, KEYS, SinkBatch(5, b5, late=[LateUpdate(tk, T, "api", 2)]))
     assert _late(redis_client, T) == {"api": 2, "*": 2}
     # batch 6: 3 more late api rows and 1 late web row in the same window add up
     b6 = [LateUpdate(tk, T, "api", 3), LateUpdate(tk, T, "web", 1)]
-    write_batch(redis_client, KEYS, 6, [], late=b6)
+    write_batch(redis_client, KEYS, SinkBatch(6, [], late=b6))
     assert _late(redis_client, T) == {"api": 5, "web": 1, "*": 6}
     # replay of batch 6
-    write_batch(redis_client, KEYS, 6, [], late=b6)
+    write_batch(redis_client, KEYS, SinkBatch(6, [], late=b6))
     assert _late(redis_client, T) == {"api": 5, "web": 1, "*": 6}
     # the window only has late rows: it is listed with count 0
     rows = [r for r in read_windows(redis_client, KEYS, TUMBLING) if r.window_start == T]
@@ -346,10 +348,10 @@ def test_duplicates_replay_safe_but_add_across_batches(redis_client: redis.Redis
     tk = TUMBLING.key
     win = [update(TUMBLING, T, "api", agg_of(3, 0)), update(TUMBLING, T, "web", agg_of(1, 0))]
     b5 = [WindowCount(tk, T, "api", 2)]
-    write_batch(redis_client, KEYS, 5, win, duplicates=b5)
-    write_batch(redis_client, KEYS, 5, win, duplicates=b5)  # a replay of batch 5
+    write_batch(redis_client, KEYS, SinkBatch(5, win, duplicates=b5))
+    write_batch(redis_client, KEYS, SinkBatch(5, win, duplicates=b5))  # a replay of batch 5
     b6 = [WindowCount(tk, T, "api", 1), WindowCount(tk, T, "web", 4)]
-    write_batch(redis_client, KEYS, 6, [], duplicates=b6)
+    write_batch(redis_client, KEYS, SinkBatch(6, [], duplicates=b6))
     rows = {r.service: r for r in read_windows(redis_client, KEYS, TUMBLING)}
     assert {s: (r.count, r.duplicates) for s, r in rows.items()} == {
         "api": (3, 3),
@@ -361,8 +363,12 @@ def test_duplicates_replay_safe_but_add_across_batches(redis_client: redis.Redis
 def test_late_counts_are_per_spec(redis_client: redis.Redis) -> None:
     # one late row of the job is late for a tumbling and a hopping window at once
     late = [LateUpdate(TUMBLING.key, T, "api", 1), LateUpdate(HOPPING.key, T - 20 * S, "api", 1)]
-    write_batch(redis_client, KEYS, 1, [update(HOPPING, T, "api", agg_of(4, 1))], late=late)
-    write_batch(redis_client, KEYS, 1, [update(HOPPING, T, "api", agg_of(4, 1))], late=late)
+    write_batch(
+        redis_client, KEYS, SinkBatch(1, [update(HOPPING, T, "api", agg_of(4, 1))], late=late)
+    )
+    write_batch(
+        redis_client, KEYS, SinkBatch(1, [update(HOPPING, T, "api", agg_of(4, 1))], late=late)
+    )
     assert _late(redis_client, T) == {"api": 1, "*": 1}
     assert _late(redis_client, T - 20 * S, HOPPING) == {"api": 1, "*": 1}
     assert _late(redis_client, T, HOPPING) == {"api": 0, "*": 0}
@@ -375,7 +381,9 @@ def test_late_counts_are_per_spec(redis_client: redis.Redis) -> None:
 
 def test_dead_letters_capped_newest_kept_counts_exact(redis_client: redis.Redis) -> None:
     b1 = [letter(0, i, T + 100 + i, batch_id=1) for i in range(4)]  # ts T+100..T+103
-    write_batch(redis_client, KEYS, 1, [], b1, {"invalid_json": 4}, dead_letter_max=5)
+    write_batch(
+        redis_client, KEYS, SinkBatch(1, [], b1, {"invalid_json": 4}), SinkConfig(dead_letter_max=5)
+    )
     assert len(read_dead_letters(redis_client, KEYS)) == 4
     # batch 2: some newer, some older than what is stored, given out of order
     b2 = [
@@ -385,7 +393,7 @@ def test_dead_letters_capped_newest_kept_counts_exact(redis_client: redis.Redis)
         letter(1, 3, T + 200, batch_id=2),
     ]
     counts = {"invalid_json": 6, "empty": 2}
-    write_batch(redis_client, KEYS, 2, [], b2, counts, dead_letter_max=5)
+    write_batch(redis_client, KEYS, SinkBatch(2, [], b2, counts), SinkConfig(dead_letter_max=5))
     kept = read_dead_letters(redis_client, KEYS)
     assert [d.kafka_timestamp - T for d in kept] == [201, 200, 103, 102, 101]  # newest first
     assert [d.ref for d in kept] == ["1:1", "1:3", "0:3", "0:2", "0:1"]
@@ -395,14 +403,14 @@ def test_dead_letters_capped_newest_kept_counts_exact(redis_client: redis.Redis)
     assert read_dead_counts(redis_client, KEYS) == counts
     # a replay of batch 2 changes nothing
     before = snapshot(redis_client)
-    write_batch(redis_client, KEYS, 2, [], b2, counts, dead_letter_max=5)
+    write_batch(redis_client, KEYS, SinkBatch(2, [], b2, counts), SinkConfig(dead_letter_max=5))
     assert snapshot(redis_client) == before
 
 
 def test_dead_letter_raw_bytes_survive(redis_client: redis.Redis) -> None:
     raw = bytes(range(256))
     d = letter(3, 99, T, raw=raw)
-    write_batch(redis_client, KEYS, 1, [], [d], {"invalid_utf8": 1})
+    write_batch(redis_client, KEYS, SinkBatch(1, [], [d], {"invalid_utf8": 1}))
     (back,) = read_dead_letters(redis_client, KEYS)
     assert back == d and back.raw == raw
 
@@ -482,7 +490,7 @@ def test_history_keeps_one_entry_per_batch(redis_client: redis.Redis) -> None:
 def test_history_is_trimmed_to_the_newest_batches(
     redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(redis_sink, "BATCH_HISTORY", 3)
+    monkeypatch.setattr(status_writes, "BATCH_HISTORY", 3)
     for b in (4, 0, 1, 2, 3, 5):
         write_progress(redis_client, KEYS, summary(b))
     assert [h["batch_id"] for h in read_batches(redis_client, KEYS)] == [3, 4, 5]
@@ -537,8 +545,8 @@ def seeded(redis_client: redis.Redis) -> redis.Redis:
     second = [
         update(spec, start, svc, agg) for spec, start, svc, agg in items if start >= T + 3 * W
     ]
-    write_batch(redis_client, KEYS, 1, first)
-    write_batch(redis_client, KEYS, 2, second + first[:2], late=late)
+    write_batch(redis_client, KEYS, SinkBatch(1, first))
+    write_batch(redis_client, KEYS, SinkBatch(2, second + first[:2], late=late))
     return redis_client
 
 
@@ -659,7 +667,7 @@ def test_read_windows_on_an_empty_store(redis_client: redis.Redis) -> None:
 def test_prefixes_are_separate(redis_client: redis.Redis) -> None:
     other = Keys("other")
     agg = agg_of(3, 1)
-    write_batch(redis_client, other, 1, [update(TUMBLING, T, "api", agg)])
+    write_batch(redis_client, other, SinkBatch(1, [update(TUMBLING, T, "api", agg)]))
     assert read_windows(redis_client, KEYS) == []
     rows = read_windows(redis_client, other)
     assert [(r.service, r.count) for r in rows] == [("*", 3), ("api", 3)]
@@ -721,7 +729,9 @@ def test_read_range_distinct_users_and_percentiles_merge(redis_client: redis.Red
     # the same 100 users in every window; latencies get slower window by window
     aggs = [agg_of(500, 40 + i, range(100), scale=10.0 * (i + 1)) for i in range(6)]
     write_batch(
-        redis_client, KEYS, 1, [update(TUMBLING, T + i * W, "api", a) for i, a in enumerate(aggs)]
+        redis_client,
+        KEYS,
+        SinkBatch(1, [update(TUMBLING, T + i * W, "api", a) for i, a in enumerate(aggs)]),
     )
     got = read_range(redis_client, KEYS, T, T + 6 * W)
     assert got.metrics["count"] == 3000
@@ -801,12 +811,12 @@ def test_overflow_parts_of_every_shard_make_one_row(redis_client: redis.Redis) -
         return dataclasses.replace(update(TUMBLING, T, other, agg), shard=shard)
 
     a0, a1, api = agg_of(100, 1), agg_of(50, 2), agg_of(30, 3)
-    write_batch(r, KEYS, 1, [part(a0, 0), part(a1, 1), update(TUMBLING, T, "api", api)])
+    write_batch(r, KEYS, SinkBatch(1, [part(a0, 0), part(a1, 1), update(TUMBLING, T, "api", api)]))
     a0_later = WindowAgg.merged([a0, agg_of(20, 4)])  # shard 0's absolute state, a batch later
     batch2 = [part(a0_later, 0)]
-    write_batch(r, KEYS, 2, batch2)
+    write_batch(r, KEYS, SinkBatch(2, batch2))
     before = snapshot(r)
-    write_batch(r, KEYS, 2, batch2)  # a replay
+    write_batch(r, KEYS, SinkBatch(2, batch2))  # a replay
     assert snapshot(r) == before
     counts = window_counts(r, TUMBLING, T)
     assert counts == {other: 170, "api": 30, "*": 200}

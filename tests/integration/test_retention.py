@@ -1,4 +1,4 @@
-"""Retention tiers end to end in the sink (jobs/rollup.py) and the range reader, real Redis.
+"""Retention tiers end to end in the sink (jobs/sink/rollup.py) and the range reader, real Redis.
 
 A stream of three hours of event time is written batch by batch as the job would write it
 (absolute window aggregates, late rows long after their windows closed, stragglers,
@@ -22,9 +22,11 @@ import numpy as np
 import pytest
 import redis
 
-from jobs.pipeline import SinkError, _retry
-from jobs.redis_sink import ArrivalUpdate, LateUpdate, WindowCount, WindowUpdate, write_batch
-from jobs.rollup import BatchTime
+from cli.local.services import start_redis
+from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch
+from jobs.sink.retry import SinkError, retry
+from jobs.sink.rollup import BatchTime
+from jobs.state.rows import ArrivalUpdate, LateUpdate, WindowCount, WindowUpdate
 from tidegauge.core.config import RedisSettings
 from tidegauge.core.metrics import LateAgg, WindowAgg
 from tidegauge.core.retention import Retention
@@ -37,7 +39,6 @@ from tidegauge.core.store import (
 )
 from tidegauge.core.store.tiers import read_retention
 from tidegauge.core.windows import WindowSpec
-from tidegauge.local.services import start_redis
 
 S, M, H = 1_000, 60_000, 3_600_000
 T0 = 1_795_341_600_000  # an hour boundary
@@ -153,16 +154,16 @@ def _write(r: redis.Redis, b: Batch, retention: Retention) -> None:
     write_batch(
         r,
         KEYS,
-        b.batch_id,
-        b.windows,
-        late=b.late,
-        stragglers=b.stragglers,
-        duplicates=b.duplicates,
-        arrivals=b.arrivals,
-        arrival_window_ms=W,
-        retention=retention,
-        source=SRC,
-        at=b.at,
+        SinkBatch(
+            b.batch_id,
+            b.windows,
+            late=b.late,
+            stragglers=b.stragglers,
+            duplicates=b.duplicates,
+            arrivals=b.arrivals,
+            at=b.at,
+        ),
+        SinkConfig(arrival_window_ms=W, retention=retention, source=SRC),
     )
 
 
@@ -358,7 +359,12 @@ def test_a_service_gone_for_longer_than_every_tier_leaves_the_service_list(
         if k == 0:
             updates.append(WindowUpdate(SRC.key, T0, "once", agg.metrics(W), blob))
         at = BatchTime(k, T0 + k * M - LATENESS if k else 0, T0 + k * S)
-        write_batch(redis_client, KEYS, k, updates, retention=short, source=SRC, at=at)
+        write_batch(
+            redis_client,
+            KEYS,
+            SinkBatch(k, updates, at=at),
+            SinkConfig(retention=short, source=SRC),
+        )
         if k == 3:
             assert read_services(redis_client, KEYS) == ["once", "steady"]
     assert read_services(redis_client, KEYS) == ["steady"]
@@ -379,14 +385,14 @@ def test_a_full_redis_gets_a_clear_error_and_the_batch_goes_in_once_there_is_roo
         r.config_set("maxmemory", int(r.info("memory")["used_memory"]) - 200_000)
 
         with pytest.raises(SinkError) as e:
-            _retry(lambda: _write(r, batch, TIERS), "writing batch 1", budget_ms=1_500)
+            retry(lambda: _write(r, batch, TIERS), "writing batch 1", budget_ms=1_500)
         assert "Redis full for" in str(e.value) and "maxmemory" in str(e.value)
         assert "--retention" in str(e.value) and "Nothing of the batch is lost" in str(e.value)
         assert not r.exists(KEYS.window_index(SRC.key))
 
         threading.Timer(1.0, lambda: r.config_set("maxmemory", 0)).start()
         with caplog.at_level(logging.WARNING, logger="tidegauge.job"):
-            _retry(lambda: _write(r, batch, TIERS), "writing batch 1", budget_ms=30_000)
+            retry(lambda: _write(r, batch, TIERS), "writing batch 1", budget_ms=30_000)
         assert "Redis full" in caplog.text and "Redis writable again after" in caplog.text
         assert r.zcard(KEYS.window_index(SRC.key)) == len({w.start_ms for w in batch.windows})
     finally:
@@ -422,9 +428,9 @@ def test_a_store_grown_without_retention_is_rolled_up_over_batches_and_loses_not
     number of windows per batch, oldest first; no raw window goes before it is rolled up, so
     every range reads whole all along, and the end state answers like a store tiered from the
     start (counts, late rows, stragglers against the truth)."""
-    import jobs.rollup
+    import jobs.sink.rollup
 
-    monkeypatch.setattr(jobs.rollup, "ROLLUP_PER_BATCH", 40)
+    monkeypatch.setattr(jobs.sink.rollup, "ROLLUP_PER_BATCH", 40)
     batches, truth = _stream(seed=5)
     r = redis.Redis.from_url(module_redis_db().url)
     plain = redis.Redis.from_url(module_redis_db().url)

@@ -1,4 +1,4 @@
-"""Spark's JVM started again once when it exits before answering (jobs/spark.py, `_launch`).
+"""Spark's JVM started again once when it exits before answering (`jobs.runtime.session._launch`).
 
 Its launcher exited without a word once in a loaded CI run, which failed a whole demo. Here a
 real `java` behind a wrapper that fails its first launch (not the `-version` check): the
@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from jobs.spark import LAUNCH_ATTEMPTS, ensure_java
+from jobs.runtime.session import LAUNCH_ATTEMPTS, ensure_java
 
 pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[2]
 
 _SCRIPT = """
-from jobs.spark import build_session
+from jobs.runtime.session import build_session
 spark = build_session("local[1]", ui=False, shuffle_partitions=1)
 print("rows", spark.range(5).count(), flush=True)
 spark.stop()

@@ -1,5 +1,5 @@
 """The session's JVM maps Spark's class archive; the data source's planners import pyspark's
-installed package, not its zip (jobs/jvm_archive.py, jobs/spark_home.py).
+installed package, not its zip (jobs/runtime/jvm_archive.py, jobs/runtime/spark_home.py).
 
 Both are start-up costs of every job: ~7 s of class loading and ~1 s of CPU per planner process
 (BENCHMARKS.md, "Job start"). `make setup` writes the archive.
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from jobs.jvm_archive import archive_path
+from jobs.runtime.jvm_archive import archive_path
 
 pytestmark = pytest.mark.spark
 

@@ -1,7 +1,7 @@
 """The session's Python workers: pyspark from the installed package, imports frozen out of gc.
 
-That is what `jobs/worker_daemon.py` is for: on CPython 3.11 a worker re-reads every zip or jar
-on its path before each task (~140 ms of CPU), and a reused worker collects garbage after every
+That is what `jobs/runtime/worker_daemon.py` is for: on CPython 3.11 a worker re-reads every zip or
+jar on its path before each task (~140 ms of CPU), and a reused worker collects garbage after every
 task (50-300 ms over the imported modules): the largest fixed costs of a small micro-batch.
 """
 
@@ -42,7 +42,7 @@ def test_workers_import_pyspark_from_the_installed_package(spark: Any) -> None:
 def _collect_cost(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     import gc
 
-    import jobs.aggregate  # noqa: F401  (what the job's tasks import)
+    import jobs.state.aggregate  # noqa: F401  (what the job's tasks import)
 
     for b in batches:
         yield pa.RecordBatch.from_pydict({"frozen": [gc.get_freeze_count()] * b.num_rows})

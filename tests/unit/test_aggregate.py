@@ -1,4 +1,4 @@
-"""Per-service window state and the `applyInPandasWithState` function (jobs/aggregate.py), no Spark.
+"""Per-service window state and the `applyInPandasWithState` function (jobs/state/aggregate.py).
 
 `ServiceWindows` keeps one WindowAgg per pane (a tumbling window of the gcd of every spec's size
 and slide) and builds tumbling and hopping windows by merging panes. `make_state_fn` is driven
@@ -26,14 +26,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jobs.aggregate import StateConfig, make_state_fn
-from jobs.columns import decode_columns
-from jobs.deltas import KIND_TIMES, summarise, summary_frame
-from jobs.late_events import members
-from jobs.panes import ServiceWindows
-from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT
-from jobs.rows import OUTPUT_SCHEMA
-from jobs.state import DeadCounts, ShardState
+from jobs.panes.windows import ServiceWindows
+from jobs.parse.columns import decode_columns
+from jobs.parse.parser import RecordKind
+from jobs.state.aggregate import make_state_fn
+from jobs.state.codec import DeadCounts, ShardState
+from jobs.state.rows import OUTPUT_SCHEMA
+from jobs.summary.late_events import members
+from jobs.summary.schema import SummaryKind
+from jobs.summary.settings import ExecutorConfig
+from jobs.summary.summarise import summarise, summary_frame
 from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.freshness import merge_times
 from tidegauge.core.metrics import PERCENTILES, LateAgg, WindowAgg
@@ -632,7 +634,7 @@ def event_frame(
             "partition": np.zeros(n, dtype=np.int32),
             "offset": np.arange(n, dtype=np.int64),
             "kafka_ms": np.full(n, T, dtype=np.int64),
-            "kind": [KIND_EVENT] * n,
+            "kind": [RecordKind.EVENT] * n,
             "event_time": pd.to_datetime(np.array(times, dtype=np.int64), unit="ms", utc=True),
             "event_ms": np.array(times, dtype=np.int64),
             "service": [service] * n,
@@ -667,7 +669,7 @@ DEAD_COLUMNS = ["partition", "offset", "kafka_ms", "reason", "detail", "raw", "r
 
 def dead_frame(rows: list[tuple[int, int, int, str, str, bytes, int]]) -> pd.DataFrame:
     pdf = pd.DataFrame(rows, columns=DEAD_COLUMNS)
-    pdf.insert(3, "kind", KIND_DEAD)
+    pdf.insert(3, "kind", RecordKind.DEAD)
     pdf["service"] = None
     pdf["event_ms"] = None
     return pdf
@@ -679,8 +681,10 @@ _PARSED_COLUMNS = [
 ]
 
 
-def summaries(frames: list[pd.DataFrame], watermark: int, cfg: StateConfig) -> list[pd.DataFrame]:
-    """What the read task hands the state function for these parsed rows (jobs/deltas.py).
+def summaries(
+    frames: list[pd.DataFrame], watermark: int, cfg: ExecutorConfig
+) -> list[pd.DataFrame]:
+    """What the read task hands the state function for these rows (jobs/summary/summarise.py).
 
     The frames are the records of one chunk (a batch read by one task), summarised against the
     watermark the state function will get; `proc_ms`, where a frame has it, is the batch's time.
@@ -702,9 +706,9 @@ def run(
     state: FakeGroupState,
     specs: tuple[WindowSpec, ...] = (TUMBLING,),
 ) -> pd.DataFrame:
-    if key[0] == KIND_EVENT:
-        key = (KIND_EVENT, 0)
-    cfg = StateConfig(specs)
+    if key[0] == RecordKind.EVENT:
+        key = (RecordKind.EVENT, 0)
+    cfg = ExecutorConfig(specs)
     rows = summaries(frames, state.watermark_ms, cfg)
     out = list(make_state_fn(cfg)(key, iter(rows), state))
     for f in out:
@@ -720,7 +724,7 @@ def rows_of(out: pd.DataFrame, kind: str, *cols: str) -> set[tuple[Any, ...]]:
 
 
 def kept_late_events(out: pd.DataFrame) -> list[dict[str, Any]]:
-    """The late events a state function's output keeps, as stored (jobs/late_events.py)."""
+    """The late events a state function's output keeps, as stored (jobs/summary/late_events.py)."""
     events = []
     for r in out[out["kind"] == "late_events"].to_dict("records"):
         cols = decode_columns(r["agg"])
@@ -751,7 +755,7 @@ def shard_blob(service: str, sw: ServiceWindows) -> bytes:
 def state_counts(
     state: FakeGroupState, specs: tuple[WindowSpec, ...], service: str = "api"
 ) -> dict[int, int]:
-    shard = ShardState.from_bytes(state.get[0], StateConfig(specs))
+    shard = ShardState.from_bytes(state.get[0], ExecutorConfig(specs))
     return counts(shard.services[service]) if service in shard.services else {}
 
 
@@ -769,7 +773,7 @@ def test_state_fn_events_first_batch() -> None:
         event_frame("api", [T + 5 * S], latency=[7.25], status=[500], users=["alice"]),
     ]
     state = FakeGroupState(0)
-    out = run((KIND_EVENT, "api"), frames, state)
+    out = run((RecordKind.EVENT, "api"), frames, state)
     assert rows_of(out, "window", "spec", "service", "window_start", "count") == {
         (TK, "api", T, 3),
         (TK, "api", T + SIZE, 1),
@@ -795,7 +799,7 @@ def test_state_fn_tumbling_and_hopping_across_batches() -> None:
     #   |x-x------|x--------|
     state = FakeGroupState(0)
     first = [event_frame("api", [T + 1 * S, T + 2 * S, T + 11 * S])]
-    out1 = run((KIND_EVENT, "api"), first, state, specs)
+    out1 = run((RecordKind.EVENT, "api"), first, state, specs)
     assert rows_of(out1, "window", "spec", "window_start", "count") == {
         (TK, T, 2),
         (TK, T + SIZE, 1),
@@ -814,7 +818,7 @@ def test_state_fn_tumbling_and_hopping_across_batches() -> None:
     #             [------------x--------x-------)           T-10s open: pane T keeps the row
     state.watermark_ms = T + 15 * S
     second = [event_frame("api", [T + 3 * S, T + 12 * S]), event_frame("api", [T + 25 * S])]
-    out2 = run((KIND_EVENT, "api"), second, state, specs)
+    out2 = run((RecordKind.EVENT, "api"), second, state, specs)
     assert rows_of(out2, "late", "spec", "service", "window_start", "count") == {
         (TK, "api", T, 1),
         (HK, "api", T - 20 * S, 1),
@@ -851,7 +855,7 @@ def test_state_fn_tumbling_and_hopping_across_batches() -> None:
 
     # batch 3, W = T+30s: a row at T+5s is late for all four windows holding it; pane T goes
     state.watermark_ms = T + 30 * S
-    out3 = run((KIND_EVENT, "api"), [event_frame("api", [T + 5 * S])], state, specs)
+    out3 = run((RecordKind.EVENT, "api"), [event_frame("api", [T + 5 * S])], state, specs)
     assert rows_of(out3, "late", "spec", "window_start", "count") == {
         (TK, T, 1),
         (HK, T - 20 * S, 1),
@@ -867,7 +871,9 @@ def test_state_fn_events_late_only_batch() -> None:
         T + 3 * SIZE, (shard_blob("web", filled((TUMBLING,), {T + 3 * SIZE: 4})),)
     )
     out = run(
-        (KIND_EVENT, "web"), [event_frame("web", [T, T + 1, T + SIZE, T + 3 * SIZE - 1])], state
+        (RecordKind.EVENT, "web"),
+        [event_frame("web", [T, T + 1, T + SIZE, T + 3 * SIZE - 1])],
+        state,
     )
     assert rows_of(out, "late", "spec", "service", "window_start", "count") == {
         (TK, "web", T, 2),
@@ -880,7 +886,7 @@ def test_state_fn_events_late_only_batch() -> None:
 
 def test_state_fn_events_empty_frame_emits_nothing_but_keeps_state() -> None:
     state = FakeGroupState(0, (shard_blob("api", filled((TUMBLING,), {T: 3})),))
-    out = run((KIND_EVENT, "api"), [event_frame("api", [])], state)
+    out = run((RecordKind.EVENT, "api"), [event_frame("api", [])], state)
     assert len(out) == 0
     assert state_counts(state, (TUMBLING,)) == {T: 3}
 
@@ -900,7 +906,7 @@ def test_state_fn_missing_status_and_user_in_any_pandas_form(status: Any, users:
     frame = event_frame("api", [T + 1, T + 2, T + 3], latency=[1.0, np.nan, 3.0])
     frame["status"] = status
     frame["user_id"] = users
-    out = run((KIND_EVENT, "api"), [frame], FakeGroupState(0))
+    out = run((RecordKind.EVENT, "api"), [frame], FakeGroupState(0))
     ((_, agg),) = window_aggs(out).items()
     assert (agg.count, agg.errors, agg.latency.count, round(agg.users.estimate())) == (3, 1, 2, 1)
 
@@ -908,7 +914,7 @@ def test_state_fn_missing_status_and_user_in_any_pandas_form(status: Any, users:
 def test_state_fn_refuses_state_of_other_window_specs() -> None:
     state = FakeGroupState(0, (filled((WindowSpec.tumbling(5 * S),), {T: 3}).to_bytes(),))
     with pytest.raises(ValueError, match="--checkpoint"):
-        run((KIND_EVENT, "api"), [event_frame("api", [T])], state, (TUMBLING,))
+        run((RecordKind.EVENT, "api"), [event_frame("api", [T])], state, (TUMBLING,))
 
 
 def test_state_fn_dead_letters_pass_through_with_absolute_counts() -> None:
@@ -920,7 +926,7 @@ def test_state_fn_dead_letters_pass_through_with_absolute_counts() -> None:
         ]
     )
     second = dead_frame([(2, 12, T + 3, "invalid_json", "not JSON: x", b"x" * 4096, 10_000)])
-    out = run((KIND_DEAD, None), [first, second], state)
+    out = run((RecordKind.DEAD, None), [first, second], state)
     dead = out[out["kind"] == "dead"]
     assert [tuple(r) for r in dead[DEAD_COLUMNS].itertuples(index=False, name=None)] == [
         (0, 10, T + 1, "invalid_json", "not JSON: Expecting value", b"{oops", 5),
@@ -934,7 +940,7 @@ def test_state_fn_dead_letters_pass_through_with_absolute_counts() -> None:
 
     # next batch: the counts are absolute (every reason, not only the ones seen now)
     out2 = run(
-        (KIND_DEAD, None),
+        (RecordKind.DEAD, None),
         [dead_frame([(0, 13, T + 4, "invalid_json", "not JSON", b"[", 1)])],
         state,
     )
@@ -945,11 +951,11 @@ def test_state_fn_dead_letters_pass_through_with_absolute_counts() -> None:
 
 def test_state_fn_heartbeats_produce_nothing() -> None:
     hb = pd.DataFrame(
-        {"kind": [KIND_HEARTBEAT] * 2, "event_ms": [T, T + S], "service": [None, None]}
+        {"kind": [RecordKind.HEARTBEAT] * 2, "event_ms": [T, T + S], "service": [None, None]}
     )
     frames: Iterator[pd.DataFrame] = iter([hb, hb])
     state = FakeGroupState(T)
-    out = list(make_state_fn((TUMBLING, HOPPING))((KIND_HEARTBEAT, None), frames, state))
+    out = list(make_state_fn((TUMBLING, HOPPING))((RecordKind.HEARTBEAT, None), frames, state))
     assert out == []
     assert next(frames, None) is None  # the frames were consumed
     assert not state.exists and state.updates == 0
@@ -965,7 +971,7 @@ def test_state_fn_heartbeats_produce_nothing() -> None:
 
 import math  # noqa: E402
 
-from jobs.deltas import arrival_counts  # noqa: E402
+from jobs.summary.summarise import arrival_counts  # noqa: E402
 from sketches.tdigest import TDigest  # noqa: E402
 from tidegauge.core.windows import LATE, ON_TIME, STRAGGLER  # noqa: E402
 
@@ -1193,7 +1199,7 @@ def _shard(shards: int, specs: tuple[WindowSpec, ...]) -> ShardState:
 @pytest.mark.parametrize("specs", [(TUMBLING,), (TUMBLING, HOPPING), (HOPPING, SESSION)])
 @pytest.mark.parametrize("shards", [1, 3])
 def test_shard_state_round_trip(specs: tuple[WindowSpec, ...], shards: int) -> None:
-    cfg = StateConfig(specs, shards=shards)
+    cfg = ExecutorConfig(specs, shards=shards)
     for shard in (ShardState(shards), _shard(shards, specs)):
         blob = shard.to_bytes()
         back = ShardState.from_bytes(blob, cfg)
@@ -1213,17 +1219,17 @@ def test_shard_state_round_trip(specs: tuple[WindowSpec, ...], shards: int) -> N
 def test_shard_state_refuses_another_shard_count(written: int, asked: int) -> None:
     blob = _shard(written, (TUMBLING,)).to_bytes()
     with pytest.raises(ValueError, match="--state-shards") as e:
-        ShardState.from_bytes(blob, StateConfig((TUMBLING,), shards=asked))
+        ShardState.from_bytes(blob, ExecutorConfig((TUMBLING,), shards=asked))
     message = str(e.value)
     assert f"{written} state shards" in message and str(asked) in message
     assert "--checkpoint" in message
 
 
 def test_shard_state_refuses_other_specs_old_state_and_broken_blobs() -> None:
-    cfg = StateConfig((TUMBLING,))
+    cfg = ExecutorConfig((TUMBLING,))
     blob = _shard(1, (TUMBLING,)).to_bytes()
     with pytest.raises(ValueError, match="checkpoint holds windows"):
-        ShardState.from_bytes(blob, StateConfig((HOPPING,)))
+        ShardState.from_bytes(blob, ExecutorConfig((HOPPING,)))
     # what the job wrote before shards: one ServiceWindows per group
     with pytest.raises(ValueError, match="older Tidegauge version"):
         ShardState.from_bytes(filled((TUMBLING,), {T: 1}).to_bytes(), cfg)
@@ -1278,7 +1284,7 @@ def test_arrival_counts_agree_with_brute_force() -> None:
 
 # --- make_state_fn: what each batch decided about time ------------------------------------------
 
-EVENT_GROUP = (KIND_EVENT, 0)
+EVENT_GROUP = (RecordKind.EVENT, 0)
 
 
 def timed_frame(
@@ -1292,8 +1298,7 @@ def timed_frame(
             "partition": np.array(col[3], dtype=np.int32),
             "offset": np.array(col[4], dtype=np.int64),
             "kafka_ms": np.array(col[2], dtype=np.float64),  # Spark: a nullable long as float
-            "kind": [KIND_EVENT] * n,
-            "event_ms": np.array(col[1], dtype=np.int64),
+            "kind": [RecordKind.EVENT] * n, "event_ms": np.array(col[1], dtype=np.int64),
             "service": list(col[0]),
             "user_id": [f"u{o % 7}" for o in col[4]],
             "latency_ms": np.full(n, 10.0),
@@ -1314,7 +1319,7 @@ def heartbeat_frame(times: list[int], proc_ms: int) -> pd.DataFrame:
             "partition": np.zeros(n, dtype=np.int32),
             "offset": np.arange(n, dtype=np.int64),
             "kafka_ms": np.array(times, dtype=np.float64),
-            "kind": [KIND_HEARTBEAT] * n,
+            "kind": [RecordKind.HEARTBEAT] * n,
             "event_ms": np.array(times, dtype=np.int64),
             "service": [None] * n,
             "user_id": [None] * n,
@@ -1326,7 +1331,7 @@ def heartbeat_frame(times: list[int], proc_ms: int) -> pd.DataFrame:
     )
 
 
-def run_cfg(cfg: StateConfig, frames: list[pd.DataFrame], state: FakeGroupState) -> pd.DataFrame:
+def run_cfg(cfg: ExecutorConfig, frames: list[pd.DataFrame], state: FakeGroupState) -> pd.DataFrame:
     rows = summaries(frames, state.watermark_ms, cfg)
     out = list(make_state_fn(cfg)(EVENT_GROUP, iter(rows), state))
     for f in out:
@@ -1353,7 +1358,7 @@ def test_state_fn_time_outputs_agree_with_the_definition(
 ) -> None:
     """Several batches, two services in one group, frames split in two chunks and shuffled."""
     rng = np.random.default_rng(200 + seed)
-    cfg = StateConfig(specs, allowed_lateness_ms=lateness, late_events_max=10_000)
+    cfg = ExecutorConfig(specs, allowed_lateness_ms=lateness, late_events_max=10_000)
     size = _primary(specs)
     assert cfg.primary_ms == size
     longest = max(spec.size_ms for spec in specs)
@@ -1501,7 +1506,7 @@ def _late_rows(service: str, n: int, first_offset: int = 0) -> list[Any]:
 
 @pytest.mark.parametrize(("n_late", "cap", "kept"), [(6, 4, 4), (6, 6, 6), (3, 10, 3), (5, 0, 0)])
 def test_state_fn_late_events_are_capped(n_late: int, cap: int, kept: int) -> None:
-    cfg = StateConfig((TUMBLING,), late_events_max=cap)
+    cfg = ExecutorConfig((TUMBLING,), late_events_max=cap)
     on_time = [("api", T + 25 * S, float(T + 26 * S), 0, 100, math.nan)]
     frame = timed_frame(_late_rows("api", n_late) + on_time, proc_ms=T + 40 * S)
     out = run_cfg(cfg, [frame], FakeGroupState(T + 20 * S))
@@ -1515,7 +1520,7 @@ def test_state_fn_late_events_are_capped(n_late: int, cap: int, kept: int) -> No
 
 
 def test_state_fn_late_events_cap_keeps_the_group_s_newest_of_all_services() -> None:
-    cfg = StateConfig((TUMBLING,), late_events_max=4)
+    cfg = ExecutorConfig((TUMBLING,), late_events_max=4)
     rows = _late_rows("api", 3) + _late_rows("web", 3, first_offset=3)
     # broker times: api's events newest, then web's (the rows' own have none)
     rows = [(*r[:2], float(T + 100 * S - r[4] * S), *r[3:]) for r in rows]
@@ -1532,7 +1537,7 @@ def test_state_fn_late_events_cap_keeps_the_group_s_newest_of_all_services() -> 
 
 
 def test_state_fn_without_processing_or_broker_time_emits_no_such_arrivals() -> None:
-    cfg = StateConfig((TUMBLING,))
+    cfg = ExecutorConfig((TUMBLING,))
     rows = [("api", T + 1, math.nan, 0, 0, math.nan), ("api", T + 2, math.nan, 0, 1, math.nan)]
     out = run_cfg(cfg, [timed_frame(rows)], FakeGroupState(0))  # no proc_ms column
     assert rows_of(out, "arrivals", "spec") == set()
@@ -1560,7 +1565,7 @@ def test_state_fn_without_processing_or_broker_time_emits_no_such_arrivals() -> 
 def test_state_fn_heartbeats_alone_close_sessions_and_evict_state(
     watermark: int, closed: set[tuple[str, int]], alive: bool
 ) -> None:
-    cfg = StateConfig((TUMBLING, SESSION))
+    cfg = ExecutorConfig((TUMBLING, SESSION))
     state = FakeGroupState(0)
     first = [
         ("api", T + 1 * S, float(T + 1 * S), 0, 0, math.nan),
@@ -1594,7 +1599,7 @@ def test_state_fn_heartbeats_alone_close_sessions_and_evict_state(
 
 def test_state_fn_heartbeats_without_state_create_none() -> None:
     state = FakeGroupState(T + 50 * S)
-    out = run_cfg(StateConfig((TUMBLING, SESSION)), [heartbeat_frame([T], T)], state)
+    out = run_cfg(ExecutorConfig((TUMBLING, SESSION)), [heartbeat_frame([T], T)], state)
     assert out.empty  # (its broker time goes to the dead-letter group: see the next test)
     assert not state.exists and state.updates == 0
 
@@ -1606,10 +1611,10 @@ def test_state_fn_reports_each_records_broker_time_once() -> None:
     )
     beats = heartbeat_frame([T + 3, T + 3], proc_ms=T).assign(offset=[2, 3])
     dead = dead_frame([(0, o, T + 9, "bad_json", "", b"{", 1) for o in (4, 5)])
-    cfg = StateConfig((TUMBLING,), shards=2)
+    cfg = ExecutorConfig((TUMBLING,), shards=2)
     [chunk] = summaries([events, beats, dead], 0, cfg)
-    to_dead = chunk[chunk["kind"].isin([KIND_DEAD, KIND_TIMES])]
-    out = list(make_state_fn(cfg)((KIND_DEAD, 0), iter([to_dead]), FakeGroupState(0)))
+    to_dead = chunk[chunk["kind"].isin([RecordKind.DEAD, SummaryKind.TIMES])]
+    out = list(make_state_fn(cfg)((RecordKind.DEAD, 0), iter([to_dead]), FakeGroupState(0)))
     rows = pd.concat(out, ignore_index=True)
     times = rows[rows["kind"] == "broker_times"]
     hist = merge_times(times["agg"])
@@ -1617,14 +1622,14 @@ def test_state_fn_reports_each_records_broker_time_once() -> None:
     assert times["count"].sum() == 6  # the event without a broker time is a record too
     # and no event group reports broker times any more
     for shard in (0, 1):
-        ev = list(make_state_fn(cfg)((KIND_EVENT, shard), iter([chunk]), FakeGroupState(0)))
+        ev = list(make_state_fn(cfg)((RecordKind.EVENT, shard), iter([chunk]), FakeGroupState(0)))
         assert not any((f["kind"] == "broker_times").any() for f in ev)
 
 
 def test_state_fn_counts_events_late_for_their_session_as_late() -> None:
     # watermark T+50s, gap 30s: events at T+1..T+5ms end their own session at <= T+35s, so
     # Spark's session rule drops them; the one at T+25s still opens a session (ends T+55s)
-    cfg = StateConfig((TUMBLING, SESSION))
+    cfg = ExecutorConfig((TUMBLING, SESSION))
     rows = _late_rows("api", 5) + [("api", T + 25 * S, float(T + 60 * S), 0, 50, math.nan)]
     out = run_cfg(cfg, [timed_frame(rows)], FakeGroupState(T + 50 * S))
     assert rows_of(out, "late", "spec", "window_start", "count") == {
@@ -1646,9 +1651,9 @@ def test_state_fn_counts_events_late_for_their_session_as_late() -> None:
 def run_guarded(
     frames: list[pd.DataFrame], state: FakeGroupState, max_services: int
 ) -> pd.DataFrame:
-    cfg = StateConfig((TUMBLING,), max_services=max_services)
+    cfg = ExecutorConfig((TUMBLING,), max_services=max_services)
     rows = summaries(frames, state.watermark_ms, cfg)
-    return pd.concat(list(make_state_fn(cfg)((KIND_EVENT, 0), iter(rows), state)))
+    return pd.concat(list(make_state_fn(cfg)((RecordKind.EVENT, 0), iter(rows), state)))
 
 
 def _named_frames(names: list[str], t: int) -> list[pd.DataFrame]:
@@ -1683,7 +1688,7 @@ def test_guard_tracks_the_first_names_and_counts_the_rest_under_overflow() -> No
     hour_later = FakeGroupState(T + 3_700_000, later.get)
     out = run_guarded(_named_frames(["s8", "s9", "s7"], T + 3_710_000), hour_later, 3)
     assert _windows_by_service(out) == {"s8": 2, "s9": 2, OVERFLOW_SERVICE: 2}
-    shard = ShardState.from_bytes(hour_later.get[0], StateConfig((TUMBLING,)))
+    shard = ShardState.from_bytes(hour_later.get[0], ExecutorConfig((TUMBLING,)))
     assert set(shard.names) == {"s1", "s8", "s9"}
 
 
@@ -1693,10 +1698,10 @@ def test_guard_off_tracks_every_name() -> None:
 
 
 def test_shard_state_keeps_the_guards_names_and_reads_version_1() -> None:
-    cfg = StateConfig((TUMBLING,))
+    cfg = ExecutorConfig((TUMBLING,))
     shard = _shard(2, (TUMBLING,))
     shard.names = {"api": T, "web": T + 5}
-    back = ShardState.from_bytes(shard.to_bytes(), StateConfig((TUMBLING,), shards=2))
+    back = ShardState.from_bytes(shard.to_bytes(), ExecutorConfig((TUMBLING,), shards=2))
     assert back.names == shard.names and set(back.services) == set(shard.services)
     # version 1 (before the guard): the same layout without the names
     v1 = dataclasses.replace(shard, names={}).to_bytes()

@@ -1,4 +1,4 @@
-"""Alert rules and the three states of a firing (tidegauge/core/alerts.py), without Redis."""
+"""Alert rules and the three states of a firing (tidegauge/alerts/rules.py), without Redis."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from tidegauge.core.alerts import (
+from tidegauge.alerts.rules import (
     Firing,
     Rule,
     State,

@@ -1,4 +1,4 @@
-"""The parser's Arrow path (jobs/bulk_parse.py) gives exactly the rows of record-by-record judging.
+"""The parser's Arrow path (jobs/parse/bulk.py) gives exactly the rows of record-by-record judging.
 
 The reference is `parse_values` on each record alone (the contract's own judge); the parser
 under test takes whole chunks, vouches for the ordinary records with Arrow's JSON decoder and
@@ -18,16 +18,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from jobs.bulk_parse import vouch
-from jobs.kafka_source import ARROW_SCHEMA as SOURCE_SCHEMA
-from jobs.parse import (
-    BULK_FROM,
-    KIND_DEAD,
-    KIND_EVENT,
-    KIND_HEARTBEAT,
-    _parse_batch,
-    parsed_schema,
-)
+from jobs.parse.bulk import vouch
+from jobs.parse.parser import BULK_FROM, RecordKind, _parse_batch, parsed_schema
+from jobs.source.kafka_source import ARROW_SCHEMA as SOURCE_SCHEMA
 from tests.mutations import FIELDS, TOKENS, mutations
 from tidegauge.core.events import (
     BUILT_IN_FIELDS,
@@ -68,13 +61,13 @@ def expected_row(value: bytes | None, fields: Sequence[EventField]) -> dict[str,
     row.update(kind=None, reason=None, detail=None, raw=None, raw_size=None)
     got = parse_values(value)
     if isinstance(got, list):
-        row["kind"] = KIND_EVENT
+        row["kind"] = RecordKind.EVENT.value
         row.update({f.column: v for f, v in zip(fields, got, strict=True)})
     elif isinstance(got, Heartbeat):
-        row["kind"], row["event_ms"] = KIND_HEARTBEAT, got.event_time
+        row["kind"], row["event_ms"] = RecordKind.HEARTBEAT.value, got.event_time
     else:
         body = value or b""
-        row.update(kind=KIND_DEAD, reason=got.reason.value, detail=got.detail)
+        row.update(kind=RecordKind.DEAD.value, reason=got.reason.value, detail=got.detail)
         row.update(raw=body[:DEAD_LETTER_RAW_CAP], raw_size=len(body))
     return row
 

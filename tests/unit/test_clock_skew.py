@@ -1,4 +1,4 @@
-"""Device clock correction in jobs/parse.py: `clock_offsets` and `make_parser(correct_clock_skew)`.
+"""Device clock correction (jobs/parse/parser.py): `clock_offsets`, `make_parser` with it on.
 
 An event carries its device's send time; the broker stamps its receive time. `receive - sent`
 is the device's offset plus the network delay, so a device's offset is estimated as the low
@@ -23,14 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from jobs.parse import (
-    KIND_DEAD,
-    KIND_EVENT,
-    KIND_HEARTBEAT,
-    clock_offsets,
-    make_parser,
-    parse_batches,
-)
+from jobs.parse.parser import RecordKind, clock_offsets, make_parser, parse_batches
 
 S = 1_000
 T = 1_795_341_600_000  # epoch ms inside the event contract's range
@@ -225,7 +218,7 @@ def test_correction_moves_event_and_sent_time_by_the_devices_offset() -> None:
     fixed = parse(RECORDS, correct=True)
     assert len(fixed) == len(plain) == len(RECORDS)
     for before, after in zip(plain, fixed, strict=True):
-        if before["kind"] != KIND_EVENT:
+        if before["kind"] != RecordKind.EVENT:
             continue
         offset, event_ms, sent_ms = CORRECTED[before["event_id"]]
         assert after["clock_offset_ms"] == offset, before["event_id"]
@@ -252,9 +245,9 @@ def test_correction_leaves_heartbeats_and_dead_letters_untouched() -> None:
     plain = parse(RECORDS, correct=False)
     fixed = parse(RECORDS, correct=True)
     kinds = [r["kind"] for r in fixed]
-    assert kinds.count(KIND_HEARTBEAT) == 1 and kinds.count(KIND_DEAD) == 1
+    assert kinds.count(RecordKind.HEARTBEAT) == 1 and kinds.count(RecordKind.DEAD) == 1
     for before, after in zip(plain, fixed, strict=True):
-        if before["kind"] in (KIND_HEARTBEAT, KIND_DEAD):
+        if before["kind"] in (RecordKind.HEARTBEAT, RecordKind.DEAD):
             assert after == before
             assert after["clock_offset_ms"] is None
 
@@ -309,7 +302,7 @@ def test_correction_agrees_with_brute_force_on_random_batches() -> None:
         rows = parse(records, correct=True)
         for (user, t, sent, ts), row in zip(truth, rows, strict=True):
             if t < 0:
-                assert row["kind"] == KIND_HEARTBEAT and row["clock_offset_ms"] is None
+                assert row["kind"] == RecordKind.HEARTBEAT and row["clock_offset_ms"] is None
                 continue
             if sent is None or ts is None:
                 offset = None

@@ -1,9 +1,9 @@
-"""A chunk's columns (jobs/columns.py): numbers in numpy, strings in Arrow, sliced alike.
+"""A chunk's columns (jobs/parse/columns.py): numbers in numpy, strings in Arrow, sliced alike.
 
 The summaries slice, hash and ship these columns per service; whatever the column's form
 (Arrow-backed pandas strings, object arrays with None or NaN, all-null columns), a row must
 keep its values and a missing string must stay missing through slicing and the Arrow IPC
-round trip the de-duplication rows take (jobs/deltas.py).
+round trip the de-duplication rows take (jobs/summary/summarise.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from jobs.columns import arrow_strings, decode_columns, encode_columns, present, take, take_rows
+from jobs.parse.columns import (
+    arrow_strings,
+    decode_columns,
+    encode_columns,
+    present,
+    take,
+    take_rows,
+)
 from sketches.hll import hash32
 
 

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from tidegauge.cli import _COMMANDS
+from cli.main import _COMMANDS
 from tidegauge.core.config import JobConfig, KafkaSettings, RedisSettings
 from tidegauge.core.durations import parse_duration
 from tidegauge.core.windows import WindowSpec
@@ -526,7 +526,7 @@ def test_the_image_writes_the_class_archive_where_its_user_can_read_it() -> None
     runs = [
         i
         for i, (cmd, args) in enumerate(steps)
-        if cmd == "RUN" and "jobs.jvm_archive_writer" in args
+        if cmd == "RUN" and "jobs.runtime.jvm_archive_writer" in args
     ]
     installs = [
         i for i, (cmd, args) in enumerate(steps) if cmd == "RUN" and "pip install --no-deps" in args

@@ -1,4 +1,4 @@
-"""De-duplication by event id (jobs/dedup.py): the rule, the id state, its size and its hash.
+"""De-duplication by event id (jobs/panes/dedup.py): the rule, the id state, its size and its hash.
 
 The state function with de-duplication must give exactly what it gives without it for the same
 records with the duplicates taken out beforehand by a plain replay of the rule (docs/time.md),
@@ -16,8 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jobs.aggregate import StateConfig
-from jobs.dedup import (
+from jobs.panes.dedup import (
     ID_BYTES,
     SeenIds,
     collision_probability,
@@ -26,8 +25,9 @@ from jobs.dedup import (
     horizons,
     id_hashes,
 )
-from jobs.deltas import summarise, summary_frame
-from jobs.parse import KIND_EVENT
+from jobs.parse.parser import RecordKind
+from jobs.summary.settings import ExecutorConfig
+from jobs.summary.summarise import summarise, summary_frame
 from tests.unit.test_deltas import (
     HOPPING,
     SESSION,
@@ -172,7 +172,7 @@ def _replay(
         dups: Counter[tuple[str, str, int]] = Counter()
         keep = []
         for row in pdf.sort_values(["partition", "offset"]).to_dict("records"):
-            if row["kind"] != KIND_EVENT:
+            if row["kind"] != RecordKind.EVENT:
                 keep.append(row)
                 continue
             e, has_user = int(row["event_ms"]), row["user_id"] is not None
@@ -198,8 +198,8 @@ def test_dedup_equals_dropping_the_duplicates_first(
     specs: tuple[WindowSpec, ...], seed: int
 ) -> None:
     rng = np.random.default_rng(seed)
-    on = StateConfig(specs, allowed_lateness_ms=20 * S, late_events_max=25)
-    off = StateConfig(specs, allowed_lateness_ms=20 * S, late_events_max=25, dedup=False)
+    on = ExecutorConfig(specs, allowed_lateness_ms=20 * S, late_events_max=25)
+    off = ExecutorConfig(specs, allowed_lateness_ms=20 * S, late_events_max=25, dedup=False)
     batches, watermarks = [], []
     watermark = 0
     for b in range(4):
@@ -236,6 +236,8 @@ def test_dedup_equals_dropping_the_duplicates_first(
             }
         )
         assert counted == batch_dups
-        dropped = len(pdf[pdf["kind"] == KIND_EVENT]) - len(clean[clean["kind"] == KIND_EVENT])
+        dropped = len(pdf[pdf["kind"] == RecordKind.EVENT]) - len(
+            clean[clean["kind"] == RecordKind.EVENT]
+        )
         assert got.loc[got["kind"] == "duplicate_events", "count"].sum() == dropped
     assert on_state.value is not None

@@ -1,4 +1,4 @@
-"""Chunk summaries (jobs/deltas.py): what the read task decides, and that chunking changes nothing.
+"""Chunk summaries (jobs/summary/summarise.py): what the read task decides, whatever the chunks.
 
 The job's read tasks summarise each chunk of records per service against the batch's watermark;
 the state function merges the summaries. The contract: however a batch's records are cut into
@@ -20,19 +20,14 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from jobs.aggregate import StateConfig, make_state_fn
-from jobs.columns import decode_columns
-from jobs.deltas import (
-    KIND_DELTA,
-    KIND_TIMES,
-    ServiceDelta,
-    summarise,
-    summary_batch,
-    summary_frame,
-)
-from jobs.late_events import members
-from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT
-from jobs.state import ShardState
+from jobs.parse.columns import decode_columns
+from jobs.parse.parser import RecordKind
+from jobs.state.aggregate import make_state_fn
+from jobs.state.codec import ShardState
+from jobs.summary.late_events import members
+from jobs.summary.schema import SummaryKind
+from jobs.summary.settings import ExecutorConfig
+from jobs.summary.summarise import ServiceSummary, summarise, summary_batch, summary_frame
 from sketches.hll import HyperLogLog
 from tidegauge.core.metrics import LateAgg, WindowAgg
 from tidegauge.core.windows import WindowSpec
@@ -72,7 +67,7 @@ class FakeGroupState:
 
 def parsed(rng: np.random.Generator, n: int, now: int, partitions: int = 3) -> pd.DataFrame:
     """n parsed rows: events of three services (some late, some stragglers), heartbeats, dead."""
-    kinds = rng.choice([KIND_EVENT] * 18 + [KIND_HEARTBEAT, KIND_DEAD], n)
+    kinds = rng.choice([RecordKind.EVENT] * 18 + [RecordKind.HEARTBEAT, RecordKind.DEAD], n)
     event_ms = now - rng.integers(0, 90 * S, n)
     kafka = (now + rng.integers(0, 2 * S, n)).astype(np.float64)
     kafka[rng.random(n) < 0.1] = np.nan
@@ -81,23 +76,23 @@ def parsed(rng: np.random.Generator, n: int, now: int, partitions: int = 3) -> p
     for p in range(partitions):
         sel = part == p
         offsets[sel] = np.arange(int(sel.sum()))
-    is_event = kinds == KIND_EVENT
+    is_event = kinds == RecordKind.EVENT
     pdf = pd.DataFrame(
         {
             "partition": part.astype(np.int32),
             "offset": offsets,
             "kafka_ms": kafka,
             "kind": kinds,
-            "event_ms": np.where(kinds == KIND_DEAD, 0, event_ms),
+            "event_ms": np.where(kinds == RecordKind.DEAD, 0, event_ms),
             "service": np.where(is_event, rng.choice(["api", "web", "pay"], n), None),
             "user_id": np.where(is_event, [f"u{i}" for i in rng.integers(0, 40, n)], None),
             "latency_ms": np.where(is_event, rng.lognormal(4, 1, n), np.nan),
             "status": pd.array(np.where(is_event, rng.choice([200, 500], n), 0), dtype="Int32"),
             "event_id": [f"e{i}" for i in range(n)],
-            "reason": np.where(kinds == KIND_DEAD, "invalid_json", None),
-            "detail": np.where(kinds == KIND_DEAD, "not JSON", None),
-            "raw": [b"{x" if k == KIND_DEAD else None for k in kinds],
-            "raw_size": np.where(kinds == KIND_DEAD, 2, 0).astype(np.int32),
+            "reason": np.where(kinds == RecordKind.DEAD, "invalid_json", None),
+            "detail": np.where(kinds == RecordKind.DEAD, "not JSON", None),
+            "raw": [b"{x" if k == RecordKind.DEAD else None for k in kinds],
+            "raw_size": np.where(kinds == RecordKind.DEAD, 2, 0).astype(np.int32),
             "clock_offset_ms": np.where(rng.random(n) < 0.5, np.nan, 7.0),
         }
     )
@@ -114,13 +109,13 @@ def chunks_of(pdf: pd.DataFrame, rng: np.random.Generator) -> list[pd.DataFrame]
 
 
 def state_outputs(
-    summaries: list[pd.DataFrame], cfg: StateConfig, watermark: int, state: FakeGroupState
+    summaries: list[pd.DataFrame], cfg: ExecutorConfig, watermark: int, state: FakeGroupState
 ) -> pd.DataFrame:
     state.watermark_ms = watermark
     fn = make_state_fn(cfg)
     pdf = pd.concat(summaries, ignore_index=True)
-    event = pdf[pdf["kind"].isin([KIND_DELTA, KIND_HEARTBEAT])]
-    out = list(fn((KIND_EVENT, 0), iter([event]), state))
+    event = pdf[pdf["kind"].isin([SummaryKind.SERVICE, RecordKind.HEARTBEAT])]
+    out = list(fn((RecordKind.EVENT, 0), iter([event]), state))
     return pd.concat(out, ignore_index=True)
 
 
@@ -151,7 +146,7 @@ def test_any_chunking_in_any_order_gives_the_whole_batch_result(
     specs: tuple[WindowSpec, ...], seed: int
 ) -> None:
     rng = np.random.default_rng(seed)
-    cfg = StateConfig(specs, allowed_lateness_ms=20 * S, late_events_max=25)
+    cfg = ExecutorConfig(specs, allowed_lateness_ms=20 * S, late_events_max=25)
     whole_state, chunked_state = FakeGroupState(0), FakeGroupState(0)
     watermark = 0
     for b in range(4):
@@ -193,10 +188,10 @@ def test_any_chunking_in_any_order_gives_the_whole_batch_result(
 def test_summary_rows_of_a_chunk() -> None:
     rng = np.random.default_rng(9)
     pdf = parsed(rng, 400, T, partitions=1)
-    cfg = StateConfig((TUMBLING,))
+    cfg = ExecutorConfig((TUMBLING,))
     rows = summary_frame(summarise(pdf, 0, T, cfg))
-    events = pdf[pdf["kind"] == KIND_EVENT]
-    deltas = rows[rows["kind"] == KIND_DELTA]
+    events = pdf[pdf["kind"] == RecordKind.EVENT]
+    deltas = rows[rows["kind"] == SummaryKind.SERVICE]
     assert sorted(deltas["service"]) == sorted(events["service"].unique())
     for r in deltas.to_dict("records"):
         mine = events[events["service"] == r["service"]]
@@ -204,16 +199,16 @@ def test_summary_rows_of_a_chunk() -> None:
         assert r["event_time"] == pd.Timestamp(int(mine["event_ms"].max()), unit="ms", tz="UTC")
         assert (r["partition"], r["offset"]) == (0, int(mine["offset"].min()))
         assert r["count"] == len(mine)
-        delta = ServiceDelta.from_bytes(r["blob"])
+        delta = ServiceSummary.from_bytes(r["blob"])
         assert sum(a.count for a in delta.panes.values()) == len(mine)  # W = 0: none late
-    [beat] = rows[rows["kind"] == KIND_HEARTBEAT].to_dict("records")
-    beats = pdf[pdf["kind"] == KIND_HEARTBEAT]
+    [beat] = rows[rows["kind"] == RecordKind.HEARTBEAT].to_dict("records")
+    beats = pdf[pdf["kind"] == RecordKind.HEARTBEAT]
     assert beat["count"] == len(beats)
     assert beat["event_time"] == pd.Timestamp(int(beats["event_ms"].max()), unit="ms", tz="UTC")
-    dead = rows[rows["kind"] == KIND_DEAD]
-    assert list(dead["offset"]) == list(pdf[pdf["kind"] == KIND_DEAD]["offset"])
+    dead = rows[rows["kind"] == RecordKind.DEAD]
+    assert list(dead["offset"]) == list(pdf[pdf["kind"] == RecordKind.DEAD]["offset"])
     assert set(dead["raw"]) == {b"{x"} and set(dead["reason"]) == {"invalid_json"}
-    [times] = rows[rows["kind"] == KIND_TIMES].to_dict("records")
+    [times] = rows[rows["kind"] == SummaryKind.TIMES].to_dict("records")
     assert times["count"] == len(pdf)
     assert summary_batch(summarise(pdf.iloc[0:0], 0, T, cfg)).num_rows == 0
 
@@ -223,7 +218,7 @@ def test_service_delta_round_trip() -> None:
     agg.add(np.array([1.0, 2.0]), np.array([200, 500]), np.array(["a", "b"], dtype=object))
     late = LateAgg()
     late.add(np.array([5.0, math.nan]), 3.0)
-    delta = ServiceDelta(
+    delta = ServiceSummary(
         T,
         T + 1,
         panes={T: agg},
@@ -242,7 +237,7 @@ def test_service_delta_round_trip() -> None:
         lateness=np.array([1.0, math.nan, 3.0]),
     )
     delta.stragglers[("10000", T)] = 4
-    back = ServiceDelta.from_bytes(delta.to_bytes())
+    back = ServiceSummary.from_bytes(delta.to_bytes())
     assert back.to_bytes() == delta.to_bytes()
     assert back.panes[T] == agg
     assert back.late_events.keys() == delta.late_events.keys()
@@ -257,17 +252,17 @@ def test_service_delta_round_trip() -> None:
     assert isinstance(back.panes[T].users, HyperLogLog)
     for broken in (b"", b"TGSD", delta.to_bytes()[:-1], b"XXXX" + delta.to_bytes()[4:]):
         with pytest.raises(ValueError):
-            ServiceDelta.from_bytes(broken)
+            ServiceSummary.from_bytes(broken)
 
 
 @pytest.mark.parametrize("distinct", [1, 5, 256, 257, 70_000])
 def test_service_delta_keeps_ids_and_horizons_in_row_order(distinct: int) -> None:
     rng = np.random.default_rng(distinct)
     n = max(distinct, 1_000)
-    delta = ServiceDelta(T, T, ids=rng.integers(0, 2**63, n, dtype=np.uint64))
+    delta = ServiceSummary(T, T, ids=rng.integers(0, 2**63, n, dtype=np.uint64))
     delta.horizons = T + rng.permutation(np.arange(n) % distinct).astype(np.int64) * 10 * S
     delta.rows = b"rows"
-    back = ServiceDelta.from_bytes(delta.to_bytes())
+    back = ServiceSummary.from_bytes(delta.to_bytes())
     assert np.array_equal(back.ids, delta.ids) and back.ids.dtype == np.uint64
     assert np.array_equal(back.horizons, delta.horizons) and back.horizons.dtype == np.int64
     assert back.rows == b"rows"
@@ -275,17 +270,17 @@ def test_service_delta_keeps_ids_and_horizons_in_row_order(distinct: int) -> Non
 
 def test_state_fn_refuses_summaries_of_another_watermark() -> None:
     pdf = parsed(np.random.default_rng(1), 50, T, partitions=1)
-    cfg = StateConfig((TUMBLING,))
+    cfg = ExecutorConfig((TUMBLING,))
     rows = summary_frame(summarise(pdf, T - 5 * S, T, cfg))
     with pytest.raises(RuntimeError, match="watermark"):
         state_outputs([rows], cfg, T - 4 * S, FakeGroupState(0))
 
 
 def test_late_events_kept_are_the_newest_by_broker_time_however_chunked() -> None:
-    cfg = StateConfig((TUMBLING,), late_events_max=7)
+    cfg = ExecutorConfig((TUMBLING,), late_events_max=7)
     rng = np.random.default_rng(3)
     pdf = parsed(rng, 500, T, partitions=2)
-    pdf = pdf[pdf["kind"] == KIND_EVENT].assign(event_ms=T - 60 * S)  # every event late
+    pdf = pdf[pdf["kind"] == RecordKind.EVENT].assign(event_ms=T - 60 * S)  # every event late
     pdf["kafka_ms"] = np.where(rng.random(len(pdf)) < 0.5, pdf["kafka_ms"], T + 5 * S)  # ties
     parts = [summary_frame(summarise(c, T, T, cfg)) for c in chunks_of(pdf, rng)]
     out = state_outputs(parts, cfg, T, FakeGroupState(0))

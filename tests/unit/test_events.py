@@ -385,7 +385,7 @@ def test_text_that_cannot_be_utf8_encoded_is_rejected(field: str) -> None:
 
 @pytest.mark.parametrize("status", [2**31, -(2**31) - 1, 10**10])
 def test_status_outside_int32_is_rejected(status: int) -> None:
-    # jobs/parse.py stores status in an Arrow int32 column ("status int" in PARSED_SCHEMA);
+    # jobs/parse/parser.py stores status in an Arrow int32 column ("status int" in PARSED_SCHEMA);
     # pa.array raises ArrowInvalid for an accepted status outside int32 and fails the batch.
     got = parse_record(ev(status=status))
     assert isinstance(got, Rejected) and got.reason is Reason.INVALID_VALUE, got

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from jobs.kafka_source import ARROW_SCHEMA as SOURCE_SCHEMA
-from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT, parse_batches
+from jobs.parse.parser import RecordKind, parse_batches
+from jobs.source.kafka_source import ARROW_SCHEMA as SOURCE_SCHEMA
 from tidegauge.core.events import (
     DEAD_LETTER_RAW_CAP,
     MAX_NESTING,
@@ -336,7 +336,11 @@ def test_every_record_becomes_exactly_one_row(records: list[tuple[bytes | None, 
     assert [r["offset"] for r in rows] == list(range(n))
     for (value, _), row in zip(records, rows, strict=True):
         got = parse_record(value)
-        expected_kind = {Event: KIND_EVENT, Heartbeat: KIND_HEARTBEAT, Rejected: KIND_DEAD}
+        expected_kind = {
+            Event: RecordKind.EVENT,
+            Heartbeat: RecordKind.HEARTBEAT,
+            Rejected: RecordKind.DEAD,
+        }
         assert row["kind"] == expected_kind[type(got)]
         if isinstance(got, Rejected):
             assert row["reason"] == got.reason.value

@@ -1,7 +1,8 @@
 """What makes Spark's JVM and its Python processes start faster, without Spark.
 
-The class archive (jobs/jvm_archive.py) is named for the Java and pyspark it was written with
-and only ever offered to a JVM when its file exists; the linked SPARK_HOME (jobs/spark_home.py)
+The class archive (jobs/runtime/jvm_archive.py) is named for the Java and pyspark it was written
+with and only ever offered to a JVM when its file exists; the linked SPARK_HOME
+(jobs/runtime/spark_home.py)
 links the package's launch scripts and jars but has no zips of pyspark's Python code.
 """
 
@@ -12,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from jobs.jvm_archive import ARCHIVE_OFF, archive_key, archive_options, archive_path
-from jobs.spark_home import LINKED, spark_home, use_linked_home
+from jobs.runtime.jvm_archive import ARCHIVE_OFF, archive_key, archive_options, archive_path
+from jobs.runtime.spark_home import LINKED, spark_home, use_linked_home
 
 pytestmark = pytest.mark.unit
 
@@ -98,7 +99,7 @@ def test_without_a_writable_cache_the_package_stays_the_home(
 def test_writing_an_archive_prunes_the_ones_it_replaces_and_those_of_removed_installations(
     tmp_path: Path,
 ) -> None:
-    from jobs.jvm_archive_writer import _prune
+    from jobs.runtime.jvm_archive_writer import _prune
 
     jvm = tmp_path / "jvm"
     jvm.mkdir()

@@ -1,4 +1,4 @@
-"""The pure parts of the Kafka source (jobs/kafka_source.py): batch sizing and task layout.
+"""The pure parts of the Kafka source (jobs/source/kafka_source.py): batch sizing and task layout.
 
 No broker here: `split_limit` is arithmetic on offset dicts, `group_ranges` on offset ranges.
 """
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from jobs.kafka_source import (
+from jobs.source.kafka_source import (
     KafkaPartition,
     KafkaRanges,
     balance_ranges,

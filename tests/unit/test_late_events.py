@@ -1,4 +1,4 @@
-"""The late events kept for people to read (jobs/late_events.py): which, and their stored form."""
+"""Late events kept for people to read (jobs/summary/late_events.py): which, and their form."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pyarrow as pa
 
-from jobs.late_events import concat, late_columns, members, newest, stored
+from jobs.summary.late_events import concat, late_columns, members, newest, stored
 
 T = 1_795_341_600_000
 

@@ -1,15 +1,34 @@
-"""The package layers stay one-way and free of cycles: read from the source's imports (ast).
+"""The floors and stages stay one-way and free of cycles: read from the source's imports (ast).
 
-    4  tidegauge.cli                      the command line: dispatches to everything below
-    3  tidegauge.local                    local services and the demo (starts all of the below)
-    2  jobs | dashboard | tidegauge.traffic | tidegauge.query | tidegauge.alerts
-                                       one concern each, never each other
-    1  tidegauge.core                     no Spark, no Streamlit: contract, time, metrics, store
-    0  sketches                           t-digest, HyperLogLog
+Two pictures, both checked. The top-level folders are floors; a folder imports only the floors
+below it, so no two folders ever import each other:
 
-A module may import its own component and any lower layer, nothing sideways or upward. Every
-import counts, including the ones inside functions (a lazy import is still a dependency). The
-checks are functions on a {module: imports} map, so the cases at the end show them failing.
+    3  cli/         the `tidegauge` command and the local stack it starts
+    2  jobs/        the Spark job          dashboard/   the Streamlit page (never each other)
+    1  tidegauge/   the library: contract, time, metrics, store, alerts, producer, query
+    0  sketches/    t-digest, HyperLogLog, the stored formats
+
+Inside the floors, components have layers; a module imports its own component and lower
+layers, nothing sideways or upward. The job's stages are layers in the order an event crosses
+them, so executor code cannot import the sink and a stage cannot reach into a later one:
+
+    12 cli                      the dispatcher
+    11 cli.local                local services, cluster, the demo
+    10 jobs                     pipeline.py (wires the query), cli.py (`tidegauge job`)
+     9 jobs.runtime             Spark session, Java, class archive, worker daemon
+     8 jobs.sink                one Redis transaction per batch, roll-ups, status   (driver)
+     7 jobs.state               the stateful step and its output rows             (executors)
+     6 jobs.summary             the read task: chunks summarised per service      (executors)
+     5 jobs.panes               a service's panes, sessions, de-duplication ids   (executors)
+     4 jobs.parse               records into event columns                        (executors)
+     3 jobs.source | dashboard | tidegauge.traffic | tidegauge.query     (never each other)
+     2 tidegauge.alerts         rules, their stored states, evaluator, webhooks
+     1 tidegauge.core           no Spark, no Streamlit: contract, time, metrics, store
+     0 sketches
+
+Every import counts, including the ones inside functions (a lazy import is still a
+dependency). The checks are functions on a {module: imports} map, so the cases at the end show
+them failing.
 """
 
 from __future__ import annotations
@@ -21,30 +40,46 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("sketches", "tidegauge", "jobs", "dashboard")
+PACKAGES = ("sketches", "tidegauge", "jobs", "dashboard", "cli")
+
+#: The top-level folders as floors.
+FLOORS = {"sketches": 0, "tidegauge": 1, "jobs": 2, "dashboard": 2, "cli": 3}
 
 #: (prefix, component, layer); the longest matching prefix wins.
 COMPONENTS = (
     ("sketches", "sketches", 0),
+    ("tidegauge", "tidegauge", 1),
     ("tidegauge.core", "core", 1),
-    ("jobs", "jobs", 2),
-    ("dashboard", "dashboard", 2),
-    ("tidegauge.traffic", "traffic", 2),
-    ("tidegauge.query", "query", 2),
     ("tidegauge.alerts", "alerts", 2),
-    ("tidegauge.local", "local", 3),
-    ("tidegauge", "cli", 4),
+    ("tidegauge.traffic", "traffic", 3),
+    ("tidegauge.query", "query", 3),
+    ("dashboard", "dashboard", 3),
+    ("jobs.source", "jobs.source", 3),
+    ("jobs.parse", "jobs.parse", 4),
+    ("jobs.panes", "jobs.panes", 5),
+    ("jobs.summary", "jobs.summary", 6),
+    ("jobs.state", "jobs.state", 7),
+    ("jobs.sink", "jobs.sink", 8),
+    ("jobs.runtime", "jobs.runtime", 9),
+    ("jobs", "jobs", 10),
+    ("cli.local", "local", 11),
+    ("cli", "cli", 12),
 )
 
-#: Third-party packages a component must not import: what keeps the core light.
+#: Third-party packages a component must not import: what keeps the lower layers light.
 FORBIDDEN = {
     "sketches": ("pyspark", "streamlit", "plotly", "redis", "kafka"),
     "core": ("pyspark", "streamlit", "plotly"),
+    "alerts": ("pyspark", "streamlit", "plotly", "kafka"),
     "traffic": ("pyspark", "streamlit", "plotly"),
     "query": ("pyspark", "streamlit", "plotly"),
-    "alerts": ("pyspark", "streamlit", "plotly", "kafka"),
-    "jobs": ("streamlit", "plotly"),
     "dashboard": ("pyspark",),
+    # executor stages never talk to Redis; the source's planner reads pause requests from it
+    **{
+        stage: ("streamlit", "plotly", "redis")
+        for stage in ("jobs.parse", "jobs.panes", "jobs.summary", "jobs.state")
+    },
+    **{c: ("streamlit", "plotly") for c in ("jobs.source", "jobs.sink", "jobs.runtime", "jobs")},
 }
 
 
@@ -130,6 +165,32 @@ def direction_violations(graph: Mapping[str, Iterable[str]]) -> list[str]:
     return sorted(out)
 
 
+def floor_violations(graph: Mapping[str, Iterable[str]]) -> list[str]:
+    """Imports from one top-level folder into another on the same floor or above."""
+    out = set()
+    for src, targets in graph.items():
+        s_top = src.split(".")[0]
+        for dst in targets:
+            d_top = dst.split(".")[0]
+            if d_top != s_top and FLOORS[d_top] >= FLOORS[s_top]:
+                how = "upward" if FLOORS[d_top] > FLOORS[s_top] else "sideways"
+                out.add(
+                    f"{s_top}/ (floor {FLOORS[s_top]}) imports {d_top}/ "
+                    f"(floor {FLOORS[d_top]}): {how}, {src} -> {dst}"
+                )
+    return sorted(out)
+
+
+def folder_pairs(graph: Mapping[str, Iterable[str]]) -> set[tuple[str, str]]:
+    """(importing folder, imported folder) for every import between two top-level folders."""
+    return {
+        (src.split(".")[0], dst.split(".")[0])
+        for src, targets in graph.items()
+        for dst in targets
+        if src.split(".")[0] != dst.split(".")[0]
+    }
+
+
 def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
     """Strongly connected components of more than one module, or a module importing itself."""
     index: dict[str, int] = {}
@@ -186,18 +247,27 @@ def test_every_package_is_read() -> None:
         "sketches.hll",
         "tidegauge.core.events",
         "jobs.pipeline",
+        "jobs.state.aggregate",
         "dashboard.app",
         "tidegauge.traffic.generator",
-        "tidegauge.local.stack",
-        "tidegauge.cli",
+        "cli.local.demo",
+        "cli.main",
     ):
         assert must in graph
-    assert "tidegauge.core.windows" in graph["jobs.aggregate"]  # edges are really found
+    assert "tidegauge.core.windows" in graph["jobs.state.aggregate"]  # edges are really found
 
 
-def test_imports_only_go_down_the_layers() -> None:
+def test_imports_only_go_down_the_layers_and_stages() -> None:
     graph, _ = import_graph()
     assert direction_violations(graph) == []
+
+
+def test_top_level_folders_import_only_lower_floors() -> None:
+    graph, _ = import_graph()
+    assert floor_violations(graph) == []
+    pairs = folder_pairs(graph)
+    assert not {(a, b) for a, b in pairs if (b, a) in pairs}  # no two folders both ways
+    assert ("jobs", "tidegauge") in pairs and ("cli", "jobs") in pairs  # the floors are read
 
 
 def test_no_import_cycles() -> None:
@@ -215,16 +285,52 @@ def test_no_spark_or_streamlit_below_their_layer() -> None:
 
 def test_an_upward_or_sideways_import_is_reported() -> None:
     graph = {
-        "tidegauge.core.store": {"jobs.redis_sink", "sketches.hll"},  # up: core -> jobs
-        "dashboard.data": {"jobs.spark", "tidegauge.core.store"},  # sideways: dashboard -> jobs
-        "jobs.pipeline": {"tidegauge.core.config", "jobs.parse"},  # fine
+        "tidegauge.core.store": {"jobs.sink.redis_sink", "sketches.hll"},  # up: core -> jobs
+        "dashboard.data": {"jobs.source.kafka_source", "tidegauge.core.store"},  # sideways
+        "jobs.pipeline": {"tidegauge.core.config", "jobs.parse.parser"},  # fine
         "sketches.hll": {"tidegauge.core.windows"},  # up
     }
     assert direction_violations(graph) == [
-        "dashboard.data (dashboard, layer 2) imports jobs.spark (jobs, layer 2): sideways",
+        "dashboard.data (dashboard, layer 3) imports jobs.source.kafka_source "
+        "(jobs.source, layer 3): sideways",
         "sketches.hll (sketches, layer 0) imports tidegauge.core.windows (core, layer 1): upward",
-        "tidegauge.core.store (core, layer 1) imports jobs.redis_sink (jobs, layer 2): upward",
+        "tidegauge.core.store (core, layer 1) imports jobs.sink.redis_sink (jobs.sink, layer 8): "
+        "upward",
     ]
+
+
+def test_a_stage_importing_a_later_stage_is_reported() -> None:
+    graph = {
+        # executor code reaching for the sink's dataclasses
+        "jobs.state.rows": {"jobs.sink.redis_sink", "jobs.parse.columns"},
+        # the read task reaching into the stateful step
+        "jobs.summary.read_task": {"jobs.state.aggregate", "jobs.source.kafka_source"},
+        # the source parsing (parse comes after it)
+        "jobs.source.kafka_source": {"jobs.parse.parser"},
+        # the stateful step using the summaries: down, fine
+        "jobs.state.aggregate": {"jobs.summary.summarise", "jobs.panes.windows"},
+    }
+    assert direction_violations(graph) == [
+        "jobs.source.kafka_source (jobs.source, layer 3) imports jobs.parse.parser "
+        "(jobs.parse, layer 4): upward",
+        "jobs.state.rows (jobs.state, layer 7) imports jobs.sink.redis_sink (jobs.sink, layer 8): "
+        "upward", "jobs.summary.read_task (jobs.summary, layer 6) imports jobs.state.aggregate "
+        "(jobs.state, layer 7): upward",
+    ]
+
+
+def test_an_import_between_folders_of_one_floor_or_upward_is_reported() -> None:
+    graph = {
+        "jobs.state.rows": {"dashboard.data"},  # a lower layer number, but another folder
+        "tidegauge.query": {"cli.main"},  # the library reaching up to the command line
+        "cli.main": {"jobs.cli", "dashboard.run", "tidegauge.core.config"},  # fine
+    }
+    assert floor_violations(graph) == [
+        "jobs/ (floor 2) imports dashboard/ (floor 2): sideways, jobs.state.rows -> dashboard.data",
+        "tidegauge/ (floor 1) imports cli/ (floor 3): upward, tidegauge.query -> cli.main",
+    ]
+    # the layer check alone would have let the first one pass: dashboard's layer is lower
+    assert direction_violations({"jobs.state.rows": {"dashboard.data"}}) == []
 
 
 def test_a_cycle_is_reported() -> None:
@@ -247,26 +353,34 @@ def test_lazy_and_relative_imports_count(tmp_path: Path) -> None:
     src.write_text(
         "import json\n"
         "def f():\n"
-        "    from jobs.spark import build_session\n"
+        "    from jobs.runtime.session import build_session\n"
         "    from . import store\n"
         "    import pyspark.sql\n"
     )
-    modules = ["jobs.spark", "tidegauge.core.store", "tidegauge.core.m"]
+    modules = ["jobs.runtime.session", "tidegauge.core.store", "tidegauge.core.m"]
     ours, theirs = imported(src, "tidegauge.core.m", modules)
-    assert ours == {"jobs.spark", "tidegauge.core.store"}
+    assert ours == {"jobs.runtime.session", "tidegauge.core.store"}
     assert theirs == {"json", "pyspark"}
     assert forbidden_imports({"tidegauge.core.m": theirs}) == [
         "tidegauge.core.m (core) imports pyspark"
+    ]
+    assert forbidden_imports({"jobs.state.rows": {"redis", "pandas"}}) == [
+        "jobs.state.rows (jobs.state) imports redis"
     ]
 
 
 @pytest.mark.parametrize(
     ("module", "expected"),
     [
-        ("tidegauge", ("cli", 4)),
-        ("tidegauge.cli", ("cli", 4)),
+        ("cli", ("cli", 12)),
+        ("cli.main", ("cli", 12)),
+        ("cli.local.demo", ("local", 11)),
+        ("jobs.pipeline", ("jobs", 10)),
+        ("jobs.sink.redis_sink", ("jobs.sink", 8)),
+        ("jobs.summary.read_task", ("jobs.summary", 6)),
         ("tidegauge.core.store", ("core", 1)),
-        ("tidegauge.query", ("query", 2)),
+        ("tidegauge.alerts.rules", ("alerts", 2)),
+        ("tidegauge.query", ("query", 3)),
         ("sketches", ("sketches", 0)),
     ],
 )

@@ -1,4 +1,4 @@
-"""Which records of an offset range a read-committed reader delivers (jobs/log_batches.py).
+"""Which records of an offset range a read-committed reader delivers (jobs/source/log_batches.py).
 
 Logs are drawn as one letter per offset:
   d  a non-transactional data record
@@ -14,7 +14,7 @@ import struct
 
 import pytest
 
-from jobs.log_batches import CommittedRange, LogBatch, LogRecord, control_type
+from jobs.source.log_batches import CommittedRange, LogBatch, LogRecord, control_type
 
 
 def log_of(drawing: str) -> list[LogBatch]:

@@ -1,4 +1,4 @@
-"""Spark's offset log as the Kafka planner reads it (jobs/offset_log.py), on files laid out like it.
+"""Spark's offset log as the Kafka planner reads it (jobs/source/offset_log.py), on such files.
 
 `checkpointed_end` finds where the last batch ended; `batch_clock` the watermark and timestamp
 Spark fixed for the batch being planned, which the read tasks summarise against.
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.offset_log import BatchClock, batch_clock, checkpointed_end
+from jobs.source.offset_log import BatchClock, batch_clock, checkpointed_end
 
 # --- checkpointed_end: Spark's offset log --------------------------------------------------
 #

@@ -1,4 +1,4 @@
-"""Raw source batches -> parsed rows (jobs/parse.py), on hand-built Arrow batches, without Spark.
+"""Raw source batches -> parsed rows (jobs/parse/parser.py), on hand-built Arrow batches.
 
 The input batches are shaped like the Kafka source's output (partition int32, offset int64,
 timestamp timestamp[us, UTC], key binary, value binary); every record must come out as exactly
@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from jobs.parse import KIND_DEAD, KIND_EVENT, KIND_HEARTBEAT, PARSED_SCHEMA, parse_batches
+from jobs.parse.parser import PARSED_SCHEMA, RecordKind, parse_batches
 from tidegauge.core.events import DEAD_LETTER_RAW_CAP, MAX_RECORD_BYTES, Reason, parse_record
 
 T = 1_795_341_600_000  # epoch ms, inside the contract's 2000..2100 range
@@ -156,14 +156,14 @@ def test_positions_and_kafka_time(parsed: list[dict[str, Any]]) -> None:
 
 def test_kinds(parsed: list[dict[str, Any]]) -> None:
     kinds = [r["kind"] for r in parsed]
-    assert kinds[:4] == [KIND_EVENT] * 4
-    assert kinds[4:6] == [KIND_HEARTBEAT] * 2
-    assert kinds[6:] == [KIND_DEAD] * (len(RECORDS) - 6)
+    assert kinds[:4] == [RecordKind.EVENT] * 4
+    assert kinds[4:6] == [RecordKind.HEARTBEAT] * 2
+    assert kinds[6:] == [RecordKind.DEAD] * (len(RECORDS) - 6)
     # and each agrees with the contract's own verdict
     for (value, _), row in zip(RECORDS, parsed, strict=True):
         got = parse_record(value)
-        assert row["kind"] == {"Event": KIND_EVENT, "Heartbeat": KIND_HEARTBEAT}.get(
-            type(got).__name__, KIND_DEAD
+        assert row["kind"] == {"Event": RecordKind.EVENT, "Heartbeat": RecordKind.HEARTBEAT}.get(
+            type(got).__name__, RecordKind.DEAD
         )
 
 
@@ -196,7 +196,7 @@ def test_event_time_is_event_ms_in_microseconds(parsed: list[dict[str, Any]]) ->
     (batch,) = parse_batches(iter([source_batch(RECORDS)]))
     micros = batch.column("event_time").cast(pa.int64()).to_pylist()
     for us, row in zip(micros, parsed, strict=True):
-        if row["kind"] == KIND_DEAD:
+        if row["kind"] == RecordKind.DEAD:
             assert us is None and row["event_ms"] is None
         else:
             assert us == row["event_ms"] * 1000
@@ -204,7 +204,7 @@ def test_event_time_is_event_ms_in_microseconds(parsed: list[dict[str, Any]]) ->
 
 
 def test_every_reason_is_reported(parsed: list[dict[str, Any]]) -> None:
-    dead = [r for r in parsed if r["kind"] == KIND_DEAD]
+    dead = [r for r in parsed if r["kind"] == RecordKind.DEAD]
     assert {r["reason"] for r in dead} == {reason.value for reason in Reason}
     assert [r["reason"] for r in dead] == [
         "empty",
@@ -229,7 +229,7 @@ def test_every_reason_is_reported(parsed: list[dict[str, Any]]) -> None:
 
 def test_dead_letter_raw_is_capped_and_size_is_full(parsed: list[dict[str, Any]]) -> None:
     pairs = zip(RECORDS, parsed, strict=True)
-    dead = [(value, r) for (value, _), r in pairs if r["kind"] == KIND_DEAD]
+    dead = [(value, r) for (value, _), r in pairs if r["kind"] == RecordKind.DEAD]
     for value, r in dead:
         body = value or b""
         assert r["raw_size"] == len(body)
@@ -267,4 +267,4 @@ def test_several_batches_in_order_and_empty_batches_skipped() -> None:
 def test_all_null_timestamps() -> None:
     (batch,) = parse_batches(iter([source_batch([(b"{}", None), (b"", None)])]))
     assert batch.column("kafka_ms").to_pylist() == [None, None]
-    assert batch.column("kind").to_pylist() == [KIND_DEAD, KIND_DEAD]
+    assert batch.column("kind").to_pylist() == [RecordKind.DEAD, RecordKind.DEAD]

@@ -1,4 +1,4 @@
-"""`jobs.status.progress_summary` on StreamingQueryProgress JSON dicts shaped like Spark 4's.
+"""`jobs.sink.status.progress_summary` on StreamingQueryProgress JSON dicts shaped like Spark 4's.
 
 Three progress events of one query: the first batch (startOffset null, watermark at the epoch),
 a normal batch, and an idle (no-data) progress that has no `eventTime.max`.
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from jobs.status import progress_summary
+from jobs.sink.status import progress_summary
 
 LATENESS = 30_000
 QUERY_ID = "5a1f4d9e-2c3b-4e7a-9f10-0b6c3d2e1a99"

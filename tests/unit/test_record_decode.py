@@ -1,4 +1,4 @@
-"""The column-wise record decoder (jobs/record_decode.py) against kafka-python's own reader.
+"""The column-wise record decoder (jobs/source/record_decode.py) against kafka-python's own reader.
 
 Batches are built with kafka-python's `DefaultRecordBatchBuilder` (what its producer sends) and
 read back both ways: the fast decoder must give exactly kafka-python's records, or None for the
@@ -14,9 +14,15 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.util import calc_crc32c
 
-from jobs.kafka_log import SourceError, _decode_with_kafka_python, decode_batches
-from jobs.log_batches import LogRecord
-from jobs.record_decode import BATCH_HEAD, _chain_starts, _starts, decode_many, decode_records
+from jobs.source.kafka_log import SourceError, _decode_with_kafka_python, decode_batches
+from jobs.source.log_batches import LogRecord
+from jobs.source.record_decode import (
+    BATCH_HEAD,
+    _chain_starts,
+    _starts,
+    decode_many,
+    decode_records,
+)
 
 T = 1_795_341_600_000
 

@@ -1,4 +1,4 @@
-"""Retention tiers (tidegauge/core/retention.py) and the roll-up of one period (jobs/rollup.py)."""
+"""Retention tiers (tidegauge/core/retention.py); one period rolled up (jobs/sink/rollup.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from jobs.rollup import RolledWindow, roll_period
+from jobs.sink.rollup import RolledWindow, roll_period
 from tidegauge.core.metrics import LateAgg, WindowAgg
 from tidegauge.core.retention import (
     DEFAULT_RETENTION,

@@ -1,4 +1,4 @@
-"""Per-user session windows (jobs/sessions.py) and their place in ServiceWindows, without Spark.
+"""Per-user session windows (jobs/panes/sessions.py) and their place in ServiceWindows.
 
 The rules under test (Spark's session windows applied to raw rows):
 
@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from jobs.panes import ServiceWindows
-from jobs.sessions import Sessions
+from jobs.panes.sessions import Sessions
+from jobs.panes.windows import ServiceWindows
 from tests.spark.test_job_analytics import LATENESS_MS, closed_sessions
 from tidegauge.core.metrics import WindowAgg
 from tidegauge.core.windows import WindowSpec

@@ -1,8 +1,8 @@
 """Sliding windows against brute force: every interval of every event, counted directly.
 
 The timeline's peaks are checked against a scan of every interval on the resolution's grid;
-the job's pane logic (jobs/panes.py) against a replay of randomized out-of-order streams with
-late events, batch by batch: each row's final peak and rolling count must equal what the events
+the job's pane logic (jobs/panes/windows.py) against a replay of randomized out-of-order streams
+with late events, batch by batch: each row's final peak and rolling count must equal what the events
 that arrived while the row was open give, counted one by one.
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from jobs.dedup import horizons
-from jobs.panes import ServiceWindows
+from jobs.panes.dedup import horizons
+from jobs.panes.windows import ServiceWindows
 from tidegauge.core.config import job_config_from_args
 from tidegauge.core.metrics import WindowAgg
 from tidegauge.core.sliding import Frame, Timeline, frame_of
@@ -198,7 +198,7 @@ def test_dedup_keeps_ids_as_long_as_a_peak_can_take_the_event() -> None:
 
 def test_a_window_text_finds_its_stored_spec() -> None:
     from tidegauge.alerts.evaluator import _spec_of
-    from tidegauge.core.alerts import parse_rule
+    from tidegauge.alerts.rules import parse_rule
     from tidegauge.core.windows import match_spec
 
     tumbling, hopping = WindowSpec.tumbling(10_000), WindowSpec(60_000, 10_000)

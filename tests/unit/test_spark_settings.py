@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from jobs.cli import add_arguments
-from jobs.spark import local_checkpoint, session_settings, with_task_retries
+from jobs.runtime.session import local_checkpoint, session_settings, with_task_retries
 from tidegauge.core.config import job_config_from_args, parse_conf
 
 CHECKSUM = "spark.sql.streaming.checkpoint.fileChecksum.enabled"

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from jobs.worker_daemon import redundant_zips
+from jobs.runtime.worker_daemon import redundant_zips
 
 pytestmark = pytest.mark.unit
 

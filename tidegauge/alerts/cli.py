@@ -19,8 +19,8 @@ from pathlib import Path
 import redis
 
 from tidegauge.alerts.evaluator import DEFAULT_LOOKBACK_MS, evaluate_store
+from tidegauge.alerts.rules import Rule, describe_firing, load_rules, parse_rule
 from tidegauge.alerts.webhook import WebhookSender
-from tidegauge.core.alerts import Rule, describe_firing, load_rules, parse_rule
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.config import RedisSettings, redact_url
 from tidegauge.core.durations import format_duration, parse_duration

@@ -1,4 +1,4 @@
-"""One evaluation of every rule against the store (tidegauge/core/alerts.py has the rules)."""
+"""One evaluation of every rule against the store (tidegauge/alerts/rules.py has the rules)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import redis
 
-from tidegauge.core.alerts import Firing, Rule, advance, batch_points, evaluate, window_points
+from tidegauge.alerts.rules import Firing, Rule, advance, batch_points, evaluate, window_points
+from tidegauge.alerts.store import read_firings, write_evaluation
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.store import (
     Keys,
@@ -16,7 +17,6 @@ from tidegauge.core.store import (
     read_window_specs,
     read_windows,
 )
-from tidegauge.core.store.alerts import read_firings, write_evaluation
 from tidegauge.core.windows import WindowSpec, match_spec
 
 __all__ = ["DEFAULT_LOOKBACK_MS", "evaluate_store"]

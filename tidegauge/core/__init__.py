@@ -2,6 +2,6 @@
 
 The event contract, durations, window and watermark math, the window aggregates and their
 metrics, configuration, Kafka codecs and topics, and the Redis key layout with its read API.
-Only `sketches` lies below it; `jobs`, `dashboard`, `tidegauge.traffic`, `tidegauge.local` and
+Only `sketches` lies below it; `jobs`, `dashboard`, `tidegauge.traffic`, `cli.local` and
 the command line build on it (docs/architecture.md, tests/unit/test_layers.py).
 """

@@ -186,7 +186,8 @@ class JobConfig:
     late_events_max: int = 10_000
     #: Event-state groups: services are hashed onto this many; fixed for a checkpoint.
     state_shards: int = 4
-    #: Drop events whose event_id was already accepted (jobs/dedup.py); `--no-dedup` is False.
+    #: Drop events whose event_id was already accepted (jobs/panes/dedup.py); `--no-dedup` is
+    # False.
     dedup: bool = True
     #: Services tracked at once (a cardinality guard; 0: no limit): further names count under
     #: "(other)". Each state shard takes an equal share (docs/events.md).
@@ -195,7 +196,8 @@ class JobConfig:
     service_idle_ms: int = 3_600_000
     #: How long the sink retries an unreachable Redis before the job stops (`--sink-retry-for`).
     sink_retry_ms: int = 600_000
-    #: Spark settings given with `--conf KEY=VALUE`, applied over Tidegauge's own (jobs/spark.py).
+    #: Spark settings given with `--conf KEY=VALUE`, applied over Tidegauge's own
+    # (jobs/runtime/session.py).
     spark_conf: tuple[tuple[str, str], ...] = ()
     #: How long windows are kept and the roll-up tiers after them (`--retention`).
     retention: Retention = field(default_factory=lambda: Retention.parse(DEFAULT_RETENTION))

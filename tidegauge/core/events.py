@@ -118,7 +118,7 @@ class EventField:
     * `int`: a JSON integer (not a boolean, not `200.0`) that fits in 32 bits.
 
     `column` is its name in the job's parsed rows (Spark and Arrow schemas are derived from
-    these declarations, jobs/parse.py). Registered fields are optional and numeric or string;
+    these declarations, jobs/parse/parser.py). Registered fields are optional and numeric or string;
     a metric reads them by `column` from its batch (tidegauge/core/registry.py).
     """
 
@@ -448,7 +448,7 @@ def _wrapped(got: EventValues | Heartbeat | Rejected) -> Event | Heartbeat | Rej
 def parse_values(value: bytes | None) -> EventValues | Heartbeat | Rejected:
     """`parse_record` without building the `Event`: its checked values, in check order.
 
-    The job's parser (jobs/parse.py) writes them straight into columns. Decodes with orjson
+    The job's parser (jobs/parse/parser.py) writes them straight into columns. Decodes with orjson
     (C, ~4x faster than the standard library) when it can give exactly what `json.loads`
     gives; a value it rejects, objects holding arrays or objects (whose depth the standard
     path checks) and objects where a number it turned into a float may have been an integer

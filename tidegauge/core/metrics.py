@@ -593,7 +593,7 @@ OVERDUE = register_metric(
 
 
 def _timeline_update(state: Timeline, batch: Batch) -> Timeline:
-    # Only a job with sliding windows gives the column (jobs/panes.py): each event's bucket.
+    # Only a job with sliding windows gives the column (jobs/panes/windows.py): each event's bucket.
     buckets = batch.get("timeline_ms")
     if buckets is None:
         return state

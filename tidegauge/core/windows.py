@@ -33,6 +33,8 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "ARRIVAL_DOMAINS",
+    "TIME_DOMAINS",
     "LATE",
     "ON_TIME",
     "STRAGGLER",
@@ -53,6 +55,12 @@ __all__ = [
     "tumbling_starts",
     "window_end",
 ]
+
+#: The three clocks an event can be counted by (docs/time.md): its own time, when the job
+#: processed it (its micro-batch's timestamp) and when the broker received it (the record's).
+TIME_DOMAINS = ("event", "processing", "broker")
+#: The clocks of the arrival series the job keeps beside its event-time windows.
+ARRIVAL_DOMAINS = TIME_DOMAINS[1:]
 
 
 def tumbling_start(ts_ms: int, size_ms: int) -> int:

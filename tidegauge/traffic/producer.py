@@ -39,11 +39,11 @@ from tidegauge.core.codecs import codec_by_name, missing_library
 from tidegauge.core.config import KafkaSettings, RedisSettings, redact_url
 from tidegauge.core.control import DemoCommands, read_commands, request_pause
 from tidegauge.core.durations import format_duration, to_iso
-from tidegauge.core.topics import ensure_topic
 from tidegauge.traffic.config import GeneratorConfig
 from tidegauge.traffic.generator import generate
 from tidegauge.traffic.live import Applied, LiveCommands
 from tidegauge.traffic.records import Record
+from tidegauge.traffic.topics import ensure_topic
 
 __all__ = ["ProduceError", "Summary", "produce"]
 

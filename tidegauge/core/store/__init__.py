@@ -1,6 +1,6 @@
 """The Redis key layout and the read API. docs/redis.md is the human-readable twin.
 
-The job's sink writes these keys (jobs/redis_sink.py); `tidegauge query`, the dashboard and the
+The job's sink writes these keys (jobs/sink/redis_sink.py); `tidegauge query`, the dashboard and the
 tests read them only through this package, so there is one definition of what is stored.
 
 All times are epoch milliseconds (UTC). Window metrics are stored as small JSON documents in a

@@ -4,7 +4,7 @@ A presenter's "latency incident" changes events by *event time* (the generator m
 events of the next minute slow); a backlog pause and a job restart happen in *processing time*.
 Each annotation keeps its time domain, so the page draws it on the charts of that domain, over
 the span it affected: a click is visible on the chart it changed. Alert firings are kept apart,
-with their own states (`tidegauge/core/store/alerts.py`), and drawn the same way.
+with their own states (`tidegauge/alerts/store.py`), and drawn the same way.
 """
 
 from __future__ import annotations

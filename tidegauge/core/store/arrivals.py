@@ -14,7 +14,7 @@ from tidegauge.core.store.index import _stamped, _sync
 from tidegauge.core.store.keys import ALL_SERVICES, Keys, _s, split_batch_field
 from tidegauge.core.store.records import WindowRow
 from tidegauge.core.store.windows import read_window_specs, read_windows
-from tidegauge.core.windows import WindowSpec
+from tidegauge.core.windows import TIME_DOMAINS, WindowSpec
 
 
 @dataclass(frozen=True)
@@ -53,10 +53,6 @@ def event_arrivals(windows: Sequence[WindowRow]) -> list[ArrivalRow]:
         )
         for w in windows
     ]
-
-
-#: The three clocks an event can be counted by (docs/time.md).
-TIME_DOMAINS = ("event", "processing", "broker")
 
 
 def read_arrival_size(r: redis.Redis, keys: Keys) -> int | None:

@@ -150,7 +150,7 @@ class Keys:
 
     @property
     def alerts(self) -> str:
-        """Hash: firing id -> JSON firing (`tidegauge.core.alerts.Firing`), newest capped."""
+        """Hash: firing id -> JSON firing (`tidegauge.alerts.rules.Firing`), newest capped."""
         return f"{self.prefix}:alerts"
 
     @property

@@ -1,0 +1,145 @@
+"""Writes Spark's class archive (jobs/runtime/jvm_archive.py), run once by `make setup`.
+
+A training run starts a session as a job does, runs what a job's JVM runs (SQL, Arrow, Python
+workers, a stateful streaming query) and lets the JVM exit, which writes the classes it loaded
+(`-XX:ArchiveClassesAtExit`); the file is then renamed into place. ~1 min, once per Java and
+pyspark; `make setup` runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from jobs.runtime.jvm_archive import ARCHIVE_OFF, archive_path, jars_dir
+
+__all__ = ["build_archive", "main"]
+
+
+def _train(out: str) -> None:
+    """Run what a job's JVM runs, then let the JVM exit, writing the classes it loaded.
+
+    What it runs: SQL, Arrow, Python workers and a stateful streaming query.
+    """
+    import pandas as pd
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    from jobs.runtime.session import build_session
+
+    opts = f"-XX:ArchiveClassesAtExit={out} {ARCHIVE_OFF}"
+    spark = build_session(
+        "local[2]", ui=False, conf=[("spark.driver.extraJavaOptions", opts)], shuffle_partitions=2
+    )
+    spark.range(1000).withColumn("k", F.col("id") % 7).groupBy("k").count().toArrow()
+
+    def count(key: tuple, pdfs, state):
+        n = sum(len(p) for p in pdfs) + (state.get[0] if state.exists else 0)
+        state.update((n,))
+        yield pd.DataFrame({"k": [key[0]], "n": [n]})
+
+    with tempfile.TemporaryDirectory(prefix="tg-jvm-train-") as tmp:
+        stream = (
+            spark.readStream.format("rate")
+            .option("rowsPerSecond", 200)
+            .load()
+            .withWatermark("timestamp", "1 second")
+            .withColumn("k", F.col("value") % 3)
+            .groupBy("k")
+            .applyInPandasWithState(
+                count, "k long, n long", "n long", "update", GroupStateTimeout.NoTimeout
+            )
+        )
+        query = (
+            stream.writeStream.outputMode("update")
+            .foreachBatch(lambda df, _: df.toArrow())
+            .option("checkpointLocation", tmp)
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            last = query.lastProgress
+            if last is not None and last.batchId >= 3:
+                break
+            time.sleep(0.2)
+        query.stop()
+    gateway = spark.sparkContext._gateway
+    spark.stop()
+    proc = getattr(gateway, "proc", None)
+    if proc is not None and proc.stdin is not None:
+        proc.stdin.close()  # the JVM exits at the end of its stdin, writing the archive
+        proc.wait(300)
+
+
+def _prune(keep: Path) -> None:
+    """Delete the archives this one replaces, and those of pyspark installations that are gone.
+
+    Each archive names its jars' directory beside it (`.jars`): one naming the same directory
+    as `keep` was written for jars since replaced (a reinstall, another Java); one naming a
+    directory that no longer exists belongs to a removed environment.
+    """
+    mine = keep.with_suffix(".jars").read_text().strip()
+    for old in keep.parent.glob("spark-*.jsa"):
+        source = old.with_suffix(".jars")
+        try:
+            jars = source.read_text().strip()
+        except OSError:
+            jars = ""  # written before the name of its jars was kept beside it
+        if old != keep and (jars == mine or not jars or not Path(jars).is_dir()):
+            old.unlink(missing_ok=True)
+            source.unlink(missing_ok=True)
+
+
+def build_archive(cache: Path | None = None, force: bool = False) -> Path | None:
+    """Write this machine's archive (a training run of ~1 min); None if Java cannot write one."""
+    path = archive_path(cache)
+    if path.is_file() and not force:
+        print(f"jvm archive: {path} (already there)")
+        return path
+    print("jvm archive: writing Spark's class archive once (~1 min): later JVMs start faster")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    started = time.monotonic()
+    env = {**os.environ, "TIDEGAUGE_JVM_ARCHIVE": "off"}
+    run = subprocess.run(
+        [sys.executable, "-m", "jobs.runtime.jvm_archive_writer", "--train", str(tmp)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if run.returncode != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
+        tmp.unlink(missing_ok=True)
+        tail = (run.stderr or run.stdout).strip().splitlines()[-3:]
+        print(f"jvm archive: not written ({' | '.join(tail) or 'no archive'})", file=sys.stderr)
+        return None
+    os.replace(tmp, path)  # atomic: a concurrent start maps a whole archive or none
+    path.with_suffix(".jars").write_text(str(jars_dir()))
+    _prune(path)
+    took = time.monotonic() - started
+    size = path.stat().st_size / 1e6
+    print(f"jvm archive: {path} ({size:.0f} MB) written in {took:.0f}s")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m jobs.runtime.jvm_archive_writer [--force]`: write the archive unless it exists."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--force", action="store_true", help="write it again even if it exists")
+    ap.add_argument("--train", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.train:
+        _train(args.train)
+        return 0
+    # A JVM that cannot write one still runs Tidegauge, only slower to start: not an error.
+    build_archive(force=args.force)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

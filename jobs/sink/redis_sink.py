@@ -1,0 +1,210 @@
+"""Redis sink: one micro-batch's results reach Redis in one MULTI/EXEC transaction.
+
+Runs on the driver (inside `foreachBatch`, after the batch's small result is collected).
+Idempotent by construction: every value written is absolute (the window's full count from Spark
+state, the dead-letter count from state, a dead letter keyed by its Kafka position), never an
+increment, so replaying a batch after a crash leaves Redis byte-for-byte the same.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from jobs.sink.rollup import BatchTime, plan_retention, services_seen
+from jobs.state.rows import ArrivalUpdate, LateUpdate, WindowCount, WindowUpdate
+from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.retention import Retention
+from tidegauge.core.store import ALL_SERVICES, DeadLetter, Keys, batch_field
+from tidegauge.core.windows import WindowSpec
+
+__all__ = ["SinkBatch", "SinkConfig", "write_batch"]
+
+
+def _doc(metrics: Mapping[str, Any], batch_id: int) -> str:
+    return json.dumps({**metrics, "batch": batch_id}, separators=(",", ":"), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """How the sink writes, fixed for a job (built from `JobConfig` by the pipeline)."""
+
+    #: Dead letters kept (the newest by broker time).
+    dead_letter_max: int = 100_000
+    #: Late events kept (the newest by broker time, jobs/summary/late_events.py).
+    late_events_max: int = 10_000
+    #: Size of the arrival series' windows (the primary window); needed when arrivals come.
+    arrival_window_ms: int | None = None
+    #: Retention tiers and the window spec they roll up; None keeps every window.
+    retention: Retention | None = None
+    source: WindowSpec | None = None
+
+
+@dataclass(frozen=True)
+class SinkBatch:
+    """One micro-batch's results, as the sink writes them in one transaction."""
+
+    batch_id: int
+    windows: Sequence[WindowUpdate] = ()
+    dead: Iterable[DeadLetter] = ()
+    #: Dead letters so far by reason (absolute counts from state).
+    dead_counts: Mapping[str, int] | None = None
+    late: Sequence[LateUpdate] = ()
+    stragglers: Sequence[WindowCount] = ()
+    duplicates: Sequence[WindowCount] = ()
+    arrivals: Sequence[ArrivalUpdate] = ()
+    #: Stored late-event members -> broker time (ms) (`jobs.summary.late_events.batch_members`).
+    late_events: Mapping[str, int] | None = None
+    #: The batch's watermark and timestamp: retention's clock (needed with `retention`).
+    at: BatchTime | None = None
+
+
+def write_batch(
+    r: redis.Redis, keys: Keys, batch: SinkBatch, config: SinkConfig = SinkConfig()
+) -> None:
+    """Write one batch: windows (and the `*` rows they imply), corrections, arrivals, letters.
+
+    With `config.retention` (and the batch's time `at`), the same transaction rolls windows
+    of closed periods up into the tiers and deletes what has aged out (jobs/sink/rollup.py); late
+    rows of a window whose raw copy has gone go to the roll-ups only.
+
+    The `*` row of a window merges the aggregates (counts and sketches) of every service stored
+    for that window, read back from Redis before the transaction, so it stays right when only
+    some services changed. Late rows, stragglers and arrivals are per-batch facts: they are
+    stored under a field named "service|batch", so a replay overwrites instead of adding, and
+    a window's revision is the number of batches that brought it stragglers.
+    """
+    batch_id, windows, late, arrivals = batch.batch_id, batch.windows, batch.late, batch.arrivals
+    stragglers, duplicates, at = batch.stragglers, batch.duplicates, batch.at
+    arrival_window_ms, retention = config.arrival_window_ms, config.retention
+    named: list[str] = [x.service for x in windows]
+    named += [x.service for x in late] + [x.service for x in stragglers]
+    named += [x.service for x in duplicates]
+    named += [x.service for x in arrivals]
+    if ALL_SERVICES in named:
+        raise ValueError("'*' is computed by the sink, not sent to it")
+    if arrivals and not arrival_window_ms:
+        raise ValueError("arrivals need arrival_window_ms")
+    plan = None
+    if retention is not None and at is not None:
+        plan = plan_retention(r, keys, retention, config.source, at, late, arrivals)
+        if arrival_window_ms:
+            size = arrival_window_ms
+            arrivals = [a for a in arrivals if plan.keeps_arrival(a.domain, a.start_ms, size)]
+        late = [lt for lt in late if plan.keeps_window(WindowSpec.from_key(lt.spec), lt.start_ms)]
+    windows, parts = _merge_parts(r, keys, windows)
+    by_window: dict[tuple[str, int], dict[str, WindowUpdate]] = defaultdict(dict)
+    for w in windows:
+        by_window[(w.spec, w.start_ms)][w.service] = w
+
+    wins = sorted(by_window)
+    read = r.pipeline(transaction=False)
+    for spec, start in wins:
+        read.hgetall(keys.window_aggs(spec, start))
+    stored = read.execute() if wins else []
+
+    tx = r.pipeline(transaction=True)
+    for key, field_name, blob in parts:
+        tx.hset(key, field_name, blob)
+    services: set[str] = set()
+    for (spec, start), existing in zip(wins, stored, strict=True):
+        fresh = by_window[(spec, start)]
+        aggs = {k.decode(): v for k, v in existing.items()}
+        aggs.pop(ALL_SERVICES, None)
+        aggs.update({s: w.agg for s, w in fresh.items()})
+        total = WindowAgg.merged(WindowAgg.from_bytes(b) for _, b in sorted(aggs.items()))
+        docs: dict[Any, Any] = {s: _doc(w.metrics, batch_id) for s, w in fresh.items()}
+        docs[ALL_SERVICES] = _doc(total.metrics(WindowSpec.from_key(spec).size_ms), batch_id)
+        blobs: dict[Any, Any] = {s: w.agg for s, w in fresh.items()}
+        blobs[ALL_SERVICES] = total.to_bytes()
+        tx.hset(keys.window(spec, start), mapping=docs)
+        tx.hset(keys.window_aggs(spec, start), mapping=blobs)
+        tx.zadd(keys.window_index(spec), {str(start): start})
+        tx.sadd(keys.window_specs, spec)
+        services.update(fresh)
+    if services:
+        tx.sadd(keys.services, *sorted(services))
+        tx.zadd(keys.services_seen, services_seen(windows), gt=True)
+    for lt in late:
+        blob = lt.agg or LateAgg(lt.count).to_bytes()
+        tx.hset(keys.window_late(lt.spec, lt.start_ms), batch_field(lt.service, batch_id), blob)
+        tx.zadd(keys.late_index(lt.spec), {str(lt.start_ms): lt.start_ms})
+        tx.sadd(keys.window_specs, lt.spec)
+    for st in stragglers:
+        field = batch_field(st.service, batch_id)
+        tx.hset(keys.window_stragglers(st.spec, st.start_ms), field, str(st.count))
+    for dup in duplicates:
+        field = batch_field(dup.service, batch_id)
+        tx.hset(keys.window_duplicates(dup.spec, dup.start_ms), field, str(dup.count))
+    if arrivals:
+        assert arrival_window_ms is not None
+        size = arrival_window_ms
+        tx.sadd(keys.arrival_sizes, str(size))
+        for a in arrivals:
+            doc = json.dumps(
+                {**a.metrics, "events": a.count}, separators=(",", ":"), sort_keys=True
+            )
+            tx.hset(
+                keys.arrivals(a.domain, size, a.start_ms), batch_field(a.service, batch_id), doc
+            )
+            tx.zadd(keys.arrivals_index(a.domain, size), {str(a.start_ms): a.start_ms})
+    if batch.late_events:
+        tx.zadd(keys.late_events, batch.late_events)
+        tx.zremrangebyrank(keys.late_events, 0, -(config.late_events_max + 1))
+    letters = {d.to_json(): d.kafka_timestamp for d in batch.dead}
+    if letters:
+        tx.zadd(keys.dead_letters, letters)
+        tx.zremrangebyrank(keys.dead_letters, 0, -(config.dead_letter_max + 1))
+    if batch.dead_counts:
+        tx.hset(keys.dead_counts, mapping={k: str(v) for k, v in batch.dead_counts.items()})
+    if plan is not None:
+        # a name back after its windows expired is not gone
+        plan.services_gone = [s for s in plan.services_gone if s not in services]
+        plan.apply(tx, keys)
+    if len(tx):
+        # A new token only when the store has none (empty, or flushed): see Keys.epoch.
+        tx.set(keys.epoch, uuid.uuid4().hex, nx=True)
+        tx.execute()
+
+
+def _merge_parts(
+    r: redis.Redis, keys: Keys, windows: Sequence[WindowUpdate]
+) -> tuple[list[WindowUpdate], list[tuple[str, str, bytes]]]:
+    """Windows with each service's shard parts replaced by one update: the merge of its parts.
+
+    Returns the updates and the parts to store ((key, field, WindowAgg bytes)): a part is the
+    absolute state of one shard, so the merge takes the other shards' stored parts too.
+    """
+    whole = [w for w in windows if w.shard is None]
+    split = [w for w in windows if w.shard is not None]
+    if not split:
+        return whole, []
+    cells = sorted({(w.spec, w.start_ms) for w in split})
+    read = r.pipeline(transaction=False)
+    for spec, start in cells:
+        read.hgetall(keys.window_parts(spec, start))
+    stored = dict(zip(cells, read.execute(), strict=True))
+    writes: list[tuple[str, str, bytes]] = []
+    by_service: dict[tuple[str, int, str], dict[str, bytes]] = {}
+    for w in split:
+        cell = stored[(w.spec, w.start_ms)]
+        have = by_service.setdefault((w.spec, w.start_ms, w.service), {})
+        if not have:
+            for f, blob in cell.items():
+                name = f.decode()
+                if name.rsplit("|", 1)[0] == w.service:
+                    have[name] = blob
+        name = f"{w.service}|{w.shard}"
+        have[name] = w.agg
+        writes.append((keys.window_parts(w.spec, w.start_ms), name, w.agg))
+    for (spec, start, service), blobs in sorted(by_service.items()):
+        merged = WindowAgg.merged(WindowAgg.from_bytes(b) for _, b in sorted(blobs.items()))
+        size = WindowSpec.from_key(spec).size_ms
+        whole.append(WindowUpdate(spec, start, service, merged.metrics(size), merged.to_bytes()))
+    return whole, writes

@@ -1,0 +1,439 @@
+"""Retention in the sink: roll-ups of closed periods and expiry of old windows, per batch.
+
+Runs on the driver inside the batch's Redis transaction (jobs/sink/redis_sink.py), with the batch's
+watermark in force and its timestamp (from Spark's offset log), so every decision depends on
+the batch alone and a replayed batch writes the same bytes (tidegauge/core/retention.py has
+the tiers and the rules; docs/redis.md "Retention" the key lifetimes):
+
+* **Roll-up.** Once the watermark has closed a period of a tier, the period's windows of the
+  finer tier (the smallest tumbling spec for the first tier) are merged into one window of the
+  tier: aggregates per service and `*` (counts exact, sketches merged), stragglers and
+  duplicates summed per (service, batch), late rows merged per (service, batch). Closed
+  windows no longer change, except for late rows: those of batches before the build are folded
+  in, those of the build's batch and later are added to every rolled-up period directly.
+* **Expiry.** A window of a tier is deleted (every key of it) once `watermark - end >= TTL`;
+  arrival series are kept for the raw TTL, each on its own clock: processing time against the
+  batch's timestamp, broker time against the newest broker time seen; a service name goes when
+  its newest window has gone from every tier. What a batch writes obeys the same rules as what
+  it deletes, so a replayed batch ends where its first attempt did.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.retention import Retention, Tier, expired
+from tidegauge.core.store import ALL_SERVICES, Keys, batch_field
+from tidegauge.core.store.keys import _s, split_batch_field
+from tidegauge.core.windows import ARRIVAL_DOMAINS, WindowSpec, tumbling_start
+
+__all__ = ["BatchTime", "RetentionPlan", "RolledWindow", "plan_retention", "roll_period"]
+
+#: Windows (per spec) one batch deletes at most; the rest go with the next batches, so a store
+#: that grew before retention was on is trimmed without one huge transaction.
+EXPIRE_PER_BATCH = 20_000
+
+#: Finer windows (per tier) one batch rolls up at most, in whole periods: a store that grew
+#: with `--retention forever` is rolled up over the next batches, oldest first, and nothing
+#: of it expires before it is rolled up (`RetentionPlan.keeps_window`).
+ROLLUP_PER_BATCH = 5_000
+
+
+@dataclass(frozen=True)
+class BatchTime:
+    """What fixes a batch's retention work: its id, watermark in force and timestamp (ms)."""
+
+    batch_id: int
+    watermark_ms: int
+    proc_ms: int
+
+
+@dataclass
+class RolledWindow:
+    """One window's stored hashes (field -> value), as read back or as a roll-up builds them."""
+
+    aggs: dict[str, bytes] = field(default_factory=dict)
+    late: dict[str, bytes] = field(default_factory=dict)
+    stragglers: dict[str, bytes] = field(default_factory=dict)
+    duplicates: dict[str, bytes] = field(default_factory=dict)
+    docs: dict[str, str] = field(default_factory=dict)
+
+
+def roll_period(
+    windows: Sequence[tuple[int, RolledWindow]], size_ms: int, batch_id: int
+) -> RolledWindow:
+    """The roll-up of one period from its finer windows (any order; merged by start).
+
+    Late fields of `batch_id` and later are left out: the batch that builds the roll-up adds
+    its own late rows directly (`late_rows`), so a replay of it writes the same fields.
+    """
+    ordered = [w for _, w in sorted(windows, key=lambda p: p[0])]
+    out = RolledWindow()
+    services = sorted({s for w in ordered for s in w.aggs})
+    for svc in services:
+        merged = WindowAgg.merged(
+            WindowAgg.from_bytes(w.aggs[svc]) for w in ordered if svc in w.aggs
+        )
+        out.aggs[svc] = merged.to_bytes()
+        out.docs[svc] = json.dumps(
+            {**merged.metrics(size_ms), "batch": batch_id}, separators=(",", ":"), sort_keys=True
+        )
+    late: dict[str, LateAgg] = {}
+    for w in ordered:
+        for f, blob in sorted(w.late.items()):
+            if split_batch_field(f)[1] >= batch_id:
+                continue
+            have = late.get(f)
+            if have is None:
+                late[f] = LateAgg.from_bytes(blob)
+            else:
+                have.merge(LateAgg.from_bytes(blob))
+    out.late = {f: a.to_bytes() for f, a in late.items()}
+    out.stragglers = _sums(w.stragglers for w in ordered)
+    out.duplicates = _sums(w.duplicates for w in ordered)
+    return out
+
+
+def _sums(hashes: Iterable[dict[str, bytes]]) -> dict[str, bytes]:
+    total: dict[str, int] = defaultdict(int)
+    for h in hashes:
+        for f, v in h.items():
+            total[f] += int(v)
+    return {f: str(n).encode() for f, n in sorted(total.items())}
+
+
+@dataclass
+class RetentionPlan:
+    """The writes and deletes of one batch's retention work, applied inside its transaction."""
+
+    #: (spec key, start) -> the roll-up to write.
+    rolled: dict[tuple[str, int], RolledWindow] = field(default_factory=dict)
+    #: (spec key, start) -> late fields to add to an already rolled-up period.
+    late: dict[tuple[str, int], dict[str, bytes]] = field(default_factory=dict)
+    #: spec key -> window starts to delete, and the index bound (inclusive) they fall under.
+    expire: dict[str, tuple[list[int], int]] = field(default_factory=dict)
+    #: (domain, size) -> arrival window starts to delete.
+    expire_arrivals: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    services_gone: list[str] = field(default_factory=list)
+    meta: dict[str, str] = field(default_factory=dict)
+    #: The clock each arrival domain ages against (ms): the batch's timestamp for processing
+    #: time, the newest broker-time window seen for broker time.
+    arrival_clocks: dict[str, int] = field(default_factory=dict)
+    #: The raw TTL arrivals are kept for (None: for ever).
+    arrival_ttl_ms: int | None = None
+    #: The watermark the batch's expiry runs with, and each spec's TTL (raw specs: the raw TTL).
+    watermark_ms: int = 0
+    raw_ttl_ms: int | None = None
+    tier_ttls: dict[str, int] = field(default_factory=dict)
+    #: Spec key -> its windows ending at or before this are rolled up into the next tier (the
+    #: source into the first tier, each tier into the next); later ones are kept past their
+    #: TTL until they are.
+    rolled_until: dict[str, int] = field(default_factory=dict)
+
+    def keeps_window(self, spec: WindowSpec, start_ms: int) -> bool:
+        """Whether a window is still stored: younger than its TTL, or not rolled up yet.
+
+        A batch writes a late row into a window only if this holds, by the same rule its
+        expiry deletes by, so a replayed batch ends where its first attempt did.
+        """
+        end = spec.end(start_ms)
+        if not expired(end, self.watermark_ms, self.tier_ttls.get(spec.key, self.raw_ttl_ms)):
+            return True
+        until = self.rolled_until.get(spec.key)
+        return until is not None and end > until
+
+    def keeps_arrival(self, domain: str, start_ms: int, size_ms: int) -> bool:
+        """Whether a batch's own arrival window is still young enough to be written.
+
+        The batch's writes obey the same rule as its deletes, so a replayed batch (which sees
+        its first attempt's keys) ends in the same state.
+        """
+        clock = self.arrival_clocks.get(domain)
+        return clock is None or not expired(start_ms + size_ms, clock, self.arrival_ttl_ms)
+
+    def apply(self, tx: Any, keys: Keys) -> None:
+        """Queue every write on `tx` (a MULTI pipeline), roll-ups before deletes."""
+        for (spec, start), w in sorted(self.rolled.items()):
+            if w.aggs:
+                tx.hset(keys.window(spec, start), mapping=w.docs)
+                tx.hset(keys.window_aggs(spec, start), mapping=w.aggs)
+                tx.zadd(keys.window_index(spec), {str(start): start})
+            if w.late:
+                tx.hset(keys.window_late(spec, start), mapping=w.late)
+                tx.zadd(keys.late_index(spec), {str(start): start})
+            if w.stragglers:
+                tx.hset(keys.window_stragglers(spec, start), mapping=w.stragglers)
+            if w.duplicates:
+                tx.hset(keys.window_duplicates(spec, start), mapping=w.duplicates)
+        for (spec, start), fields in sorted(self.late.items()):
+            tx.hset(keys.window_late(spec, start), mapping=fields)
+            tx.zadd(keys.late_index(spec), {str(start): start})
+        for spec, (starts, _) in sorted(self.expire.items()):
+            for start in starts:
+                tx.delete(
+                    keys.window(spec, start),
+                    keys.window_aggs(spec, start),
+                    keys.window_late(spec, start),
+                    keys.window_stragglers(spec, start),
+                    keys.window_duplicates(spec, start),
+                    keys.window_parts(spec, start),
+                )
+            if starts:
+                members = [str(s) for s in starts]
+                tx.zrem(keys.window_index(spec), *members)
+                tx.zrem(keys.late_index(spec), *members)
+        for (domain, size), starts in sorted(self.expire_arrivals.items()):
+            for start in starts:
+                tx.delete(keys.arrivals(domain, size, start))
+            if starts:
+                tx.zrem(keys.arrivals_index(domain, size), *[str(s) for s in starts])
+        if self.services_gone:
+            tx.srem(keys.services, *self.services_gone)
+            tx.zrem(keys.services_seen, *self.services_gone)
+        if self.meta:
+            tx.hset(keys.retention, mapping=self.meta)
+
+
+def plan_retention(
+    r: redis.Redis,
+    keys: Keys,
+    retention: Retention,
+    source: WindowSpec | None,
+    at: BatchTime,
+    late: Sequence[Any] = (),
+    arrivals: Sequence[Any] = (),
+) -> RetentionPlan:
+    """Read what the batch's retention work needs and plan it (nothing is written here).
+
+    `source`: the smallest tumbling spec, rolled up into the tiers (None: no roll-ups).
+    `late`: the batch's LateUpdates (jobs/sink/redis_sink.py), added to rolled-up periods;
+    `arrivals`: its ArrivalUpdates, whose broker times move the broker-time clock.
+    """
+    plan = RetentionPlan()
+    wm = at.watermark_ms
+    tiers = retention.tiers if source is not None else ()
+    pipe = r.pipeline(transaction=False)
+    pipe.hgetall(keys.retention)
+    pipe.smembers(keys.window_specs)
+    pipe.smembers(keys.arrival_sizes)
+    meta_raw, specs_raw, sizes_raw = pipe.execute()
+    meta = {_s(k): _s(v) for k, v in meta_raw.items()}
+    plan.meta = {"retention": retention.text(), "watermark": str(wm)}
+    if source is not None:
+        plan.meta["source"] = source.key
+    broker = max(
+        [int(meta.get("broker_clock", 0))] + [a.start_ms for a in arrivals if a.domain == "broker"]
+    )
+    plan.meta["broker_clock"] = str(broker)
+    plan.arrival_clocks = {"processing": at.proc_ms, "broker": broker}
+    plan.arrival_ttl_ms = retention.raw_ttl_ms
+    plan.watermark_ms, plan.raw_ttl_ms = wm, retention.raw_ttl_ms
+    plan.tier_ttls = {t.spec.key: t.ttl_ms for t in tiers}
+    if wm <= 0:  # nothing seen yet: no period has closed, nothing has aged
+        return plan
+    if source is not None and tiers:
+        _plan_rollups(r, keys, tiers, source, at, meta, plan)
+        _plan_late(tiers, source, at, late, plan)
+    specs = [WindowSpec.from_key(_s(k)) for k in specs_raw]
+    ttls = [(s, retention.raw_ttl_ms) for s in specs] + [(t.spec, t.ttl_ms) for t in tiers]
+    _plan_expiry(r, keys, ttls, {int(_s(v)) for v in sizes_raw}, retention, at, plan)
+    return plan
+
+
+def _plan_rollups(
+    r: redis.Redis,
+    keys: Keys,
+    tiers: Sequence[Tier],
+    source: WindowSpec,
+    at: BatchTime,
+    meta: dict[str, str],
+    plan: RetentionPlan,
+) -> None:
+    wm = at.watermark_ms
+    below: dict[int, RolledWindow] = {}  # the finer tier's periods built in this batch
+    finer = source
+    finer_until: int | None = None  # how far the finer tier is built (None: raw, all of it)
+    for tier in tiers:
+        limit = tumbling_start(wm, tier.size_ms)  # periods ending at or before it are closed
+        if finer_until is not None:  # a tier is built only from what the finer one holds
+            limit = min(limit, tumbling_start(finer_until, tier.size_ms))
+        done = meta.get(f"rolled:{tier.size_ms}")
+        cursor = int(done) if done is not None else None
+        built: dict[int, RolledWindow] = {}
+        until = limit if cursor is None else max(cursor, limit)
+        if cursor is None or limit > cursor:
+            lo = "-inf" if cursor is None else cursor
+            starts, until = _starts_to_roll(r, keys, finer, lo, limit, tier.size_ms)
+            starts |= {s for s in below if (cursor is None or s >= cursor) and s < until}
+            windows = _read_windows(r, keys, finer, sorted(starts - set(below)))
+            windows.update({s: w for s, w in below.items() if s in starts})
+            periods: dict[int, list[tuple[int, RolledWindow]]] = defaultdict(list)
+            for s, w in windows.items():
+                periods[tumbling_start(s, tier.size_ms)].append((s, w))
+            for p, members in sorted(periods.items()):
+                built[p] = roll_period(members, tier.size_ms, at.batch_id)
+        plan.meta[f"rolled:{tier.size_ms}"] = str(until)
+        plan.rolled_until[finer.key] = until
+        for p, w in built.items():
+            plan.rolled[(tier.spec.key, p)] = w
+        below, finer, finer_until = built, tier.spec, until
+    # a roll-up already past its TTL is written only if the next tier has not taken it in yet
+    plan.rolled = {
+        (key, p): w
+        for (key, p), w in plan.rolled.items()
+        if plan.keeps_window(WindowSpec.from_key(key), p)
+    }
+
+
+def _starts_to_roll(
+    r: redis.Redis, keys: Keys, spec: WindowSpec, lo: Any, hi: int, size_ms: int
+) -> tuple[set[int], int]:
+    """Window starts of `spec` in [lo, hi) to roll up now, and where they end (a period bound).
+
+    At most ROLLUP_PER_BATCH windows in whole periods, oldest first (one period whole if it
+    alone has more); the rest go with the next batches.
+    """
+    cap = ROLLUP_PER_BATCH
+    pipe = r.pipeline(transaction=False)
+    for index in (keys.window_index(spec.key), keys.late_index(spec.key)):
+        pipe.zrangebyscore(index, lo, hi - 1, start=0, num=cap + 1)
+    got = [[int(_s(v)) for v in vs] for vs in pipe.execute()]
+    starts = sorted(set(got[0]) | set(got[1]))
+    if len(starts) <= cap and all(len(vs) <= cap for vs in got):
+        return set(starts), hi
+    known = min([vs[-1] for vs in got if len(vs) > cap] + [starts[min(cap, len(starts) - 1)]])
+    until = tumbling_start(known, size_ms)  # whole periods below the first one not all seen
+    if until <= starts[0]:  # one period holds more than the cap: take it whole
+        until = tumbling_start(starts[0], size_ms) + size_ms
+        return _index_range(r, keys, spec, lo, until - 1), until
+    return {s for s in starts if s < until}, until
+
+
+def _plan_late(
+    tiers: Sequence[Tier],
+    source: WindowSpec,
+    at: BatchTime,
+    late: Sequence[Any],
+    plan: RetentionPlan,
+) -> None:
+    """The batch's late rows of the source spec, merged into each rolled-up period they hit.
+
+    A period not rolled up yet gets them when it is (its build folds the finer windows' late
+    rows in); one past its TTL and rolled into the next tier has gone.
+    """
+    for tier in tiers:
+        built_until = plan.rolled_until.get(_finer_key(tiers, tier, source), 0)
+        grouped: dict[tuple[int, str], list[tuple[int, bytes]]] = defaultdict(list)
+        for u in late:
+            if u.spec != source.key:
+                continue
+            p = tumbling_start(u.start_ms, tier.size_ms)
+            if p + tier.size_ms > built_until or not plan.keeps_window(tier.spec, p):
+                continue
+            grouped[(p, u.service)].append((u.start_ms, u.agg or LateAgg(u.count).to_bytes()))
+        for (p, service), parts in sorted(grouped.items()):
+            aggs = [LateAgg.from_bytes(b) for _, b in sorted(parts, key=lambda x: x[0])]
+            total = aggs[0]
+            for a in aggs[1:]:
+                total.merge(a)
+            fields = plan.late.setdefault((tier.spec.key, p), {})
+            fields[batch_field(service, at.batch_id)] = total.to_bytes()
+
+
+def _finer_key(tiers: Sequence[Tier], tier: Tier, source: WindowSpec) -> str:
+    """The spec a tier is rolled up from."""
+    i = tiers.index(tier)
+    return source.key if i == 0 else tiers[i - 1].spec.key
+
+
+def _plan_expiry(
+    r: redis.Redis,
+    keys: Keys,
+    ttls: Sequence[tuple[WindowSpec, int | None]],
+    arrival_sizes: set[int],
+    retention: Retention,
+    at: BatchTime,
+    plan: RetentionPlan,
+) -> None:
+    wm = at.watermark_ms
+    pipe = r.pipeline(transaction=False)
+    asked: list[tuple[str, Any]] = []
+    for spec, ttl in ttls:
+        if ttl is None:
+            continue
+        bound = wm - ttl - spec.size_ms  # start <= bound  <=>  watermark - end >= ttl
+        until = plan.rolled_until.get(spec.key)
+        if until is not None:  # and only once it is rolled up into the next tier
+            bound = min(bound, until - spec.size_ms)
+        for index in (keys.window_index(spec.key), keys.late_index(spec.key)):
+            pipe.zrangebyscore(index, "-inf", bound, start=0, num=EXPIRE_PER_BATCH)
+            asked.append(("spec", (spec.key, bound)))
+    if retention.raw_ttl_ms is not None:
+        for size in sorted(arrival_sizes):
+            for domain in ARRIVAL_DOMAINS:
+                bound = plan.arrival_clocks[domain] - retention.raw_ttl_ms - size
+                pipe.zrangebyscore(
+                    keys.arrivals_index(domain, size), "-inf", bound, start=0, num=EXPIRE_PER_BATCH
+                )
+                asked.append(("arr", (domain, size)))
+    longest = retention.longest_ms
+    if longest is not None:
+        widest = max([s.size_ms for s, _ in ttls], default=0)
+        pipe.zrangebyscore(keys.services_seen, "-inf", wm - longest - widest)
+        asked.append(("svc", None))
+    for (what, key), got in zip(asked, pipe.execute() if asked else [], strict=True):
+        starts = sorted({int(_s(v)) for v in got}) if what != "svc" else []
+        if what == "spec":
+            spec_key, bound = key
+            have, _ = plan.expire.get(spec_key, ([], bound))
+            plan.expire[spec_key] = (sorted(set(have) | set(starts)), bound)
+        elif what == "arr":
+            if starts:
+                plan.expire_arrivals[key] = starts
+        else:
+            plan.services_gone = sorted(_s(v) for v in got)
+    plan.expire = {k: v for k, v in plan.expire.items() if v[0]}
+
+
+def _index_range(r: redis.Redis, keys: Keys, spec: WindowSpec, lo: Any, hi: int) -> set[int]:
+    """Window starts in [lo, hi] with results or late rows."""
+    pipe = r.pipeline(transaction=False)
+    pipe.zrangebyscore(keys.window_index(spec.key), lo, hi)
+    pipe.zrangebyscore(keys.late_index(spec.key), lo, hi)
+    a, b = pipe.execute()
+    return {int(_s(v)) for v in [*a, *b]}
+
+
+def _read_windows(
+    r: redis.Redis, keys: Keys, spec: WindowSpec, starts: Sequence[int]
+) -> dict[int, RolledWindow]:
+    if not starts:
+        return {}
+    pipe = r.pipeline(transaction=False)
+    for s in starts:
+        pipe.hgetall(keys.window_aggs(spec.key, s))
+        pipe.hgetall(keys.window_late(spec.key, s))
+        pipe.hgetall(keys.window_stragglers(spec.key, s))
+        pipe.hgetall(keys.window_duplicates(spec.key, s))
+    got = iter(pipe.execute())
+    out = {}
+    for s in starts:
+        aggs, late, strag, dup = ({_s(k): v for k, v in next(got).items()} for _ in range(4))
+        out[s] = RolledWindow(aggs=aggs, late=late, stragglers=strag, duplicates=dup)
+    return out
+
+
+def services_seen(windows: Iterable[Any]) -> dict[str, int]:
+    """Service -> newest window start among a batch's window updates (`*` left out)."""
+    out: dict[str, int] = {}
+    for w in windows:
+        if w.service != ALL_SERVICES and w.start_ms > out.get(w.service, w.start_ms - 1):
+            out[w.service] = w.start_ms
+    return out

@@ -1,0 +1,1 @@
+"""Stage 1, source: Kafka as a Spark streaming Python Data Source (offsets, fetches)."""

@@ -1,0 +1,351 @@
+"""Per-service event-time windows in Spark state: the stateful step of the job.
+
+Why `applyInPandasWithState` and not `groupBy(window(...)).count()`: the built-in aggregation drops
+late rows before any code of ours sees them, and one streaming query can only have one sink.
+The rule for windowed aggregation (a row is late when its window end <= the watermark in force)
+is applied to every record, late ones counted instead of hidden, and dead letters pass through to
+the same sink. The watermark itself is Spark's (`withWatermark` upstream, read here through
+`GroupState.getCurrentWatermarkMs`), checkpointed with the state. See docs/architecture.md.
+
+The per-record work happens in the read tasks (jobs/summary/summarise.py): each summarises a chunk
+of records per service into a `ServiceSummary` against the batch's watermark. This function merges a
+service's deltas in Kafka order into its windows (and sessions), checks that the read tasks used
+the watermark Spark gives it, and emits what changed.
+
+Runs on executors. Groups are (group, shard): event groups ("event", shard) each hold the
+services that hash to that shard, and every heartbeat summary is copied into every shard, so a
+batch of heartbeats alone still calls every event group: that is how a quiet stream's sessions
+close and its state is evicted (Spark's own event-time timeouts would make Spark drop rows older
+than the watermark before we can count them as late). Dead letters and the chunks' broker-time
+histograms form one group ("dead", 0).
+
+Besides window results, each batch emits what it decided about time (docs/time.md): late rows
+per window (count and lateness digests), stragglers per window, per-event arrival counts in
+processing-time and broker-time windows, the late events themselves (capped), and the broker
+timestamps of its records, from which the sink measures freshness (tidegauge/core/freshness.py).
+
+This module is the state function; its parts are modules of their own: the chunk summaries
+(jobs/summary/summarise.py), the panes of a service (jobs/panes/windows.py), the state codec
+(jobs/state/codec.py) and the output rows (jobs/state/rows.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Container, Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from jobs.panes.windows import Added, ServiceWindows
+from jobs.parse.columns import Columns, encode_columns
+from jobs.state.codec import DeadCounts, ShardState
+from jobs.state.rows import RowKind, append_row, frame, new_rows
+from jobs.summary.late_events import concat, newest, stored
+from jobs.summary.schema import SummaryKind
+from jobs.summary.settings import ExecutorConfig
+from jobs.summary.summarise import ServiceSummary, redo_summary
+from tidegauge.core.events import OVERFLOW_SERVICE
+from tidegauge.core.plugins import ensure_plugins
+from tidegauge.core.windows import ARRIVAL_DOMAINS, WindowSpec, frontier
+
+__all__ = ["StateGroup", "make_state_fn"]
+
+
+class StateGroup(StrEnum):
+    """The first part of a state group's key: what the group holds."""
+
+    #: ("event", shard): the services hashed to that shard, and every heartbeat.
+    EVENT = "event"
+    #: ("dead", 0): dead letters and the chunks' broker times.
+    DEAD = "dead"
+
+
+def _check_clock(delta: ServiceSummary, watermark_ms: int) -> None:
+    if delta.watermark_ms != watermark_ms:
+        raise RuntimeError(
+            f"the read task applied watermark {delta.watermark_ms} (from the offset log) but "
+            f"Spark's watermark for this batch is {watermark_ms}: the summaries would be "
+            "classified against the wrong watermark (jobs/source/offset_log.py)"
+        )
+
+
+@dataclass
+class Overflow:
+    """A shard's cardinality guard for one batch: which names went to OVERFLOW_SERVICE.
+
+    `tracked` (the shard state's names) maps each tracked name to the event time of its
+    latest events (the newest pane they fell in; the watermark for late ones). A name is
+    tracked from its first event while the shard has room, and keeps its slot until it has had
+    no events for `idle_ms` of event time and no state is left of it: so a flood of one-off
+    names fills the slots once, and does not churn through them window after window.
+    """
+
+    budget: int | None
+    tracked: dict[str, int]
+    watermark: int
+    names: set[str] = field(default_factory=set)
+    events: int = 0
+
+    def release_idle(self, idle_ms: int, live: Container[str]) -> None:
+        """Free the slots of names idle for longer than `idle_ms` (at the batch's watermark)."""
+        for name in [n for n, seen in self.tracked.items() if self.watermark - seen > idle_ms]:
+            if name not in live:
+                del self.tracked[name]
+
+    def route(self, service: str, seen_ms: int) -> str:
+        """The service a name's events count under: itself while it is tracked or fits."""
+        if service == OVERFLOW_SERVICE or self.budget is None:
+            return service
+        if service in self.tracked or len(self.tracked) < self.budget:
+            self.tracked[service] = max(self.tracked.get(service, seen_ms), seen_ms)
+            return service
+        self.names.add(service)
+        return OVERFLOW_SERVICE
+
+
+def _events_of(delta: ServiceSummary) -> int:
+    """Events a chunk summary holds, accepted or late.
+
+    Its arrival counts in one time domain: each event counts once per domain it has a time in,
+    and broker time is on every record.
+    """
+    per_domain = Counter[str]()
+    for (domain, _), (n, _, _) in delta.arrivals.items():
+        per_domain[domain] += n
+    return max(per_domain.values(), default=0)
+
+
+def _dedup(
+    sw: ServiceWindows, deltas: list[ServiceSummary], watermark: int, cfg: ExecutorConfig
+) -> list[ServiceSummary]:
+    """The deltas (Kafka order) without events whose id was accepted before (jobs/panes/dedup.py).
+
+    Each delta's accepted ids are checked against the service's ids (earlier batches and the
+    deltas before it); a delta with a hit is summarised again without those events.
+    """
+    sw.ids.evict(watermark)  # ids whose windows all closed no longer make duplicates
+    out = []
+    for d in deltas:
+        if len(d.ids):
+            hit = sw.ids.contains(d.ids)
+            sw.ids.add(d.ids[~hit], d.horizons[~hit])
+            if hit.any():
+                d = redo_summary(d, np.sort(d.ids[hit]), cfg)
+        out.append(d)
+    return out
+
+
+def _service_batch(
+    rows: dict[str, list[Any]],
+    service: str,
+    sw: ServiceWindows,
+    deltas: list[ServiceSummary],
+    watermark: int,
+    front: int | None,
+) -> list[Columns]:
+    """Apply one service's deltas of the batch (in Kafka order); append the rows they cause.
+
+    Returns the deltas' late events (jobs/summary/late_events.py), for the group to pick the newest.
+    """
+    added = Added()
+    arrivals: dict[tuple[str, int], list[int]] = {}
+    late_events: list[Columns] = []
+    duplicates: Counter[tuple[str, int]] = Counter()
+    duplicate_events = 0
+    for d in deltas:
+        duplicates.update(d.duplicates)
+        duplicate_events += d.duplicate_events
+        added.touched |= sw.merge_panes(d.panes)
+        for window, late in d.late.items():
+            have = added.late.get(window)
+            if have is None:
+                added.late[window] = late
+            else:
+                have.merge(late)
+        added.stragglers.update(d.stragglers)
+        for series, counts in d.arrivals.items():
+            total = arrivals.setdefault(series, [0, 0, 0])
+            for i, c in enumerate(counts):
+                total[i] += c
+        if d.late_events:
+            late_events.append(d.late_events)
+    if sw.sessions is not None:
+        # A service without events in this batch still gets here: its sessions may close.
+        sw.add_sessions(
+            added,
+            np.concatenate([d.users for d in deltas]) if deltas else np.empty(0, dtype=object),
+            np.concatenate([d.event_ms for d in deltas]) if deltas else np.empty(0, np.int64),
+            np.concatenate([d.lateness for d in deltas]) if deltas else np.empty(0),
+            watermark,
+            front,
+        )
+    results = sw.windows(added.touched, watermark)
+    for (spec, start), agg in sorted(results.items(), key=lambda kv: (kv[0][0].key, kv[0][1])):
+        append_row(
+            rows,
+            kind=RowKind.WINDOW,
+            spec=spec.key,
+            service=service,
+            window_start=start,
+            count=agg.count,
+            metrics=json.dumps(agg.metrics(spec.size_ms)),
+            agg=agg.to_bytes(),
+        )
+    for (key, start), late in sorted(added.late.items()):
+        append_row(
+            rows,
+            kind=RowKind.LATE,
+            spec=key,
+            service=service,
+            window_start=start,
+            count=late.count,
+            agg=late.to_bytes(),
+        )
+    for (key, start), n in sorted(added.stragglers.items()):
+        append_row(
+            rows, kind=RowKind.STRAGGLER, spec=key, service=service, window_start=start, count=n
+        )
+    for (key, start), n in sorted(duplicates.items()):
+        append_row(
+            rows, kind=RowKind.DUPLICATE, spec=key, service=service, window_start=start, count=n
+        )
+    if duplicate_events:
+        append_row(rows, kind=RowKind.DUPLICATE_EVENTS, service=service, count=duplicate_events)
+    proc_ms = deltas[0].proc_ms if deltas else None
+    for (domain, start), (n, n_late, n_strag) in sorted(
+        arrivals.items(), key=lambda kv: (ARRIVAL_DOMAINS.index(kv[0][0]), kv[0][1])
+    ):
+        append_row(
+            rows,
+            kind=RowKind.ARRIVALS,
+            spec=domain,
+            service=service,
+            window_start=start,
+            count=n,
+            metrics=json.dumps(
+                {"late": n_late, "stragglers": n_strag, "proc_ms": proc_ms}, sort_keys=True
+            ),
+        )
+    return late_events
+
+
+def _events(
+    pdfs: Iterator[pd.DataFrame], state: Any, cfg: ExecutorConfig, shard_id: int
+) -> Iterator[pd.DataFrame]:
+    watermark = int(state.getCurrentWatermarkMs())
+    front = frontier(watermark, cfg.allowed_lateness_ms)
+    shard = ShardState.from_bytes(state.get[0], cfg) if state.exists else ShardState(cfg.shards)
+    frames = list(pdfs)
+    if not frames:
+        return
+    pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    deltas = pdf[pdf["kind"] == SummaryKind.SERVICE]
+    by_service: dict[str, list[ServiceSummary]] = {}
+    if cfg.shard_services is None:
+        shard.names.clear()  # no limit: nothing to track
+    elif not shard.names:  # a state from before the guard: its services hold the slots
+        shard.names = {s: watermark for s in shard.services if s != OVERFLOW_SERVICE}
+    guard = Overflow(cfg.shard_services, shard.names, watermark)
+    guard.release_idle(cfg.service_idle_ms, shard.services)
+    if len(deltas):
+        # Apply each service's deltas in Kafka order, whatever order the shuffle delivered
+        # them in: the sketches then depend only on the batch's records, and a replay is
+        # byte-identical.
+        deltas = deltas.sort_values(["partition", "offset"], kind="stable")
+        for service, blob in zip(deltas["service"].tolist(), deltas["blob"].tolist(), strict=True):
+            delta = ServiceSummary.from_bytes(blob)
+            _check_clock(delta, watermark)
+            name = str(service)
+            routed = guard.route(name, max(delta.panes, default=watermark))
+            if routed != name:
+                guard.events += _events_of(delta)
+            by_service.setdefault(routed, []).append(delta)
+    rows: dict[str, list[Any]] = new_rows()
+    late_events: list[Columns] = []
+    for service in sorted(set(by_service) | set(shard.services)):
+        sw = shard.services.get(service)
+        if sw is None:
+            sw = shard.services[service] = ServiceWindows(cfg.specs)
+        deltas_of = _dedup(sw, by_service.get(service, []), watermark, cfg)
+        for cols in _service_batch(rows, service, sw, deltas_of, watermark, front):
+            late_events.append({**cols, "service": pa.array([service] * len(cols["offset"]))})
+        sw.evict(watermark)
+        if sw.is_empty:
+            del shard.services[service]
+    # Every shard has its own overflow service: its window rows say which shard they are of
+    # (in `partition`), and the sink merges the shards' parts (jobs/sink/redis_sink.py).
+    for i, (kind, service) in enumerate(zip(rows["kind"], rows["service"], strict=True)):
+        if kind == RowKind.WINDOW and service == OVERFLOW_SERVICE:
+            rows["partition"][i] = shard_id
+    if late_events and cfg.late_events_max:
+        kept = newest(concat(late_events), cfg.late_events_max)
+        kept = stored(kept, watermark, cfg.primary_ms)
+        append_row(
+            rows, kind=RowKind.LATE_EVENTS, count=len(kept["offset"]), agg=encode_columns(kept)
+        )
+    if guard.names:
+        append_row(
+            rows,
+            kind=RowKind.OVERFLOW,
+            service=OVERFLOW_SERVICE,
+            count=guard.events,
+            metrics=json.dumps({"names": len(guard.names)}),
+        )
+    if shard.services or shard.names:
+        state.update((shard.to_bytes(),))
+    elif state.exists:
+        state.remove()
+    yield frame(rows)
+
+
+def _dead(pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
+    counts = DeadCounts.from_bytes(state.get[0]) if state.exists else DeadCounts()
+    rows = new_rows()
+    for pdf in pdfs:
+        dead = pdf[pdf["kind"] == SummaryKind.DEAD]
+        if len(dead):
+            counts.add(dead["reason"].tolist())
+            out = dead[["partition", "offset", "kafka_ms", "reason", "detail", "raw", "raw_size"]]
+            out = out.copy()
+            out.insert(0, "kind", RowKind.DEAD.value)
+            yield frame({c: out[c].tolist() for c in out.columns})
+        times = pdf[pdf["kind"] == SummaryKind.TIMES]
+        for blob, n in zip(times["blob"].tolist(), times["count"].tolist(), strict=True):
+            append_row(rows, kind=RowKind.BROKER_TIMES, agg=blob, count=int(n))
+    state.update((counts.to_bytes(),))
+    for reason, n in counts.by_reason.items():
+        append_row(rows, kind=RowKind.DEAD_COUNT, reason=reason, count=n)
+    yield frame(rows)
+
+
+def make_state_fn(
+    cfg: ExecutorConfig | tuple[WindowSpec, ...],
+) -> Callable[[tuple[Any, ...], Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
+    """The `applyInPandasWithState` function, grouped by (group, shard).
+
+    Its input rows are chunk summaries (jobs/summary/summarise.py): group "event" holds service
+    deltas and heartbeat summaries (copied into every shard), "dead" dead letters and the chunks'
+    broker-time histograms; anything else is drained and ignored.
+    """
+    config = cfg if isinstance(cfg, ExecutorConfig) else ExecutorConfig(cfg)
+
+    def fn(
+        key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any
+    ) -> Iterator[pd.DataFrame]:
+        ensure_plugins(config.plugins, config.metric_names, [f.name for f in config.fields])
+        group = key[0]
+        if group == StateGroup.EVENT:
+            yield from _events(pdfs, state, config, int(key[1]))
+        elif group == StateGroup.DEAD:
+            yield from _dead(pdfs, state)
+        else:
+            for _ in pdfs:
+                pass
+
+    return fn

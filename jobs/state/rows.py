@@ -1,0 +1,281 @@
+"""The stateful step's output rows: one schema for every kind, encoded and decoded here.
+
+The state function writes them (`append_row`, `frame`) on executors; the sink's batch writer
+reads them back on the driver (`decode_rows`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import pandas as pd
+
+from jobs.parse.columns import Columns, decode_columns
+from tidegauge.core.metrics import LateAgg
+from tidegauge.core.store import DeadLetter
+
+__all__ = [
+    "RowKind",
+    "ArrivalUpdate",
+    "LateUpdate",
+    "WindowCount",
+    "WindowUpdate",
+    "OUTPUT_SCHEMA",
+    "BatchRows",
+    "append_row",
+    "decode_rows",
+    "frame",
+    "new_rows",
+]
+
+
+@dataclass(frozen=True)
+class WindowUpdate:
+    """The new absolute state of one (window, service) after a batch.
+
+    `spec` is the window spec's key (tidegauge.core.windows.WindowSpec.key), `agg` the serialised
+    WindowAgg (sketches included), `metrics` the numbers computed from it on the executor.
+    """
+
+    spec: str
+    start_ms: int
+    service: str
+    metrics: Mapping[str, Any]
+    agg: bytes
+    #: Set for a part of a service kept by several state shards (the overflow service): the
+    #: shard it comes from. The sink stores the parts and writes their merge as the service.
+    shard: int | None = None
+
+
+@dataclass(frozen=True)
+class LateUpdate:
+    """Rows of one (window, service) that arrived late in this batch; `agg` is LateAgg bytes."""
+
+    spec: str
+    start_ms: int
+    service: str
+    count: int
+    agg: bytes = b""
+
+
+@dataclass(frozen=True)
+class WindowCount:
+    """A batch's count for one (window, service): stragglers or duplicates.
+
+    Stragglers were accepted after the window was emitted; duplicates were dropped from it.
+    """
+
+    spec: str
+    start_ms: int
+    service: str
+    count: int
+
+
+@dataclass(frozen=True)
+class ArrivalUpdate:
+    """A batch's events of one service in one processing- or broker-time window."""
+
+    domain: str
+    start_ms: int
+    service: str
+    count: int
+    #: late, stragglers (ints) and proc_ms (the batch's timestamp).
+    metrics: Mapping[str, Any]
+
+
+class RowKind(StrEnum):
+    """What an output row is: the `kind` column of `OUTPUT_SCHEMA`.
+
+    Each kind's comment names the columns it fills; the others are null.
+    """
+
+    #: spec, service, window_start, count, metrics (JSON), agg (WindowAgg bytes): absolute
+    WINDOW = "window"
+    #: spec, service, window_start, count, agg (LateAgg bytes): late rows of this batch
+    LATE = "late"
+    #: spec, service, window_start, count: stragglers of this batch for that window
+    STRAGGLER = "straggler"
+    #: spec, service, window_start, count: duplicates of this batch dropped from that window
+    DUPLICATE = "duplicate"
+    #: spec (an `ARRIVAL_DOMAINS` clock), service, window_start, count, metrics (JSON: late,
+    #: stragglers, proc_ms): events of this batch by processing-time or broker-time window
+    ARRIVALS = "arrivals"
+    #: agg (jobs/summary/late_events.py `STORED_COLUMNS`, Arrow IPC), count: a state group's
+    #: newest late events of this batch
+    LATE_EVENTS = "late_events"
+    #: partition, offset, kafka_ms, reason, detail, raw, raw_size: one dead letter
+    DEAD = "dead"
+    #: service, count: events of this batch dropped as duplicates
+    DUPLICATE_EVENTS = "duplicate_events"
+    #: reason, count: dead letters so far (absolute)
+    DEAD_COUNT = "dead_count"
+    #: agg (tidegauge/core/freshness.py histogram), count: the broker timestamps of one chunk's
+    #: records in this batch, from which the sink measures freshness, and how many records the
+    #: chunk had (with or without a timestamp)
+    BROKER_TIMES = "broker_times"
+    #: service (the overflow service), count (events), metrics (JSON: names): a shard's names
+    #: of this batch beyond `--max-services`, whose events count under the overflow service
+    OVERFLOW = "overflow"
+
+
+OUTPUT_SCHEMA = (
+    "kind string, spec string, service string, window_start long, count long, metrics string, "
+    "agg binary, partition int, offset long, kafka_ms long, reason string, detail string, "
+    "raw binary, raw_size int"
+)
+_COLUMNS = [c.strip().split(" ")[0] for c in OUTPUT_SCHEMA.split(",")]
+
+
+def new_rows() -> dict[str, list[Any]]:
+    """An empty collection of output rows, one list per column."""
+    return {c: [] for c in _COLUMNS}
+
+
+def frame(rows: dict[str, list[Any]]) -> pd.DataFrame:
+    """The collected rows as one output DataFrame (every column of OUTPUT_SCHEMA)."""
+    n = max((len(v) for v in rows.values()), default=0)
+    return pd.DataFrame({c: rows.get(c, [None] * n) for c in _COLUMNS})
+
+
+def append_row(rows: dict[str, list[Any]], **values: Any) -> None:
+    """Append one output row (columns not given are null)."""
+    for c in _COLUMNS:
+        rows[c].append(values.get(c))
+
+
+@dataclass
+class BatchRows:
+    """A micro-batch's output rows, by kind, as the sink takes them."""
+
+    windows: list[WindowUpdate] = field(default_factory=list)
+    late: list[LateUpdate] = field(default_factory=list)
+    stragglers: list[WindowCount] = field(default_factory=list)
+    duplicates: list[WindowCount] = field(default_factory=list)
+    arrivals: list[ArrivalUpdate] = field(default_factory=list)
+    #: Each state group's newest late events (jobs/summary/late_events.py), to be cut to the newest.
+    late_events: list[Columns] = field(default_factory=list)
+    dead: list[DeadLetter] = field(default_factory=list)
+    dead_counts: dict[str, int] = field(default_factory=dict)
+    #: Broker-time histograms of the batch's records, one per chunk read.
+    broker_times: list[bytes] = field(default_factory=list)
+    #: Records the batch read from Kafka (events, heartbeats and dead letters).
+    records: int = 0
+    #: Events the batch dropped as duplicates (each once).
+    duplicate_events: int = 0
+    #: Names beyond `--max-services` whose events the batch counted under OVERFLOW_SERVICE
+    #: (distinct per state shard; shards hold disjoint names), and how many events those were.
+    overflow_names: int = 0
+    overflow_events: int = 0
+
+
+def decode_rows(rows: Iterable[Mapping[str, Any]], batch_id: int) -> BatchRows:
+    """Output rows (dicts of OUTPUT_SCHEMA columns) back into the sink's updates."""
+    out = BatchRows()
+    for row in rows:
+        kind = row["kind"]
+        if kind == RowKind.WINDOW:
+            out.windows.append(
+                WindowUpdate(
+                    row["spec"],
+                    row["window_start"],
+                    row["service"],
+                    json.loads(row["metrics"]),
+                    row["agg"],
+                    # the state shard of an overflow service's part (jobs/state/aggregate.py)
+                    None if row.get("partition") is None else int(row["partition"]),
+                )
+            )
+        elif kind == RowKind.LATE:
+            out.late.append(
+                LateUpdate(
+                    row["spec"], row["window_start"], row["service"], row["count"], row["agg"]
+                )
+            )
+        elif kind in (RowKind.STRAGGLER, RowKind.DUPLICATE):
+            counts = out.stragglers if kind == RowKind.STRAGGLER else out.duplicates
+            counts.append(
+                WindowCount(row["spec"], row["window_start"], row["service"], row["count"])
+            )
+        elif kind == RowKind.ARRIVALS:
+            out.arrivals.append(
+                ArrivalUpdate(
+                    row["spec"],
+                    row["window_start"],
+                    row["service"],
+                    row["count"],
+                    json.loads(row["metrics"]),
+                )
+            )
+        elif kind == RowKind.LATE_EVENTS:
+            out.late_events.append(decode_columns(row["agg"]))
+        elif kind == RowKind.DEAD:
+            out.dead.append(
+                DeadLetter(
+                    partition=row["partition"],
+                    offset=row["offset"],
+                    kafka_timestamp=row["kafka_ms"] or 0,
+                    reason=row["reason"],
+                    detail=row["detail"],
+                    raw=row["raw"] or b"",
+                    raw_size=row["raw_size"] or 0,
+                    batch_id=batch_id,
+                )
+            )
+        elif kind == RowKind.DUPLICATE_EVENTS:
+            out.duplicate_events += int(row["count"])
+        elif kind == RowKind.OVERFLOW:
+            out.overflow_names += int(json.loads(row["metrics"])["names"])
+            out.overflow_events += int(row["count"])
+        elif kind == RowKind.DEAD_COUNT:
+            out.dead_counts[row["reason"]] = row["count"]
+        elif kind == RowKind.BROKER_TIMES:
+            out.broker_times.append(row["agg"])
+            out.records += int(row["count"] or 0)
+    return _merge_shards(out)
+
+
+def _merge_shards(out: BatchRows) -> BatchRows:
+    """One fact per (window, service) of the batch.
+
+    The overflow service exists in every state shard, so its per-batch facts (late rows,
+    stragglers, duplicates, arrivals) come from several shards and are summed here; every other
+    service lives in one shard and passes unchanged.
+    """
+    late: dict[tuple[str, int, str], LateUpdate] = {}
+    for u in out.late:
+        key = (u.spec, u.start_ms, u.service)
+        have = late.get(key)
+        if have is None:
+            late[key] = u
+        else:
+            merged = LateAgg.from_bytes(have.agg) if have.agg else LateAgg(have.count)
+            merged.merge(LateAgg.from_bytes(u.agg) if u.agg else LateAgg(u.count))
+            late[key] = LateUpdate(u.spec, u.start_ms, u.service, merged.count, merged.to_bytes())
+    out.late = list(late.values())
+    for name in ("stragglers", "duplicates"):
+        counts: Counter[tuple[str, int, str]] = Counter()
+        for c in getattr(out, name):
+            counts[(c.spec, c.start_ms, c.service)] += c.count
+        setattr(out, name, [WindowCount(*key, n) for key, n in counts.items()])
+    arrivals: dict[tuple[str, int, str], ArrivalUpdate] = {}
+    for a in out.arrivals:
+        key = (a.domain, a.start_ms, a.service)
+        have_a = arrivals.get(key)
+        if have_a is None:
+            arrivals[key] = a
+        else:
+            metrics = {
+                **have_a.metrics,
+                "late": have_a.metrics["late"] + a.metrics["late"],
+                "stragglers": have_a.metrics["stragglers"] + a.metrics["stragglers"],
+            }
+            arrivals[key] = ArrivalUpdate(
+                a.domain, a.start_ms, a.service, have_a.count + a.count, metrics
+            )
+    out.arrivals = list(arrivals.values())
+    return out

@@ -1,0 +1,1 @@
+"""Stage 3, summary: each parsed chunk summarised per service inside the read task."""

@@ -1,0 +1,61 @@
+"""The settings every executor step shares: window specs, lateness, de-duplication, caps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tidegauge.core.events import EventField, event_fields
+from tidegauge.core.registry import metrics
+from tidegauge.core.windows import WindowSpec, primary_size
+
+__all__ = ["ExecutorConfig"]
+
+
+def _metric_names() -> tuple[str, ...]:
+    return tuple(m.name for m in metrics())
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    """What the executors need of the job's configuration: read tasks and the state function.
+
+    Built on the driver from `JobConfig`, pickled to every task with its closure.
+    """
+
+    specs: tuple[WindowSpec, ...]
+    allowed_lateness_ms: int = 0
+    #: Late events kept: the newest this many (jobs/summary/late_events.py).
+    late_events_max: int = 1_000
+    #: Event groups; fixed for a checkpoint (services are hashed onto shards).
+    shards: int = 1
+    #: Plugin modules of the driver when the query was built, and the metric and event field
+    #: names they give: executors load the same plugins and check they got the same registry.
+    plugins: tuple[str, ...] = ()
+    metric_names: tuple[str, ...] = field(default_factory=_metric_names)
+    fields: tuple[EventField, ...] = field(default_factory=event_fields)
+    #: De-duplicate events by id (jobs/panes/dedup.py); `--no-dedup` turns it off.
+    dedup: bool = True
+    #: Services tracked at once by the whole job (0: no limit); each shard takes its share.
+    max_services: int = 0
+    #: How long (event time, by the watermark) a tracked name without events keeps its slot.
+    service_idle_ms: int = 3_600_000
+
+    def __post_init__(self) -> None:
+        if self.allowed_lateness_ms < 0:
+            raise ValueError("allowed lateness must be >= 0")
+        if self.shards < 1:
+            raise ValueError("shards must be >= 1")
+        if self.late_events_max < 0:
+            raise ValueError("late_events_max must be >= 0")
+        if self.max_services < 0:
+            raise ValueError("max_services must be >= 0")
+
+    @property
+    def shard_services(self) -> int | None:
+        """Services one shard tracks at once (None: no limit): its share of `max_services`."""
+        return max(1, self.max_services // self.shards) if self.max_services else None
+
+    @property
+    def primary_ms(self) -> int:
+        """Window size of the per-event views (`tidegauge.core.windows.primary_size`)."""
+        return primary_size(self.specs)
