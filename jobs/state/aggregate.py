@@ -9,7 +9,7 @@ the same sink. The watermark itself is Spark's (`withWatermark` upstream, read h
 
 The per-record work happens in the read tasks (jobs/summary/summarise.py): each summarises a chunk
 of records per service into a `ServiceSummary` against the batch's watermark. This function merges a
-service's deltas in Kafka order into its windows (and sessions), checks that the read tasks used
+service's summaries in Kafka order into its windows (and sessions), checks that the read tasks used
 the watermark Spark gives it, and emits what changed.
 
 Runs on executors. Groups are (group, shard): event groups ("event", shard) each hold the
@@ -66,10 +66,10 @@ class StateGroup(StrEnum):
     DEAD = "dead"
 
 
-def _check_clock(delta: ServiceSummary, watermark_ms: int) -> None:
-    if delta.watermark_ms != watermark_ms:
+def _check_clock(summary: ServiceSummary, watermark_ms: int) -> None:
+    if summary.watermark_ms != watermark_ms:
         raise RuntimeError(
-            f"the read task applied watermark {delta.watermark_ms} (from the offset log) but "
+            f"the read task applied watermark {summary.watermark_ms} (from the offset log) but "
             f"Spark's watermark for this batch is {watermark_ms}: the summaries would be "
             "classified against the wrong watermark (jobs/source/offset_log.py)"
         )
@@ -109,29 +109,30 @@ class Overflow:
         return OVERFLOW_SERVICE
 
 
-def _events_of(delta: ServiceSummary) -> int:
+def _events_of(summary: ServiceSummary) -> int:
     """Events a chunk summary holds, accepted or late.
 
     Its arrival counts in one time domain: each event counts once per domain it has a time in,
     and broker time is on every record.
     """
     per_domain = Counter[str]()
-    for (domain, _), (n, _, _) in delta.arrivals.items():
+    for (domain, _), (n, _, _) in summary.arrivals.items():
         per_domain[domain] += n
     return max(per_domain.values(), default=0)
 
 
 def _dedup(
-    sw: ServiceWindows, deltas: list[ServiceSummary], watermark: int, cfg: ExecutorConfig
+    sw: ServiceWindows, summaries: list[ServiceSummary], watermark: int, cfg: ExecutorConfig
 ) -> list[ServiceSummary]:
-    """The deltas (Kafka order) without events whose id was accepted before (jobs/panes/dedup.py).
+    """The summaries (Kafka order) without the events whose id was accepted before.
 
-    Each delta's accepted ids are checked against the service's ids (earlier batches and the
-    deltas before it); a delta with a hit is summarised again without those events.
+    De-duplication by event id (jobs/panes/dedup.py): each summary's accepted ids are checked
+    against the service's ids (earlier batches and the summaries before it); a summary with a
+    hit is summarised again without those events.
     """
     sw.ids.evict(watermark)  # ids whose windows all closed no longer make duplicates
     out = []
-    for d in deltas:
+    for d in summaries:
         if len(d.ids):
             hit = sw.ids.contains(d.ids)
             sw.ids.add(d.ids[~hit], d.horizons[~hit])
@@ -145,20 +146,21 @@ def _service_batch(
     rows: dict[str, list[Any]],
     service: str,
     sw: ServiceWindows,
-    deltas: list[ServiceSummary],
+    summaries: list[ServiceSummary],
     watermark: int,
     front: int | None,
 ) -> list[Columns]:
-    """Apply one service's deltas of the batch (in Kafka order); append the rows they cause.
+    """Apply one service's summaries of the batch (in Kafka order); append the rows they cause.
 
-    Returns the deltas' late events (jobs/summary/late_events.py), for the group to pick the newest.
+    Returns the summaries' late events (jobs/summary/late_events.py), for the group to pick the
+    newest.
     """
     added = Added()
     arrivals: dict[tuple[str, int], list[int]] = {}
     late_events: list[Columns] = []
     duplicates: Counter[tuple[str, int]] = Counter()
     duplicate_events = 0
-    for d in deltas:
+    for d in summaries:
         duplicates.update(d.duplicates)
         duplicate_events += d.duplicate_events
         added.touched |= sw.merge_panes(d.panes)
@@ -179,9 +181,11 @@ def _service_batch(
         # A service without events in this batch still gets here: its sessions may close.
         sw.add_sessions(
             added,
-            np.concatenate([d.users for d in deltas]) if deltas else np.empty(0, dtype=object),
-            np.concatenate([d.event_ms for d in deltas]) if deltas else np.empty(0, np.int64),
-            np.concatenate([d.lateness for d in deltas]) if deltas else np.empty(0),
+            np.concatenate([d.users for d in summaries])
+            if summaries
+            else np.empty(0, dtype=object),
+            np.concatenate([d.event_ms for d in summaries]) if summaries else np.empty(0, np.int64),
+            np.concatenate([d.lateness for d in summaries]) if summaries else np.empty(0),
             watermark,
             front,
         )
@@ -217,7 +221,7 @@ def _service_batch(
         )
     if duplicate_events:
         append_row(rows, kind=RowKind.DUPLICATE_EVENTS, service=service, count=duplicate_events)
-    proc_ms = deltas[0].proc_ms if deltas else None
+    proc_ms = summaries[0].proc_ms if summaries else None
     for (domain, start), (n, n_late, n_strag) in sorted(
         arrivals.items(), key=lambda kv: (ARRIVAL_DOMAINS.index(kv[0][0]), kv[0][1])
     ):
@@ -245,7 +249,7 @@ def _events(
     if not frames:
         return
     pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-    deltas = pdf[pdf["kind"] == SummaryKind.SERVICE]
+    summaries = pdf[pdf["kind"] == SummaryKind.SERVICE]
     by_service: dict[str, list[ServiceSummary]] = {}
     if cfg.shard_services is None:
         shard.names.clear()  # no limit: nothing to track
@@ -253,27 +257,29 @@ def _events(
         shard.names = {s: watermark for s in shard.services if s != OVERFLOW_SERVICE}
     guard = Overflow(cfg.shard_services, shard.names, watermark)
     guard.release_idle(cfg.service_idle_ms, shard.services)
-    if len(deltas):
-        # Apply each service's deltas in Kafka order, whatever order the shuffle delivered
+    if len(summaries):
+        # Apply each service's summaries in Kafka order, whatever order the shuffle delivered
         # them in: the sketches then depend only on the batch's records, and a replay is
         # byte-identical.
-        deltas = deltas.sort_values(["partition", "offset"], kind="stable")
-        for service, blob in zip(deltas["service"].tolist(), deltas["blob"].tolist(), strict=True):
-            delta = ServiceSummary.from_bytes(blob)
-            _check_clock(delta, watermark)
+        summaries = summaries.sort_values(["partition", "offset"], kind="stable")
+        for service, blob in zip(
+            summaries["service"].tolist(), summaries["blob"].tolist(), strict=True
+        ):
+            summary = ServiceSummary.from_bytes(blob)
+            _check_clock(summary, watermark)
             name = str(service)
-            routed = guard.route(name, max(delta.panes, default=watermark))
+            routed = guard.route(name, max(summary.panes, default=watermark))
             if routed != name:
-                guard.events += _events_of(delta)
-            by_service.setdefault(routed, []).append(delta)
+                guard.events += _events_of(summary)
+            by_service.setdefault(routed, []).append(summary)
     rows: dict[str, list[Any]] = new_rows()
     late_events: list[Columns] = []
     for service in sorted(set(by_service) | set(shard.services)):
         sw = shard.services.get(service)
         if sw is None:
             sw = shard.services[service] = ServiceWindows(cfg.specs)
-        deltas_of = _dedup(sw, by_service.get(service, []), watermark, cfg)
-        for cols in _service_batch(rows, service, sw, deltas_of, watermark, front):
+        summaries_of = _dedup(sw, by_service.get(service, []), watermark, cfg)
+        for cols in _service_batch(rows, service, sw, summaries_of, watermark, front):
             late_events.append({**cols, "service": pa.array([service] * len(cols["offset"]))})
         sw.evict(watermark)
         if sw.is_empty:
@@ -330,7 +336,7 @@ def make_state_fn(
     """The `applyInPandasWithState` function, grouped by (group, shard).
 
     Its input rows are chunk summaries (jobs/summary/summarise.py): group "event" holds service
-    deltas and heartbeat summaries (copied into every shard), "dead" dead letters and the chunks'
+    summaries and heartbeat summaries (copied into every shard), "dead" dead letters and the chunks'
     broker-time histograms; anything else is drained and ignored.
     """
     config = cfg if isinstance(cfg, ExecutorConfig) else ExecutorConfig(cfg)
