@@ -2,7 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint unit clean
+.PHONY: setup demo test lint unit bench clean
 
 setup: $(VENV)/.installed
 
@@ -24,6 +24,17 @@ test: lint
 
 unit: setup
 	$(BIN)/pytest -m unit
+
+# The quick benchmarks, a few minutes in all: each starts the Redis or broker it needs. They print
+# figures and the machine and assert nothing; the long ones are run by hand (BENCHMARKS.md).
+bench: setup
+	$(BIN)/python benchmarks/bench_tdigest.py
+	$(BIN)/python benchmarks/bench_hll.py
+	$(BIN)/python benchmarks/bench_sliding.py
+	$(BIN)/python benchmarks/bench_read_task.py
+	$(BIN)/python benchmarks/bench_source.py
+	$(BIN)/python benchmarks/bench_batch_steps.py
+	$(BIN)/python benchmarks/bench_dashboard.py
 
 clean:
 	rm -rf var .pytest_cache .mypy_cache .ruff_cache
