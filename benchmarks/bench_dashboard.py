@@ -8,7 +8,7 @@ the page does on every refresh, without Streamlit's own rendering: `dashboard.da
 (every Redis read, pipelined; the 60-minute latency range merged from the stored sketches) and
 the frames, plotly figures and figure JSON (what dashboard/chart.py sends) of every panel.
 Refreshes share a closed-window memo as the app does (tidegauge/core/closed_windows.py); the first
-refresh (empty memo) and refreshes without one are printed too. Target (issue 5): <= 300 ms.
+refresh (empty memo) and refreshes without one are printed too. Target (BENCHMARKS.md): <= 300 ms.
 Prints the machine and the figures; nothing is asserted.
 """
 

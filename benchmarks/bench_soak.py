@@ -15,7 +15,7 @@ up front (building 2 million of them would measure numpy, not Redis).
 
 Prints Redis `used_memory` and the number of keys after 1 h, 6 h, 1 d, 7 d and 14 d of event
 time, the bytes one window of one service takes in each tier (MEMORY USAGE of its keys), and the
-sink's time per batch. The default tiers must plateau: 7 d and 14 d within 10 % (issue 14).
+sink's time per batch. The default tiers must plateau: 7 d and 14 d within 10 % (BENCHMARKS.md).
 Then, on the final store, the server time of a dashboard refresh (benchmarks/bench_dashboard.py
 `refresh`: every Redis read, frames, figures and their JSON) for each of the page's time
 ranges, with the closed-window memo as the app keeps it (target: 7 d x 10 services <= 300 ms).

@@ -92,7 +92,7 @@ _GENERATOR_KNOBS = (
     # Tansu, the demo's broker, keeps every record batch in memory and pays ~1 ms per 1,000
     # batches in the topic on every request (the job asks for the end and fetches every
     # batch): batched for 100 ms, the generator writes 27 batches/s instead of 91, so a demo
-    # slows down 3.4x later (BENCHMARKS.md, issue 12). Freshness pays ~50 ms.
+    # slows down 3.4x later (BENCHMARKS.md, "The demo"). Freshness pays ~50 ms.
     "--kafka-option",
     "linger_ms=100",
     "--connect-timeout",
@@ -122,7 +122,7 @@ _JOB_KNOBS = (
     "2",
     # At the demo's few hundred events/s HotSpot's optimising compiler (C2) costs more CPU,
     # compiling what Spark generates for each batch, than it saves: the demo's JVM stops at
-    # C1 (job CPU -19 %, BENCHMARKS.md, issue 12). A job at high rates keeps C2.
+    # C1 (job CPU -19 %, BENCHMARKS.md, "The JIT"). A job at high rates keeps C2.
     "--conf",
     "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1",
     "--verbose",

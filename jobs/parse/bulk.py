@@ -1,7 +1,7 @@
 """The parser's fast path: a chunk's ordinary records decoded at once by Arrow's JSON reader.
 
 Judging records one at a time in Python (`tidegauge.core.events.parse_values`) costs ~5 µs per
-record, the largest share of the read task (BENCHMARKS.md, issue 12). Here the records that look
+record, the largest share of the read task (BENCHMARKS.md). Here the records that look
 ordinary are joined into one newline-delimited document, decoded by Arrow's C++ JSON reader into
 one column per contract field, and checked with vectorised comparisons that mirror each
 `EventField`'s rules. A record this path vouches for gets exactly the values `parse_values`

@@ -5,8 +5,8 @@ of equal length in Kafka order, built once per chunk and sliced per service. Num
 arrays. The `STRINGS` columns (service, user and event ids) stay Arrow arrays with nulls where
 absent: they are sliced (`take`), hashed (sketches/hll.py reads Arrow without a copy) and
 shipped (Arrow IPC) in C++, so no event's string ever becomes a Python object on the way. That
-conversion and the null checks on object arrays were ~40 % of summarising (BENCHMARKS.md,
-issue 12). Registered fields' string columns stay numpy object arrays: registered metrics read
+conversion and the null checks on object arrays were ~40 % of summarising (BENCHMARKS.md).
+Registered fields' string columns stay numpy object arrays: registered metrics read
 them as such.
 """
 

@@ -137,7 +137,7 @@ def session_settings(
         # The JVM sees a few summary rows per service and chunk (jobs/summary/summarise.py), not a
         # row per record, so whole-stage code generation has nothing to speed up; it did compile new
         # code for every micro-batch (Janino, then the JIT): 25 % of the job's CPU at 200
-        # events/s, -15 % batch time (BENCHMARKS.md, issue 12).
+        # events/s, -15 % batch time (BENCHMARKS.md, "The fixed cost of a micro-batch").
         "spark.sql.codegen.wholeStage": "false",
     }
     if checkpoint is not None and local_checkpoint(checkpoint):

@@ -59,7 +59,7 @@ class Records(Sequence[LogRecord]):
     as columns (offsets and timestamps in numpy, a negative timestamp meaning none; keys and
     values as Arrow binary arrays, cut straight out of the fetched bytes by
     `jobs/source/record_decode.py`) they are sliced, joined and handed to Arrow without one Python
-    object per record (BENCHMARKS.md, issue 12). Indexing gives a `LogRecord`.
+    object per record (BENCHMARKS.md, "The read task"). Indexing gives a `LogRecord`.
     """
 
     __slots__ = ("keys", "offsets", "timestamps_ms", "values")

@@ -1,7 +1,7 @@
 """The records of an uncompressed v2 record batch, decoded field by field across all records.
 
 kafka-python decodes a batch record by record into objects, ~4 µs of Python per record (py-spy:
-the largest single cost of the read task, BENCHMARKS.md issue 12). Here the records' starts are
+the largest single cost of the read task, BENCHMARKS.md). Here the records' starts are
 found for all batches of a fetch at once (`_chain_starts`; a Python walk over the length
 prefixes, `_starts`, only for batches that search cannot vouch for); every other field (the
 timestamp and offset deltas, key and value lengths, the header count) is decoded with numpy for

@@ -4,7 +4,7 @@ The job's source (jobs/summary/read_task.py) reads up to `CHUNK` records of one 
 time, parses them (jobs/parse/parser.py) and summarises up to `SUMMARY_RECORDS` of them at once here
 (a "chunk" below), so what crosses into the JVM, the shuffle and the stateful step is a few rows
 per service and chunk, not one wide row per record
-(BENCHMARKS.md, issue 12). The summary applies exactly the rules the stateful step used to apply
+(BENCHMARKS.md). The summary applies exactly the rules the stateful step used to apply
 to raw rows, against the batch's watermark, which the planner reads from Spark's offset log
 (jobs/source/offset_log.py) and the stateful step checks. Summary rows (`SUMMARY_SCHEMA`):
 
