@@ -49,7 +49,7 @@ from jobs.summary.settings import ExecutorConfig
 from jobs.summary.summarise import summarise, summary_batch  # noqa: E402
 
 # The stand-in for Spark's GroupState that the unit tests give the state function.
-from tests.unit.test_deltas import FakeGroupState  # noqa: E402
+from tests.unit.jobs.fixtures import FakeGroupState  # noqa: E402
 from tidegauge.core.config import JobConfig  # noqa: E402
 from tidegauge.core.store import Keys  # noqa: E402
 from tidegauge.traffic.config import GeneratorConfig  # noqa: E402

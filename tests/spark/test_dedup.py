@@ -17,11 +17,10 @@ import pytest
 import redis
 
 from tests.integration.helpers import batch_rows, deduplicated, load_truth, tidegauge
-from tests.spark.test_job_analytics import accepted_events, closed_sessions, rank_error
+from tests.spark.helpers import LATENESS_MS, accepted_events, closed_sessions, rank_error
 from tidegauge.core.store import Keys, read_batches, read_lateness, read_windows
 from tidegauge.core.windows import WindowSpec
 
-LATENESS_MS = 15_000  # the lateness test_job_analytics' truth helpers use
 TUMBLING = WindowSpec.tumbling(10_000)
 HOPPING = WindowSpec(30_000, 10_000)
 SESSIONS = WindowSpec.session(20_000, 10_000)

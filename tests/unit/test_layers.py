@@ -314,7 +314,8 @@ def test_a_stage_importing_a_later_stage_is_reported() -> None:
         "jobs.source.kafka_source (jobs.source, layer 3) imports jobs.parse.parser "
         "(jobs.parse, layer 4): upward",
         "jobs.state.rows (jobs.state, layer 7) imports jobs.sink.redis_sink (jobs.sink, layer 8): "
-        "upward", "jobs.summary.read_task (jobs.summary, layer 6) imports jobs.state.aggregate "
+        "upward",
+        "jobs.summary.read_task (jobs.summary, layer 6) imports jobs.state.aggregate "
         "(jobs.state, layer 7): upward",
     ]
 

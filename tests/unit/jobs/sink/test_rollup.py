@@ -1,0 +1,46 @@
+"""Roll-ups in the sink (jobs/sink/rollup.py): one closed period rolled up from its windows."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jobs.sink.rollup import RolledWindow, roll_period
+from tests.fixtures import M, S
+from tidegauge.core.metrics import LateAgg, WindowAgg
+
+
+def _agg(seed: int, n: int) -> WindowAgg:
+    rng = np.random.default_rng(seed)
+    a = WindowAgg()
+    users = np.array([f"u{u}" for u in rng.integers(0, 50, n)], dtype=object)
+    a.add(rng.lognormal(3, 0.5, n), rng.choice([200, 500], n), users)
+    return a
+
+
+def test_a_period_rolls_up_to_the_merge_of_its_windows() -> None:
+    windows = []
+    for k in range(6):
+        a, b = _agg(k, 40 + k), _agg(100 + k, 7)
+        late = LateAgg()
+        late.add(np.array([5_000.0, 9_000.0]), 1_000.0)
+        windows.append(
+            (
+                k * 10 * S,
+                RolledWindow(
+                    aggs={"api": a.to_bytes(), "*": WindowAgg.merged([a, b]).to_bytes()},
+                    late={"api|3": late.to_bytes(), "api|9": late.to_bytes()},
+                    stragglers={"api|2": b"1", "api|3": b"2"},
+                    duplicates={"api|4": b"5"},
+                ),
+            )
+        )
+    rolled = roll_period(list(reversed(windows)), M, batch_id=9)
+    got = {s: WindowAgg.from_bytes(b) for s, b in rolled.aggs.items()}
+    want = WindowAgg.merged(WindowAgg.from_bytes(w.aggs["api"]) for _, w in windows)
+    assert got["api"].to_bytes() == want.to_bytes()  # the same merge, in window order
+    assert got["api"].metrics(M)["count"] == sum(40 + k for k in range(6))
+    assert got["*"].metrics(M)["count"] == sum(47 + k for k in range(6))
+    # the building batch's own late rows (9) are added directly, not folded from the windows
+    assert set(rolled.late) == {"api|3"} and LateAgg.count_of(rolled.late["api|3"]) == 12
+    assert rolled.stragglers == {"api|2": b"6", "api|3": b"12"}
+    assert rolled.duplicates == {"api|4": b"30"}

@@ -1,0 +1,95 @@
+"""The state codec (jobs/state/codec.py): `DeadCounts` and `ShardState` as versioned bytes."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from jobs.panes.windows import ServiceWindows
+from jobs.state.codec import DeadCounts, ShardState
+from jobs.summary.settings import ExecutorConfig
+from tests.fixtures import S, T
+from tests.unit.jobs.fixtures import HOPPING, SESSION, SIZE, TUMBLING, filled, timed_add
+from tidegauge.core.windows import WindowSpec
+
+
+def test_dead_counts_add_and_round_trip() -> None:
+    counts = DeadCounts()
+    counts.add(["invalid_json", "empty", "invalid_json"])
+    counts.add([])
+    counts.add(iter(["wrong_type"]))
+    assert counts.by_reason == {"invalid_json": 2, "empty": 1, "wrong_type": 1}
+    back = DeadCounts.from_bytes(counts.to_bytes())
+    assert back == counts
+    assert DeadCounts.from_bytes(DeadCounts().to_bytes()) == DeadCounts()
+
+
+# --- ShardState ---------------------------------------------------------------------------------
+
+
+def _shard(shards: int, specs: tuple[WindowSpec, ...]) -> ShardState:
+    api, web, other = ServiceWindows(specs), ServiceWindows(specs), ServiceWindows(specs)
+    timed_add(api, [T + 1, T + 2, T + SIZE + 5], [T + 9 * S, math.nan, T + 20 * S], 0, None)
+    timed_add(web, [T + 4 * S], [T + 5 * S], T - 5 * S, T + 2 * S)
+    timed_add(other, [T - 100 * S], [T], T - 200 * S, T - 90 * S)
+    return ShardState(shards, {"api": api, "web": web, "sérvice ✓": other})
+
+
+@pytest.mark.parametrize("specs", [(TUMBLING,), (TUMBLING, HOPPING), (HOPPING, SESSION)])
+@pytest.mark.parametrize("shards", [1, 3])
+def test_shard_state_round_trip(specs: tuple[WindowSpec, ...], shards: int) -> None:
+    cfg = ExecutorConfig(specs, shards=shards)
+    for shard in (ShardState(shards), _shard(shards, specs)):
+        blob = shard.to_bytes()
+        back = ShardState.from_bytes(blob, cfg)
+        assert back.shards == shards
+        assert sorted(back.services) == sorted(shard.services)
+        for name, sw in shard.services.items():
+            assert back.services[name].panes == sw.panes  # digests included
+            assert back.services[name].to_bytes() == sw.to_bytes()  # sessions included
+        assert back.to_bytes() == blob
+    if SESSION in specs:
+        sessions = ShardState.from_bytes(_shard(shards, specs).to_bytes(), cfg)
+        assert sessions.services["api"].sessions is not None
+        assert sorted(sessions.services["api"].sessions.users.tolist()) == ["u0", "u1", "u2"]
+
+
+@pytest.mark.parametrize(("written", "asked"), [(3, 1), (1, 3), (3, 4)])
+def test_shard_state_refuses_another_shard_count(written: int, asked: int) -> None:
+    blob = _shard(written, (TUMBLING,)).to_bytes()
+    with pytest.raises(ValueError, match="--state-shards") as e:
+        ShardState.from_bytes(blob, ExecutorConfig((TUMBLING,), shards=asked))
+    message = str(e.value)
+    assert f"{written} state shards" in message and str(asked) in message
+    assert "--checkpoint" in message
+
+
+def test_shard_state_refuses_other_specs_old_state_and_broken_blobs() -> None:
+    cfg = ExecutorConfig((TUMBLING,))
+    blob = _shard(1, (TUMBLING,)).to_bytes()
+    with pytest.raises(ValueError, match="checkpoint holds windows"):
+        ShardState.from_bytes(blob, ExecutorConfig((HOPPING,)))
+    # what the job wrote before shards: one ServiceWindows per group
+    with pytest.raises(ValueError, match="older Tidegauge version"):
+        ShardState.from_bytes(filled((TUMBLING,), {T: 1}).to_bytes(), cfg)
+    for broken in (b"", b"TGSH", blob[:-1], blob + b"\x00", blob[:20]):
+        with pytest.raises(ValueError):
+            ShardState.from_bytes(broken, cfg)
+    newer = blob[:4] + bytes([blob[4] + 1]) + blob[5:]
+    with pytest.raises(ValueError, match="shard state version"):
+        ShardState.from_bytes(newer, cfg)
+
+
+def test_shard_state_keeps_the_guards_names_and_reads_version_1() -> None:
+    cfg = ExecutorConfig((TUMBLING,))
+    shard = _shard(2, (TUMBLING,))
+    shard.names = {"api": T, "web": T + 5}
+    back = ShardState.from_bytes(shard.to_bytes(), ExecutorConfig((TUMBLING,), shards=2))
+    assert back.names == shard.names and set(back.services) == set(shard.services)
+    # version 1 (before the guard): the same layout without the names
+    v1 = dataclasses.replace(shard, names={}).to_bytes()
+    v1 = v1[:4] + bytes([1]) + v1[5 : -(4 + len(b"{}"))]
+    old = ShardState.from_bytes(v1, dataclasses.replace(cfg, shards=2))
+    assert old.names == {} and set(old.services) == set(shard.services)
