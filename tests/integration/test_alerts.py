@@ -23,6 +23,7 @@ from jobs.sink.redis_sink import SinkBatch, write_batch
 from jobs.sink.status import write_progress
 from jobs.state.rows import WindowCount, WindowUpdate
 from sketches.hll import hash32
+from tests.fixtures import T as T0
 from tests.integration.helpers import tidegauge
 from tidegauge.core.config import RedisSettings
 from tidegauge.core.metrics import WindowAgg
@@ -33,7 +34,6 @@ pytestmark = pytest.mark.integration
 
 W = 10_000
 SPEC = WindowSpec.tumbling(W)
-T0 = 1_795_341_600_000
 RULE = "p99 > 800 for 3 on api"
 
 

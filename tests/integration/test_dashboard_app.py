@@ -416,7 +416,7 @@ def test_long_ranges_are_drawn_from_the_retention_roll_ups(
     """Three hours written with short tiers (30m raw, 1m roll-ups for 2h, 10m for a day): the
     24 h range draws the old part from 10 m roll-ups, then 1 m ones, and says so; the total
     line's events/s of each roll-up is its events over its length (counts exact)."""
-    from tests.integration.test_retention import TIERS, _stream, _write
+    from tests.integration.fixtures import TIERS, _stream, _write
 
     batches, truth = _stream(seed=5)
     for b in batches:

@@ -22,9 +22,9 @@ from playwright import sync_api as playwright
 from cli.local.services import free_port
 from jobs.sink.redis_sink import SinkBatch, write_batch
 from jobs.sink.status import touch_status
+from tests.integration.fixtures import CHROMIUM
 from tests.integration.helpers import trace, values
 from tests.integration.seed import job_reporting, seed_live, seeded_window
-from tests.integration.test_dashboard_browser import CHROMIUM
 from tidegauge.core.store import Keys
 
 #: The wall's charts (dashboard/wall.py WALL_CHARTS).

@@ -21,69 +21,9 @@ import pytest
 import redis
 
 from tests import procs
+from tests.integration.fixtures import job_args, snapshot
 from tests.integration.helpers import tidegauge
 from tidegauge.core.store import Keys, read_batches
-
-MAX_PER_TRIGGER = 400
-#: Times of day live in the status and batch history; the epoch is a random token per store.
-EXCLUDED = {"tg:status", "tg:batches", "tg:epoch"}
-
-
-def _without_wall_clock(key: str, fields: dict[bytes, bytes]) -> list[tuple[bytes, Any]]:
-    """A hash's fields, minus the processing time of arrival rows (the batch's wall clock)."""
-    if not key.startswith("tg:arr:"):
-        return sorted(fields.items())
-    return sorted((k, {**json.loads(v), "proc_ms": None}) for k, v in fields.items())
-
-
-def snapshot(r: redis.Redis) -> dict[str, Any]:
-    """Every key's full content, type-aware, except what records wall-clock times.
-
-    That is the status keys, and the processing-time series: a replayed batch keeps its
-    timestamp (Spark stores it in the offset log), but two separate runs process the same
-    batch at different times of day, so only the event- and broker-time content must match.
-    """
-    out: dict[str, Any] = {}
-    for raw_key in sorted(r.keys("*")):
-        key = raw_key.decode()
-        if key in EXCLUDED or key.startswith("tg:arr:processing:"):
-            continue
-        kind = r.type(key).decode()
-        if kind == "hash":
-            out[key] = _without_wall_clock(key, r.hgetall(key))
-        elif kind == "zset":
-            out[key] = r.zrange(key, 0, -1, withscores=True)
-        elif kind == "set":
-            out[key] = sorted(r.smembers(key))
-        else:
-            out[key] = r.dump(key)
-    return out
-
-
-def job_args(bootstrap: str, topic: str, url: str, checkpoint: Path, trigger: str) -> list[str]:
-    return [
-        "job",
-        "--bootstrap",
-        bootstrap,
-        "--topic",
-        topic,
-        "--redis",
-        url,
-        "--checkpoint",
-        str(checkpoint),
-        "--window",
-        "10s",
-        "--window",  # sliding rows (timelines, peaks) must replay byte for byte too
-        "30s/sliding",
-        "--allowed-lateness",
-        "15s",
-        "--trigger",
-        trigger,
-        "--max-records-per-trigger",
-        str(MAX_PER_TRIGGER),
-        "--master",
-        "local[2]",
-    ]
 
 
 @pytest.fixture(scope="module")

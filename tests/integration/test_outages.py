@@ -26,8 +26,8 @@ import redis
 
 from cli.local.services import free_port, wait_for_port
 from tests import procs
+from tests.integration.fixtures import job_args, snapshot
 from tests.integration.helpers import tidegauge
-from tests.integration.test_job_replay import job_args, snapshot
 from tidegauge.core.store import Keys, read_batches, read_status
 
 TOTAL = 3_000  # records of the stream (events, duplicates, malformed)

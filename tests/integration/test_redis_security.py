@@ -175,7 +175,7 @@ def test_dashboard_reads_as_the_viewer_and_shows_no_password(  # type: ignore[no
 ) -> None:
     from playwright import sync_api as playwright
 
-    from tests.integration.test_dashboard_browser import CHROMIUM
+    from tests.integration.fixtures import CHROMIUM
 
     viewer_url = f"redis://viewer:{VIEWER_PW}@127.0.0.1:{acl_redis}/0"
     if not redis.Redis.from_url(viewer_url).exists("tg:status"):  # the ACL test's job ran first

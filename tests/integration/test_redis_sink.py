@@ -21,6 +21,7 @@ import jobs.sink.status as status_writes
 from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch
 from jobs.sink.status import write_progress
 from jobs.state.rows import LateUpdate, WindowCount, WindowUpdate
+from tests.fixtures import S, T
 from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.metrics import PERCENTILES, WindowAgg
 from tidegauge.core.store import (
@@ -39,9 +40,7 @@ from tidegauge.core.store import (
 )
 from tidegauge.core.windows import WindowSpec
 
-S = 1_000
 W = 10 * S
-T = 1_795_341_600_000  # a 10 s, 30 s and 60 s window boundary
 KEYS = Keys("tg")
 TUMBLING = WindowSpec.tumbling(W)
 MINUTE = WindowSpec.tumbling(60 * S)

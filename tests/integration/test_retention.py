@@ -1,8 +1,8 @@
 """Retention tiers end to end in the sink (jobs/sink/rollup.py) and the range reader, real Redis.
 
-A stream of three hours of event time is written batch by batch as the job would write it
-(absolute window aggregates, late rows long after their windows closed, stragglers,
-duplicates), with short tiers (`30m,1m:2h,10m:1d`), and the same stream again with
+A stream of three hours of event time (tests/integration/fixtures.py) is written batch by batch
+as the job would write it (absolute window aggregates, late rows long after their windows closed,
+stragglers, duplicates), with short tiers (`30m,1m:2h,10m:1d`), and the same stream again with
 `forever`. Ground truth is the events themselves. Ranges read after the raw windows expired
 must equal the truth (counts exact, p50/p99 rank error <= 0.01, distinct users <= 3 %) and the
 same ranges read from the raw windows that were never expired.
@@ -14,7 +14,6 @@ import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,145 +25,31 @@ from cli.local.services import start_redis
 from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch
 from jobs.sink.retry import SinkError, retry
 from jobs.sink.rollup import BatchTime
-from jobs.state.rows import ArrivalUpdate, LateUpdate, WindowCount, WindowUpdate
+from jobs.state.rows import WindowUpdate
+from tests.fixtures import H, M, S
+from tests.fixtures import T as T0  # an hour boundary
+from tests.integration.fixtures import (
+    BATCHES,
+    KEYS,
+    LATENESS,
+    SERVICES,
+    SRC,
+    TIERS,
+    Truth,
+    W,
+    _stream,
+    _write,
+)
 from tidegauge.core.config import RedisSettings
 from tidegauge.core.metrics import LateAgg, WindowAgg
 from tidegauge.core.retention import Retention
 from tidegauge.core.store import (
-    Keys,
     read_lateness,
     read_range,
     read_services,
     split_batch_field,
 )
 from tidegauge.core.store.tiers import read_retention
-from tidegauge.core.windows import WindowSpec
-
-S, M, H = 1_000, 60_000, 3_600_000
-T0 = 1_795_341_600_000  # an hour boundary
-W = 10 * S
-SRC = WindowSpec.tumbling(W)
-KEYS = Keys("tg")
-LATENESS = 30 * S
-TIERS = Retention.parse("30m,1m:2h,10m:1d")
-SERVICES = ("api", "web")
-BATCHES = 180  # one minute of event time each: three hours
-
-
-@dataclass
-class Truth:
-    """Every event of the stream by (window start, service), and the per-window facts."""
-
-    latency: dict[tuple[int, str], list[float]] = field(default_factory=lambda: defaultdict(list))
-    users: dict[tuple[int, str], set[str]] = field(default_factory=lambda: defaultdict(set))
-    late: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
-    stragglers: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
-    duplicates: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
-
-
-@dataclass
-class Batch:
-    batch_id: int
-    at: BatchTime
-    windows: list[WindowUpdate]
-    late: list[LateUpdate]
-    stragglers: list[WindowCount]
-    duplicates: list[WindowCount]
-    arrivals: list[ArrivalUpdate]
-
-
-def _stream(seed: int = 7) -> tuple[list[Batch], Truth]:
-    """Batch k brings the windows of minute k; its watermark is the frontier minus 30 s.
-
-    Also in batch k: stragglers for the previous minute's windows still open (their update is
-    rewritten with the extra events, as the job does), duplicates, and late rows for windows
-    2 to 50 minutes old (after 30 minutes a window's raw copy has expired: those late rows
-    reach the roll-ups only).
-    """
-    rng = np.random.default_rng(seed)
-    truth = Truth()
-    events: dict[tuple[int, str], list[tuple[float, int, str]]] = defaultdict(list)
-    batches = []
-    updates: dict[tuple[int, str], None] = {}  # the (window, service)s a batch rewrites
-    for k in range(BATCHES):
-        wm = T0 + k * M - LATENESS if k else 0
-        updates.clear()
-
-        def add(start: int, svc: str, n: int) -> None:
-            for _ in range(n):
-                lat = float(rng.lognormal(np.log(40 if svc == "api" else 120), 0.7))
-                user = f"user-{int(rng.integers(0, 400))}"
-                events[(start, svc)].append((lat, 200 if rng.random() > 0.03 else 500, user))
-                truth.latency[(start, svc)].append(lat)
-                truth.users[(start, svc)].add(user)
-            updates[(start, svc)] = None
-
-        for j in range(6):
-            for svc in SERVICES:
-                add(T0 + k * M + j * W, svc, int(rng.integers(5, 40)))
-        stragglers, duplicates, late = [], [], []
-        if k:
-            for j in (3, 4, 5):  # ends k*M - 20s.. k*M: after the watermark, before the frontier
-                start, svc = T0 + (k - 1) * M + j * W, SERVICES[j % 2]
-                n = int(rng.integers(1, 4))
-                add(start, svc, n)
-                stragglers.append(WindowCount(SRC.key, start, svc, n))
-                truth.stragglers[(start, svc)] += n
-                d = int(rng.integers(0, 3))
-                if d:
-                    duplicates.append(WindowCount(SRC.key, start, svc, d))
-                    truth.duplicates[(start, svc)] += d
-        if k >= 2:
-            for _ in range(3):
-                age = int(rng.integers(12, 300))  # 2 to 50 minutes, in 10 s windows
-                start = T0 + k * M - LATENESS - age * W - W
-                start -= (start - T0) % W
-                if start < T0:
-                    continue
-                svc = SERVICES[int(rng.integers(0, 2))]
-                n = int(rng.integers(1, 5))
-                if any((u.start_ms, u.service) == (start, svc) for u in late):
-                    continue  # the job sends one late row per window and service a batch
-                agg = LateAgg()
-                agg.add(rng.uniform(1e5, 3e6, n), float(age * W))
-                late.append(LateUpdate(SRC.key, start, svc, n, agg.to_bytes()))
-                truth.late[(start, svc)] += n
-        windows = []
-        for start, svc in updates:
-            lat, status, users = zip(*events[(start, svc)], strict=True)
-            agg = WindowAgg()
-            agg.add(np.array(lat), np.array(status), np.array(users, dtype=object))
-            windows.append(WindowUpdate(SRC.key, start, svc, agg.metrics(W), agg.to_bytes()))
-        proc = T0 + k * S  # processing time moves a second per batch, event time a minute
-        arrivals = [
-            ArrivalUpdate("processing", proc - proc % W, "api", 5, _arrival(proc)),
-            ArrivalUpdate("broker", T0 + k * M, "api", 7, _arrival(proc)),
-        ]
-        batches.append(
-            Batch(k, BatchTime(k, wm, proc), windows, late, stragglers, duplicates, arrivals)
-        )
-    return batches, truth
-
-
-def _arrival(proc_ms: int) -> dict[str, int]:
-    return {"late": 0, "stragglers": 0, "proc_ms": proc_ms}
-
-
-def _write(r: redis.Redis, b: Batch, retention: Retention) -> None:
-    write_batch(
-        r,
-        KEYS,
-        SinkBatch(
-            b.batch_id,
-            b.windows,
-            late=b.late,
-            stragglers=b.stragglers,
-            duplicates=b.duplicates,
-            arrivals=b.arrivals,
-            at=b.at,
-        ),
-        SinkConfig(arrival_window_ms=W, retention=retention, source=SRC),
-    )
 
 
 @pytest.fixture(scope="module")
