@@ -7,8 +7,8 @@ one column per contract field, and checked with vectorised comparisons that mirr
 `EventField`'s rules. A record this path vouches for gets exactly the values `parse_values`
 would give; every other record (malformed, a heartbeat, ISO times, anything Arrow's decoder and
 Python's could disagree on) is left to `parse_values`, which stays the one judge of what is
-wrong and why. `tests/unit/test_bulk_parse.py` holds the two paths to the same rows on mutated
-records of every kind.
+wrong and why. `tests/unit/jobs/parse/test_bulk.py` holds the two paths to the same rows on
+mutated records of every kind.
 
 What makes a record a candidate (each rule closes a gap between the two decoders):
 - ASCII only, no control character, no backslash: no invalid UTF-8, byte-order mark, escape or

@@ -11,8 +11,8 @@ Only the common case is taken: a data batch (not a control batch) of message for
 compressed, whose records carry no headers. Anything else, and anything that does not add up
 (a length running past the batch, a record whose fields do not end where its length says), gives
 None, and the caller decodes the batch with kafka-python, which then reports whatever is wrong.
-`tests/unit/test_record_decode.py` compares this decoder with kafka-python's on batches built by
-kafka-python's own builder. Pure: no I/O.
+`tests/unit/jobs/source/test_record_decode.py` compares this decoder with kafka-python's on
+batches built by kafka-python's own builder. Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -453,8 +453,8 @@ def parse_values(value: bytes | None) -> EventValues | Heartbeat | Rejected:
     gives; a value it rejects, objects holding arrays or objects (whose depth the standard
     path checks) and objects where a number it turned into a float may have been an integer
     too big for 64 bits go the standard library's way (`_parse_standard`), which also words
-    every rejection. The two agree on every record (tests/unit/test_events.py checks them
-    against each other).
+    every rejection. The two agree on every record (tests/unit/tidegauge/core/test_events.py
+    checks them against each other).
     """
     if not value:
         return Rejected(Reason.EMPTY, "record has no value")

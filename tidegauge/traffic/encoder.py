@@ -1,9 +1,9 @@
 """How the generator writes record values: one encoder for every record it makes.
 
 Events are written in the contract's canonical form, byte for byte what
-`tidegauge.core.events.encode_event` writes (tests/unit/test_generator.py holds them to that),
-but without a dict and a JSON encoder per record: this is the generator's hot path. Heartbeats
-and control records are rare and go through the general encoders.
+`tidegauge.core.events.encode_event` writes (tests/unit/tidegauge/traffic/test_generator.py holds
+them to that), but without a dict and a JSON encoder per record: this is the generator's hot path.
+Heartbeats and control records are rare and go through the general encoders.
 """
 
 from __future__ import annotations

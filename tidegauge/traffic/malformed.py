@@ -1,11 +1,11 @@
 """Malformed records: each kind is built from the event it replaces.
 
 `tidegauge.core.events.parse_record` must judge each with exactly the listed `Reason`
-(tests/unit/test_generator.py checks every kind). Together the kinds are the fuzzing the job is
-tested with (tests/integration/test_fuzzed_input.py): broken bytes, broken JSON, the wrong shape,
-wrong types and values in every field, and records or names beyond the contract's limits. A
-kind's bytes depend only on the event it replaces (its "random" bytes come from a hash of the
-event id), so a seeded stream stays reproducible.
+(tests/unit/tidegauge/traffic/test_malformed.py checks every kind). Together the kinds are the
+fuzzing the job is tested with (tests/integration/test_fuzzed_input.py): broken bytes, broken JSON,
+the wrong shape, wrong types and values in every field, and records or names beyond the contract's
+limits. A kind's bytes depend only on the event it replaces (its "random" bytes come from a hash of
+the event id), so a seeded stream stays reproducible.
 """
 
 from __future__ import annotations
