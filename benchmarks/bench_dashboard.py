@@ -26,7 +26,13 @@ import redis  # noqa: E402
 
 from benchmarks.machine import describe  # noqa: E402
 from cli.local.services import start_redis  # noqa: E402
-from dashboard import chart, data, figures, frames  # noqa: E402
+from dashboard import chart, data, figures  # noqa: E402
+from dashboard.headline import headline  # noqa: E402
+from dashboard.health import health_frame  # noqa: E402
+from dashboard.latency_range import cdf_frame, range_table  # noqa: E402
+from dashboard.lateness import digest_histogram, lateness_frame, what_if_frame  # noqa: E402
+from dashboard.time_domains import arrivals_frame, watermark_frame  # noqa: E402
+from dashboard.windows import metrics_frame, users_band, windows_frame  # noqa: E402
 from tests.integration.seed import seed_live  # noqa: E402
 from tidegauge.core.closed_windows import ClosedWindows  # noqa: E402
 from tidegauge.core.store import ALL_SERVICES, Keys  # noqa: E402
@@ -41,27 +47,23 @@ def refresh(
     snap = data.read_snapshot(r, keys, f.range_ms, now, filters=f, cache=cache)
     t1 = time.perf_counter()
     services = [ALL_SERVICES, *snap.services]
-    frames.headline(snap.status, snap.windows, snap.batches, snap.read_at_ms, f.range_ms)
-    windows = frames.windows_frame(snap.windows)
-    metrics = frames.metrics_frame(snap.windows)
+    headline(snap.status, snap.windows, snap.batches, snap.read_at_ms, f.range_ms)
+    windows = windows_frame(snap.windows)
+    metrics = metrics_frame(snap.windows)
     size = snap.window_size_ms
     figs = [
-        figures.time_domains(
-            frames.arrivals_frame(snap.arrivals), frames.watermark_frame(snap.batches)
-        ),
+        figures.time_domains(arrivals_frame(snap.arrivals), watermark_frame(snap.batches)),
         figures.events_per_second(windows, services=snap.services, window_size_ms=size),
         figures.latency_percentiles(metrics, ALL_SERVICES, window_size_ms=size),
-        figures.latency_cdf(frames.cdf_frame(snap.range_aggs, services), snap.services),
-        figures.distinct_users(frames.users_band(metrics), services=snap.services),
-        figures.lateness_windows(frames.lateness_frame(snap.windows)),
-        figures.pipeline_health(frames.health_frame(snap.batches)),
+        figures.latency_cdf(cdf_frame(snap.range_aggs, services), snap.services),
+        figures.distinct_users(users_band(metrics), services=snap.services),
+        figures.lateness_windows(lateness_frame(snap.windows)),
+        figures.pipeline_health(health_frame(snap.batches)),
     ]
-    frames.range_table(snap.range_aggs, services, f.latency_range_ms)
+    range_table(snap.range_aggs, services, f.latency_range_ms)
     if snap.lateness is not None:
-        figs.append(figures.lateness_histogram(frames.digest_histogram(snap.lateness.lateness)))
-        figs.append(
-            figures.what_if(frames.what_if_frame(snap.lateness), chosen_ms=30_000, job_ms=30_000)
-        )
+        figs.append(figures.lateness_histogram(digest_histogram(snap.lateness.lateness)))
+        figs.append(figures.what_if(what_if_frame(snap.lateness), chosen_ms=30_000, job_ms=30_000))
     for fig in figs:  # what dashboard/chart.py sends to the browser
         chart.figure_json(fig)
     t2 = time.perf_counter()

@@ -1,4 +1,8 @@
-"""The Streamlit script: layout only; reads in `data`, numbers in `frames`, charts in `figures`.
+"""The Streamlit script: layout only; reads, tables and charts come from the modules beside it.
+
+Reads in `data`; what the shared panels say and draw in `panels`; tables by concept in
+`windows`, `time_domains`, `latency_range`, `lateness`, `health`, `job_status` and
+`dead_letters`; charts in `figures`, with `marks` drawn over them.
 
 Run it through `tidegauge dashboard` (or `streamlit run dashboard/app.py -- FLAGS`). Settings come
 from the flags after `--`, else from `TIDEGAUGE_REDIS_URL` and defaults. The filters live in the
@@ -20,10 +24,25 @@ import pyarrow as pa
 import redis
 import streamlit as st
 
-from dashboard import chart, data, figures, frames, panels, view_url
+from dashboard import chart, data, figures, panels, view_url
 from dashboard.copy_button import copy_button
+from dashboard.dead_letters import dead_counts_frame, dead_letters_frame
+from dashboard.health import job_starts
+from dashboard.job_status import offsets_frame, offsets_summary
+from dashboard.latency_range import cdf_frame, range_table
+from dashboard.lateness import digest_histogram, late_events_frame, what_if_frame
+from dashboard.marks import annotation_marks, clip, mark
 from dashboard.run import SERVER_PATH, app_settings
 from dashboard.shared import Derived
+from dashboard.time_domains import arrivals_frame, watermark_frame
+from dashboard.windows import (
+    HLL_RELATIVE_ERROR,
+    metrics_frame,
+    services_in,
+    stable_order,
+    users_band,
+    windows_frame,
+)
 from tidegauge.core import control
 from tidegauge.core.config import DEFAULT_REDIS_URL, plugins_from_env, redact_url
 from tidegauge.core.durations import format_duration, to_iso
@@ -251,14 +270,14 @@ def _status(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
         st.info(panels.NO_STATUS)
     elif (stale := panels.stale_notice(snap, settings.stale_after_ms)) is not None:
         st.warning(stale.text, icon="⚠️")
-    heads = panels.headline(snap, d, f)
+    heads = panels.shared_headline(snap, d, f)
     for first in range(0, len(heads), HEADLINES_PER_ROW):
         line = heads[first : first + HEADLINES_PER_ROW]
         for col, h in zip(st.columns(HEADLINES_PER_ROW)[: len(line)], line, strict=True):
             col.metric(h.label, h.value, help=h.help)
     if snap.status is not None:
         wm = "none yet" if snap.status.watermark <= 0 else to_iso(snap.status.watermark)
-        offsets = d.get("offsets_summary", lambda: frames.offsets_summary(_offsets(snap, d)))
+        offsets = d.get("offsets_summary", lambda: offsets_summary(_offsets(snap, d)))
         st.caption(
             f"Watermark {wm} · last batch #{snap.status.batch_id}, "
             f"{snap.status.input_rows:,} input rows · Kafka offsets by partition: {offsets}"
@@ -288,16 +307,16 @@ def _time_domains(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
     _chart(
         d,
         "time_domains",
-        lambda: figures.mark(
+        lambda: mark(
             figures.time_domains(
-                frames.arrivals_frame(snap.arrivals, panels.shown_services(f)),
-                frames.watermark_frame(snap.batches),
+                arrivals_frame(snap.arrivals, panels.shown_services(f)),
+                watermark_frame(snap.batches),
                 show_broker=show_broker,
             ),
-            figures.clip(
-                figures.annotation_marks(
+            clip(
+                annotation_marks(
                     [a for a in snap.annotations if a.domain == "processing"]
-                    + frames.job_starts(snap.batches)
+                    + job_starts(snap.batches)
                 ),
                 snap.read_at_ms - f.range_ms,
                 snap.read_at_ms,
@@ -336,9 +355,9 @@ def _order(d: Derived, name: str, frame: pd.DataFrame, f: data.Filters) -> list[
     A stable order keeps legend toggles on their line; a service that left the range keeps its
     (empty) place.
     """
-    order = frames.stable_order(
+    order = stable_order(
         st.session_state.get("service_order", []),
-        d.get(("services_in", name), lambda: frames.services_in(frame)),
+        d.get(("services_in", name), lambda: services_in(frame)),
     )
     st.session_state["service_order"] = order
     return [s for s in order if not f.services or s in f.services]
@@ -368,7 +387,7 @@ def _latency(snap: data.Snapshot, d: Derived, f: data.Filters, metrics: pd.DataF
                 metrics,
                 service,
                 f,
-                lambda: d.get("sliding_metrics", lambda: frames.metrics_frame(snap.sliding)),
+                lambda: d.get("sliding_metrics", lambda: metrics_frame(snap.sliding)),
             ),
             service,
         )
@@ -387,11 +406,11 @@ def _latency(snap: data.Snapshot, d: Derived, f: data.Filters, metrics: pd.DataF
         services = [ALL_SERVICES, *shown]
         if snap.range_from_ms is not None and snap.range_to_ms is not None:
             span = snap.range_to_ms - snap.range_from_ms
-            _table(d, "latency_table", lambda: frames.range_table(snap.range_aggs, services, span))
+            _table(d, "latency_table", lambda: range_table(snap.range_aggs, services, span))
         _chart(
             d,
             "latency_cdf",
-            lambda: figures.latency_cdf(frames.cdf_frame(snap.range_aggs, services), shown),
+            lambda: figures.latency_cdf(cdf_frame(snap.range_aggs, services), shown),
         )
 
 
@@ -404,7 +423,7 @@ def _users(
         d,
         "users",
         lambda: figures.distinct_users(
-            panels.only_shown(frames.users_band(metrics), f),
+            panels.only_shown(users_band(metrics), f),
             services=order,
             window_size_ms=snap.window_size_ms,
         ),
@@ -412,7 +431,7 @@ def _users(
     )
     st.caption(
         "HyperLogLog estimates per window; the band is ±2 standard errors (1.04/√m = "
-        f"{100 * frames.HLL_RELATIVE_ERROR:.2f} % each)."
+        f"{100 * HLL_RELATIVE_ERROR:.2f} % each)."
     )
 
 
@@ -433,7 +452,7 @@ def _lateness(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
         _chart(
             d,
             "lateness_hist",
-            lambda: figures.lateness_histogram(frames.digest_histogram(res.lateness)),
+            lambda: figures.lateness_histogram(digest_histogram(res.lateness)),
         )
     with right:
         job_ms = snap.status.allowed_lateness_ms if snap.status else None
@@ -456,13 +475,13 @@ def _lateness(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
             d,
             "what_if_chart",
             lambda: figures.what_if(
-                d.get("what_if", lambda: frames.what_if_frame(res)), chosen_ms=chosen, job_ms=job_ms
+                d.get("what_if", lambda: what_if_frame(res)), chosen_ms=chosen, job_ms=job_ms
             ),
             chosen,
         )
     if snap.late_events:
         st.caption(f"Latest {len(snap.late_events)} late events kept")
-        _table(d, "late_events", lambda: frames.late_events_frame(snap.late_events))
+        _table(d, "late_events", lambda: late_events_frame(snap.late_events))
 
 
 def _health(snap: data.Snapshot, d: Derived) -> None:
@@ -503,7 +522,7 @@ def _offsets(snap: data.Snapshot, d: Derived) -> pd.DataFrame:
     """Offsets and lag by partition, built once per snapshot (the status line and the table)."""
     assert snap.status is not None
     status = snap.status
-    frame: pd.DataFrame = d.get("offsets", lambda: frames.offsets_frame(status))
+    frame: pd.DataFrame = d.get("offsets", lambda: offsets_frame(status))
     return frame
 
 
@@ -515,10 +534,10 @@ def _dead_letters(snap: data.Snapshot, d: Derived) -> None:
     left, right = st.columns([1, 3])
     with left:
         st.caption(f"By reason (total {sum(snap.dead_counts.values()):,})")
-        _table(d, "dead_counts", lambda: frames.dead_counts_frame(snap.dead_counts))
+        _table(d, "dead_counts", lambda: dead_counts_frame(snap.dead_counts))
     with right:
         st.caption(f"Latest {len(snap.dead_letters)}")
-        _table(d, "dead_latest", lambda: frames.dead_letters_frame(snap.dead_letters))
+        _table(d, "dead_latest", lambda: dead_letters_frame(snap.dead_letters))
 
 
 _restore_view()
@@ -573,8 +592,8 @@ def live() -> None:
         st.caption("or run the whole pipeline locally with `tidegauge demo`.")
         return
     # Built once per snapshot, shared by the panels that draw windows (and by every session).
-    windows = d.get("windows", lambda: frames.windows_frame(snap.windows))
-    metrics = d.get("metrics", lambda: frames.metrics_frame(snap.windows))
+    windows = d.get("windows", lambda: windows_frame(snap.windows))
+    metrics = d.get("metrics", lambda: metrics_frame(snap.windows))
     _keep_view_in_url()
     _alert_banner(snap)
     _status(snap, d, f)

@@ -2,8 +2,10 @@
 
 `read_snapshot` gathers everything the page shows through `tidegauge.core.store`'s read functions
 (each one round trip or one pipeline, never one per window), so a refresh costs a fixed number
-of round trips whatever the range. `dashboard.frames` turns a `Snapshot` into tables and
-numbers; `dashboard.figures` draws them. Times are epoch ms (UTC).
+of round trips whatever the range; `shared_snapshot` reads it at most once per view and refresh
+interval for every viewer of this server (dashboard/shared.py). The modules named for what they
+show (`dashboard.windows`, `dashboard.lateness`, `dashboard.headline`, ...) turn a `Snapshot`
+into tables and numbers; `dashboard.figures` draws them. Times are epoch ms (UTC).
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from typing import Any
 import redis
 
 from dashboard.shared import Derived, SharedReads
-from tidegauge.core.alerts import Firing
+from tidegauge.alerts.rules import Firing
+from tidegauge.alerts.store import read_firings
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.config import RedisSettings
-from tidegauge.core.metrics import WindowAgg
 from tidegauge.core.store import (
     ALL_SERVICES,
     TIME_DOMAINS,
@@ -48,8 +50,8 @@ from tidegauge.core.store import (
     read_windows,
     read_windows_tiered,
 )
-from tidegauge.core.store.alerts import read_firings
 from tidegauge.core.store.annotations import Annotation, read_annotations
+from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import WindowSpec
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Plotly figures as pure functions: frames from `dashboard.frames` in, figure dicts out.
+"""Plotly figures as pure functions: the dashboard's tables in, figure dicts out.
 
 A figure is the JSON plotly.js takes, `{"data": [trace, ...], "layout": {...}}`, built from
 numpy arrays. Not `go.Figure` objects: validating every trace on every refresh cost ~10 ms a
@@ -10,23 +10,21 @@ when the page refreshes, plotly.js keeps what the user did (zoom, pan, legend to
 of resetting it. Nothing here sets an explicit axis range on a time axis for the same reason:
 a range that changed with each refresh would override the user's zoom. Times are naive
 datetimes in UTC (numpy datetime64), which reach plotly.js as ISO strings without an offset.
+Alert firings and annotations are drawn over these figures by `dashboard.marks`.
 """
 
 from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from tidegauge.core.alerts import Firing
 from tidegauge.core.durations import format_duration
 from tidegauge.core.store import ALL_SERVICES
-from tidegauge.core.store.annotations import Annotation
 
 __all__ = [
     "DOMAIN_STYLE",
@@ -44,6 +42,7 @@ __all__ = [
     "lateness_histogram",
     "lateness_windows",
     "pipeline_health",
+    "service_label",
     "time_domains",
     "what_if",
 ]
@@ -73,7 +72,7 @@ DOMAIN_STYLE = {
     "broker": ("by broker time", "#2ca02c"),
 }
 
-#: `frames.health_frame` freshness columns of `pipeline_health`, in trace order: legend name
+#: `health.health_frame` freshness columns of `pipeline_health`, in trace order: legend name
 #: and line style.
 FRESHNESS_STYLE: dict[str, tuple[str, dict[str, Any]]] = {
     "freshness_p50_ms": ("freshness p50", {"width": 1.6, "color": "#17becf"}),
@@ -204,7 +203,7 @@ def _service_lines(
             "type": "scatter",
             "x": _col(part, "window_start"),
             "y": _col(part, column),
-            "name": _service_label(svc),
+            "name": service_label(svc),
             "mode": "lines+markers",
             "marker": {"size": 4},
             "line": (
@@ -229,7 +228,7 @@ def events_per_second(
 ) -> Figure:
     """Events/s per service over event time: one line per service, `*` as a thick dashed line.
 
-    `frame` is a `dashboard.frames.windows_frame`: x is the window start (UTC), y
+    `frame` is a `dashboard.windows.windows_frame`: x is the window start (UTC), y
     `events_per_s`. Traces come in a stable order: the `*` total first (hidden, not removed,
     when `show_total` is false), then `services` in the given order (a service without rows
     keeps an empty trace), then any other service in `frame`, sorted. plotly.js matches the
@@ -299,7 +298,7 @@ def latency_percentiles(
 ) -> Figure:
     """p50, p95 and p99 latency (ms) of one service's windows over event time.
 
-    `frame` is a `dashboard.frames.metrics_frame`; `service` may be `*` (all services, whose
+    `frame` is a `dashboard.windows.metrics_frame`; `service` may be `*` (all services, whose
     percentiles come from the merged t-digest, not from averaging services). Always three
     traces in the order of `LATENCY_PERCENTILES`, so legend toggles stay put across refreshes
     and service changes. A window without latencies leaves a gap (NaN), not a zero.
@@ -308,7 +307,7 @@ def latency_percentiles(
     """
     part = frame[frame["service"] == service] if not frame.empty else frame
     if part.empty:
-        return empty_figure(f"No windows for {_service_label(service)} yet")
+        return empty_figure(f"No windows for {service_label(service)} yet")
     x = _col(part, "window_start")
     counts = _col(part, "latency_count")[:, None]
     data = [
@@ -359,8 +358,8 @@ def distinct_users(
 ) -> Figure:
     """Distinct users per window and service over event time (HyperLogLog estimates).
 
-    `frame` is a `dashboard.frames.metrics_frame` (with `users_lo`/`users_hi` from
-    `frames.users_band` for the error band). Same trace order and total handling as
+    `frame` is a `dashboard.windows.metrics_frame` (with `users_lo`/`users_hi` from
+    `windows.users_band` for the error band). Same trace order and total handling as
     `events_per_second`. The `*` line is the distinct users across all services (the merged
     HyperLogLog), which is less than the sum of the services' lines when users overlap.
     """
@@ -384,7 +383,7 @@ def distinct_users(
                     "line": {"width": 0},
                     "hoverinfo": "skip",
                     "showlegend": False,
-                    "name": f"{_service_label(svc)} ±2 SE",
+                    "name": f"{service_label(svc)} ±2 SE",
                     "visible": show_total if svc == ALL_SERVICES else True,
                 }
             )
@@ -403,7 +402,7 @@ def distinct_users(
     return {"data": data, "layout": layout}
 
 
-def _service_label(service: str) -> str:
+def service_label(service: str) -> str:
     """A service name as plotly must be given it to draw it literally.
 
     Plotly reads a subset of HTML in trace names, titles and hover text (`<b>`, `<a href>`,
@@ -503,7 +502,7 @@ def time_domains(
 def latency_cdf(frame: pd.DataFrame, services: Sequence[str] = ()) -> Figure:
     """The latency CDF of the selected range per service, from merged t-digests.
 
-    `frame` is a `dashboard.frames.cdf_frame`; one line per service (`*` first, thick grey),
+    `frame` is a `dashboard.latency_range.cdf_frame`; one line per service (`*` first, thick grey),
     log x axis because latencies span orders of magnitude.
     """
     if frame.empty:
@@ -520,7 +519,7 @@ def latency_cdf(frame: pd.DataFrame, services: Sequence[str] = ()) -> Figure:
                 "type": "scatter",
                 "x": _col(part, "latency_ms"),
                 "y": _col(part, "fraction"),
-                "name": _service_label(svc),
+                "name": service_label(svc),
                 "mode": "lines",
                 "line": {"width": 3, "color": _TOTAL_COLOR} if total else {"width": 1.8},
                 "hovertemplate": "%{x:,.1f} ms: %{y:.1%} of requests at or below<extra></extra>",
@@ -537,7 +536,7 @@ def latency_cdf(frame: pd.DataFrame, services: Sequence[str] = ()) -> Figure:
 def lateness_windows(frame: pd.DataFrame, *, window_size_ms: int | None = None) -> Figure:
     """Late events, stragglers and duplicates per window (bars), and each window's revision.
 
-    `frame` is a `dashboard.frames.lateness_frame`. Revisions count the batches that corrected
+    `frame` is a `dashboard.lateness.lateness_frame`. Revisions count the batches that corrected
     an already emitted window; they use the right-hand axis.
     """
     if frame.empty:
@@ -600,7 +599,7 @@ def _integer_ticks(values: np.ndarray, most: int = 5) -> dict[str, Any]:
 def lateness_histogram(frame: pd.DataFrame) -> Figure:
     """How late events arrived (broker time − event time), from the merged lateness digests.
 
-    `frame` is a `dashboard.frames.digest_histogram` in ms; shown in seconds.
+    `frame` is a `dashboard.lateness.digest_histogram` in ms; shown in seconds.
     """
     if frame.empty or not frame["count"].sum():
         return empty_figure("No lateness measured in this range")
@@ -629,7 +628,7 @@ def lateness_histogram(frame: pd.DataFrame) -> Figure:
 def what_if(frame: pd.DataFrame, *, chosen_ms: int, job_ms: int | None = None) -> Figure:
     """Share of events that would have been late for each allowed lateness (what-if curve).
 
-    `frame` is a `dashboard.frames.what_if_frame`; a marker at the user's choice, and a dashed
+    `frame` is a `dashboard.lateness.what_if_frame`; a marker at the user's choice, and a dashed
     line at the job's real allowed lateness when known.
     """
     if frame.empty:
@@ -762,98 +761,3 @@ def pipeline_health(frame: pd.DataFrame) -> Figure:
         ),
     )
     return {"data": data, "layout": _layout(height=600, **axes)}
-
-
-#: How marks are drawn on the time charts: alert firings by state, annotations by domain.
-MARK_STYLE: dict[str, dict[str, Any]] = {
-    "confirmed": {"fillcolor": "#d62728", "opacity": 0.12, "line": {"width": 0}},
-    "provisional": {"fillcolor": "#ff7f0e", "opacity": 0.12, "line": {"width": 0}},
-    "retracted": {
-        "fillcolor": "rgba(0,0,0,0)",
-        "opacity": 0.6,
-        "line": {"width": 1, "dash": "dot", "color": "#7f7f7f"},
-    },
-    "event": {"fillcolor": "#9467bd", "opacity": 0.10, "line": {"width": 0}},
-    "processing": {"fillcolor": "#17becf", "opacity": 0.15, "line": {"width": 0}},
-    "instant": {"opacity": 0.8, "line": {"width": 1.5, "dash": "dash", "color": "#17becf"}},
-}
-_MARK_TEXT = {"confirmed": "#d62728", "provisional": "#ff7f0e", "retracted": "#7f7f7f"}
-
-
-@dataclass(frozen=True)
-class Mark:
-    """A span (or, start == end, an instant) of a time chart with its label and style."""
-
-    start: int
-    end: int
-    label: str
-    style: str
-
-
-def firing_marks(firings: Sequence[Firing]) -> list[Mark]:
-    """Alert firings over their windows (event time), by state (docs/alerts.md)."""
-    return [
-        Mark(f.start, f.end, f"{f.rule_name} ({_service_label(f.service)}): {f.state}", f.state)
-        for f in firings
-    ]
-
-
-def annotation_marks(annotations: Sequence[Annotation]) -> list[Mark]:
-    """Demo commands and job starts over the span they affected, in their own time domain."""
-    return [
-        Mark(a.start, a.end, a.label, "instant" if a.end == a.start else a.domain)
-        for a in annotations
-    ]
-
-
-def mark(fig: Figure, marks: Sequence[Mark]) -> Figure:
-    """`fig` (a chart over time) with each mark as a shaded span or a dashed line and a label.
-
-    Returns a new figure; `fig` may be shared between sessions and is not changed.
-    """
-    if not marks or not fig.get("data"):
-        return fig
-    layout = dict(fig["layout"])
-    shapes = list(layout.get("shapes", []))
-    notes = list(layout.get("annotations", []))
-    for m in marks:
-        x0, x1 = _utc(m.start), _utc(m.end)
-        kind = "line" if m.start == m.end else "rect"
-        shapes.append(
-            {"type": kind, "xref": "x", "yref": "paper", "x0": x0, "x1": x1, "y0": 0, "y1": 1,
-             "layer": "below", **MARK_STYLE[m.style]}
-        )  # fmt: skip
-        top = m.style not in _MARK_TEXT  # annotations above, alert firings below: no overlap
-        notes.append(
-            {
-                "text": m.label,
-                "xref": "x",
-                "yref": "paper",
-                "x": x0,
-                "y": 1 if top else 0,
-                "xanchor": "left",
-                "yanchor": "top" if top else "bottom",
-                "showarrow": False,
-                "font": {"size": 11, "color": _MARK_TEXT.get(m.style, "#555555")},
-            }
-        )
-    layout["shapes"], layout["annotations"] = shapes, notes
-    return {"data": fig["data"], "layout": layout}
-
-
-def clip(marks: Sequence[Mark], since_ms: int, until_ms: int) -> list[Mark]:
-    """The marks overlapping [since_ms, until_ms], cut to it (a mark must not widen an axis)."""
-    return [
-        Mark(max(m.start, since_ms), min(m.end, until_ms), m.label, m.style)
-        for m in marks
-        if m.end >= since_ms and m.start <= until_ms
-    ]
-
-
-def mark_firings(fig: Figure, firings: Sequence[Firing]) -> Figure:
-    """`mark` with alert firings: confirmed red, provisional orange, retracted dotted."""
-    return mark(fig, firing_marks(firings))
-
-
-def _utc(ms: int) -> str:
-    return pd.Timestamp(ms, unit="ms").isoformat()

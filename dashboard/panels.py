@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from dashboard import data, figures, frames
+from dashboard import data, figures, health, job_status, lateness, marks, times
+from dashboard.headline import Headline, headline
 from dashboard.shared import Derived
-from tidegauge.core.alerts import ongoing, title
+from tidegauge.alerts.rules import ongoing, title
 from tidegauge.core.durations import format_duration, to_iso
 from tidegauge.core.store import ALL_SERVICES
 
@@ -25,11 +26,11 @@ __all__ = [
     "alert_notices",
     "event_marks",
     "events_figure",
-    "headline",
     "health_figure",
     "latency_figure",
     "lateness_figure",
     "only_shown",
+    "shared_headline",
     "shown_services",
     "stale_notice",
 ]
@@ -70,11 +71,11 @@ def alert_notices(snap: data.Snapshot) -> list[Notice]:
     return out
 
 
-def headline(snap: data.Snapshot, d: Derived, f: data.Filters) -> list[frames.Headline]:
-    """The top-row figures of the shown range, built once per snapshot (`d`) for every viewer."""
-    heads: list[frames.Headline] = d.get(
+def shared_headline(snap: data.Snapshot, d: Derived, f: data.Filters) -> list[Headline]:
+    """The snapshot's `headline`, built once (`d`) for every viewer of the page and the wall."""
+    heads: list[Headline] = d.get(
         "headline",
-        lambda: frames.headline(
+        lambda: headline(
             snap.status, snap.windows, snap.batches, snap.read_at_ms, f.range_ms, snap.sliding
         ),
     )
@@ -85,16 +86,16 @@ def stale_notice(snap: data.Snapshot, stale_after_ms: int | None) -> Notice | No
     """A warning when the job has not reported for longer than it should have, else None."""
     if snap.status is None:
         return None
-    stale_ms = frames.stale_after_ms(snap.status, stale_after_ms, FALLBACK_STALE_MS)
-    view = frames.status_view(snap.status, snap.read_at_ms, stale_ms)
+    stale_ms = job_status.stale_after_ms(snap.status, stale_after_ms, FALLBACK_STALE_MS)
+    view = job_status.status_view(snap.status, snap.read_at_ms, stale_ms)
     if not view.stale:
         return None
     silent = snap.read_at_ms - max(snap.status.status_time, snap.status.batch_time)
     return Notice(
         "warning",
-        f"**Stale**: the job has not reported for {frames.format_age(silent)} (more than "
+        f"**Stale**: the job has not reported for {times.format_age(silent)} (more than "
         f"{format_duration(stale_ms)}); its last batch #{view.batch_id} ran "
-        f"{frames.format_age(view.batch_age_ms)} ago. The job may be stopped, stuck, or "
+        f"{times.format_age(view.batch_age_ms)} ago. The job may be stopped, stuck, or "
         "unable to reach Redis. The figures below are the last ones it wrote.",
     )
 
@@ -113,7 +114,7 @@ def only_shown(frame: pd.DataFrame, f: data.Filters) -> pd.DataFrame:
 
 def event_marks(
     snap: data.Snapshot, range_ms: int, services: tuple[str, ...], only: str | None = None
-) -> list[figures.Mark]:
+) -> list[marks.Mark]:
     """Alert firings and event-time annotations of these services (all: `()`), in range.
 
     `only`: the firings of exactly this service (a chart of one service's own windows).
@@ -130,8 +131,8 @@ def event_marks(
     notes = [
         a for a in snap.annotations if a.domain == "event" and (not services or a.service in ours)
     ]
-    marks = figures.firing_marks(firings) + figures.annotation_marks(notes)
-    return figures.clip(marks, until - range_ms, until)
+    found = marks.firing_marks(firings) + marks.annotation_marks(notes)
+    return marks.clip(found, until - range_ms, until)
 
 
 def events_figure(
@@ -143,12 +144,12 @@ def events_figure(
 ) -> figures.Figure:
     """Events per second by service (`frame`: the shown services' windows), marked."""
     wm = snap.status.watermark if snap.status and snap.status.watermark > 0 else None
-    return figures.mark(
+    return marks.mark(
         figures.events_per_second(
             frame,
             services=list(order),
             window_size_ms=snap.window_size_ms,
-            watermark=None if wm is None else frames.to_utc([wm]).iloc[0].to_pydatetime(),
+            watermark=None if wm is None else times.to_utc([wm]).iloc[0].to_pydatetime(),
             show_total=show_total,
         ),
         event_marks(snap, f.range_ms, f.services),
@@ -164,10 +165,10 @@ def latency_figure(
 ) -> figures.Figure:
     """Latency percentiles of `service` (`*` = all) per window, with a sliding window's p99.
 
-    `sliding_metrics`: gives `frames.metrics_frame(snap.sliding)`; called only when the
+    `sliding_metrics`: gives `windows.metrics_frame(snap.sliding)`; called only when the
     snapshot has a sliding spec other than the charts' own.
     """
-    return figures.mark(
+    return marks.mark(
         figures.latency_percentiles(
             metrics,
             service,
@@ -182,10 +183,10 @@ def latency_figure(
 def lateness_figure(snap: data.Snapshot, f: data.Filters) -> figures.Figure:
     """Late events and stragglers per window of the shown services."""
     return figures.lateness_windows(
-        frames.lateness_frame(snap.windows, shown_services(f)), window_size_ms=snap.window_size_ms
+        lateness.lateness_frame(snap.windows, shown_services(f)), window_size_ms=snap.window_size_ms
     )
 
 
 def health_figure(snap: data.Snapshot) -> figures.Figure:
     """Per batch: rows/s in and out, duration and freshness (the job's own health)."""
-    return figures.pipeline_health(frames.health_frame(snap.batches))
+    return figures.pipeline_health(health.health_frame(snap.batches))

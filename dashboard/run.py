@@ -1,9 +1,10 @@
 """`tidegauge dashboard`: the dashboard's flags, the settings they build, and the launcher.
 
-The launcher runs `streamlit run dashboard/app.py` as a child process (same interpreter) and
-forwards SIGINT/SIGTERM to it, so Ctrl-C stops the server cleanly and leaves no process behind.
-The app receives its own flags after `--`; the Redis URL travels in the child's environment
-(`TIDEGAUGE_REDIS_URL`) rather than on its command line, so a password never shows up in `ps`.
+The launcher runs `streamlit run dashboard/server.py` (the page, dashboard/app.py, plus the wall
+page's routes) as a child process (same interpreter) and forwards SIGINT/SIGTERM to it, so
+Ctrl-C stops the server cleanly and leaves no process behind. The app receives its own flags
+after `--`; the Redis URL travels in the child's environment (`TIDEGAUGE_REDIS_URL`) rather
+than on its command line, so a password never shows up in `ps`.
 """
 
 from __future__ import annotations

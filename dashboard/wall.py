@@ -25,10 +25,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from dashboard import chart, data, frames, panels, view_url
+from dashboard import chart, data, panels, view_url
 from dashboard.figures import Figure
 from dashboard.run import PLOTLY_JS, DashboardSettings
 from dashboard.shared import Derived
+from dashboard.windows import metrics_frame, services_in, windows_frame
 from tidegauge.core.config import redact_url
 from tidegauge.core.store import ALL_SERVICES
 
@@ -90,14 +91,14 @@ def document(
     elif (stale := panels.stale_notice(snap, stale_after_ms)) is not None:
         notices.append(stale)
     out["notices"] = [{"level": n.level, "text": n.text} for n in notices]
-    heads = panels.headline(snap, d, f)
+    heads = panels.shared_headline(snap, d, f)
     out["headline"] = [{"label": h.label, "value": h.value, "help": h.help} for h in heads]
-    windows = d.get("windows", lambda: frames.windows_frame(snap.windows))
-    metrics = d.get("metrics", lambda: frames.metrics_frame(snap.windows))
+    windows = d.get("windows", lambda: windows_frame(snap.windows))
+    metrics = d.get("metrics", lambda: metrics_frame(snap.windows))
     shown = d.get("windows_shown", lambda: panels.only_shown(windows, f))
     order = [
         s
-        for s in d.get(("services_in", "windows_shown"), lambda: frames.services_in(shown))
+        for s in d.get(("services_in", "windows_shown"), lambda: services_in(shown))
         if not f.services or s in f.services
     ]
     known = (ALL_SERVICES, *snap.services)
@@ -114,7 +115,7 @@ def document(
                 metrics,
                 service,
                 f,
-                lambda: d.get("sliding_metrics", lambda: frames.metrics_frame(snap.sliding)),
+                lambda: d.get("sliding_metrics", lambda: metrics_frame(snap.sliding)),
             ),
         ),
         "lateness_windows": (

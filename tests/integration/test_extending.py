@@ -130,12 +130,12 @@ def test_query_windows_shows_it(run: dict[str, Any]) -> None:
 
 
 def test_the_dashboards_metrics_frame_carries_it(run: dict[str, Any]) -> None:
-    from dashboard import frames
+    from dashboard.windows import metrics_frame
 
     module = importlib.import_module(PLUGIN)
     try:
         rows = read_windows(run["client"], Keys(PREFIX))
-        df = frames.metrics_frame(rows)
+        df = metrics_frame(rows)
         assert {"bytes_p50", "bytes_p99"} <= set(df.columns)
         got = {
             (int(s.timestamp() * 1000), svc): v
