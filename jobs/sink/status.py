@@ -88,7 +88,7 @@ def progress_summary(
         ),
         "query_id": str(progress.get("id")),
         # A new run id per start of the job (same query id when it resumes a checkpoint): the
-        # dashboard marks where the job was (re)started (dashboard/frames.py `job_starts`).
+        # dashboard marks where the job was (re)started (dashboard/health.py `job_starts`).
         "run_id": str(progress.get("runId")),
     }
 

@@ -1,7 +1,7 @@
 """The core every process shares: no Spark, no Streamlit.
 
 The event contract, durations, window and watermark math, the window aggregates and their
-metrics, configuration, Kafka codecs and topics, and the Redis key layout with its read API.
-Only `sketches` lies below it; `jobs`, `dashboard`, `tidegauge.traffic`, `cli.local` and
-the command line build on it (docs/architecture.md, tests/unit/test_layers.py).
+metrics, configuration, Kafka codecs, and the Redis key layout with its read API. Only
+`sketches` lies below it; the rest of `tidegauge/`, `jobs/`, `dashboard/` and `cli/` build on it
+(docs/architecture.md, tests/unit/test_layers.py).
 """
