@@ -26,7 +26,8 @@ import pyarrow.compute as pc
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.machine import describe  # noqa: E402
-from sketches.hll import HyperLogLog, _index_rank, datasketch_hashfunc, hash32  # noqa: E402
+from sketches.hll import HyperLogLog, _index_rank  # noqa: E402
+from sketches.tg64 import datasketch_hashfunc, hash32  # noqa: E402
 
 
 def machine() -> str:

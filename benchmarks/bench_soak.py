@@ -44,9 +44,10 @@ from jobs.sink.rollup import BatchTime  # noqa: E402
 from jobs.sink.status import write_progress  # noqa: E402
 from jobs.state.rows import ArrivalUpdate, LateUpdate, WindowCount, WindowUpdate  # noqa: E402
 from tidegauge.core.closed_windows import ClosedWindows  # noqa: E402
-from tidegauge.core.metrics import LateAgg, WindowAgg  # noqa: E402
+from tidegauge.core.late_agg import LateAgg  # noqa: E402
 from tidegauge.core.retention import DEFAULT_RETENTION, Retention, format_span  # noqa: E402
 from tidegauge.core.store import Keys  # noqa: E402
+from tidegauge.core.window_agg import WindowAgg  # noqa: E402
 from tidegauge.core.windows import WindowSpec  # noqa: E402
 
 S, M, H, D = 1_000, 60_000, 3_600_000, 86_400_000

@@ -54,6 +54,8 @@ from typing import Any, overload
 import numpy as np
 import numpy.typing as npt
 
+from sketches.preamble import TDIGEST
+
 __all__ = ["DEFAULT_COMPRESSION", "FORMAT_VERSION", "TDigest"]
 
 DEFAULT_COMPRESSION: float = 200.0
@@ -65,8 +67,8 @@ targets (0.01 / 0.002 / 0.0005 at p50 / p99 / p99.9), both for one digest fed in
 100 merged digests; see ``tests/accuracy/test_tdigest_accuracy.py`` and ``docs/sketches.md``.
 """
 
-FORMAT_VERSION: int = 2
-"""Version byte written by :meth:`TDigest.to_bytes`; bumped whenever the layout changes."""
+FORMAT_VERSION: int = TDIGEST.writes
+"""Version byte written by :meth:`TDigest.to_bytes` (declared in sketches/preamble.py)."""
 
 _MIN_COMPRESSION = 10.0
 _MAX_COMPRESSION = 1_000_000.0
@@ -81,10 +83,11 @@ _BATCH_REFINEMENT = 4.0
 # Exponent of the scale function: 1/4 balances our p50/p99/p99.9 targets (module docstring).
 _SCALE_POWER = 0.25
 
-_MAGIC = b"TDGT"
-# Little-endian header after magic: version u8, compression f64, count u64, nan_count u64,
-# sum f64, min f64, max f64, n_centroids u32. Then means f64[n] and weights f64[n].
-_HEADER = struct.Struct("<4sBdQQdddI")
+# Little-endian header after the preamble (magic b"TDGT", version u8: sketches/preamble.py):
+# compression f64, count u64, nan_count u64, sum f64, min f64, max f64, n_centroids u32. Then the
+# means f64[n], (version 2) the weights' width u8, and the weights.
+_HEADER = struct.Struct("<dQQdddI")
+_HEADER_END = TDIGEST.size + _HEADER.size  # 57 bytes
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -554,9 +557,7 @@ class TDigest:
         58 + 12 * len(self) for a busy hour. Version 1 (weights as f64, no width byte) is
         still read.
         """
-        header = _HEADER.pack(
-            _MAGIC,
-            FORMAT_VERSION,
+        header = TDIGEST.preamble + _HEADER.pack(
             self._compression,
             self._count,
             self._nan_count,
@@ -579,20 +580,14 @@ class TDigest:
     def from_bytes(cls, data: bytes) -> TDigest:
         """Decode :meth:`to_bytes` output; ``ValueError`` names what is wrong with bad input."""
         buf = bytes(data)
-        if len(buf) < _HEADER.size:
+        version = TDIGEST.check(buf)
+        if len(buf) < _HEADER_END:
             raise ValueError(
                 f"TDigest.from_bytes: {len(buf)} bytes is shorter than the "
-                f"{_HEADER.size}-byte header"
+                f"{_HEADER_END}-byte header"
             )
-        if buf[:4] != _MAGIC:
-            raise ValueError(f"TDigest.from_bytes: bad magic {buf[:4]!r}, expected {_MAGIC!r}")
-        magic, version, compression, count, nan_count, total, lo, hi, n = _HEADER.unpack_from(buf)
-        if version not in (1, FORMAT_VERSION):
-            raise ValueError(
-                f"TDigest.from_bytes: unsupported format version {version} "
-                f"(this code reads versions 1 and {FORMAT_VERSION})"
-            )
-        at = _HEADER.size + 8 * n
+        compression, count, nan_count, total, lo, hi, n = _HEADER.unpack_from(buf, TDIGEST.size)
+        at = _HEADER_END + 8 * n
         width, kind = 8, "<f8"
         if version >= 2:
             if len(buf) <= at:
@@ -610,7 +605,7 @@ class TDigest:
             raise ValueError(
                 f"TDigest.from_bytes: {len(buf)} bytes, expected {expected} for {n} centroids"
             )
-        means = np.frombuffer(buf, dtype="<f8", count=n, offset=_HEADER.size).astype(np.float64)
+        means = np.frombuffer(buf, dtype="<f8", count=n, offset=_HEADER_END).astype(np.float64)
         weights = np.frombuffer(buf, dtype=kind, count=n, offset=at).astype(np.float64)
         digest = cls(compression)  # validates compression
         if not (

@@ -12,7 +12,7 @@ partition or another one, in the same micro-batch or much later. The rule (docs/
   in an earlier batch while that event's horizon was still ahead of the watermark. Duplicates
   are dropped from every window and counted per window instead; they still move the
   watermark, as every record with an event time does.
-* Ids are remembered as 64-bit hashes (TG64, `sketches.hll.hash64`) until the watermark
+* Ids are remembered as 64-bit hashes (TG64, `sketches.tg64.hash64`) until the watermark
   passes their horizon, grouped by horizon so that a whole group is forgotten at once. Two
   distinct ids share a hash with probability ~ n^2 / 2^65 for n ids held
   (`collision_probability`); a collision makes an event count as a duplicate.
@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sketches.hll import hash64
+from sketches.preamble import SEEN_IDS
+from sketches.tg64 import hash64
 from tidegauge.core.windows import WindowSpec, tumbling_starts
 
 __all__ = [
@@ -103,10 +104,10 @@ def collision_probability(n: int) -> float:
     return -math.expm1(-n * (n - 1) / 2.0**65)
 
 
-_HEAD = struct.Struct("<4sBI")  # magic, version, groups
+#: After the preamble (magic b"TGID", version: sketches/preamble.py): the number of groups.
+_HEAD = struct.Struct("<I")
+_HEAD_END = SEEN_IDS.size + _HEAD.size
 _GROUP = struct.Struct("<qI")  # horizon (ms), ids in the group
-_MAGIC = b"TGID"
-_VERSION = 1
 
 
 @dataclass
@@ -154,7 +155,7 @@ class SeenIds:
 
     def to_bytes(self) -> bytes:
         """Versioned blob: header, then per group (horizon, count) and its little-endian hashes."""
-        parts = [_HEAD.pack(_MAGIC, _VERSION, len(self.groups))]
+        parts = [SEEN_IDS.preamble, _HEAD.pack(len(self.groups))]
         for h, held in sorted(self.groups.items()):
             parts += [_GROUP.pack(h, len(held)), held.astype("<u8").tobytes()]
         return b"".join(parts)
@@ -162,12 +163,11 @@ class SeenIds:
     @classmethod
     def from_bytes(cls, blob: bytes | memoryview) -> SeenIds:
         """Inverse of `to_bytes`; ValueError on anything else."""
-        if len(blob) < _HEAD.size or bytes(blob[:4]) != _MAGIC:
-            raise ValueError("not a de-duplication id set")
-        _, version, n = _HEAD.unpack_from(blob)
-        if version != _VERSION:
-            raise ValueError(f"id set version {version} is not {_VERSION}")
-        pos = _HEAD.size
+        SEEN_IDS.check(blob)
+        if len(blob) < _HEAD_END:
+            raise ValueError("id set: too short")
+        (n,) = _HEAD.unpack_from(blob, SEEN_IDS.size)
+        pos = _HEAD_END
         out = cls()
         for _ in range(n):
             h, count = _GROUP.unpack_from(blob, pos)

@@ -26,14 +26,17 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from sketches.hll import hash32
-from tidegauge.core.metrics import WindowAgg
+from sketches.preamble import SESSION_STATE
+from sketches.tg64 import hash32
+from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import WindowSpec, is_late, late_mask
 
 __all__ = ["Sessions"]
 
-_MAGIC = b"TGSS"
-_HEAD = struct.Struct("<4sBqqII")  # magic, version, gap, bucket, open sessions, buckets
+#: After the preamble (magic b"TGSS", version: sketches/preamble.py): gap, bucket (ms), open
+#: sessions, buckets.
+_HEAD = struct.Struct("<qqII")
+_HEAD_END = SESSION_STATE.size + _HEAD.size
 
 
 @dataclass
@@ -121,9 +124,8 @@ class Sessions:
         """Versioned state blob."""
         names = json.dumps([str(x) for x in self.users]).encode()
         parts = [
-            _HEAD.pack(
-                _MAGIC, 1, self.spec.gap_ms, self.spec.size_ms, len(self.users), len(self.buckets)
-            ),
+            SESSION_STATE.preamble,
+            _HEAD.pack(self.spec.gap_ms, self.spec.size_ms, len(self.users), len(self.buckets)),
             struct.pack("<I", len(names)),
             names,
             self.first.astype("<i8").tobytes(),
@@ -138,18 +140,17 @@ class Sessions:
     @classmethod
     def from_bytes(cls, data: bytes, spec: WindowSpec) -> Sessions:
         """Inverse of `to_bytes`; refuses state written for another gap or bucket."""
-        if len(data) < _HEAD.size:
+        SESSION_STATE.check(data, advice="use a new --checkpoint directory")
+        if len(data) < _HEAD_END:
             raise ValueError("session state is truncated: use a new --checkpoint directory")
-        magic, version, gap, size, n, n_buckets = _HEAD.unpack_from(data)
-        if magic != _MAGIC or version != 1:
-            raise ValueError("session state: bad magic/version")
+        gap, size, n, n_buckets = _HEAD.unpack_from(data, SESSION_STATE.size)
         if (gap, size) != (spec.gap_ms, spec.size_ms):
             raise ValueError(
                 f"checkpoint holds sessions with gap {gap} ms in {size} ms buckets, the job asks "
                 f"for {spec.gap_ms}/{spec.size_ms}: use a new --checkpoint directory"
             )
         try:
-            pos = _HEAD.size
+            pos = _HEAD_END
             (n_names,) = struct.unpack_from("<I", data, pos)
             pos += 4
             names = json.loads(data[pos : pos + n_names])

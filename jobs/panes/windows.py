@@ -22,9 +22,12 @@ import numpy.typing as npt
 from jobs.panes.dedup import SeenIds
 from jobs.panes.sessions import Sessions
 from jobs.parse.columns import present
-from sketches.hll import hash32
-from tidegauge.core.metrics import TIMELINE, LateAgg, WindowAgg
+from sketches.preamble import WINDOW_STATE
+from sketches.tg64 import hash32
+from tidegauge.core.late_agg import LateAgg
+from tidegauge.core.metrics import TIMELINE
 from tidegauge.core.sliding import Timeline, frame_of
+from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import (
     LATE,
     STRAGGLER,
@@ -39,8 +42,14 @@ from tidegauge.core.windows import (
 
 __all__ = ["Added", "ServiceWindows"]
 
-_STATE_MAGIC = b"TGSW"
-_STATE_VERSION = 3  # 3: + the de-duplication ids (2 is read as having none)
+#: After the preamble (magic b"TGSW", version 3: + the de-duplication ids, 2 is read as having
+#: none; sketches/preamble.py): the JSON header's length; then the header, the sessions' and
+#: ids' blobs, and each pane.
+_HEAD = struct.Struct("<I")
+_HEAD_END = WINDOW_STATE.size + _HEAD.size
+#: What a blob without the magic probably is, and what to do about it.
+_OLDER = "the checkpoint holds window state from an older Tidegauge version"
+_NEW_CHECKPOINT = "use a new --checkpoint directory"
 _PANE = struct.Struct("<qI")  # pane start (ms), length of its WindowAgg bytes
 
 
@@ -298,8 +307,8 @@ class ServiceWindows:
             }
         )
         parts = [
-            _STATE_MAGIC,
-            struct.pack("<BI", _STATE_VERSION, len(head)),
+            WINDOW_STATE.preamble,
+            _HEAD.pack(len(head)),
             head.encode(),
             sessions,
             ids,
@@ -312,21 +321,12 @@ class ServiceWindows:
     @classmethod
     def from_bytes(cls, blob: bytes, specs: tuple[WindowSpec, ...]) -> ServiceWindows:
         """Inverse of `to_bytes`; refuses state written for other window specs."""
-        if blob[:4] != _STATE_MAGIC:
-            raise ValueError(
-                "the checkpoint holds window state from an older Tidegauge version: "
-                "use a new --checkpoint directory"
-            )
-        if len(blob) < 9:
+        WINDOW_STATE.check(blob, foreign=_OLDER, advice=_NEW_CHECKPOINT)
+        if len(blob) < _HEAD_END:
             raise ValueError("window state is truncated: use a new --checkpoint directory")
-        version, n_head = struct.unpack_from("<BI", blob, 4)
-        if version not in (2, _STATE_VERSION):
-            raise ValueError(
-                f"window state version {version} is not {_STATE_VERSION}: "
-                "use a new --checkpoint directory"
-            )
-        pos = 9 + n_head
-        head = json.loads(blob[9:pos])
+        (n_head,) = _HEAD.unpack_from(blob, WINDOW_STATE.size)
+        pos = _HEAD_END + n_head
+        head = json.loads(blob[_HEAD_END:pos])
         stored = tuple(head["specs"])
         if sorted(stored) != sorted(s.key for s in specs):
             raise ValueError(

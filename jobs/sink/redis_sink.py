@@ -19,9 +19,10 @@ import redis
 
 from jobs.sink.rollup import BatchTime, plan_retention, services_seen
 from jobs.state.rows import ArrivalUpdate, LateUpdate, WindowCount, WindowUpdate
-from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.retention import Retention
 from tidegauge.core.store import ALL_SERVICES, DeadLetter, Keys, batch_field
+from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import WindowSpec
 
 __all__ = ["SinkBatch", "SinkConfig", "write_batch"]

@@ -28,10 +28,11 @@ from typing import Any
 
 import redis
 
-from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.retention import Retention, Tier, expired
 from tidegauge.core.store import ALL_SERVICES, Keys, batch_field
 from tidegauge.core.store.keys import _s, split_batch_field
+from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import ARRIVAL_DOMAINS, WindowSpec, tumbling_start
 
 __all__ = ["BatchTime", "RetentionPlan", "RolledWindow", "plan_retention", "roll_period"]

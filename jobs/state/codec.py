@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from jobs.panes.windows import ServiceWindows
 from jobs.summary.settings import ExecutorConfig
+from sketches.preamble import SHARD_STATE
 
 __all__ = ["STATE_SCHEMA", "DeadCounts", "ShardState"]
 
@@ -42,9 +43,10 @@ class DeadCounts:
         return cls(dict(json.loads(blob)["by_reason"]))
 
 
-_SHARD_MAGIC = b"TGSH"
-_SHARD_HEAD = struct.Struct("<4sBII")  # magic, version, shards, services
-_SHARD_VERSION = 2  # 2: + the tracked names of the cardinality guard (1 is read as none)
+#: After the preamble (magic b"TGSH", version 2: + the tracked names of the cardinality guard,
+#: 1 is read as none; sketches/preamble.py): shards, services.
+_SHARD_HEAD = struct.Struct("<II")
+_SHARD_HEAD_END = SHARD_STATE.size + _SHARD_HEAD.size
 _SERVICE = struct.Struct("<II")  # len(name), len(ServiceWindows bytes)
 _NAMES = struct.Struct("<I")  # length of the JSON of the tracked names
 
@@ -61,7 +63,7 @@ class ShardState:
 
     def to_bytes(self) -> bytes:
         """Versioned blob: header, (name, ServiceWindows bytes) per service, sorted, the names."""
-        parts = [_SHARD_HEAD.pack(_SHARD_MAGIC, _SHARD_VERSION, self.shards, len(self.services))]
+        parts = [SHARD_STATE.preamble, _SHARD_HEAD.pack(self.shards, len(self.services))]
         for name, sw in sorted(self.services.items()):
             raw_name, blob = name.encode(), sw.to_bytes()
             parts += [_SERVICE.pack(len(raw_name), len(blob)), raw_name, blob]
@@ -72,23 +74,20 @@ class ShardState:
     @classmethod
     def from_bytes(cls, blob: bytes, cfg: ExecutorConfig) -> ShardState:
         """Inverse of `to_bytes`; refuses state of another shard count or window specs."""
-        if blob[:4] != _SHARD_MAGIC or len(blob) < _SHARD_HEAD.size:
-            raise ValueError(
-                "the checkpoint holds window state from an older Tidegauge version: "
-                "use a new --checkpoint directory"
-            )
-        _, version, shards, n = _SHARD_HEAD.unpack_from(blob)
-        if version not in (1, _SHARD_VERSION):
-            raise ValueError(
-                f"shard state version {version} is not {_SHARD_VERSION}: "
-                "use a new --checkpoint directory"
-            )
+        version = SHARD_STATE.check(
+            blob,
+            foreign="the checkpoint holds window state from an older Tidegauge version",
+            advice="use a new --checkpoint directory",
+        )
+        if len(blob) < _SHARD_HEAD_END:
+            raise ValueError("window state is truncated: use a new --checkpoint directory")
+        shards, n = _SHARD_HEAD.unpack_from(blob, SHARD_STATE.size)
         if shards != cfg.shards:
             raise ValueError(
                 f"checkpoint state was written with {shards} state shards, the job has "
                 f"{cfg.shards}: keep --state-shards or use a new --checkpoint directory"
             )
-        pos = _SHARD_HEAD.size
+        pos = _SHARD_HEAD_END
         services = {}
         try:
             for _ in range(n):

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from jobs.parse.columns import Columns, decode_columns
-from tidegauge.core.metrics import LateAgg
+from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.store import DeadLetter
 
 __all__ = [

@@ -55,9 +55,11 @@ from jobs.parse.parser import RecordKind
 from jobs.summary.late_events import late_columns
 from jobs.summary.schema import SUMMARY_ARROW, SummaryKind
 from jobs.summary.settings import ExecutorConfig
+from sketches.preamble import SERVICE_SUMMARY
 from tidegauge.core.events import BUILT_IN_FIELDS, EventField
 from tidegauge.core.freshness import encode_times
-from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.late_agg import LateAgg
+from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import (
     LATE,
     STRAGGLER,
@@ -158,18 +160,17 @@ class ServiceSummary:
             self.rows,
             late_events,
         ]
-        return b"".join([_HEAD.pack(_MAGIC, _VERSION, len(head)), head, *blobs])
+        return b"".join([SERVICE_SUMMARY.preamble, _HEAD.pack(len(head)), head, *blobs])
 
     @classmethod
     def from_bytes(cls, blob: bytes) -> ServiceSummary:
         """Inverse of `to_bytes`; ValueError on anything else."""
-        if len(blob) < _HEAD.size or blob[:4] != _MAGIC:
-            raise ValueError("not a service delta")
-        _, version, n_head = _HEAD.unpack_from(blob)
-        if version != _VERSION:
-            raise ValueError(f"service delta version {version} is not {_VERSION}")
-        pos = _HEAD.size + n_head
-        head = json.loads(blob[_HEAD.size : pos])
+        SERVICE_SUMMARY.check(blob)
+        if len(blob) < _HEAD_END:
+            raise ValueError("service summary: too short")
+        (n_head,) = _HEAD.unpack_from(blob, SERVICE_SUMMARY.size)
+        pos = _HEAD_END + n_head
+        head = json.loads(blob[_HEAD_END:pos])
         out = cls(head["wm"], head["proc"])
         for start, n in head["panes"]:
             out.panes[int(start)] = WindowAgg.from_bytes(blob[pos : pos + n])
@@ -206,16 +207,14 @@ class ServiceSummary:
         return out
 
 
-_MAGIC = b"TGSD"
-_VERSION = 4
-
-
 def _code_type(values: int) -> str:
     """The narrowest unsigned integer that indexes `values` distinct values."""
     return "<u1" if values <= 1 << 8 else "<u2" if values <= 1 << 16 else "<u4"
 
 
-_HEAD = struct.Struct("<4sBI")
+#: After the preamble (magic b"TGSD", version: sketches/preamble.py): the JSON header's length.
+_HEAD = struct.Struct("<I")
+_HEAD_END = SERVICE_SUMMARY.size + _HEAD.size
 
 
 def arrival_counts(

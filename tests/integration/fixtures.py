@@ -21,9 +21,10 @@ from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch
 from jobs.sink.rollup import BatchTime
 from jobs.state.rows import ArrivalUpdate, LateUpdate, WindowCount, WindowUpdate
 from tests.fixtures import M, S, T
-from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.retention import Retention
 from tidegauge.core.store import Keys
+from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import WindowSpec
 
 #: Debian's headless Chromium, which Playwright drives.

@@ -27,10 +27,11 @@ from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch
 from jobs.sink.status import touch_status, write_progress
 from jobs.state.rows import ArrivalUpdate, LateUpdate, WindowCount, WindowUpdate
 from jobs.summary.late_events import members, stored
-from sketches.hll import hash32
-from tidegauge.core.metrics import LateAgg, WindowAgg
+from sketches.tg64 import hash32
+from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.sliding import Timeline, frame_of
 from tidegauge.core.store import DeadLetter, Keys
+from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import WindowSpec
 
 #: The dashboard's panel headings, in page order: every one must show for a seeded store.

@@ -22,12 +22,12 @@ import redis
 from jobs.sink.redis_sink import SinkBatch, write_batch
 from jobs.sink.status import write_progress
 from jobs.state.rows import WindowCount, WindowUpdate
-from sketches.hll import hash32
+from sketches.tg64 import hash32
 from tests.fixtures import T as T0
 from tests.integration.helpers import tidegauge
 from tidegauge.core.config import RedisSettings
-from tidegauge.core.metrics import WindowAgg
 from tidegauge.core.store import Keys
+from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import WindowSpec
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,7 @@ from jobs.sink.status import write_progress
 from jobs.state.rows import ArrivalUpdate, LateUpdate, WindowUpdate
 from tests.integration.seed import LATENESS_MS, SPEC, Seeded, W, seed_live
 from tidegauge.core.closed_windows import ClosedWindows
-from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.store import (
     ALL_SERVICES,
     Keys,
@@ -30,6 +30,7 @@ from tidegauge.core.store import (
     read_range_merged,
     read_windows,
 )
+from tidegauge.core.window_agg import WindowAgg
 
 KEYS = Keys()
 

@@ -31,9 +31,9 @@ from tests.integration.seed import PANELS, seed_live
 from tidegauge.core.config import ENV_REDIS_URL, RedisSettings
 from tidegauge.core.control import read_commands
 from tidegauge.core.durations import to_iso
-from tidegauge.core.metrics import WindowAgg
 from tidegauge.core.store import DeadLetter, Keys
 from tidegauge.core.store.annotations import read_annotations
+from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import WindowSpec
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"

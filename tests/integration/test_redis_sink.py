@@ -23,7 +23,7 @@ from jobs.sink.status import write_progress
 from jobs.state.rows import LateUpdate, WindowCount, WindowUpdate
 from tests.fixtures import S, T
 from tidegauge.core.events import OVERFLOW_SERVICE
-from tidegauge.core.metrics import PERCENTILES, WindowAgg
+from tidegauge.core.metrics import PERCENTILES
 from tidegauge.core.store import (
     DeadLetter,
     Keys,
@@ -38,6 +38,7 @@ from tidegauge.core.store import (
     read_window_specs,
     read_windows,
 )
+from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import WindowSpec
 
 W = 10 * S

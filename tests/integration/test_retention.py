@@ -41,7 +41,7 @@ from tests.integration.fixtures import (
     _write,
 )
 from tidegauge.core.config import RedisSettings
-from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.retention import Retention
 from tidegauge.core.store import (
     read_lateness,
@@ -50,6 +50,7 @@ from tidegauge.core.store import (
     split_batch_field,
 )
 from tidegauge.core.store.tiers import read_retention
+from tidegauge.core.window_agg import WindowAgg
 
 
 @pytest.fixture(scope="module")

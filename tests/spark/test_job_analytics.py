@@ -19,8 +19,8 @@ import redis
 
 from tests.integration.helpers import batch_rows, load_truth, tidegauge
 from tests.spark.helpers import accepted_events, closed_sessions, rank_error
-from tidegauge.core.metrics import WindowAgg
 from tidegauge.core.store import Keys, read_batches, read_range, read_windows
+from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import WindowSpec
 
 TUMBLING = WindowSpec.tumbling(10_000)

@@ -19,10 +19,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from sketches.preamble import BROKER_TIMES
+
 __all__ = ["Freshness", "TimeHistogram", "encode_times", "freshness", "merge_times"]
 
-_MAGIC = b"TGFT"
-_HEAD = struct.Struct("<4sI")  # magic, number of distinct times
+#: After the preamble (magic b"TGFT", no version byte: sketches/preamble.py): the number of
+#: distinct times; then the times and their counts, little-endian i64 each.
+_HEAD = struct.Struct("<I")
+_HEAD_END = BROKER_TIMES.size + _HEAD.size
 
 #: Distinct broker timestamps (ms, ascending) and how many records carry each.
 TimeHistogram = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
@@ -34,19 +38,21 @@ def encode_times(times_ms: npt.ArrayLike) -> bytes:
     arr = arr[~np.isnan(arr)].astype(np.int64)
     uniq, counts = np.unique(arr, return_counts=True)
     return (
-        _HEAD.pack(_MAGIC, len(uniq))
+        BROKER_TIMES.preamble
+        + _HEAD.pack(len(uniq))
         + uniq.astype("<i8").tobytes()
         + counts.astype("<i8").tobytes()
     )
 
 
 def _decode(blob: bytes) -> TimeHistogram:
-    if len(blob) < _HEAD.size:
-        raise ValueError("not a broker-time histogram")
-    magic, n = _HEAD.unpack_from(blob)
-    if magic != _MAGIC or len(blob) != _HEAD.size + 16 * n:
-        raise ValueError("not a broker-time histogram")
-    values = np.frombuffer(blob, dtype="<i8", offset=_HEAD.size)
+    BROKER_TIMES.check(blob)
+    if len(blob) < _HEAD_END:
+        raise ValueError("broker-time histogram: too short")
+    (n,) = _HEAD.unpack_from(blob, BROKER_TIMES.size)
+    if len(blob) != _HEAD_END + 16 * n:
+        raise ValueError("broker-time histogram: length mismatch")
+    values = np.frombuffer(blob, dtype="<i8", offset=_HEAD_END)
     return values[:n].astype(np.int64), values[n:].astype(np.int64)
 
 

@@ -44,7 +44,7 @@ class Batch:
     case the metric leaves its state alone. Built-in columns:
 
     * `latency_ms` (float, NaN = absent), `status` (int, < 0 = absent): one per event;
-    * `user_hash` (uint32): one per event that has a user (`sketches.hll.hash32`);
+    * `user_hash` (uint32): one per event that has a user (`sketches.tg64.hash32`);
     * `lateness_ms` (float, NaN = unknown): one per event, arrival - event time;
     * `overdue_ms` (float): one per event that arrived after its pane was emitted;
     * any registered optional event field, by its name: one per event (NaN / None = absent).

@@ -24,7 +24,8 @@ from jobs.summary.schema import SummaryKind
 from jobs.summary.settings import ExecutorConfig
 from sketches.tdigest import TDigest
 from tests.fixtures import S
-from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.late_agg import LateAgg
+from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import WindowSpec
 
 SIZE = 10 * S

@@ -1,21 +1,16 @@
-"""HyperLogLog (sketches/hll.py): the hash, datasketch interop, merge, serialisation, inputs.
+"""HyperLogLog (sketches/hll.py): datasketch interop, merge, serialisation, inputs.
 
-Accuracy against exact counts lives in tests/accuracy/test_hll_accuracy.py.
+Its hash, TG64, is tested in test_tg64.py; accuracy against exact counts lives in
+tests/accuracy/test_hll_accuracy.py.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import pickle
-import random
 import struct
-import subprocess
-import sys
 import warnings
 import zlib
 from collections.abc import Callable
-from pathlib import Path
 
 import datasketch
 import numpy as np
@@ -23,37 +18,9 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from sketches.hll import DEFAULT_P, HyperLogLog, datasketch_hashfunc, hash32, hash64
-
-REPO = Path(__file__).resolve().parents[3]
-
-
-def _spec_tg64(data: bytes) -> int:
-    """TG64 v1 written again from the module docstring, independent of the module's code."""
-    mask = (1 << 64) - 1
-
-    def fmix(z: int) -> int:
-        z ^= z >> 30
-        z = z * 0xBF58476D1CE4E5B9 & mask
-        z ^= z >> 27
-        z = z * 0x94D049BB133111EB & mask
-        return z ^ (z >> 31)
-
-    h = 0x243F6A8885A308D3 ^ (len(data) * 0x9E3779B97F4A7C15 & mask)
-    for i in range(0, len(data), 8):
-        h = fmix(h ^ int.from_bytes(data[i : i + 8].ljust(8, b"\0"), "little"))
-    return h
-
-
-def _spec_hash32(data: bytes) -> int:
-    return _spec_tg64(data) & 0xFFFFFFFF
-
-
-def _random_strings(n: int, seed: int = 7) -> list[str]:
-    """Lengths 0..40 (so 0..5 words, ragged tails), ASCII and 2-, 3- and 4-byte UTF-8."""
-    rng = random.Random(seed)
-    alphabet = "abcxyz0189-_é€𝄞"
-    return ["".join(rng.choices(alphabet, k=rng.randrange(0, 41))) for _ in range(n)]
+from sketches.hll import DEFAULT_P, HyperLogLog
+from sketches.tg64 import datasketch_hashfunc, hash32
+from tests.unit.sketches.fixtures import random_strings
 
 
 def _datasketch_per_value(values: list[str], p: int = DEFAULT_P) -> datasketch.HyperLogLog:
@@ -75,77 +42,12 @@ def _ds_count(d: datasketch.HyperLogLog) -> float:
         return float(d.count())
 
 
-# --- the hash ----------------------------------------------------------------------------------
-
-# Pinned values: persisted sketches (Redis) depend on these never changing.
-GOLDEN = [
-    ("", 2242054355),
-    ("a", 2353376217),
-    ("user-1", 1101276968),
-    ("abcdefgh", 4084176008),  # exactly one word
-    ("abcdefghi", 898777113),  # one word and one byte
-    ("é", 2772751143),
-    ("𝄞 tide", 909874996),
-    ("a\x00", 3770171327),  # differs from "a": the length is hashed
-]
-
-
-@pytest.mark.parametrize(("value", "expected"), GOLDEN)
-def test_hash_golden_values(value: str, expected: int) -> None:
-    assert datasketch_hashfunc(value) == expected
-    assert _spec_hash32(value.encode()) == expected
-    assert hash32([value]).tolist() == [expected]
-
-
-def test_vectorised_hash_equals_per_value_hash_and_the_documented_spec() -> None:
-    values = _random_strings(50_000)  # > 3 blocks of ragged lengths
-    expected = np.array([_spec_hash32(v.encode()) for v in values], dtype=np.uint32)
-    got = hash32(values)
-    assert got.dtype == np.uint32
-    np.testing.assert_array_equal(got, expected)
-    assert [datasketch_hashfunc(v) for v in values[:2000]] == expected[:2000].tolist()
-
-
-def test_hash64_is_the_whole_tg64_and_hash32_its_low_half() -> None:
-    values = [*_random_strings(20_000), None, "x"]  # nulls are dropped, as by hash32
-    got = hash64(values)
-    assert got.dtype == np.uint64
-    assert got.tolist() == [_spec_tg64(v.encode()) for v in values if v is not None]
-    np.testing.assert_array_equal(got.astype(np.uint32), hash32(values))
-    assert hash64([]).dtype == np.uint64
-
-
-def test_str_and_its_utf8_bytes_hash_alike() -> None:
-    values = _random_strings(1000)
-    np.testing.assert_array_equal(hash32(values), hash32([v.encode() for v in values]))
-    assert datasketch_hashfunc("é€") == datasketch_hashfunc("é€".encode())
-    assert datasketch_hashfunc(bytearray(b"ab")) == datasketch_hashfunc(memoryview(b"ab"))
-
-
-def test_datasketch_hashfunc_rejects_non_strings() -> None:
-    with pytest.raises(TypeError):
-        datasketch_hashfunc(12)  # type: ignore[arg-type]
-
-
-def test_hash_is_the_same_in_a_fresh_interpreter_with_another_hashseed() -> None:
-    values = ["alice", "bob", "é", "", "user-000000001234"]
-    code = (
-        "import json, sys; from sketches.hll import hash32; "
-        f"print(json.dumps(hash32({values!r}).tolist()))"
-    )
-    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(REPO)}
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, check=True
-    )
-    assert json.loads(out.stdout) == hash32(values).tolist()
-
-
 # --- datasketch interop ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("p", [4, 10, 14, 16])
 def test_registers_equal_datasketch_updated_value_by_value(p: int) -> None:
-    values = _random_strings(10_000)
+    values = random_strings(10_000)
     ours = _sketch(values, p)
     theirs = _datasketch_per_value(values, p)
     np.testing.assert_array_equal(ours.registers, theirs.reg)
@@ -153,7 +55,7 @@ def test_registers_equal_datasketch_updated_value_by_value(p: int) -> None:
 
 
 def test_datasketch_loads_and_merges_ours() -> None:
-    a, b = _random_strings(5000, seed=1), _random_strings(5000, seed=2)
+    a, b = random_strings(5000, seed=1), random_strings(5000, seed=2)
     ours = _sketch(a)
     theirs = _datasketch_per_value(b)
     theirs.merge(ours.to_datasketch())
@@ -175,7 +77,7 @@ def test_to_datasketch_is_a_copy_that_keeps_updating_with_our_hash() -> None:
 
 
 def test_from_datasketch_round_trip() -> None:
-    values = _random_strings(3000)
+    values = random_strings(3000)
     theirs = _datasketch_per_value(values, p=12)
     ours = HyperLogLog.from_datasketch(theirs)
     assert ours == _sketch(values, 12)
@@ -210,9 +112,9 @@ def test_count_large_range_correction_matches_datasketch() -> None:
 
 
 def test_merge_is_union_commutative_associative_idempotent() -> None:
-    a, b, c = (_sketch(_random_strings(4000, seed=s)) for s in (1, 2, 3))
+    a, b, c = (_sketch(random_strings(4000, seed=s)) for s in (1, 2, 3))
     union = _sketch(
-        _random_strings(4000, seed=1) + _random_strings(4000, seed=2) + _random_strings(4000, 3)
+        random_strings(4000, seed=1) + random_strings(4000, seed=2) + random_strings(4000, 3)
     )
     ab = a.copy()
     ab.merge(b)
@@ -301,7 +203,7 @@ def test_max_register_value_survives_dense_packing() -> None:
 
 
 def test_pickle_round_trip() -> None:
-    s = _sketch(_random_strings(500))
+    s = _sketch(random_strings(500))
     assert pickle.loads(pickle.dumps(s)) == s
 
 
@@ -445,7 +347,7 @@ def test_bad_columns_are_refused(bad: object, error: type[Exception]) -> None:
 
 
 def test_duplicates_do_not_change_the_sketch() -> None:
-    values = _random_strings(2000)
+    values = random_strings(2000)
     assert _sketch(values * 3) == _sketch(values)
 
 
@@ -526,7 +428,7 @@ def test_estimate_of_saturated_registers_is_infinite() -> None:
 
 
 def test_update_hashes_equals_update() -> None:
-    values = _random_strings(40_000)
+    values = random_strings(40_000)
     h = hash32(values)
     by_hash = HyperLogLog()
     by_hash.update_hashes(h)

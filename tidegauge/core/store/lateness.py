@@ -13,11 +13,8 @@ import redis
 
 from sketches.tdigest import TDigest
 from tidegauge.core.closed_windows import ClosedWindows
-from tidegauge.core.metrics import (
-    LateAgg,
-    WindowAgg,
-    fraction_at_least,
-)
+from tidegauge.core.late_agg import LateAgg
+from tidegauge.core.metrics import fraction_at_least
 from tidegauge.core.retention import Layer, cover_by_spec
 from tidegauge.core.store.arrivals import read_arrival_size
 from tidegauge.core.store.index import _stamped, _starts
@@ -30,6 +27,7 @@ from tidegauge.core.store.windows import (
     read_range_merged,
     read_window_specs,
 )
+from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import WindowSpec
 
 

@@ -11,18 +11,14 @@ import redis
 
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.durations import to_iso
-from tidegauge.core.metrics import (
-    BUILT_IN_METRICS,
-    TIMELINE_FIELDS,
-    LateAgg,
-    WindowAgg,
-    added_result_fields,
-)
+from tidegauge.core.late_agg import LateAgg
+from tidegauge.core.metrics import BUILT_IN_METRICS, TIMELINE_FIELDS, added_result_fields
 from tidegauge.core.retention import Layer, cover_by_spec, format_span, plan_reads
 from tidegauge.core.store.index import _reusable, _starts, _sync
 from tidegauge.core.store.keys import ALL_SERVICES, Keys, _s, split_batch_field
 from tidegauge.core.store.records import WindowRow
 from tidegauge.core.store.tiers import read_retention, resolution_text
+from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import WindowSpec, is_sliding_text, match_spec, tumbling_start
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from jobs.panes.sessions import Sessions
-from tidegauge.core.metrics import WindowAgg
+from tidegauge.core.window_agg import WindowAgg
 
 Open = tuple[str, int, int, int]  # user, first, last, events
 

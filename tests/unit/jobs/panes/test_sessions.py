@@ -28,7 +28,7 @@ from jobs.panes.sessions import Sessions
 from tests.fixtures import S, T
 from tests.spark.helpers import LATENESS_MS, closed_sessions
 from tests.unit.jobs.panes.fixtures import lengths_of, open_of
-from tidegauge.core.metrics import WindowAgg
+from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import WindowSpec
 
 GAP, BUCKET = 20 * S, 10 * S

@@ -41,8 +41,9 @@ from tests.unit.jobs.fixtures import (
     windows_of,
 )
 from tests.unit.jobs.panes.fixtures import lengths_of, open_of
-from tidegauge.core.metrics import PERCENTILES, WindowAgg
+from tidegauge.core.metrics import PERCENTILES
 from tidegauge.core.sliding import frame_of
+from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import LATE, ON_TIME, STRAGGLER, WindowSpec, advance_watermark
 
 

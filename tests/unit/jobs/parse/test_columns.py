@@ -20,7 +20,7 @@ from jobs.parse.columns import (
     take,
     take_rows,
 )
-from sketches.hll import hash32
+from sketches.tg64 import hash32
 
 
 def test_strings_from_any_pandas_form_are_one_arrow_array() -> None:

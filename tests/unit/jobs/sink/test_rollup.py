@@ -6,7 +6,8 @@ import numpy as np
 
 from jobs.sink.rollup import RolledWindow, roll_period
 from tests.fixtures import M, S
-from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.late_agg import LateAgg
+from tidegauge.core.window_agg import WindowAgg
 
 
 def _agg(seed: int, n: int) -> WindowAgg:

@@ -55,7 +55,8 @@ from tests.unit.jobs.fixtures import (
 )
 from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.freshness import merge_times
-from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.late_agg import LateAgg
+from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import WindowSpec
 
 OUTPUT_COLUMNS = [c.strip().split(" ")[0] for c in OUTPUT_SCHEMA.split(",")]

@@ -47,7 +47,8 @@ from tests.unit.jobs.fixtures import (
     parsed,
     state_outputs,
 )
-from tidegauge.core.metrics import LateAgg, WindowAgg
+from tidegauge.core.late_agg import LateAgg
+from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import LATE, ON_TIME, STRAGGLER, WindowSpec
 
 

@@ -1,0 +1,81 @@
+"""The late events of one window and service in one micro-batch: `LateAgg`.
+
+Late events never reach a window's `WindowAgg` (tidegauge/core/window_agg.py: the window is
+closed), so the sink stores their count and lateness apart, one `LateAgg` per window, service
+and batch (`tg:late:*`, docs/redis.md), and readers merge them in when asked about lateness
+(tidegauge/core/store/lateness.py). Pure (numpy + sketches, no Spark): built on executors,
+stored by the sink, read by the read API.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from sketches.preamble import LATE_AGG
+from sketches.tdigest import TDigest
+
+__all__ = ["LateAgg"]
+
+#: After the preamble (magic b"TGLA", version: sketches/preamble.py): count, the lengths of the
+#: lateness and overdue digests; then both digests.
+_HEADER = struct.Struct("<qII")
+_HEADER_END = LATE_AGG.size + _HEADER.size
+
+
+@dataclass
+class LateAgg:
+    """The late events of one window and service in one batch: count and two lateness digests.
+
+    Late events never reach a window's `WindowAgg` (the window is closed), so their lateness
+    is kept apart, per batch, and merged in when a reader asks about lateness.
+    """
+
+    count: int = 0
+    lateness: TDigest = field(default_factory=TDigest)
+    overdue: TDigest = field(default_factory=TDigest)
+
+    def add(
+        self, lateness_ms: npt.NDArray[np.float64], overdue_ms: float | npt.NDArray[np.float64]
+    ) -> None:
+        """Add late events: their lateness values and overdue (ms >= 0; one value or one each)."""
+        n = len(lateness_ms)
+        self.count += n
+        if n:
+            self.lateness.update(lateness_ms)
+            self.overdue.update(np.broadcast_to(np.asarray(overdue_ms, dtype=np.float64), (n,)))
+
+    def merge(self, other: LateAgg) -> None:
+        """Fold in the late events of the same window that another part of the batch saw."""
+        self.count += other.count
+        self.lateness.merge(other.lateness)
+        self.overdue.merge(other.overdue)
+
+    def to_bytes(self) -> bytes:
+        """Versioned binary: preamble, header, then both digests."""
+        a, b = self.lateness.to_bytes(), self.overdue.to_bytes()
+        return LATE_AGG.preamble + _HEADER.pack(self.count, len(a), len(b)) + a + b
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> LateAgg:
+        """Inverse of `to_bytes`; ValueError on anything else."""
+        LATE_AGG.check(data)
+        if len(data) < _HEADER_END:
+            raise ValueError("late aggregate: too short")
+        count, n_lateness, n_overdue = _HEADER.unpack_from(data, LATE_AGG.size)
+        if len(data) != _HEADER_END + n_lateness + n_overdue:
+            raise ValueError("late aggregate: length mismatch")
+        split = _HEADER_END + n_lateness
+        a, b = data[_HEADER_END:split], data[split:]
+        return cls(count, TDigest.from_bytes(a), TDigest.from_bytes(b))
+
+    @staticmethod
+    def count_of(data: bytes) -> int:
+        """The event count of a serialised LateAgg, without decoding its digests."""
+        LATE_AGG.check(data)
+        if len(data) < _HEADER_END:
+            raise ValueError("late aggregate: too short")
+        return int(_HEADER.unpack_from(data, LATE_AGG.size)[0])
