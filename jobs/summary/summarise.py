@@ -8,7 +8,7 @@ per service and chunk, not one wide row per record
 to raw rows, against the batch's watermark, which the planner reads from Spark's offset log
 (jobs/source/offset_log.py) and the stateful step checks. Summary rows (`SUMMARY_SCHEMA`):
 
-    delta      one per service with events in the chunk: `ServiceSummary` bytes in `blob`,
+    service    one per service with events in the chunk: `ServiceSummary` bytes in `blob`,
                `event_time` = the newest of those events (Spark's watermark takes the max of
                this column, which is the max over the events), `partition`/`offset` = the
                first of them, `count` = how many
@@ -203,7 +203,7 @@ class ServiceSummary:
             out.late_events = decode_columns(blob[pos : pos + n_late])
             pos += n_late
         if pos != len(blob):
-            raise ValueError("service delta: length mismatch")
+            raise ValueError("service summary: length mismatch")
         return out
 
 
@@ -284,9 +284,9 @@ def service_summary(
     cfg: ExecutorConfig,
     late_events: bool = True,
 ) -> ServiceSummary:
-    """The delta of one service's events (`Columns`, Kafka order) against the watermark.
+    """The summary of one service's events (`Columns`, Kafka order) against the watermark.
 
-    Without `late_events` the delta keeps none (and `cols` need not have their columns).
+    Without `late_events` the summary keeps none (and `cols` need not have their columns).
     """
     front = frontier(watermark_ms, cfg.allowed_lateness_ms)
     event_ms = cols["event_ms"]
@@ -335,7 +335,7 @@ def dedup_summary(
     """`service_summary` of the chunk's events that are not duplicates within the chunk.
 
     The first event of an id in Kafka order is kept, later ones within their horizon are
-    counted as duplicates (jobs/panes/dedup.py). The delta carries the kept events' ids and
+    counted as duplicates (jobs/panes/dedup.py). The summary carries the kept events' ids and
     columns: the stateful step drops the ones it has seen in earlier chunks or batches and
     summarises
     the rest again (`redo_summary`).
@@ -386,39 +386,41 @@ def _late(event_ms: npt.NDArray[np.int64], watermark_ms: int, cfg: ExecutorConfi
 
 
 def redo_summary(
-    delta: ServiceSummary, seen: npt.NDArray[np.uint64], cfg: ExecutorConfig
+    summary: ServiceSummary, seen: npt.NDArray[np.uint64], cfg: ExecutorConfig
 ) -> ServiceSummary:
-    """`delta` summarised again without its events whose id hash is in `seen` (sorted).
+    """`summary` summarised again without its events whose id hash is in `seen` (sorted).
 
     Those were accepted before (jobs/panes/dedup.py) and count as duplicates now.
     """
-    cols = decode_columns(delta.rows)
+    cols = decode_columns(summary.rows)
     has_user = present(cols["user_id"])
     hz = horizons(cols["event_ms"], has_user, cfg.specs)
-    # `delta.ids` are the hashes of exactly the rows whose horizon is ahead of the watermark,
+    # `summary.ids` are the hashes of exactly the rows whose horizon is ahead of the watermark,
     # in row order (`dedup_summary`); the other rows are late for every window, never duplicates.
-    open_ = hz > delta.watermark_ms
-    if np.count_nonzero(open_) != len(delta.ids):
-        raise ValueError("a delta's ids do not match its rows")
+    open_ = hz > summary.watermark_ms
+    if np.count_nonzero(open_) != len(summary.ids):
+        raise ValueError("a summary's ids do not match its rows")
     hashes = np.zeros(len(hz), dtype=np.uint64)
-    hashes[open_] = delta.ids
+    hashes[open_] = summary.ids
     at = np.searchsorted(seen, hashes)
     hit = at < len(seen)
     hit[hit] = seen[at[hit]] == hashes[hit]
     dup = hit & open_
     kept = take_rows(cols, ~dup)
-    # Dropping no late event leaves the delta's late events as they are (and its rows may
+    # Dropping no late event leaves the summary's late events as they are (and its rows may
     # carry none of their columns, see `dedup_summary`).
-    late_dropped = bool(_late(cols["event_ms"][dup], delta.watermark_ms, cfg).any())
+    late_dropped = bool(_late(cols["event_ms"][dup], summary.watermark_ms, cfg).any())
     if late_dropped and "offset" not in cols:
-        raise ValueError("a delta's rows lack the late events' columns")
-    out = service_summary(kept, delta.watermark_ms, delta.proc_ms, cfg, late_events=late_dropped)
-    if not late_dropped:
-        out.late_events = delta.late_events
-    out.duplicates = delta.duplicates + duplicate_windows(
-        cols["event_ms"][dup], has_user[dup], cfg.specs, delta.watermark_ms
+        raise ValueError("a summary's rows lack the late events' columns")
+    out = service_summary(
+        kept, summary.watermark_ms, summary.proc_ms, cfg, late_events=late_dropped
     )
-    out.duplicate_events = delta.duplicate_events + int(np.count_nonzero(dup))
+    if not late_dropped:
+        out.late_events = summary.late_events
+    out.duplicates = summary.duplicates + duplicate_windows(
+        cols["event_ms"][dup], has_user[dup], cfg.specs, summary.watermark_ms
+    )
+    out.duplicate_events = summary.duplicate_events + int(np.count_nonzero(dup))
     return out
 
 
@@ -469,9 +471,9 @@ def summarise(
         if not bool(np.all((p[1:] > p[:-1]) | ((p[1:] == p[:-1]) & (o[1:] >= o[:-1])))):
             order = np.lexsort((o, p))  # Kafka order, stable
             events = take_rows(events, order)
-        summary = dedup_summary if cfg.dedup else service_summary
+        summarise_one = dedup_summary if cfg.dedup else service_summary
         for service, g in _by_service(events, events.pop("service")):
-            delta = summary(g, watermark_ms, proc_ms, cfg)
+            one = summarise_one(g, watermark_ms, proc_ms, cfg)
             _row(
                 cols,
                 kind=SummaryKind.SERVICE,
@@ -480,7 +482,7 @@ def summarise(
                 partition=int(g["partition"][0]),
                 offset=int(g["offset"][0]),
                 count=len(g["event_ms"]),
-                blob=delta.to_bytes(),
+                blob=one.to_bytes(),
             )
     is_beat = kind == RecordKind.HEARTBEAT
     if is_beat.any():
