@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,11 +19,11 @@ import redis
 from playwright import sync_api as playwright
 
 from jobs.sink.redis_sink import SinkBatch, write_batch
+from tests.integration.fixtures import CHROMIUM
 from tests.integration.seed import PANELS, W, job_reporting, seed_live, seeded_window
 from tidegauge.core import control
 from tidegauge.core.store import Keys
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 #: Charts with data, by Streamlit element key (each panel has at least one).
 CHARTS = 9
 

@@ -60,7 +60,7 @@ def test_datasketch_loads_and_merges_ours() -> None:
     theirs = _datasketch_per_value(b)
     theirs.merge(ours.to_datasketch())
     np.testing.assert_array_equal(theirs.reg, _sketch(a + b).registers)
-    # The raw form from the issue: datasketch built on our registers and hash.
+    # The raw form a datasketch user writes: datasketch built on our registers and hash.
     raw = datasketch.HyperLogLog(reg=ours.registers, hashfunc=datasketch_hashfunc)
     raw.update(b[0])
     ours.update([b[0]])

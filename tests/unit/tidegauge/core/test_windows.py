@@ -317,7 +317,7 @@ def test_pane_size_divides_every_size_and_slide(specs: list[WindowSpec], pane: i
     assert pane_size(specs) == pane
 
 
-# --- the rules the store, the job and the dashboard share (one place, issue 11) ------------------
+# --- the rules the store, the job and the dashboard share, defined in one place ----------------
 
 
 def test_spec_end_and_rate() -> None:
