@@ -89,17 +89,7 @@ def sink(out: pa.Table, r: redis.Redis, cfg: ExecutorConfig) -> None:
     write_batch(
         r,
         Keys("bench"),
-        SinkBatch(
-            7,
-            rows.windows,
-            rows.dead,
-            rows.dead_counts,
-            late=rows.late,
-            stragglers=rows.stragglers,
-            duplicates=rows.duplicates,
-            arrivals=rows.arrivals,
-            late_events=late,
-        ),
+        SinkBatch.of_rows(7, rows, late),
         SinkConfig(arrival_window_ms=10_000, late_events_max=cfg.late_events_max),
     )
 

@@ -167,17 +167,11 @@ class _BatchWriter:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         rows = decode_rows(batch.toArrow().to_pylist(), batch_id)
         clock = clock_of(self.cfg.checkpoint, batch_id)
-        results = SinkBatch(
+        results = SinkBatch.of_rows(
             batch_id,
-            rows.windows,
-            rows.dead,
-            rows.dead_counts,
-            late=rows.late,
-            stragglers=rows.stragglers,
-            duplicates=rows.duplicates,
-            arrivals=rows.arrivals,
-            late_events=batch_members(rows.late_events, self.cfg.late_events_max, batch_id),
-            at=BatchTime(batch_id, clock.watermark_ms, clock.timestamp_ms),
+            rows,
+            batch_members(rows.late_events, self.cfg.late_events_max, batch_id),
+            BatchTime(batch_id, clock.watermark_ms, clock.timestamp_ms),
         )
         retry(
             lambda: write_batch(self._redis(), self.keys, results, self.sink),

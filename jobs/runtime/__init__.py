@@ -1,1 +1,1 @@
-"""The Spark runtime under every stage: session, Java, class archive, Python worker daemon."""
+"""The Spark process the pipeline starts: session, Java, class archive, Python worker daemon."""

@@ -18,7 +18,7 @@ from typing import Any
 import redis
 
 from jobs.sink.rollup import BatchTime, plan_retention, services_seen
-from jobs.state.rows import ArrivalUpdate, LateUpdate, WindowCount, WindowUpdate
+from jobs.state.rows import ArrivalUpdate, BatchRows, LateUpdate, WindowCount, WindowUpdate
 from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.retention import Retention
 from tidegauge.core.store import ALL_SERVICES, DeadLetter, Keys, batch_field
@@ -64,6 +64,28 @@ class SinkBatch:
     late_events: Mapping[str, int] | None = None
     #: The batch's watermark and timestamp: retention's clock (needed with `retention`).
     at: BatchTime | None = None
+
+    @classmethod
+    def of_rows(
+        cls,
+        batch_id: int,
+        rows: BatchRows,
+        late_events: Mapping[str, int] | None = None,
+        at: BatchTime | None = None,
+    ) -> SinkBatch:
+        """The batch the stateful step's decoded rows make, with its late-event members."""
+        return cls(
+            batch_id,
+            rows.windows,
+            rows.dead,
+            rows.dead_counts,
+            late=rows.late,
+            stragglers=rows.stragglers,
+            duplicates=rows.duplicates,
+            arrivals=rows.arrivals,
+            late_events=late_events,
+            at=at,
+        )
 
 
 def write_batch(
