@@ -5,8 +5,7 @@
 
 Starts its own redis-server and streams `--days` of event time, time-compressed, through the
 job's sink code (jobs/sink/redis_sink.py `write_batch` with the retention tiers,
-jobs/sink/rollup.py),
-as the job writes it: one batch per minute of event time, each with the 10 s windows of every
+jobs/sink/rollup.py), as the job writes it: one batch per minute of event time, each with the 10 s windows of every
 service (aggregates of `--events` events: latency t-digest, users HyperLogLog, lateness), a few
 late rows and stragglers, processing- and broker-time arrivals, and the batch's progress entry.
 The watermark is the batch's event time minus 30 s; processing and broker time follow event

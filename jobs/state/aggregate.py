@@ -152,8 +152,7 @@ def _service_batch(
 ) -> list[Columns]:
     """Apply one service's summaries of the batch (in Kafka order); append the rows they cause.
 
-    Returns the summaries' late events (jobs/summary/late_events.py), for the group to pick the
-    newest.
+    Returns the summaries' late events (jobs/summary/late_events.py): the group keeps the newest.
     """
     added = Added()
     arrivals: dict[tuple[str, int], list[int]] = {}

@@ -42,9 +42,8 @@ __all__ = [
     "stored",
 ]
 
-#: Columns of a chunk's late events (jobs/summary/summarise.py): where they were in Kafka and their
-# times
-#: (`kafka_ms` and `clock_offset_ms` float, NaN = unknown; `event_id` Arrow strings).
+#: Columns of a chunk's late events (jobs/summary/summarise.py): where they were in Kafka and
+#: their times (`kafka_ms` and `clock_offset_ms` float, NaN = unknown; `event_id` Arrow strings).
 EVENT_COLUMNS = ("partition", "offset", "kafka_ms", "event_ms", "event_id", "clock_offset_ms")
 #: What the stateful step adds for the store: the service, the primary window, the watermark.
 STORED_COLUMNS = (*EVENT_COLUMNS, "service", "window_start", "window_end", "watermark")

@@ -7,8 +7,7 @@ third of the read path's throughput at high ones). `tidegauge-events` is the sam
 offsets, options and checkpoint, whose `read` hands each Arrow chunk of raw records (one Kafka
 partition's, at most `CHUNK` records) straight to the parser (jobs/parse/parser.py) and yields
 parsed rows: one Python step from the broker to typed rows. The parse is exactly the `mapInArrow`
-one,
-chunk by chunk, so clock-skew estimates (per device, per chunk of one partition) are unchanged.
+one, chunk by chunk, so clock-skew estimates (per device, per chunk of one partition) are unchanged.
 
 Options besides the Kafka source's: `correctClockSkew` (true|false), and `plugins`,
 `metricNames`, `fieldNames` (JSON lists: the driver's plugin modules and the registry they gave,
