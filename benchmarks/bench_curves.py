@@ -22,13 +22,13 @@ Figures per configuration:
   * rows/s: records read (events and heartbeats) / sum of batch durations, without the first batch
     that has rows (it starts the query's Python workers): `bench_job.throughput`.
   * batches: micro-batches the query ran, no-data batches included.
-  * sink ms: wall time of each `jobs.sink.redis_sink.write_batch` call, median and p95
-    (nearest rank) over the query's batches. Measured on the driver, in this process, by
-    wrapping the name `jobs.pipeline.write_batch` that the batch writer calls: it covers reading the stored
-    aggregates back for the `*` merge, the merges, and the MULTI/EXEC; not the collect of the
-    batch's result to the driver nor its decoding. For context the line also shows the median
-    of Spark's `addBatch` phase (the stateful step, the collect and the sink) from the job's
-    batch history (`tidegauge.core.store.read_batches`), and the sink's us per window update.
+  * sink ms: wall time of each `jobs.sink.redis_sink.write_batch` call, median and p95 (nearest
+    rank) over the query's batches. Measured on the driver, in this process, by wrapping the name
+    `jobs.pipeline.write_batch` that the batch writer calls: it covers reading the stored aggregates
+    back for the `*` merge, the merges, and the MULTI/EXEC; not the collect of the batch's result to
+    the driver nor its decoding. For context the line also shows the median of Spark's `addBatch`
+    phase (the stateful step, the collect and the sink) from the job's batch history
+    (`tidegauge.core.store.read_batches`), and the sink's us per window update.
   * updates/batch: window updates, i.e. (window, service) rows, handed to the sink per batch
     (mean over the batches).
   * bytes/window: Redis `MEMORY USAGE key SAMPLES 0` (exact) of each stored window's two hashes,

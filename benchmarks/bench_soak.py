@@ -3,14 +3,15 @@
     .venv/bin/python benchmarks/bench_soak.py [--days 14] [--services 10] [--events 100]
         [--retention 6h,1m:7d,1h:90d] [--pool 400]
 
-Starts its own redis-server and streams `--days` of event time, time-compressed, through the
-job's sink code (jobs/sink/redis_sink.py `write_batch` with the retention tiers,
-jobs/sink/rollup.py), as the job writes it: one batch per minute of event time, each with the 10 s windows of every
-service (aggregates of `--events` events: latency t-digest, users HyperLogLog, lateness), a few
-late rows and stragglers, processing- and broker-time arrivals, and the batch's progress entry.
-The watermark is the batch's event time minus 30 s; processing and broker time follow event
-time, as in a live stream. Aggregates are drawn from a pool of `--pool` distinct ones built
-up front (building 2 million of them would measure numpy, not Redis).
+Starts its own redis-server and streams `--days` of event time, time-compressed, through the job's
+sink code (jobs/sink/redis_sink.py `write_batch` with the retention tiers, jobs/sink/rollup.py), as
+the job writes it: one batch per minute of event time, each with the 10 s windows of every service
+(aggregates of `--events` events: latency t-digest, users HyperLogLog, lateness), a few late rows
+and stragglers, processing- and broker-time arrivals, and the batch's progress entry. The watermark
+is the batch's event time minus 30 s; processing and broker time follow event time, as in a live
+stream. Aggregates are drawn from a pool of `--pool` distinct ones built up front (building 2
+million of them would measure numpy, not Redis).
+
 
 Prints Redis `used_memory` and the number of keys after 1 h, 6 h, 1 d, 7 d and 14 d of event
 time, the bytes one window of one service takes in each tier (MEMORY USAGE of its keys), and the
