@@ -74,6 +74,7 @@ from benchmarks.machine import describe  # noqa: E402
 from cli.local.services import Service, start_broker, start_redis  # noqa: E402
 from dashboard import data  # noqa: E402
 from jobs.runtime.session import build_session  # noqa: E402
+from jobs.sink.redis_sink import SinkBatch  # noqa: E402
 from tidegauge.core.closed_windows import ClosedWindows  # noqa: E402
 from tidegauge.core.config import JobConfig, KafkaSettings, RedisSettings  # noqa: E402
 from tidegauge.core.store import ALL_SERVICES, Keys, read_batches, read_window_specs  # noqa: E402
@@ -190,14 +191,12 @@ class SinkTimer:
         """Replace `jobs.pipeline.write_batch` (the name `_BatchWriter` calls) while inside."""
         original = jobs.pipeline.write_batch
 
-        def timed(
-            r: Any, keys: Any, batch_id: int, windows: Sequence[Any], *a: Any, **kw: Any
-        ) -> None:
+        def timed(r: Any, keys: Any, batch: SinkBatch, *a: Any, **kw: Any) -> None:
             t = time.perf_counter()
             try:
-                original(r, keys, batch_id, windows, *a, **kw)
+                original(r, keys, batch, *a, **kw)
             finally:
-                self.calls.append((len(windows), (time.perf_counter() - t) * 1000))
+                self.calls.append((len(batch.windows), (time.perf_counter() - t) * 1000))
 
         jobs.pipeline.write_batch = timed
         try:
