@@ -27,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -148,7 +149,14 @@ def print_stages(name: str, stages: list[dict[str, Any]]) -> None:
             )
 
 
-def run_baseline(spark: Any, kafka: KafkaSettings, per_trigger: int, checkpoint: str) -> list[Any]:
+def run_baseline(
+    spark: Any,
+    kafka: KafkaSettings,
+    per_trigger: int,
+    checkpoint: str,
+    on_rows: Callable[[int], None] | None = None,
+) -> list[Any]:
+    """Spark's built-ins over the same source; `on_rows` hears each batch's output row count."""
     events = (
         spark.readStream.format(EventDataSource.name())
         .schema(PARSED_SCHEMA)
@@ -172,7 +180,7 @@ def run_baseline(spark: Any, kafka: KafkaSettings, per_trigger: int, checkpoint:
     )
     query = (
         agg.writeStream.outputMode("update")
-        .foreachBatch(lambda df, _: df.collect())
+        .foreachBatch(lambda df, _: (on_rows or (lambda n: None))(len(df.collect())))
         .option("checkpointLocation", checkpoint)
         .trigger(processingTime="0 seconds")
         .start()

@@ -1,0 +1,213 @@
+"""The cost of one (window, group) update: the job beside Spark's built-ins as groups grow.
+
+    .venv/bin/python benchmarks/bench_groups.py [--shapes 10:10000,100:2000,1000:2000,2000:500]
+        [--events 300000] [--per-trigger 100000] [--rounds 1] [--contenders baseline,tidegauge]
+
+A shape `SERVICES:RATE` is a topic of `--events` seeded events (the generator of `tidegauge
+produce`, fast pace, 3 partitions, 5 % out of order, heartbeats) from SERVICES services of equal
+weight at RATE events per second of event time. Every shape has the same records per batch
+(`--per-trigger`, `available-now`); only the event time a batch spans (per-trigger / RATE
+seconds) and so the (10 s window, service) groups it touches change: about SERVICES x
+(span / 10 s + 1). The defaults go from ~20 groups per batch to ~40,000.
+
+For each shape the contenders run alternated in one SparkSession (as `bench_job.py` runs them:
+the built-ins' `groupBy(window, service)` with count, `percentile_approx` and
+`approx_count_distinct`, and `jobs.pipeline.run_job` with its Redis sink). Per contender:
+  * batch ms: median duration of the batches after the first one with records (which starts the
+    Python workers);
+  * groups/batch: (window, service) updates per batch, median over the same batches (the job:
+    window updates handed to its sink, `bench_curves.SinkTimer`; the built-ins: rows of their
+    update-mode output);
+  * us/group: batch ms / groups per batch: what one group costs when groups dominate;
+  * slope: the marginal cost of a group between this shape and the one before it (us per extra
+    group): the figure the groups curve is about.
+Prints the machine, a line per run and a table; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import redis  # noqa: E402
+
+import jobs.pipeline  # noqa: E402
+from benchmarks.bench_curves import SinkTimer  # noqa: E402
+from benchmarks.bench_job import machine, records_of, run_baseline  # noqa: E402
+from cli.local.services import start_broker, start_redis  # noqa: E402
+from jobs.runtime.session import build_session  # noqa: E402
+from jobs.summary.read_task import EventDataSource  # noqa: E402
+from tidegauge.core.config import JobConfig, KafkaSettings, RedisSettings  # noqa: E402
+from tidegauge.traffic.config import GeneratorConfig  # noqa: E402
+from tidegauge.traffic.producer import produce  # noqa: E402
+from tidegauge.traffic.topics import ensure_topic  # noqa: E402
+
+START_MS = 1_780_000_000_000
+
+
+@dataclass
+class Run:
+    """One contender on one shape."""
+
+    shape: str
+    contender: str
+    batch_ms: float
+    groups: float
+    records: float
+
+    @property
+    def us_per_group(self) -> float:
+        """Batch time per (window, group) update."""
+        return self.batch_ms * 1000 / self.groups if self.groups else float("nan")
+
+
+def parse_shapes(text: str) -> list[tuple[int, float]]:
+    """'10:10000,1000:2000' -> [(services, events per second of event time), ...]."""
+    out = []
+    for part in text.split(","):
+        services, _, rate = part.partition(":")
+        out.append((int(services), float(rate)))
+    return out
+
+
+def steady(progress: list[Any]) -> list[Any]:
+    """The batches with records, without the first (it starts the query's Python workers)."""
+    return [p for p in progress if records_of(p)][1:]
+
+
+def measure(shape: str, name: str, progress: list[Any], groups_per_batch: list[int]) -> Run:
+    """A run's medians over its steady batches."""
+    batches = steady(progress)
+    groups = [g for g in groups_per_batch if g][1:] or [0]
+    return Run(
+        shape,
+        name,
+        statistics.median(p.batchDuration for p in batches) if batches else float("nan"),
+        statistics.median(groups),
+        statistics.median(records_of(p) for p in batches) if batches else 0,
+    )
+
+
+def table(runs: list[Run], contenders: list[str]) -> str:
+    """Per shape and contender: batch ms, groups per batch, us per group and the slope."""
+    lines = [
+        f"{'shape':<12} {'contender':<10} {'batch ms':>9} {'groups/batch':>13} "
+        f"{'us/group':>9} {'slope us':>9}"
+    ]
+    for name in contenders:
+        prev: Run | None = None
+        for r in [r for r in runs if r.contender == name]:
+            slope = float("nan")
+            if prev is not None and r.groups != prev.groups:
+                slope = (r.batch_ms - prev.batch_ms) * 1000 / (r.groups - prev.groups)
+            lines.append(
+                f"{r.shape:<12} {name:<10} {r.batch_ms:>9,.0f} {r.groups:>13,.0f} "
+                f"{r.us_per_group:>9,.0f} {slope:>9,.0f}"
+            )
+            prev = r
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--shapes", default="10:10000,100:2000,1000:2000,2000:500")
+    ap.add_argument("--events", type=int, default=300_000)
+    ap.add_argument("--per-trigger", type=int, default=100_000)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--contenders", default="baseline,tidegauge")
+    args = ap.parse_args()
+    print(f"machine: {machine()}", flush=True)
+    contenders = args.contenders.split(",")
+    tmp = Path(tempfile.mkdtemp(prefix="tg-groups-"))
+    broker, redis_server = start_broker(), start_redis()
+    runs: list[Run] = []
+    try:
+        spark = build_session(args.master, shuffle_partitions=2)
+        spark.dataSource.register(EventDataSource)
+        db = 0
+        for i, (services, rate) in enumerate(parse_shapes(args.shapes)):
+            shape = f"{services}:{rate:g}"
+            kafka = KafkaSettings(bootstrap=broker.address, topic=f"groups-{i}")
+            ensure_topic(kafka, 3)
+            t = time.monotonic()
+            summary = produce(
+                GeneratorConfig(
+                    seed=1,
+                    rate=rate,
+                    count=args.events,
+                    pace="fast",
+                    start_time_ms=START_MS,
+                    services=tuple((f"s{k:05d}", 1.0) for k in range(services)),
+                    out_of_order_fraction=0.05,
+                    heartbeat_interval_ms=1000,
+                ),
+                kafka,
+            )
+            print(
+                f"shape {shape}: produced {summary.records:,} records in "
+                f"{time.monotonic() - t:.1f}s",
+                flush=True,
+            )
+            for rnd in range(args.rounds):
+                for name in contenders:
+                    ck = str(tmp / f"{i}-{name}-{rnd}")
+                    spark.conf.set(
+                        "spark.sql.codegen.wholeStage", "true" if name == "baseline" else "false"
+                    )
+                    t = time.monotonic()
+                    if name == "baseline":
+                        rows: list[int] = []
+                        progress = run_baseline(spark, kafka, args.per_trigger, ck, rows.append)
+                    else:
+                        url = f"redis://{redis_server.address}/{db % 16}"
+                        redis.Redis.from_url(url).flushdb()  # no windows of an earlier run
+                        cfg = JobConfig(
+                            kafka=kafka,
+                            redis=RedisSettings(url=url),
+                            checkpoint=ck,
+                            trigger="available-now",
+                            max_records_per_trigger=args.per_trigger,
+                            master=args.master,
+                            shuffle_partitions=2,
+                            # every service its own group: no names counted under "(other)"
+                            max_services=max(JobConfig.max_services, 2 * services),
+                        )
+                        db += 1
+                        timer = SinkTimer()
+                        with timer.installed():
+                            progress = list(jobs.pipeline.run_job(cfg, spark=spark).recentProgress)
+                        rows = [n for n, _ in timer.calls]
+                    run = measure(shape, name, progress, rows)
+                    runs.append(run)
+                    print(
+                        f"  round {rnd} {name:<10} {run.batch_ms:,.0f} ms per batch of "
+                        f"{run.records:,.0f} records, {run.groups:,.0f} groups: "
+                        f"{run.us_per_group:,.0f} us per group "
+                        f"({time.monotonic() - t:.0f} s in all)",
+                        flush=True,
+                    )
+        best: dict[tuple[str, str], Run] = {}
+        for r in runs:  # each (shape, contender)'s fastest round
+            key = (r.shape, r.contender)
+            if key not in best or r.batch_ms < best[key].batch_ms:
+                best[key] = r
+        print(table(list(best.values()), contenders))
+        spark.stop()
+    finally:
+        redis_server.stop()
+        broker.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
