@@ -9,6 +9,7 @@ in one SparkSession, alternating for `--rounds`:
   * baseline: the same Kafka source and parse step (jobs/summary/read_task.py), then
     groupBy(window(event_time, 10s), service).agg(count, percentile_approx(latency, 5 quantiles),
     approx_count_distinct(user_id)) with the same watermark, results collected to the driver;
+    its read tasks as the job's: one per core (`maxTasks`);
   * tidegauge: `jobs.pipeline.run_job` (t-digest + HLL per pane in state, Redis sink, status),
     de-duplicating by event id as by default; tidegauge-no-dedup: the same with `--no-dedup`.
 Both drain the topic in `available-now` mode with the same max records per trigger. Throughput is
@@ -166,6 +167,8 @@ def run_baseline(
         .option("endingOffsets", json.dumps(_current_end(kafka)))
         .option("checkpoint", checkpoint)
         .option("minRecordsPerTask", "10000")
+        # the job's own setting: one wave of equal read tasks, one per core
+        .option("maxTasks", str(spark.sparkContext.defaultParallelism))
         .load()
         .where("kind = 'event'")
     )
