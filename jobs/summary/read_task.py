@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
@@ -33,13 +32,11 @@ from pyspark.sql.datasource import InputPartition
 from jobs.source.kafka_source import KafkaDataSource, KafkaStreamReader, ranges_of, read_ranges
 from jobs.source.offset_log import BatchClock, batch_clock
 from jobs.summary.schema import SUMMARY_SCHEMA
+from jobs.summary.settings import ExecutorConfig
 from tidegauge.core.events import event_fields
 from tidegauge.core.plugins import ensure_plugins, load_plugins, loaded_plugins
 from tidegauge.core.registry import metrics
 from tidegauge.core.windows import WindowSpec
-
-if TYPE_CHECKING:
-    from jobs.summary.settings import ExecutorConfig
 
 # The parser and the summaries (pandas and all) are imported in the read tasks that use them:
 # Spark starts several short-lived Python processes that only plan with these classes, and
@@ -157,8 +154,6 @@ class SummaryStreamReader(EventStreamReader):
         summaries, the fewer partial aggregates to ship and merge, which counts when there are
         many services with few events each (BENCHMARKS.md, cost curves).
         """
-        from jobs.summary.settings import ExecutorConfig
-
         assert isinstance(partition, ClockedPartition)
         parse = self._parser()
         cfg = ExecutorConfig(
