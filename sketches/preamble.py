@@ -18,7 +18,7 @@ use it (sketches, tidegauge.core, jobs). Pure Python; runs anywhere (driver or e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = [
     "BROKER_TIMES",
@@ -58,6 +58,10 @@ class Format:
     owner: str
     description: str
     versioned: bool = True
+    #: Bytes of the preamble: 5 (magic and version), 4 without a version byte.
+    size: int = field(init=False, repr=False, compare=False)
+    #: What every blob of this format starts with: the magic, then the version written.
+    preamble: bytes = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.magic) != MAGIC_SIZE or not self.magic.isalnum() or not self.magic.isascii():
@@ -68,19 +72,13 @@ class Format:
             raise ValueError(f"{self}: versions are bytes (0-255), ascending: {self.reads}")
         if not self.versioned and self.reads != (0,):
             raise ValueError(f"{self} has no version byte: it writes and reads version 0 only")
+        # Plain attributes, not properties: every codec reads them per blob, on hot paths.
+        object.__setattr__(self, "size", MAGIC_SIZE + 1 if self.versioned else MAGIC_SIZE)
+        preamble = self.magic + bytes([self.writes]) if self.versioned else self.magic
+        object.__setattr__(self, "preamble", preamble)
 
     def __str__(self) -> str:
         return f"{self.magic.decode()} {self.name}"
-
-    @property
-    def size(self) -> int:
-        """Bytes of the preamble: 5 (magic and version), 4 without a version byte."""
-        return MAGIC_SIZE + 1 if self.versioned else MAGIC_SIZE
-
-    @property
-    def preamble(self) -> bytes:
-        """What every blob of this format starts with: the magic, then the version written."""
-        return self.magic + bytes([self.writes]) if self.versioned else self.magic
 
     @property
     def versions_read(self) -> str:
@@ -104,6 +102,8 @@ class Format:
         Returns 0 for a format without a version byte. The payload starts at :attr:`size`.
         """
         head = bytes(data[: self.size])
+        if head == self.preamble:  # the version written: by far the most common blob
+            return self.writes
         if head[:MAGIC_SIZE] != self.magic:
             got = (
                 f"bad magic {head[:MAGIC_SIZE]!r}"
