@@ -2,8 +2,12 @@
 
 `FakeGroupState` implements the part of `pyspark.sql.streaming.state.GroupState` the state
 function relies on (`exists`, `get`, `update`, `remove`, `getCurrentWatermarkMs`): that is the
-function's contract with Spark. Tumbling windows are 10 s long (spec key "10000"); hopping windows
-are 30 s long every 10 s (spec key "30000-10000"), so both are made of 10 s panes.
+function's contract with Spark.
+
+Timelines in the comments: `[` / `)` the closed start and open end of a window, `|` a pane
+boundary, `x` an event, `W` the watermark in force for the batch. Tumbling windows are 10 s
+long (spec key "10000"); hopping windows are 30 s long every 10 s (spec key "30000-10000"),
+so both are made of 10 s panes. T is a boundary of every window here.
 """
 
 from __future__ import annotations

@@ -4,10 +4,7 @@
 and slide) and builds tumbling and hopping windows by merging panes; with a session spec it keeps
 the service's sessions too, and its sliding windows are checked against a replay of the events.
 
-Timelines in the comments: `[` / `)` the closed start and open end of a window, `|` a pane
-boundary, `x` an event, `W` the watermark in force for the batch. Tumbling windows are 10 s
-long (spec key "10000"); hopping windows are 30 s long every 10 s (spec key "30000-10000"),
-so both are made of 10 s panes. T is a boundary of every window here.
+Timelines in the comments and the window specs: tests/unit/jobs/fixtures.py.
 """
 
 from __future__ import annotations
