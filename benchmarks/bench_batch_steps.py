@@ -1,6 +1,7 @@
 """One micro-batch's Python work step by step, without Spark: read tasks, state groups, sink.
 
     .venv/bin/python benchmarks/bench_batch_steps.py [--records 500000] [--late 0.2] [--rounds 3]
+        [--services 0] [--rate 2000]
 
 `bench_job.py` times whole batches, in which Spark's machinery and this VM's noise blur what our
 own code costs. This script runs the same code on one batch of the same stream (bench_job's
@@ -16,6 +17,9 @@ The watermark is set so that `--late` of the batch's events are behind it: bench
 15-25 % late (its read tasks take partitions unevenly far, so one partition's events trail the
 watermark the others set), and late events have their own costs. A warm-up round first; prints
 best and median milliseconds of `--rounds`, with the bytes the summaries hand to the shuffle.
+`--services N` spreads the events evenly over N services (0: the generator's default mix) and
+`--rate` sets the events per second of event time, so the (window, service) groups of the batch
+can be varied at a fixed number of records, as `bench_groups.py` does with Spark.
 """
 
 from __future__ import annotations
@@ -112,6 +116,8 @@ def main() -> None:
     )
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--shards", type=int, default=JobConfig.state_shards)
+    ap.add_argument("--services", type=int, default=0, help="N equal services (0: the default)")
+    ap.add_argument("--rate", type=float, default=2000.0, help="events per s of event time")
     args = ap.parse_args()
     print(describe(["pyarrow", "numpy", "redis"]))
     cfg = ExecutorConfig(  # the job's defaults
@@ -120,14 +126,18 @@ def main() -> None:
         late_events_max=JobConfig.late_events_max,
         shards=args.shards,
     )
+    services = {}
+    if args.services:
+        services["services"] = tuple((f"s{k:05d}", 1.0) for k in range(args.services))
     gen = GeneratorConfig(
         seed=1,
-        rate=2000.0,
+        rate=args.rate,
         count=args.records,
         pace="fast",
         start_time_ms=T0,
         out_of_order_fraction=0.05,
         heartbeat_interval_ms=1000,
+        **services,
     )
     raw = raw_chunks([r.value for r in generate(gen)][: args.records], T0)
     events = pa.Table.from_batches(list(parse_batches(iter(raw)))).column("event_ms")
@@ -137,10 +147,12 @@ def main() -> None:
     summaries = read(raw, watermark, cfg)
     out = pa.Table.from_pandas(state(summaries, watermark, cfg), preserve_index=False)
     late = int(out.filter(pa.compute.equal(out["kind"], "late_events"))["count"].to_numpy().sum())
+    groups = int(pa.compute.sum(pa.compute.equal(out["kind"], "window")).as_py())
     shipped = int(summaries.loc[summaries["kind"] == SummaryKind.SERVICE, "blob"].map(len).sum())
     print(
         f"{args.records:,} records, {float(np.mean(times < watermark)):.1%} late, "
-        f"{args.shards} state groups, best / median of {args.rounds} after a warm-up"
+        f"{args.shards} state groups, {groups:,} (window, service) updates; best / median of "
+        f"{args.rounds} after a warm-up"
     )
     print(
         f"summaries to the shuffle: {shipped:,} bytes ({shipped / args.records:.1f} per record); "

@@ -105,6 +105,18 @@ def _weight_width(weights: FloatArray) -> tuple[int, str]:
     return (8, _WIDTHS[8]) if len(weights) else (1, _WIDTHS[1])
 
 
+def _batch_sum(values: FloatArray) -> float:
+    """The sum of a batch of values, summed as `np.add.reduceat` sums each group's.
+
+    `sketches.digests.Digests` builds many digests at once and sums each group's values with
+    one `reduceat`; `np.sum` may associate differently (by an ulp), so both use this.
+    """
+    return float(np.add.reduceat(values, _FIRST)[0])
+
+
+_FIRST = np.zeros(1, dtype=np.intp)
+
+
 def _as_float_array(values: Any) -> FloatArray:
     """Flatten ``values`` (numpy / list / pyarrow / pandas / scalar) into a float64 array.
 
@@ -365,7 +377,7 @@ class TDigest:
         if n_valid == 0:
             return
         self._count += n_valid
-        self._sum += float(np.sum(batch))
+        self._sum += _batch_sum(batch)
         self._min = min(self._min, float(batch[0]))
         self._max = max(self._max, float(batch[-1]))
 

@@ -1,0 +1,624 @@
+"""Many t-digests at once, as columns: `Digests`.
+
+A `TDigest` is one object, and each of its verbs costs tens of microseconds of fixed numpy
+overhead whatever it holds. A micro-batch that touches 10,000 (window, group) pairs pays that
+10,000 times per verb, which is what bounds the job when groups are many. `Digests` holds the
+digests of many groups as flat arrays (digest i's centroids are `means[offsets[i]:offsets[i+1]]`)
+and builds, merges, reads and encodes all of them with a fixed number of numpy passes.
+
+Same answers as `TDigest`, bit for bit, so either may be used anywhere and a replay is
+byte-identical: `Digests.build` gives, per group, the digest a new `TDigest` updated once with
+that group's values holds; `combine` gives `TDigest.merged` of each key's rows in row order;
+`quantiles` gives `TDigest.quantile`; `encode` gives `TDigest.to_bytes`
+(tests/unit/sketches/test_digests.py compares each with the object). The centroid rule is the
+one in sketches/tdigest.py; only its bookkeeping is spread over groups: cumulative weights are
+taken once over all groups, which is exact because weights are counts (integers), and each
+group's boundary holders are found by one search of the whole array. Digests whose weights are
+not integers (none that Tidegauge builds) go through `TDigest` one by one.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from sketches.preamble import TDIGEST
+from sketches.tdigest import (
+    _HEADER,
+    _HEADER_END,
+    _WIDTHS,
+    DEFAULT_COMPRESSION,
+    TDigest,
+    _boundaries,
+    _compress_values,
+    _finish_means,
+    _kappa,
+    _weight_width,
+)
+
+__all__ = ["Digests"]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(eq=False)
+class Digests:
+    """The t-digests of `len(self)` groups, one compression, as columns.
+
+    `min`/`max` hold +inf/-inf for an empty digest (as `TDigest` keeps them internally).
+    """
+
+    compression: float
+    offsets: IntArray
+    means: FloatArray
+    weights: FloatArray
+    count: IntArray
+    nan_count: IntArray
+    sum: FloatArray
+    min: FloatArray
+    max: FloatArray
+
+    def __len__(self) -> int:
+        return int(self.count.shape[0])
+
+    @property
+    def sizes(self) -> IntArray:
+        """Centroids per digest."""
+        return np.diff(self.offsets)
+
+    # --- building ---------------------------------------------------------------------------
+
+    @classmethod
+    def empty(cls, n: int, compression: float = DEFAULT_COMPRESSION) -> Digests:
+        """`n` empty digests."""
+        return cls(
+            float(compression),
+            np.zeros(n + 1, np.int64),
+            np.empty(0),
+            np.empty(0),
+            np.zeros(n, np.int64),
+            np.zeros(n, np.int64),
+            np.zeros(n),
+            np.full(n, math.inf),
+            np.full(n, -math.inf),
+        )
+
+    @classmethod
+    def build(
+        cls,
+        values: npt.ArrayLike,
+        groups: npt.ArrayLike,
+        n: int,
+        compression: float = DEFAULT_COMPRESSION,
+    ) -> Digests:
+        """Digest g of the values whose group is g (groups in [0, n)); NaN counted, not added.
+
+        Per group: what `TDigest(compression)` holds after one `update` with its values.
+        """
+        TDigest(compression)  # validates it
+        v = np.asarray(values, dtype=np.float64).reshape(-1)
+        g = np.asarray(groups, dtype=np.int64).reshape(-1)
+        nan = np.isnan(v)
+        nan_count = np.bincount(g[nan], minlength=n).astype(np.int64)
+        if nan.any():
+            v, g = v[~nan], g[~nan]
+        if v.size and not np.isfinite(v).all():
+            raise ValueError("TDigest.update: +/-inf values are not allowed")
+        order = np.lexsort((v, g))
+        v, g = v[order], g[order]
+        count = np.bincount(g, minlength=n).astype(np.int64)
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(count, out=offsets[1:])
+        out = cls.empty(n, compression)
+        out.nan_count = nan_count
+        if not v.size:
+            return out
+        filled = np.flatnonzero(count)
+        firsts, lasts = offsets[filled], offsets[filled + 1] - 1
+        out.count = count
+        out.sum[filled] = np.add.reduceat(v, firsts)
+        out.min[filled], out.max[filled] = v[firsts], v[lasts]
+        out.offsets, out.means, out.weights = _compress_many(
+            v, np.ones(v.size), offsets, compression, unit=True
+        )
+        return out
+
+    @classmethod
+    def of(cls, digests: Sequence[TDigest]) -> Digests:
+        """The columns of these digests (all of one compression), in order."""
+        if not digests:
+            return cls.empty(0)
+        compression = digests[0].compression
+        if any(d.compression != compression for d in digests):
+            raise ValueError("Digests.of: digests of different compressions")
+        sizes = [len(d) for d in digests]
+        offsets = np.zeros(len(digests) + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        return cls(
+            compression,
+            offsets,
+            np.concatenate([d._means for d in digests]) if offsets[-1] else np.empty(0),
+            np.concatenate([d._weights for d in digests]) if offsets[-1] else np.empty(0),
+            np.array([d._count for d in digests], np.int64),
+            np.array([d._nan_count for d in digests], np.int64),
+            np.array([d._sum for d in digests], np.float64),
+            np.array([d._min for d in digests], np.float64),
+            np.array([d._max for d in digests], np.float64),
+        )
+
+    def digest(self, i: int) -> TDigest:
+        """Group i's digest as a `TDigest` (a copy)."""
+        d = TDigest(self.compression)
+        lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
+        d._means, d._weights = self.means[lo:hi].copy(), self.weights[lo:hi].copy()
+        d._count, d._nan_count = int(self.count[i]), int(self.nan_count[i])
+        d._sum, d._min, d._max = float(self.sum[i]), float(self.min[i]), float(self.max[i])
+        return d
+
+    @classmethod
+    def concat(cls, parts: Sequence[Digests]) -> Digests:
+        """The groups of `parts`, one after another."""
+        if not parts:
+            return cls.empty(0)
+        if len(parts) == 1:
+            return parts[0]
+        compression = parts[0].compression
+        if any(p.compression != compression for p in parts):
+            raise ValueError("Digests.concat: digests of different compressions")
+        starts = np.cumsum([0] + [int(p.offsets[-1]) for p in parts[:-1]])
+        return cls(
+            compression,
+            np.concatenate([[0]] + [p.offsets[1:] + s for p, s in zip(parts, starts, strict=True)]),
+            np.concatenate([p.means for p in parts]),
+            np.concatenate([p.weights for p in parts]),
+            np.concatenate([p.count for p in parts]),
+            np.concatenate([p.nan_count for p in parts]),
+            np.concatenate([p.sum for p in parts]),
+            np.concatenate([p.min for p in parts]),
+            np.concatenate([p.max for p in parts]),
+        )
+
+    def take(self, rows: npt.ArrayLike) -> Digests:
+        """The digests of `rows`, in that order (a row may repeat)."""
+        idx = np.asarray(rows, dtype=np.int64).reshape(-1)
+        sizes = self.sizes[idx]
+        offsets = np.zeros(idx.size + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        points = _ranges(self.offsets[idx], sizes)
+        return Digests(
+            self.compression,
+            offsets,
+            self.means[points],
+            self.weights[points],
+            self.count[idx],
+            self.nan_count[idx],
+            self.sum[idx],
+            self.min[idx],
+            self.max[idx],
+        )
+
+    def shifted(self, delta_ms: npt.ArrayLike) -> Digests:
+        """Each digest moved by its own delta, as `TDigest.shifted` (0: unchanged)."""
+        d = np.asarray(delta_ms, dtype=np.float64).reshape(-1)
+        if d.size != len(self):
+            raise ValueError("Digests.shifted: one delta per digest")
+        if not np.isfinite(d).all():
+            raise ValueError("shift must be finite")
+        moved = (d != 0) & (self.count > 0)
+        if not moved.any():
+            return self
+        per_point = np.repeat(np.where(moved, d, 0.0), self.sizes)
+        means = np.where(np.repeat(moved, self.sizes), self.means + per_point, self.means)
+        return Digests(
+            self.compression,
+            self.offsets,
+            means,
+            self.weights,
+            self.count,
+            self.nan_count,
+            np.where(moved, self.sum + d * self.count, self.sum),
+            np.where(moved, self.min + d, self.min),
+            np.where(moved, self.max + d, self.max),
+        )
+
+    def combine(self, keys: npt.ArrayLike, n: int) -> Digests:
+        """Digest k: `TDigest.merged` of the rows whose key is k, in row order (empty if none)."""
+        k = np.asarray(keys, dtype=np.int64).reshape(-1)
+        if k.size != len(self):
+            raise ValueError("Digests.combine: one key per digest")
+        order = np.argsort(k, kind="stable")
+        rows = self.take(order)
+        key = k[order]
+        parts = np.bincount(key, minlength=n)
+        first = np.zeros(n + 1, np.int64)
+        np.cumsum(parts, out=first[1:])
+        out = Digests.empty(n, self.compression)
+        has = np.flatnonzero(parts)
+        if not has.size:
+            return out
+        starts = first[has]
+        out.count[has] = np.add.reduceat(rows.count, starts)
+        out.nan_count[has] = np.add.reduceat(rows.nan_count, starts)
+        out.min[has] = np.minimum.reduceat(rows.min, starts)
+        out.max[has] = np.maximum.reduceat(rows.max, starts)
+        # Sums in row order, one row at a time per key, as TDigest.merge adds them.
+        rank = np.arange(key.size) - first[key]
+        out.sum[has] = rows.sum[starts]
+        for r in range(1, int(parts.max())):
+            at = rank == r
+            out.sum[key[at]] += rows.sum[at]
+        # Centroids: a key's rows' runs in row order, sorted stably by mean, then compressed
+        # (a key of one row keeps its digest as it is, as TDigest.merged does).
+        point_key = np.repeat(key, rows.sizes)
+        by_mean = np.lexsort((rows.means, point_key))
+        means, weights = rows.means[by_mean], rows.weights[by_mean]
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(point_key, minlength=n), out=offsets[1:])
+        single = parts == 1
+        out.offsets, out.means, out.weights = _compress_many(
+            means, weights, offsets, self.compression, unit=False, keep=single
+        )
+        return out
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def quantiles(self, qs: Sequence[float]) -> FloatArray:
+        """`TDigest.quantile(qs)` of every digest: shape (len(self), len(qs)); NaN when empty."""
+        q = np.asarray(qs, dtype=np.float64).reshape(-1)
+        if not ((q >= 0.0) & (q <= 1.0)).all():
+            raise ValueError("quantile: q must be within [0, 1]")
+        out = np.full((len(self), q.size), np.nan)
+        filled = np.flatnonzero(self.count)
+        if not filled.size:
+            return out
+        if not _integer(self.weights):
+            for i in filled.tolist():
+                out[i] = self.digest(i).quantile(q)
+            return out
+        d = self.take(filled)
+        ranks, values, knot_offsets = _knots(d)
+        total = d.count.astype(np.float64)
+        t = total[:, None] * q[None, :]
+        # Ranks are multiples of 1/2 (weights are integers), so "the first knot at or beyond t"
+        # is the first at or beyond ceil(2t)/2, which lifts exactly onto a global rank axis.
+        base = np.zeros(len(d))
+        np.cumsum(total[:-1] + 1.0, out=base[1:])
+        lifted = ranks + np.repeat(base, np.diff(knot_offsets))
+        target = base[:, None] + np.ceil(2.0 * t) / 2.0
+        first_knot = knot_offsets[:-1, None]
+        last_local = np.diff(knot_offsets)[:, None] - 1
+        local = np.searchsorted(lifted, target, "left") - first_knot
+        hi = np.minimum(np.maximum(local, 1), last_local) + first_knot
+        lo = hi - 1
+        r_lo, v_lo = ranks[lo], values[lo]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            res = v_lo + (t - r_lo) / (ranks[hi] - r_lo) * (values[hi] - v_lo)
+        res = np.where(t <= 0.0, d.min[:, None], np.where(t >= total[:, None], d.max[:, None], res))
+        out[filled] = res
+        return out
+
+    # --- bytes ------------------------------------------------------------------------------
+
+    def encode(self) -> list[bytes]:
+        """`TDigest.to_bytes` of every digest."""
+        out = []
+        pre = TDIGEST.preamble
+        means, weights = self.means.astype("<f8"), self.weights
+        integer = _integer(weights)
+        for i, (lo, hi) in enumerate(itertools.pairwise(self.offsets.tolist())):
+            w = weights[lo:hi]
+            if integer:
+                top = float(w.max()) if hi > lo else 0.0
+                width = 1 if top < 256 else 2 if top < 65536 else 4 if top < 2**32 else 8
+            else:
+                width, _ = _weight_width(w)
+            header = _HEADER.pack(
+                self.compression,
+                int(self.count[i]),
+                int(self.nan_count[i]),
+                float(self.sum[i]),
+                float(self.min[i]),
+                float(self.max[i]),
+                hi - lo,
+            )
+            out.append(
+                b"".join(
+                    (
+                        pre,
+                        header,
+                        means[lo:hi].tobytes(),
+                        bytes((width,)),
+                        w.astype(_WIDTHS[width]).tobytes(),
+                    )
+                )
+            )
+        return out
+
+    @classmethod
+    def decode(cls, blobs: Sequence[bytes]) -> Digests:
+        """Digests of `TDigest.to_bytes` blobs (every version `TDigest.from_bytes` reads).
+
+        The checks are `TDigest.from_bytes`'s; ValueError names the blob at fault.
+        """
+        n = len(blobs)
+        heads = np.empty((n, 7))
+        counts = np.zeros(n, np.int64)
+        nans = np.zeros(n, np.int64)
+        sizes = np.zeros(n, np.int64)
+        means: list[FloatArray] = []
+        weights: list[FloatArray] = []
+        compression = DEFAULT_COMPRESSION
+        for i, blob in enumerate(blobs):
+            if TDIGEST.check(blob) < 2 or len(blob) < _HEADER_END:
+                d = TDigest.from_bytes(blob)  # older versions and short blobs: the object's way
+                comp, count, nan, total, lo, hi, size = (
+                    d.compression,
+                    d.count,
+                    d.nan_count,
+                    d.sum,
+                    d._min,
+                    d._max,
+                    len(d),
+                )
+                m, w = d._means, d._weights
+            else:
+                comp, count, nan, total, lo, hi, size = _HEADER.unpack_from(blob, TDIGEST.size)
+                at = _HEADER_END + 8 * size
+                if len(blob) <= at:
+                    raise ValueError(f"TDigest.from_bytes: blob {i} is truncated")
+                width = blob[at]
+                kind = _WIDTHS.get(width, "")
+                if not kind or len(blob) != at + 1 + width * size:
+                    raise ValueError(f"TDigest.from_bytes: blob {i} has a bad length or width")
+                m = np.frombuffer(blob, "<f8", size, _HEADER_END)
+                w = np.frombuffer(blob, kind, size, at + 1)
+            if i == 0:
+                compression = comp
+            elif comp != compression:
+                raise ValueError("Digests.decode: digests of different compressions")
+            heads[i, 2:6] = (total, lo, hi, 0.0)
+            counts[i], nans[i], sizes[i] = count, nan, size
+            means.append(m)
+            weights.append(w)
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        out = cls(
+            float(compression),
+            offsets,
+            np.concatenate(means).astype(np.float64) if n else np.empty(0),
+            np.concatenate(weights).astype(np.float64) if n else np.empty(0),
+            counts,
+            nans,
+            heads[:, 2].copy(),
+            heads[:, 3].copy(),
+            heads[:, 4].copy(),
+        )
+        if n:
+            TDigest(out.compression)  # validates the compression
+            out._check()
+        return out
+
+    def _check(self) -> None:
+        """`TDigest.from_bytes`'s consistency checks, over every digest at once."""
+        sizes = self.sizes
+        filled = np.flatnonzero(sizes)
+        inner = np.ones(self.means.size, bool)
+        inner[self.offsets[:-1][sizes > 0]] = False  # a group's first centroid has no left
+        ok = (
+            np.isfinite(self.means).all()
+            and (self.weights > 0).all()
+            and (self.means[1:] >= self.means[:-1])[inner[1:]].all()
+            and ((sizes == 0) == (self.count == 0)).all()
+        )
+        if ok and filled.size:
+            starts = self.offsets[filled]
+            sums = np.add.reduceat(self.weights, starts)
+            ok = (
+                bool((sums == self.count[filled].astype(np.float64)).all())
+                and bool((self.min[filled] <= self.means[starts]).all())
+                and bool((self.means[self.offsets[filled + 1] - 1] <= self.max[filled]).all())
+            )
+        if not ok:
+            raise ValueError("TDigest.from_bytes: inconsistent centroids or statistics")
+
+
+def _integer(weights: FloatArray) -> bool:
+    return bool(np.array_equal(weights, np.floor(weights)))
+
+
+def _ranges(starts: IntArray, sizes: IntArray) -> IntArray:
+    """Concatenated aranges [start, start + size) (the points of some groups, in order)."""
+    total = int(sizes.sum())
+    if not total:
+        return np.empty(0, np.int64)
+    ends = np.cumsum(sizes)
+    step = np.ones(total, np.int64)
+    filled = sizes > 0
+    first = (ends - sizes)[filled]
+    step[first] = starts[filled] - np.concatenate(([0], (starts + sizes - 1)[filled][:-1]))
+    step[0] = starts[filled][0]
+    return np.cumsum(step)
+
+
+def _knots(d: Digests) -> tuple[FloatArray, FloatArray, IntArray]:
+    """`TDigest._knots` of every (non-empty) digest, concatenated, with their offsets."""
+    w = d.weights
+    g = np.repeat(np.arange(len(d)), d.sizes)
+    right = np.cumsum(w)
+    base = np.concatenate(([0.0], right))[d.offsets[:-1]]
+    right = right - base[g]
+    left = right - w
+    centre = left + 0.5 * w
+    single = w == 1.0
+    k = 2 * d.sizes + 2
+    offsets = np.zeros(len(d) + 1, np.int64)
+    np.cumsum(k, out=offsets[1:])
+    ranks = np.empty(int(offsets[-1]))
+    values = np.empty_like(ranks)
+    ranks[offsets[:-1]], values[offsets[:-1]] = 0.0, d.min
+    ranks[offsets[1:] - 1] = d.count.astype(np.float64)
+    values[offsets[1:] - 1] = d.max
+    point = np.arange(w.size) - d.offsets[g]
+    odd = offsets[g] + 1 + 2 * point
+    ranks[odd] = np.where(single, left, centre)
+    ranks[odd + 1] = np.where(single, right, centre)
+    values[odd] = d.means
+    values[odd + 1] = d.means
+    return ranks, values, offsets
+
+
+def _compress_many(
+    means: FloatArray,
+    weights: FloatArray,
+    offsets: IntArray,
+    compression: float,
+    *,
+    unit: bool,
+    keep: npt.NDArray[np.bool_] | None = None,
+) -> tuple[IntArray, FloatArray, FloatArray]:
+    """sketches/tdigest.py's `_compress` (or `_compress_values` with `unit` weights) per group.
+
+    Points are sorted by mean within each group (`offsets`); groups flagged in `keep` stay as
+    they are. Returns the new offsets, means and weights.
+    """
+    n_points = means.size
+    groups = offsets.shape[0] - 1
+    if not n_points:
+        return np.zeros(groups + 1, np.int64), means.copy(), weights.copy()
+    if not unit and not _integer(weights):
+        return _compress_each(means, weights, offsets, compression, keep)
+    sizes = np.diff(offsets)
+    cuts_q, shortest = _boundaries(compression)
+    is_start = np.zeros(n_points + 1, np.bool_)
+    filled = sizes > 0
+    firsts = offsets[:-1][filled]
+    is_start[firsts] = True
+    is_start[firsts + 1] = True
+    is_start[offsets[1:][filled] - 1] = True
+    # Groups of at most two points, and kept groups, stay as they are: every point a start.
+    # So do groups of raw values too few for any two to share a centroid.
+    small = filled & (sizes <= (_singletons_up_to(compression) if unit else 2))
+    if keep is not None:
+        small |= filled & keep
+    if small.any():
+        is_start[_ranges(offsets[:-1][small], sizes[small])] = True
+    big = np.flatnonzero(filled & ~small)
+    if big.size:
+        base = offsets[big]
+        n_big = sizes[big]
+        if unit:
+            total = n_big.astype(np.float64)
+            cuts = total[:, None] * cuts_q[None, :]
+            holder = np.minimum(np.ceil(cuts).astype(np.int64) - 1, n_big[:, None] - 1)
+            holder_right = holder + 1.0
+            holder_weight = np.ones_like(holder_right)
+        else:
+            cum = np.cumsum(weights)
+            below = np.concatenate(([0.0], cum))[base]
+            total = cum[base + n_big - 1] - below
+            cuts = total[:, None] * cuts_q[None, :]
+            # right >= cut <=> right >= ceil(cut) for integer cumulative weights: exact on the
+            # whole array's cumulative weights.
+            found = np.searchsorted(cum, below[:, None] + np.ceil(cuts), "left")
+            holder = np.minimum(found - base[:, None], n_big[:, None] - 1)
+            at = holder + base[:, None]
+            holder_right = cum[at] - below[:, None]
+            holder_weight = weights[at]
+        centre = holder_right - 0.5 * holder_weight
+        is_start[(holder + (centre < cuts)) + base[:, None]] = True
+        limit = total[:, None] * shortest[None, :]
+        candidate = (holder_right > cuts) & (holder_weight > limit)
+        if candidate.any():
+            right = holder_right[candidate]
+            tot = np.broadcast_to(total[:, None], cuts.shape)[candidate]
+            both = _kappa(
+                np.concatenate((right, right - holder_weight[candidate])) / np.tile(tot, 2)
+            )
+            span = both[: right.shape[0]] - both[right.shape[0] :]
+            heavy = (holder + base[:, None])[candidate][span * (compression / 2.0) > 1.0]
+            is_start[heavy] = True
+            is_start[heavy + 1] = True
+    # A group's end is the next group's start (or the end): local index n is never a start.
+    is_start[offsets[1:]] = False
+    is_start[firsts] = True
+    starts = np.flatnonzero(is_start[:n_points])
+    if unit:
+        new_weights = np.diff(np.append(starts, n_points)).astype(np.float64)
+    else:
+        new_weights = np.add.reduceat(weights, starts)
+    with np.errstate(over="ignore", invalid="ignore"):
+        sums = np.add.reduceat(means if unit else means * weights, starts)
+        new_means = sums / new_weights
+    start_group = np.searchsorted(offsets, starts, "right") - 1
+    new_offsets = np.zeros(groups + 1, np.int64)
+    np.cumsum(np.bincount(start_group, minlength=groups), out=new_offsets[1:])
+    # Per group, as `_finish_means`: redo overflowed groups on scaled values, keep the means
+    # sorted and inside [min, max].
+    bad = ~np.isfinite(new_means)
+    out_of_order = np.zeros(new_means.size, np.bool_)
+    out_of_order[1:] = new_means[1:] < new_means[:-1]
+    out_of_order[new_offsets[:-1][new_offsets[:-1] < new_means.size]] = False
+    fix = np.unique(start_group[bad | out_of_order])
+    for g in fix.tolist():
+        lo, hi = int(offsets[g]), int(offsets[g + 1])
+        nlo, nhi = int(new_offsets[g]), int(new_offsets[g + 1])
+        new_means[nlo:nhi] = _finish_means(
+            means[lo:hi],
+            None if unit else weights[lo:hi],
+            starts[nlo:nhi] - lo,
+            new_weights[nlo:nhi],
+        )
+    sizes_new = np.diff(new_offsets)[filled]
+    group_lo = np.repeat(means[offsets[:-1][filled]], sizes_new)
+    group_hi = np.repeat(means[offsets[1:][filled] - 1], sizes_new)
+    new_means = np.minimum(np.maximum(new_means, group_lo), group_hi)
+    if small.any():
+        # Copied, not recomputed: (mean * weight) / weight need not give the mean back.
+        copied = _ranges(offsets[:-1][small], sizes[small])
+        at = np.searchsorted(starts, copied)
+        new_means[at], new_weights[at] = means[copied], weights[copied]
+    return new_offsets, new_means, new_weights
+
+
+@functools.lru_cache(maxsize=32)
+def _singletons_up_to(compression: float) -> int:
+    """The most raw values (unit weights) a digest keeps one centroid each, at any count up to it.
+
+    Small groups are most of a batch of many groups; they skip the boundary search.
+    """
+    n = 2
+    while n < 10_000 and len(_compress_values(np.arange(n + 1.0), compression)[0]) == n + 1:
+        n += 1
+    return n
+
+
+def _compress_each(
+    means: FloatArray,
+    weights: FloatArray,
+    offsets: IntArray,
+    compression: float,
+    keep: npt.NDArray[np.bool_] | None,
+) -> tuple[IntArray, FloatArray, FloatArray]:
+    """`_compress_many` one group at a time (weights that are not integers)."""
+    from sketches.tdigest import _compress
+
+    out_m, out_w, sizes = [], [], []
+    for g in range(offsets.shape[0] - 1):
+        lo, hi = int(offsets[g]), int(offsets[g + 1])
+        if keep is not None and keep[g]:
+            m, w = means[lo:hi].copy(), weights[lo:hi].copy()
+        else:
+            m, w = _compress(means[lo:hi], weights[lo:hi], compression)
+        out_m.append(m)
+        out_w.append(w)
+        sizes.append(m.size)
+    new_offsets = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=new_offsets[1:])
+    return new_offsets, np.concatenate(out_m), np.concatenate(out_w)

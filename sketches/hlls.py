@@ -1,0 +1,285 @@
+"""Many HyperLogLog sketches at once, as sparse columns: `Hlls`.
+
+The reason is `Digests`' (sketches/digests.py): a batch touching thousands of (window, group)
+pairs cannot afford an object per pair, and a `HyperLogLog` object is 2^p registers (16 KiB at
+p = 14) however few users it saw. `Hlls` keeps only the non-zero registers of each group,
+sorted by index: group i's are `index[offsets[i]:offsets[i+1]]` with their values in `rank`.
+A window of 40 users is then 40 entries, and building, merging (element-wise max), estimating
+and encoding all groups takes a fixed number of numpy passes.
+
+Same answers as `HyperLogLog`, bit for bit: `build` holds the registers of a sketch updated
+with the group's hashes, `combine` those of `HyperLogLog.merged`, `estimate` is
+`HyperLogLog.estimate`, `encode` is `HyperLogLog.to_bytes` (tests/unit/sketches/test_hlls.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from sketches.hll import (
+    _DEFLATE_FROM,
+    _HEADER,
+    _SPARSE,
+    _SPARSE_COUNT,
+    _SPARSE_ENTRY,
+    DEFAULT_P,
+    HyperLogLog,
+    _check_p,
+    _index_rank,
+)
+from sketches.preamble import HLL
+
+__all__ = ["Hlls"]
+
+IntArray = npt.NDArray[np.int64]
+
+#: Bits of a packed (register index, value) entry that hold the value (values are <= 33 - p).
+_VALUE_BITS = 6
+
+
+@dataclass(eq=False)
+class Hlls:
+    """The HyperLogLog sketches of `len(self)` groups, precision `p`, as sparse columns."""
+
+    p: int
+    offsets: IntArray
+    index: IntArray
+    rank: npt.NDArray[np.uint8]
+
+    def __len__(self) -> int:
+        return int(self.offsets.shape[0]) - 1
+
+    @property
+    def sizes(self) -> IntArray:
+        """Non-zero registers per sketch."""
+        return np.diff(self.offsets)
+
+    @classmethod
+    def empty(cls, n: int, p: int = DEFAULT_P) -> Hlls:
+        """`n` empty sketches."""
+        return cls(
+            _check_p(p), np.zeros(n + 1, np.int64), np.empty(0, np.int64), np.empty(0, np.uint8)
+        )
+
+    @classmethod
+    def _of_entries(
+        cls, p: int, group: IntArray, index: IntArray, rank: npt.NDArray[np.uint8], n: int
+    ) -> Hlls:
+        """Sketches of (group, register index, value) entries: the largest value per register."""
+        packed = (((group << p) | index) << _VALUE_BITS) | rank.astype(np.int64)
+        packed.sort()
+        register = packed >> _VALUE_BITS
+        last = np.ones(packed.size, np.bool_)
+        last[:-1] = register[1:] != register[:-1]
+        kept = packed[last]
+        register = register[last]
+        group_of = register >> p
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(group_of, minlength=n), out=offsets[1:])
+        return cls(
+            p,
+            offsets,
+            register & ((1 << p) - 1),
+            (kept & ((1 << _VALUE_BITS) - 1)).astype(np.uint8),
+        )
+
+    @classmethod
+    def build(
+        cls, hashes: npt.ArrayLike, groups: npt.ArrayLike, n: int, p: int = DEFAULT_P
+    ) -> Hlls:
+        """Sketch g of the hashes (`sketches.tg64.hash32`) whose group is g (groups in [0, n))."""
+        h = np.asarray(hashes, dtype=np.uint32).reshape(-1)
+        g = np.asarray(groups, dtype=np.int64).reshape(-1)
+        index, rank = _index_rank(h, _check_p(p))
+        return cls._of_entries(p, g, index.astype(np.int64), rank, n)
+
+    @classmethod
+    def of(cls, sketches: Sequence[HyperLogLog]) -> Hlls:
+        """The columns of these sketches (all of one precision), in order."""
+        if not sketches:
+            return cls.empty(0)
+        p = sketches[0].p
+        if any(s.p != p for s in sketches):
+            raise ValueError("Hlls.of: sketches of different precisions")
+        nz = [np.flatnonzero(s.registers) for s in sketches]
+        offsets = np.zeros(len(nz) + 1, np.int64)
+        np.cumsum([len(x) for x in nz], out=offsets[1:])
+        return cls(
+            p,
+            offsets,
+            np.concatenate(nz).astype(np.int64),
+            np.concatenate([s.registers[i] for s, i in zip(sketches, nz, strict=True)]),
+        )
+
+    def sketch(self, i: int) -> HyperLogLog:
+        """Group i's sketch as a `HyperLogLog`."""
+        out = HyperLogLog(self.p)
+        lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
+        out.registers[self.index[lo:hi]] = self.rank[lo:hi]
+        return out
+
+    @classmethod
+    def concat(cls, parts: Sequence[Hlls]) -> Hlls:
+        """The groups of `parts`, one after another."""
+        if not parts:
+            return cls.empty(0)
+        if len(parts) == 1:
+            return parts[0]
+        p = parts[0].p
+        if any(x.p != p for x in parts):
+            raise ValueError("Hlls.concat: sketches of different precisions")
+        starts = np.cumsum([0] + [int(x.offsets[-1]) for x in parts[:-1]])
+        return cls(
+            p,
+            np.concatenate([[0]] + [x.offsets[1:] + s for x, s in zip(parts, starts, strict=True)]),
+            np.concatenate([x.index for x in parts]),
+            np.concatenate([x.rank for x in parts]),
+        )
+
+    def take(self, rows: npt.ArrayLike) -> Hlls:
+        """The sketches of `rows`, in that order (a row may repeat)."""
+        from sketches.digests import _ranges
+
+        idx = np.asarray(rows, dtype=np.int64).reshape(-1)
+        sizes = self.sizes[idx]
+        offsets = np.zeros(idx.size + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        at = _ranges(self.offsets[:-1][idx], sizes)
+        return Hlls(self.p, offsets, self.index[at], self.rank[at])
+
+    def combine(self, keys: npt.ArrayLike, n: int) -> Hlls:
+        """Sketch k: the union (`HyperLogLog.merged`) of the rows whose key is k."""
+        k = np.asarray(keys, dtype=np.int64).reshape(-1)
+        if k.size != len(self):
+            raise ValueError("Hlls.combine: one key per sketch")
+        group = np.repeat(k, self.sizes)
+        return Hlls._of_entries(self.p, group, self.index, self.rank, n)
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def estimate(self) -> npt.NDArray[np.float64]:
+        """`HyperLogLog.estimate` of every sketch (Ertl's estimator)."""
+        n = len(self)
+        q = 32 - self.p
+        m = 1 << self.p
+        group = np.repeat(np.arange(n), self.sizes)
+        hist = np.bincount(group * (q + 2) + self.rank, minlength=n * (q + 2)).reshape(n, q + 2)
+        hist[:, 0] = m - self.sizes
+        z = m * _tau(1.0 - hist[:, q + 1] / m)
+        for k in range(q, 0, -1):
+            z = 0.5 * (z + hist[:, k].astype(np.float64))
+        z = z + m * _sigma(hist[:, 0] / m)
+        with np.errstate(divide="ignore"):
+            out = m * m / (2.0 * math.log(2.0)) / z
+        return np.where(z == 0.0, math.inf, out)
+
+    # --- bytes ------------------------------------------------------------------------------
+
+    def encode(self) -> list[bytes]:
+        """`HyperLogLog.to_bytes` of every sketch."""
+        m = 1 << self.p
+        head = HLL.preamble + _HEADER.pack(self.p, _SPARSE)
+        dense_size = (5 * m) // 8
+        out = []
+        entries = np.empty(self.index.size, dtype=_SPARSE_ENTRY)
+        entries["index"] = self.index
+        entries["value"] = self.rank
+        raw = entries.tobytes()
+        width = _SPARSE_ENTRY.itemsize
+        for i, (lo, hi) in enumerate(itertools.pairwise(self.offsets.tolist())):
+            size = 4 + 3 * (hi - lo)
+            if size >= _DEFLATE_FROM or size >= dense_size:
+                out.append(self.sketch(i).to_bytes())  # filled sketches: the object's choice
+            else:
+                out.append(head + _SPARSE_COUNT.pack(hi - lo) + raw[lo * width : hi * width])
+        return out
+
+    @classmethod
+    def decode(cls, blobs: Sequence[bytes]) -> Hlls:
+        """Sketches of `HyperLogLog.to_bytes` blobs (any encoding); ValueError on bad ones."""
+        n = len(blobs)
+        if not n:
+            return cls.empty(0)
+        start = HLL.size + _HEADER.size + _SPARSE_COUNT.size
+        parts: list[npt.NDArray[np.void]] = []
+        sizes = np.zeros(n, np.int64)
+        p = None
+        for i, blob in enumerate(blobs):
+            HLL.check(blob)
+            if len(blob) >= start and blob[HLL.size + 1] == _SPARSE:
+                bp = blob[HLL.size]
+                (count,) = _SPARSE_COUNT.unpack_from(blob, HLL.size + _HEADER.size)
+                if len(blob) != start + count * _SPARSE_ENTRY.itemsize or count > (1 << bp):
+                    raise ValueError(f"corrupt HyperLogLog: {count} sparse entries do not fit")
+                e = np.frombuffer(blob, _SPARSE_ENTRY, count, start)
+            else:
+                s = HyperLogLog.from_bytes(blob)
+                bp = s.p
+                nz = np.flatnonzero(s.registers)
+                e = np.empty(nz.size, _SPARSE_ENTRY)
+                e["index"], e["value"] = nz, s.registers[nz]
+            if p is None:
+                p = _check_p(bp)
+            elif bp != p:
+                raise ValueError("Hlls.decode: sketches of different precisions")
+            parts.append(e)
+            sizes[i] = e.size
+        entries = np.concatenate(parts)
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        index = entries["index"].astype(np.int64)
+        rank = entries["value"].astype(np.uint8)
+        first = np.zeros(index.size, np.bool_)
+        first[offsets[:-1][sizes > 0]] = True
+        assert p is not None
+        if index.size and (
+            int(index.max()) >= 1 << p
+            or not bool(rank.all())
+            or int(rank.max()) > 33 - p
+            or bool((np.diff(index) <= 0)[~first[1:]].any())
+        ):
+            raise ValueError("corrupt HyperLogLog: bad sparse indices or values")
+        return cls(p, offsets, index, rank)
+
+
+def _sigma(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """sketches/hll.py's `_sigma`, element-wise (the same operations, so the same floats)."""
+    x = np.array(x, dtype=np.float64)
+    z = x.copy()
+    y = np.ones_like(x)
+    full = x == 1.0
+    active = ~full
+    while active.any():
+        xa = x[active] * x[active]
+        previous = z[active]
+        za = previous + xa * y[active]
+        x[active] = xa
+        z[active] = za
+        y[active] = y[active] + y[active]
+        done = za == previous
+        active[np.flatnonzero(active)[done]] = False
+    return np.where(full, math.inf, z)
+
+
+def _tau(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """sketches/hll.py's `_tau`, element-wise."""
+    x = np.array(x, dtype=np.float64)
+    zero = (x == 0.0) | (x == 1.0)
+    z = 1.0 - x
+    y = np.ones_like(x)
+    active = ~zero
+    while active.any():
+        xa = np.sqrt(x[active])
+        previous = z[active]
+        ya = y[active] * 0.5
+        za = previous - (1.0 - xa) ** 2 * ya
+        x[active], y[active], z[active] = xa, ya, za
+        done = za == previous
+        active[np.flatnonzero(active)[done]] = False
+    return np.where(zero, 0.0, z / 3.0)

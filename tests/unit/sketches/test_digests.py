@@ -1,0 +1,117 @@
+"""Digests (sketches/digests.py): many t-digests as columns give what TDigest gives, bit for bit.
+
+Every check compares the columns with `TDigest` objects fed the same values: the object is the
+reference, the columns are how the job computes at scale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from sketches import TDigest
+from sketches.digests import Digests
+
+Dist = Callable[[np.random.Generator, int], np.ndarray]
+
+DISTS: dict[str, Dist] = {
+    "lognormal": lambda rng, n: rng.lognormal(4, 1, n),
+    "whole ms": lambda rng, n: np.round(rng.exponential(100, n)),
+    "three values": lambda rng, n: rng.integers(0, 3, n).astype(float),
+}
+SHAPES = [(1, 5), (3, 1), (50, 3), (200, 17), (60, 300), (4, 30_000)]
+
+
+def objects(values: np.ndarray, groups: np.ndarray, n: int) -> list[TDigest]:
+    out = []
+    for g in range(n):
+        d = TDigest()
+        mine = values[groups == g]
+        if len(mine):
+            d.update(mine)
+        out.append(d)
+    return out
+
+
+def case(shape: tuple[int, int], dist: str, seed: int = 1) -> tuple[np.ndarray, np.ndarray, int]:
+    rng = np.random.default_rng(seed)
+    n, per = shape
+    groups = rng.integers(0, n, n * per)
+    values = DISTS[dist](rng, n * per)
+    values[rng.random(values.size) < 0.01] = np.nan  # absent latencies are counted, not added
+    return values, groups, n
+
+
+@pytest.mark.parametrize("dist", DISTS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_build_encode_and_quantiles_equal_the_objects(shape: tuple[int, int], dist: str) -> None:
+    values, groups, n = case(shape, dist)
+    columns = Digests.build(values, groups, n)
+    expected = objects(values, groups, n)
+    assert [columns.digest(i) for i in range(n)] == expected
+    blobs = columns.encode()
+    assert blobs == [d.to_bytes() for d in expected]
+    decoded = Digests.decode(blobs)
+    assert [decoded.digest(i) for i in range(n)] == expected
+    qs = [0.0, 0.001, 0.5, 0.9, 0.99, 0.999, 1.0]
+    got = columns.quantiles(qs)
+    for i, d in enumerate(expected):
+        want = d.quantile(np.array(qs)) if d.count else np.full(len(qs), np.nan)
+        np.testing.assert_array_equal(got[i], want)
+
+
+@pytest.mark.parametrize("dist", DISTS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_combine_with_shifts_equals_merged_objects(shape: tuple[int, int], dist: str) -> None:
+    values, groups, n = case(shape, dist, seed=2)
+    rng = np.random.default_rng(3)
+    k = max(1, n // 3)
+    keys = rng.integers(0, k, n)
+    shifts = rng.choice([0.0, -1000.0, 250.5], n)
+    got = Digests.build(values, groups, n).shifted(shifts).combine(keys, k)
+    digests = objects(values, groups, n)
+    for key in range(k):
+        parts = [
+            digests[i].shifted(shifts[i]) if shifts[i] else digests[i]
+            for i in range(n)
+            if keys[i] == key
+        ]
+        assert got.digest(key) == (TDigest.merged(parts) if parts else TDigest())
+
+
+def test_combine_of_combined_digests_equals_merging_twice() -> None:
+    values, groups, n = case((40, 500), "lognormal", seed=4)
+    first = Digests.build(values, groups, n).combine(np.arange(n) // 4, n // 4)
+    second = first.combine(np.arange(n // 4) // 2, n // 8)
+    digests = objects(values, groups, n)
+    for key in range(n // 8):
+        halves = [TDigest.merged(digests[j * 4 : j * 4 + 4]) for j in (2 * key, 2 * key + 1)]
+        assert second.digest(key) == TDigest.merged(halves)
+
+
+def test_take_of_and_concat_keep_each_digest() -> None:
+    values, groups, n = case((30, 50), "whole ms", seed=5)
+    columns = Digests.build(values, groups, n)
+    expected = objects(values, groups, n)
+    rows = [5, 0, 5, 29, 3]
+    assert [columns.take(rows).digest(i) for i in range(len(rows))] == [expected[r] for r in rows]
+    again = Digests.concat([Digests.of(expected[:10]), Digests.of(expected[10:])])
+    assert [again.digest(i) for i in range(n)] == expected
+
+
+def test_bad_input_is_refused_with_the_objects_errors() -> None:
+    with pytest.raises(ValueError, match="inf"):
+        Digests.build(np.array([1.0, np.inf]), np.array([0, 1]), 2)
+    blob = Digests.build(np.arange(10.0), np.zeros(10, int), 1).encode()[0]
+    with pytest.raises(ValueError, match="bad length"):
+        Digests.decode([blob[:-1]])
+    tampered = bytearray(blob)
+    tampered[-1] = 9  # a weight no longer adds up to the count
+    with pytest.raises(ValueError, match="inconsistent"):
+        Digests.decode([bytes(tampered)])
+    with pytest.raises(ValueError, match="compressions"):
+        Digests.of([TDigest(100), TDigest(200)])
+    with pytest.raises(ValueError, match="one key per digest"):
+        Digests.empty(3).combine([0, 1], 2)
