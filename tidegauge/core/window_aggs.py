@@ -1,0 +1,412 @@
+"""Many window aggregates as columns: `WindowAggs`, the batch form of `WindowAgg`.
+
+A micro-batch touches thousands of (window, group) pairs when services are many or a backlog is
+read; one `WindowAgg` object per pair, with its digests and sketch, costs about a millisecond
+through the job (built, encoded, decoded, merged, read out and encoded again). `WindowAggs`
+holds the same states for `n` groups as columns: counts as integer arrays, the t-digests as
+`sketches.digests.Digests`, the users as `sketches.hlls.Hlls`, and every other registered metric
+(the sliding windows' timeline, plugins' metrics) as one state object per group through the
+metric's own functions. Its verbs are `WindowAgg`'s, over all groups at once.
+
+Same states and bytes as `WindowAgg`, bit for bit (tests/unit/tidegauge/core/test_window_aggs.py):
+`build` gives what a new `WindowAgg` holds after one `add_hashed` with the group's events,
+`combine` what `WindowAgg.merged` gives for each key's rows in row order, `results` what
+`WindowAgg.metrics` reports, `encode` what `WindowAgg.to_bytes` writes. Pure (numpy + sketches).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from sketches.digests import Digests
+from sketches.hlls import Hlls
+from sketches.preamble import WINDOW_AGG
+from tidegauge.core.metrics import (
+    COUNT,
+    ERRORS,
+    LATENCY,
+    LATENESS,
+    LATENESS_PERCENTILES,
+    OVERDUE,
+    PERCENTILES,
+    USERS,
+)
+from tidegauge.core.registry import Batch, Metric, ResultContext, metrics
+from tidegauge.core.window_agg import _ENTRIES, _NAME, _PAYLOAD, WindowAgg, _entries
+
+__all__ = ["WindowAggs"]
+
+IntArray = npt.NDArray[np.int64]
+
+#: The built-in metrics held as columns; any other metric is one state object per group.
+_INTS = (COUNT, ERRORS)
+_DIGESTS = (LATENCY, LATENESS, OVERDUE)
+_SKETCHES = (USERS,)
+
+
+@dataclass(eq=False)
+class WindowAggs:
+    """The aggregates of `n` groups: one column per registered metric.
+
+    `objects[name]` is None while every group's state of that metric is empty (a timeline in a
+    job without sliding windows), so the common case makes no object at all.
+    """
+
+    n: int
+    registered: tuple[Metric, ...]
+    ints: dict[str, IntArray] = field(default_factory=dict)
+    digests: dict[str, Digests] = field(default_factory=dict)
+    sketches: dict[str, Hlls] = field(default_factory=dict)
+    objects: dict[str, list[Any] | None] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return self.n
+
+    @classmethod
+    def empty(cls, n: int) -> WindowAggs:
+        """`n` empty aggregates of the registered metrics."""
+        out = cls(n, metrics())
+        for m in out.registered:
+            if m in _INTS:
+                out.ints[m.name] = np.zeros(n, np.int64)
+            elif m in _DIGESTS:
+                out.digests[m.name] = Digests.empty(n)
+            elif m in _SKETCHES:
+                out.sketches[m.name] = Hlls.empty(n)
+            else:
+                out.objects[m.name] = None
+        return out
+
+    # --- building ---------------------------------------------------------------------------
+
+    @classmethod
+    def build(
+        cls,
+        n: int,
+        groups: IntArray,
+        latency_ms: npt.NDArray[np.float64],
+        status: IntArray,
+        user_groups: IntArray,
+        user_hashes: npt.NDArray[np.uint32],
+        lateness_ms: npt.NDArray[np.float64] | None = None,
+        overdue_groups: IntArray | None = None,
+        overdue_ms: npt.NDArray[np.float64] | None = None,
+        extra: Mapping[str, npt.NDArray[Any]] | None = None,
+        timeline_ms: IntArray | None = None,
+    ) -> WindowAggs:
+        """Group g's aggregate of the events whose group is g: `WindowAgg.add_hashed` per group.
+
+        One entry per event in `groups`, `latency_ms`, `status`, `lateness_ms`, `extra` and
+        `timeline_ms`; `user_hashes` are the events with a user (their groups in `user_groups`),
+        `overdue_ms` the events that have one (groups in `overdue_groups`).
+        """
+        out = cls.empty(n)
+        out.ints["count"] = np.bincount(groups, minlength=n).astype(np.int64)
+        out.ints["errors"] = np.bincount(groups[status >= 500], minlength=n).astype(np.int64)
+        known = ~np.isnan(latency_ms)  # absent latencies are left out, not counted as NaN
+        out.digests["latency"] = Digests.build(latency_ms[known], groups[known], n)
+        out.sketches["users"] = Hlls.build(user_hashes, user_groups, n)
+        if lateness_ms is not None:
+            out.digests["lateness"] = Digests.build(lateness_ms, groups, n)
+        if overdue_ms is not None and overdue_groups is not None and len(overdue_ms):
+            out.digests["overdue"] = Digests.build(overdue_ms, overdue_groups, n)
+        others = [m for m in out.registered if m.name in out.objects]
+        if others and (extra or timeline_ms is not None):
+            out._build_objects(
+                others,
+                groups,
+                {
+                    "latency_ms": latency_ms,
+                    "status": status,
+                    **({} if lateness_ms is None else {"lateness_ms": lateness_ms}),
+                    **({} if timeline_ms is None else {"timeline_ms": timeline_ms}),
+                    **(extra or {}),
+                },
+                (user_groups, user_hashes),
+                None
+                if overdue_ms is None or overdue_groups is None
+                else (overdue_groups, overdue_ms),
+            )
+        return out
+
+    def _build_objects(
+        self,
+        others: list[Metric],
+        groups: IntArray,
+        columns: dict[str, npt.NDArray[Any]],
+        users: tuple[IntArray, npt.NDArray[np.uint32]],
+        overdue: tuple[IntArray, npt.NDArray[np.float64]] | None,
+    ) -> None:
+        """The object metrics' states: each group's events as a `Batch`, as `add_hashed` makes."""
+        cuts = _slices(groups, self.n)
+        user_cuts = _slices(users[0], self.n)
+        overdue_cuts = None if overdue is None else _slices(overdue[0], self.n)
+        states: dict[str, list[Any]] = {m.name: [] for m in others}
+        for g in range(self.n):
+            rows = cuts[g]
+            cols = {name: col[rows] for name, col in columns.items()}
+            cols["user_hash"] = users[1][user_cuts[g]]
+            if overdue is not None and overdue_cuts is not None:
+                mine = overdue[1][overdue_cuts[g]]
+                if len(mine):
+                    cols["overdue_ms"] = mine
+            batch = Batch(len(rows), cols)
+            for m in others:
+                states[m.name].append(m.update(m.empty(), batch))
+        for name, values in states.items():
+            self.objects[name] = values
+
+    @classmethod
+    def of(cls, aggs: Sequence[WindowAgg]) -> WindowAggs:
+        """The columns of these aggregates, in order."""
+        out = cls.empty(len(aggs))
+        for m in out.registered:
+            found = [a.states.get(m.name) for a in aggs]
+            states: list[Any] = [m.empty() if s is None else s for s in found]
+            if m.name in out.ints:
+                out.ints[m.name] = np.array(states, np.int64).reshape(-1)
+            elif m.name in out.digests:
+                out.digests[m.name] = Digests.of(states) if states else Digests.empty(0)
+            elif m.name in out.sketches:
+                out.sketches[m.name] = Hlls.of(states) if states else Hlls.empty(0)
+            else:
+                out.objects[m.name] = states
+        return out
+
+    def agg(self, i: int) -> WindowAgg:
+        """Group i's aggregate as a `WindowAgg`."""
+        states: dict[str, Any] = {}
+        for m in self.registered:
+            if m.name in self.ints:
+                states[m.name] = int(self.ints[m.name][i])
+            elif m.name in self.digests:
+                states[m.name] = self.digests[m.name].digest(i)
+            elif m.name in self.sketches:
+                states[m.name] = self.sketches[m.name].sketch(i)
+            else:
+                objs = self.objects[m.name]
+                states[m.name] = m.empty() if objs is None else objs[i]
+        return WindowAgg._of(states, self.registered)
+
+    # --- rows -------------------------------------------------------------------------------
+
+    def take(self, rows: npt.ArrayLike) -> WindowAggs:
+        """The aggregates of `rows`, in that order (a row may repeat)."""
+        idx = np.asarray(rows, dtype=np.int64).reshape(-1)
+        out = WindowAggs(idx.size, self.registered)
+        out.ints = {k: v[idx] for k, v in self.ints.items()}
+        out.digests = {k: v.take(idx) for k, v in self.digests.items()}
+        out.sketches = {k: v.take(idx) for k, v in self.sketches.items()}
+        out.objects = {
+            k: None if v is None else [v[i] for i in idx.tolist()] for k, v in self.objects.items()
+        }
+        return out
+
+    @classmethod
+    def concat(cls, parts: Sequence[WindowAggs]) -> WindowAggs:
+        """The aggregates of `parts`, one after another."""
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return cls.empty(0)
+        out = cls(sum(p.n for p in parts), parts[0].registered)
+        for k in parts[0].ints:
+            out.ints[k] = np.concatenate([p.ints[k] for p in parts])
+        for k in parts[0].digests:
+            out.digests[k] = Digests.concat([p.digests[k] for p in parts])
+        for k in parts[0].sketches:
+            out.sketches[k] = Hlls.concat([p.sketches[k] for p in parts])
+        by_name = {m.name: m for m in out.registered}
+        for k in parts[0].objects:
+            if all(p.objects[k] is None for p in parts):
+                out.objects[k] = None
+            else:
+                m = by_name[k]
+                out.objects[k] = [
+                    s for p in parts for s in (p.objects[k] or [m.empty() for _ in range(p.n)])
+                ]
+        return out
+
+    def combine(
+        self, keys: npt.ArrayLike, n: int, overdue_shifts_ms: npt.ArrayLike | None = None
+    ) -> WindowAggs:
+        """Aggregate k: `WindowAgg.merged` of the rows whose key is k, in row order.
+
+        `overdue_shifts_ms` (one per row) re-bases the shiftable states, as `merged` does.
+        """
+        k = np.asarray(keys, dtype=np.int64).reshape(-1)
+        shifts = None if overdue_shifts_ms is None else np.asarray(overdue_shifts_ms, np.float64)
+        out = WindowAggs(n, self.registered)
+        for name, values in self.ints.items():
+            total = np.zeros(n, np.int64)
+            np.add.at(total, k, values)
+            out.ints[name] = total
+        by_name = {m.name: m for m in self.registered}
+        for name, d in self.digests.items():
+            if shifts is not None and by_name[name].shift is not None:
+                d = d.shifted(shifts)
+            out.digests[name] = d.combine(k, n)
+        for name, s in self.sketches.items():
+            out.sketches[name] = s.combine(k, n)
+        order = np.argsort(k, kind="stable")
+        bounds = np.searchsorted(k[order], np.arange(n + 1))
+        for name, objs in self.objects.items():
+            if objs is None:
+                out.objects[name] = None
+                continue
+            m = by_name[name]
+            merged = []
+            for g in range(n):
+                rows = order[bounds[g] : bounds[g + 1]].tolist()
+                states = [objs[r] for r in rows]
+                if shifts is not None and m.shift is not None:
+                    states = [
+                        m.shift(s, d) if d else s for s, d in zip(states, shifts[rows], strict=True)
+                    ]
+                merged.append(m.merge(states) if states else m.empty())
+            out.objects[name] = merged
+        return out
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def results(self, duration_ms: npt.ArrayLike) -> list[dict[str, Any]]:
+        """`WindowAgg.metrics(duration)` of every group (one duration per group, or one)."""
+        n = self.n
+        durations = np.broadcast_to(np.asarray(duration_ms, dtype=np.int64), (n,))
+        count = self.ints["count"]
+        columns: dict[str, list[Any]] = {}
+        for m in self.registered:
+            if m is COUNT:
+                columns["count"] = count.tolist()
+                columns["events_per_s"] = (count * 1000.0 / durations).tolist()
+            elif m is ERRORS:
+                errors = self.ints["errors"]
+                columns["errors"] = errors.tolist()
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    rate = np.where(count > 0, errors / np.maximum(count, 1), 0.0)
+                columns["error_rate"] = rate.tolist()
+            elif m is LATENCY:
+                d = self.digests["latency"]
+                has = d.count > 0
+                columns["latency_count"] = d.count.tolist()
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    mean = d.sum / d.count
+                columns["latency_mean"] = _or_none(mean, has)
+                q = d.quantiles(list(PERCENTILES.values()))
+                for j, name in enumerate(PERCENTILES):
+                    columns[name] = _or_none(q[:, j], has & np.isfinite(q[:, j]))
+            elif m is USERS:
+                columns["distinct_users"] = [
+                    round(x) for x in self.sketches["users"].estimate().tolist()
+                ]
+            elif m is LATENESS:
+                d = self.digests["lateness"]
+                has = d.count > 0
+                q = d.quantiles(list(LATENESS_PERCENTILES.values()))
+                for j, name in enumerate(LATENESS_PERCENTILES):
+                    columns[name] = _or_none(q[:, j], has & np.isfinite(q[:, j]))
+                columns["lateness_max"] = _or_none(d.max, has & np.isfinite(d.max))
+            elif m is OVERDUE:
+                continue
+            else:
+                objs = self.objects[m.name]
+                per_group = [
+                    m.results(m.empty() if objs is None else objs[i], ResultContext(c, dur))
+                    for i, (c, dur) in enumerate(
+                        zip(count.tolist(), durations.tolist(), strict=True)
+                    )
+                ]
+                for f in m.fields:
+                    columns[f] = [r[f] for r in per_group]
+        names = list(columns)
+        return (
+            [dict(zip(names, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+            if n
+            else []
+        )
+
+    # --- bytes ------------------------------------------------------------------------------
+
+    def encode(self) -> list[bytes]:
+        """`WindowAgg.to_bytes` of every group."""
+        n = self.n
+        payloads: list[tuple[bytes, list[bytes]]] = []
+        for m in self.registered:
+            raw = m.name.encode()
+            prefix = _NAME.pack(len(raw)) + raw
+            if m.name in self.ints:
+                b = self.ints[m.name].astype("<i8").tobytes()
+                values = [b[i * 8 : i * 8 + 8] for i in range(n)]
+            elif m.name in self.digests:
+                values = self.digests[m.name].encode()
+            elif m.name in self.sketches:
+                values = self.sketches[m.name].encode()
+            else:
+                objs = self.objects[m.name]
+                values = [m.encode(m.empty())] * n if objs is None else [m.encode(s) for s in objs]
+            payloads.append((prefix, values))
+        head = WINDOW_AGG.preamble + _ENTRIES.pack(len(self.registered))
+        pack = _PAYLOAD.pack
+        out = []
+        for i in range(n):
+            parts = [head]
+            for prefix, values in payloads:
+                v = values[i]
+                parts += (prefix, pack(len(v)), v)
+            out.append(b"".join(parts))
+        return out
+
+    @classmethod
+    def decode(cls, blobs: Sequence[bytes]) -> WindowAggs:
+        """The aggregates of `WindowAgg.to_bytes` blobs (any version `WindowAgg.from_bytes` reads).
+
+        A metric a blob does not hold reads back empty; entries of unregistered metrics are
+        skipped; ValueError as `WindowAgg.from_bytes` raises it.
+        """
+        out = cls.empty(len(blobs))
+        by_name = {m.name: m for m in out.registered}
+        payloads: dict[str, list[bytes | None]] = {
+            m.name: [None] * len(blobs) for m in out.registered
+        }
+        for i, blob in enumerate(blobs):
+            for name, payload in _entries(blob):
+                if name in payloads:
+                    payloads[name][i] = payload
+        for name, values in payloads.items():
+            m = by_name[name]
+            if all(v is None for v in values):
+                continue
+            try:
+                if name in out.ints:
+                    out.ints[name] = np.array(
+                        [0 if v is None else struct.unpack("<q", v)[0] for v in values], np.int64
+                    )
+                elif name in out.digests:
+                    empty = m.encode(m.empty())
+                    out.digests[name] = Digests.decode([empty if v is None else v for v in values])
+                elif name in out.sketches:
+                    empty = m.encode(m.empty())
+                    out.sketches[name] = Hlls.decode([empty if v is None else v for v in values])
+                else:
+                    out.objects[name] = [m.empty() if v is None else m.decode(v) for v in values]
+            except (struct.error, ValueError) as e:
+                raise ValueError(f"window aggregate: bad {name!r} entry: {e}") from None
+        return out
+
+
+def _or_none(values: npt.NDArray[np.float64], keep: npt.NDArray[np.bool_]) -> list[float | None]:
+    """Values as Python floats, None where not `keep`."""
+    return [v if k else None for v, k in zip(values.tolist(), keep.tolist(), strict=True)]
+
+
+def _slices(groups: IntArray, n: int) -> list[IntArray]:
+    """Per group, the positions of its entries (in order)."""
+    order = np.argsort(groups, kind="stable")
+    bounds = np.searchsorted(groups[order], np.arange(n + 1))
+    return [order[bounds[g] : bounds[g + 1]] for g in range(n)]
