@@ -9,7 +9,6 @@ aggregation to a batch of one service's events (late pairs are counted, never ad
 from __future__ import annotations
 
 import json
-import math
 import struct
 from collections import Counter
 from collections.abc import Mapping
@@ -19,25 +18,20 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from jobs.panes.columnar import Plan, add_events, merge_panes, window_aggs
 from jobs.panes.dedup import SeenIds
 from jobs.panes.sessions import Sessions
 from jobs.parse.columns import present
-from sketches.preamble import WINDOW_STATE
+from sketches.preamble import WINDOW_AGG, WINDOW_STATE
 from sketches.tg64 import hash32
 from tidegauge.core.late_agg import LateAgg
-from tidegauge.core.metrics import TIMELINE
-from tidegauge.core.sliding import Timeline, frame_of
 from tidegauge.core.window_agg import WindowAgg
+from tidegauge.core.window_aggs import WindowAggs
 from tidegauge.core.windows import (
-    LATE,
-    STRAGGLER,
     WindowSpec,
-    classify,
     is_late,
     late_mask,
-    pane_size,
     tumbling_starts,
-    window_end,
 )
 
 __all__ = ["Added", "ServiceWindows"]
@@ -76,29 +70,40 @@ class ServiceWindows:
     A row is added to its pane unless every window containing that pane (in every spec) has
     already ended at or before the watermark; a window whose end <= watermark counts the row as
     late instead. Windows with end > watermark that contain an updated pane are re-emitted.
+    Panes are kept encoded (`WindowAgg.to_bytes`): the job decodes only the ones a batch
+    touches, many services at once (jobs/panes/columnar.py); `pane` and `pane_aggs` read them.
     """
 
     specs: tuple[WindowSpec, ...]
-    panes: dict[int, WindowAgg] = field(default_factory=dict)
+    panes: dict[int, bytes] = field(default_factory=dict)
     sessions: Sessions | None = None
     #: Ids of accepted events, until their windows close (jobs/panes/dedup.py).
     ids: SeenIds = field(default_factory=SeenIds)
 
     def __post_init__(self) -> None:
-        self.window_specs = tuple(s for s in self.specs if s.kind != "session")
+        self.plan = Plan(self.specs)
+        self.window_specs = self.plan.specs
         session_specs = [s for s in self.specs if s.kind == "session"]
         if len(session_specs) > 1:
             raise ValueError("at most one --session-gap")
         if session_specs and self.sessions is None:
             self.sessions = Sessions(session_specs[0])
-        self.pane_ms = pane_size(self.window_specs)
+        self.pane_ms = self.plan.pane_ms
         self._sessions_touched: set[int] = set()
         # Sliding windows count their events on a timeline of this resolution (0: none).
-        self.timeline_ms = math.gcd(*[s.resolution_ms for s in self.window_specs])
+        self.timeline_ms = self.plan.timeline_ms
+
+    def pane(self, start: int) -> WindowAgg:
+        """The aggregate of the pane starting at `start`."""
+        return WindowAgg.from_bytes(self.panes[start])
+
+    def pane_aggs(self) -> dict[int, WindowAgg]:
+        """Every pane's aggregate, by start."""
+        return {start: WindowAgg.from_bytes(blob) for start, blob in self.panes.items()}
 
     def _last_end(self, pane_start: int) -> int:
         """End of the last window (any spec) whose result depends on the pane."""
-        return max(s.last_end_reaching(pane_start) for s in self.window_specs)
+        return self.plan.last_end(pane_start)
 
     def add(
         self,
@@ -120,49 +125,44 @@ class ServiceWindows:
         columns of registered event fields (one entry per event), which registered metrics read.
         """
         added = Added()
-        lateness = None
-        if arrival_ms is not None:
-            lateness = np.asarray(arrival_ms, dtype=np.float64) - event_ms
         if self.sessions is not None:
+            lateness = None
+            if arrival_ms is not None:
+                lateness = np.asarray(arrival_ms, dtype=np.float64) - event_ms
             self.add_sessions(added, users, event_ms, lateness, watermark_ms, frontier_ms)
-        if not len(event_ms):
+        if not len(event_ms) or not self.window_specs:
             return added
-        valid = present(users)
-        hashes = hash32(users)  # the valid ones', once per batch; each pane takes its share
-        starts = tumbling_starts(event_ms, self.pane_ms)
-        buckets = tumbling_starts(event_ms, self.timeline_ms) if self.timeline_ms else None
-        uniq, inverse = np.unique(starts, return_inverse=True)
-        for i, pane in enumerate(uniq.tolist()):
-            mask = inverse == i
-            n = int(np.count_nonzero(mask))
-            pane_lateness = np.full(n, np.nan) if lateness is None else lateness[mask]
-            for spec in self.window_specs:
-                for w in spec.windows_containing(pane, self.pane_ms):
-                    end = spec.end(w)
-                    kind = classify(end, watermark_ms, frontier_ms)
-                    if kind == LATE:
-                        overdue = 0 if frontier_ms is None else frontier_ms - end
-                        added.late.setdefault((spec.key, w), LateAgg()).add(pane_lateness, overdue)
-                    elif kind == STRAGGLER:
-                        added.stragglers[(spec.key, w)] += n
-            if is_late(self._last_end(pane), watermark_ms):
-                continue
-            agg = self.panes.get(pane)
-            if agg is None:
-                agg = self.panes[pane] = WindowAgg()
-            overdue_ms = None
-            if frontier_ms is not None and frontier_ms >= pane + self.pane_ms:
-                overdue_ms = np.full(n, float(frontier_ms - pane - self.pane_ms))
-            agg.add_hashed(
-                latency_ms[mask],
-                status[mask],
-                hashes[mask[valid]],
-                None if lateness is None else pane_lateness,
-                overdue_ms,
-                {name: col[mask] for name, col in extra.items()} if extra else None,
-                None if buckets is None else buckets[mask],
+        batch = add_events(
+            self.plan,
+            np.zeros(len(event_ms), np.int64),
+            np.asarray(event_ms, np.int64),
+            np.asarray(latency_ms, np.float64),
+            np.asarray(status, np.int64),
+            present(users),
+            hash32(users),
+            watermark_ms,
+            arrival_ms,
+            frontier_ms,
+            extra,
+        )
+        starts = batch.start.tolist()
+        self.merge_panes(dict(zip(starts, batch.aggs.encode(), strict=True)))
+        added.touched = set(starts)
+        for i, (s, w) in enumerate(
+            zip(batch.late_spec.tolist(), batch.late_start.tolist(), strict=True)
+        ):
+            added.late[(self.window_specs[s].key, w)] = LateAgg(
+                int(batch.late_count[i]),
+                batch.late_lateness.digest(i),
+                batch.late_overdue.digest(i),
             )
-            added.touched.add(pane)
+        for s, w, n in zip(
+            batch.straggler_spec.tolist(),
+            batch.straggler_start.tolist(),
+            batch.straggler_count.tolist(),
+            strict=True,
+        ):
+            added.stragglers[(self.window_specs[s].key, w)] += n
         return added
 
     def add_sessions(
@@ -185,20 +185,20 @@ class ServiceWindows:
         self._sessions_touched |= self.sessions.add(users, event_ms, watermark_ms)
         self._session_late(added, event_ms, users, lateness, watermark_ms, frontier_ms)
 
-    def merge_panes(self, panes: Mapping[int, WindowAgg]) -> set[int]:
-        """Merge panes that `add` built elsewhere from other events; returns their starts.
+    def merge_panes(self, panes: Mapping[int, bytes]) -> set[int]:
+        """Merge encoded panes that `add` built elsewhere from other events; returns their starts.
 
-        `panes` come from a `ServiceWindows` of the same window specs (a read task's, see
+        `panes` come from panes of the same window specs (a read task's, see
         jobs/summary/summarise.py), which already left out the panes every window of is closed and
-        measured overdue against each pane's end, as `add` does here. They are taken over,
-        not copied.
+        measured overdue against each pane's end, as `add` does here.
         """
-        for start, part in panes.items():
-            agg = self.panes.get(start)
-            if agg is None:
-                self.panes[start] = part
-            else:
-                agg.merge(part)
+        fresh = {p: b for p, b in panes.items() if p not in self.panes}
+        both = sorted(p for p in panes if p in self.panes)
+        self.panes.update(fresh)
+        if both:
+            parts = [blob for p in both for blob in (self.panes[p], panes[p])]
+            merged = merge_panes(parts, np.repeat(np.arange(len(both)), 2), len(both))
+            self.panes.update(zip(both, merged.encode(), strict=True))
         return set(panes)
 
     def _session_late(
@@ -236,46 +236,50 @@ class ServiceWindows:
         self, panes: set[int], watermark_ms: int
     ) -> dict[tuple[WindowSpec, int], WindowAgg]:
         """The still-open windows (end > watermark) containing any of `panes`, merged from panes."""
-        wanted = {
-            (spec, w)
-            for pane in panes
-            for spec in self.window_specs
-            for w in spec.windows_reaching(pane, self.pane_ms)
-            if not is_late(spec.end(w), watermark_ms)
-        }
-        out = {(spec, w): self._window(spec, w) for spec, w in wanted}
-        if self.sessions is not None:
-            for b in self._sessions_touched:
-                out[(self.sessions.spec, b)] = self.sessions.buckets[b]
-            self._sessions_touched = set()
+        wanted = self.wanted(panes, watermark_ms)
+        out: dict[tuple[WindowSpec, int], WindowAgg] = {}
+        if wanted:
+            starts = sorted({p for _, _, members in wanted for p in members})
+            row = {p: i for i, p in enumerate(starts)}
+            aggs = WindowAggs.decode([self.panes[p] for p in starts])
+            windows = [(s, w, [row[p] for p in members]) for s, w, members in wanted]
+            merged = window_aggs(self.plan, aggs, np.array(starts, np.int64), windows)
+            for k, (s, w, _) in enumerate(wanted):
+                out[(self.window_specs[s], w)] = merged.agg(k)
+        out.update(self.session_windows())
         return out
 
-    def _window(self, spec: WindowSpec, start: int) -> WindowAgg:
-        """The window of `spec` starting at `start`, merged from its panes.
+    def session_windows(self) -> dict[tuple[WindowSpec, int], WindowAgg]:
+        """The session buckets changed since the last call (`add_sessions`), by (spec, bucket)."""
+        if self.sessions is None:
+            return {}
+        out = {(self.sessions.spec, b): self.sessions.buckets[b] for b in self._sessions_touched}
+        self._sessions_touched = set()
+        return out
 
-        With sliding windows the panes carry timelines: a sliding window's row gets the sum of
-        the timelines of every pane its peak intervals reach, framed to those intervals
-        (tidegauge/core/sliding.py); other windows get none.
+    def wanted(self, panes: set[int], watermark_ms: int) -> list[tuple[int, int, list[int]]]:
+        """The open windows depending on `panes`: (spec index, start, the panes it reads).
+
+        A window reads the panes inside it that exist, and a sliding window also those its
+        peak intervals reach (jobs/panes/columnar.py `window_aggs`); ascending pane starts.
         """
-        have = [p for p in spec.panes_of(start, self.pane_ms) if p in self.panes]
-        if (
-            len(have) == 1
-            and window_end(have[0], self.pane_ms) == spec.end(start)
-            and not self.timeline_ms
-        ):
-            return self.panes[have[0]]
-        # Overdue is measured against each pane's end; re-base it on the window's end.
-        shifts = [float(window_end(p, self.pane_ms) - spec.end(start)) for p in have]
-        agg = WindowAgg.merged((self.panes[p] for p in have), shifts)
-        if self.timeline_ms:
-            timeline = Timeline()
-            if spec.kind == "sliding":
-                end = spec.end(start)
-                reach = range(end - spec.reach_ms, end, self.pane_ms)
-                parts = [self.panes[p].states[TIMELINE.name] for p in reach if p in self.panes]
-                timeline = Timeline.merged(parts).framed(frame_of(spec, start))
-            agg.states[TIMELINE.name] = timeline
-        return agg
+        keys = sorted(
+            {
+                (s, w)
+                for pane in panes
+                for s, spec in enumerate(self.window_specs)
+                for w in spec.windows_reaching(pane, self.pane_ms)
+                if not is_late(spec.end(w), watermark_ms)
+            }
+        )
+        out = []
+        for s, w in keys:
+            spec = self.window_specs[s]
+            end = spec.end(w)
+            reach = range(end - spec.reach_ms, end, self.pane_ms) if self.timeline_ms else range(0)
+            members = sorted({*spec.panes_of(w, self.pane_ms), *reach} & self.panes.keys())
+            out.append((s, w, members))
+        return out
 
     def evict(self, watermark_ms: int) -> list[int]:
         """Forget panes no open window needs any more; return their starts."""
@@ -313,8 +317,7 @@ class ServiceWindows:
             sessions,
             ids,
         ]
-        for start, agg in sorted(self.panes.items()):
-            blob = agg.to_bytes()
+        for start, blob in sorted(self.panes.items()):
             parts += [_PANE.pack(start, len(blob)), blob]
         return b"".join(parts)
 
@@ -348,7 +351,8 @@ class ServiceWindows:
                 raise ValueError("window state is truncated: use a new --checkpoint directory")
             start, n = _PANE.unpack_from(blob, pos)
             pos += _PANE.size
-            panes[start] = WindowAgg.from_bytes(blob[pos : pos + n])
+            panes[start] = blob[pos : pos + n]
+            WINDOW_AGG.check(panes[start])  # decoded when a batch touches it
             pos += n
         if len(panes) != head.get("panes", len(panes)):
             raise ValueError("window state is truncated: use a new --checkpoint directory")

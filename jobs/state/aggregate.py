@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from jobs.panes.columnar import Plan, merge_panes, window_aggs
 from jobs.panes.windows import Added, ServiceWindows
 from jobs.parse.columns import Columns, encode_columns
 from jobs.state.codec import DeadCounts, ShardState
@@ -51,7 +52,9 @@ from jobs.summary.schema import SummaryKind
 from jobs.summary.settings import ExecutorConfig
 from jobs.summary.summarise import ServiceSummary, redo_summary
 from tidegauge.core.events import OVERFLOW_SERVICE
+from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.plugins import ensure_plugins
+from tidegauge.core.window_aggs import WindowAggs
 from tidegauge.core.windows import ARRIVAL_DOMAINS, WindowSpec, frontier
 
 __all__ = ["StateGroup", "make_state_fn"]
@@ -142,6 +145,25 @@ def _dedup(
     return out
 
 
+@dataclass
+class _Touched:
+    """What the services of a shard's batch did to their panes, for one shard-wide merge."""
+
+    #: (service, pane start) of every pane a summary holds a part of, in first-seen order.
+    keys: list[tuple[str, int]] = field(default_factory=list)
+    #: The parts of those panes: (index into `keys`, `WindowAgg` bytes), in Kafka order.
+    parts: list[tuple[int, bytes]] = field(default_factory=list)
+    index: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def add(self, service: str, panes: dict[int, bytes]) -> None:
+        for start, blob in panes.items():
+            k = self.index.get((service, start))
+            if k is None:
+                k = self.index[(service, start)] = len(self.keys)
+                self.keys.append((service, start))
+            self.parts.append((k, blob))
+
+
 def _service_batch(
     rows: dict[str, list[Any]],
     service: str,
@@ -149,12 +171,16 @@ def _service_batch(
     summaries: list[ServiceSummary],
     watermark: int,
     front: int | None,
+    touched: _Touched,
 ) -> list[Columns]:
     """Apply one service's summaries of the batch (in Kafka order); append the rows they cause.
 
-    Returns the summaries' late events (jobs/summary/late_events.py): the group keeps the newest.
+    The panes' parts go to `touched`: every service's are merged, and their windows made, at
+    once (`_window_rows`). Returns the summaries' late events (jobs/summary/late_events.py): the
+    group keeps the newest.
     """
     added = Added()
+    late_parts: dict[tuple[str, int], list[bytes]] = {}
     arrivals: dict[tuple[str, int], list[int]] = {}
     late_events: list[Columns] = []
     duplicates: Counter[tuple[str, int]] = Counter()
@@ -162,13 +188,9 @@ def _service_batch(
     for d in summaries:
         duplicates.update(d.duplicates)
         duplicate_events += d.duplicate_events
-        added.touched |= sw.merge_panes(d.panes)
-        for window, late in d.late.items():
-            have = added.late.get(window)
-            if have is None:
-                added.late[window] = late
-            else:
-                have.merge(late)
+        touched.add(service, d.panes)
+        for window, part in d.late.items():
+            late_parts.setdefault(window, []).append(part)
         added.stragglers.update(d.stragglers)
         for series, counts in d.arrivals.items():
             total = arrivals.setdefault(series, [0, 0, 0])
@@ -188,27 +210,25 @@ def _service_batch(
             watermark,
             front,
         )
-    results = sw.windows(added.touched, watermark)
-    for (spec, start), agg in sorted(results.items(), key=lambda kv: (kv[0][0].key, kv[0][1])):
-        append_row(
-            rows,
-            kind=RowKind.WINDOW,
-            spec=spec.key,
-            service=service,
-            window_start=start,
-            count=agg.count,
-            metrics=json.dumps(agg.metrics(spec.size_ms)),
-            agg=agg.to_bytes(),
-        )
-    for (key, start), late in sorted(added.late.items()):
+        for (spec, start), agg in sorted(sw.session_windows().items(), key=lambda kv: kv[0][1]):
+            _window_row(rows, spec, service, start, agg.metrics(spec.size_ms), agg.to_bytes())
+    for window, session_late in added.late.items():  # sessions' late events
+        late_parts.setdefault(window, []).append(session_late.to_bytes())
+    for (key, start), blobs in sorted(late_parts.items()):
+        merged = blobs[0]
+        if len(blobs) > 1:  # several chunks' late events of one window
+            late = LateAgg.from_bytes(blobs[0])
+            for more in blobs[1:]:
+                late.merge(LateAgg.from_bytes(more))
+            merged = late.to_bytes()
         append_row(
             rows,
             kind=RowKind.LATE,
             spec=key,
             service=service,
             window_start=start,
-            count=late.count,
-            agg=late.to_bytes(),
+            count=LateAgg.count_of(merged),
+            agg=merged,
         )
     for (key, start), n in sorted(added.stragglers.items()):
         append_row(
@@ -236,6 +256,90 @@ def _service_batch(
             ),
         )
     return late_events
+
+
+def _window_row(
+    rows: dict[str, list[Any]],
+    spec: WindowSpec,
+    service: str,
+    start: int,
+    metrics: dict[str, Any],
+    agg: bytes,
+) -> None:
+    append_row(
+        rows,
+        kind=RowKind.WINDOW,
+        spec=spec.key,
+        service=service,
+        window_start=start,
+        count=metrics["count"],
+        metrics=json.dumps(metrics),
+        agg=agg,
+    )
+
+
+def _window_rows(
+    rows: dict[str, list[Any]],
+    services: dict[str, ServiceWindows],
+    touched: _Touched,
+    watermark: int,
+    plan: Plan,
+) -> None:
+    """Merge every touched pane of the shard at once, then emit the open windows they reach.
+
+    A pane's new aggregate is the merge of what the state held and the batch's parts in Kafka
+    order; the windows depending on a touched pane are merged from their panes (the touched
+    ones just merged, others decoded from the state), all services in one `window_aggs`.
+    """
+    if not touched.keys:
+        return
+    inputs: list[bytes] = []
+    keys: list[int] = []
+    for k, (service, start) in enumerate(touched.keys):
+        stored = services[service].panes.get(start)
+        if stored is not None:
+            inputs.append(stored)
+            keys.append(k)
+    for k, blob in touched.parts:
+        inputs.append(blob)
+        keys.append(k)
+    order = np.argsort(np.array(keys, np.int64), kind="stable")
+    merged = merge_panes(
+        [inputs[i] for i in order], np.array(keys, np.int64)[order], len(touched.keys)
+    )
+    for (service, start), blob in zip(touched.keys, merged.encode(), strict=True):
+        services[service].panes[start] = blob
+    by_service: dict[str, set[int]] = {}
+    for service, start in touched.keys:
+        by_service.setdefault(service, set()).add(start)
+    row_of = dict(touched.index)
+    extra: list[tuple[str, int]] = []
+    windows: list[tuple[str, int, int, list[tuple[str, int]]]] = []
+    for service in sorted(by_service):
+        sw = services[service]
+        for s, w, members in sw.wanted(by_service[service], watermark):
+            mine = [(service, p) for p in members]
+            for key in mine:
+                if key not in row_of:
+                    row_of[key] = len(touched.keys) + len(extra)
+                    extra.append(key)
+            windows.append((service, s, w, mine))
+    if not windows:
+        return
+    table = merged
+    if extra:
+        table = WindowAggs.concat(
+            [merged, WindowAggs.decode([services[sv].panes[p] for sv, p in extra])]
+        )
+    starts = np.array([p for _, p in touched.keys] + [p for _, p in extra], np.int64)
+    out = window_aggs(
+        plan, table, starts, [(s, w, [row_of[k] for k in mine]) for _, s, w, mine in windows]
+    )
+    durations = np.array([plan.specs[s].size_ms for _, s, _, _ in windows], np.int64)
+    for (service, s, w, _), metrics, agg in zip(
+        windows, out.results(durations), out.encode(), strict=True
+    ):
+        _window_row(rows, plan.specs[s], service, w, metrics, agg)
 
 
 def _events(
@@ -271,15 +375,22 @@ def _events(
             if routed != name:
                 guard.events += _events_of(summary)
             by_service.setdefault(routed, []).append(summary)
-    rows: dict[str, list[Any]] = new_rows()
+    rows: dict[str, list[Any]] = new_rows()  # the window rows, then the others
+    others: dict[str, list[Any]] = new_rows()
     late_events: list[Columns] = []
+    touched = _Touched()
     for service in sorted(set(by_service) | set(shard.services)):
         sw = shard.services.get(service)
         if sw is None:
             sw = shard.services[service] = ServiceWindows(cfg.specs)
         summaries_of = _dedup(sw, by_service.get(service, []), watermark, cfg)
-        for cols in _service_batch(rows, service, sw, summaries_of, watermark, front):
+        for cols in _service_batch(others, service, sw, summaries_of, watermark, front, touched):
             late_events.append({**cols, "service": pa.array([service] * len(cols["offset"]))})
+    _window_rows(rows, shard.services, touched, watermark, Plan(cfg.specs))
+    for name, values in others.items():
+        rows[name] += values
+    for service in list(shard.services):
+        sw = shard.services[service]
         sw.evict(watermark)
         if sw.is_empty:
             del shard.services[service]

@@ -41,8 +41,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from jobs.panes.columnar import Plan, add_events, encode_late
 from jobs.panes.dedup import duplicate_windows, first_occurrences, horizons, id_hashes
-from jobs.panes.windows import ServiceWindows
 from jobs.parse.columns import (
     Columns,
     arrow_strings,
@@ -55,11 +55,10 @@ from jobs.parse.parser import RecordKind
 from jobs.summary.late_events import late_columns
 from jobs.summary.schema import SUMMARY_ARROW, SummaryKind
 from jobs.summary.settings import ExecutorConfig
-from sketches.preamble import SERVICE_SUMMARY
+from sketches.preamble import LATE_AGG, SERVICE_SUMMARY, WINDOW_AGG
+from sketches.tg64 import hash32
 from tidegauge.core.events import BUILT_IN_FIELDS, EventField
 from tidegauge.core.freshness import encode_times
-from tidegauge.core.late_agg import LateAgg
-from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import (
     LATE,
     STRAGGLER,
@@ -93,10 +92,10 @@ class ServiceSummary:
 
     watermark_ms: int
     proc_ms: int | None
-    #: Pane start -> aggregate of the chunk's accepted events in that pane.
-    panes: dict[int, WindowAgg] = field(default_factory=dict)
-    #: (spec key, window start) -> the chunk's late events of that window.
-    late: dict[tuple[str, int], LateAgg] = field(default_factory=dict)
+    #: Pane start -> aggregate of the chunk's accepted events in that pane (`WindowAgg` bytes).
+    panes: dict[int, bytes] = field(default_factory=dict)
+    #: (spec key, window start) -> the chunk's late events of that window (`LateAgg` bytes).
+    late: dict[tuple[str, int], bytes] = field(default_factory=dict)
     #: (spec key, window start) -> the chunk's stragglers of that window.
     stragglers: Counter[tuple[str, int]] = field(default_factory=Counter)
     #: (domain, window start) -> (events, late, stragglers) of the chunk (`ARRIVAL_DOMAINS`).
@@ -122,13 +121,11 @@ class ServiceSummary:
         """Versioned blob: magic, version, header length, JSON header, then the binary parts."""
         blobs: list[bytes] = []
         panes = []
-        for start, agg in sorted(self.panes.items()):
-            b = agg.to_bytes()
+        for start, b in sorted(self.panes.items()):
             panes.append([start, len(b)])
             blobs.append(b)
         late = []
-        for (key, start), late_agg in sorted(self.late.items()):
-            b = late_agg.to_bytes()
+        for (key, start), b in sorted(self.late.items()):
             late.append([key, start, len(b)])
             blobs.append(b)
         users = json.dumps(self.users.tolist()).encode() if len(self.users) else b""
@@ -173,10 +170,12 @@ class ServiceSummary:
         head = json.loads(blob[_HEAD_END:pos])
         out = cls(head["wm"], head["proc"])
         for start, n in head["panes"]:
-            out.panes[int(start)] = WindowAgg.from_bytes(blob[pos : pos + n])
+            out.panes[int(start)] = blob[pos : pos + n]
+            WINDOW_AGG.check(out.panes[int(start)])
             pos += n
         for key, start, n in head["late"]:
-            out.late[(key, int(start))] = LateAgg.from_bytes(blob[pos : pos + n])
+            out.late[(key, int(start))] = blob[pos : pos + n]
+            LATE_AGG.check(out.late[(key, int(start))])
             pos += n
         out.stragglers = Counter({(k, int(s)): int(n) for k, s, n in head["strag"]})
         out.arrivals = {(d, int(s)): (int(a), int(b), int(c)) for d, s, a, b, c in head["arr"]}
@@ -288,90 +287,167 @@ def service_summary(
 
     Without `late_events` the summary keeps none (and `cols` need not have their columns).
     """
+    return service_summaries([cols], watermark_ms, proc_ms, cfg, late_events)[0]
+
+
+def service_summaries(
+    groups: list[Columns],
+    watermark_ms: int,
+    proc_ms: int | None,
+    cfg: ExecutorConfig,
+    late_events: bool = True,
+) -> list[ServiceSummary]:
+    """`service_summary` of each service's events: the panes of all of them in one pass.
+
+    The panes, late aggregates and stragglers of every service come from one `add_events`
+    (jobs/panes/columnar.py) over the chunk, encoded once; the rest is per service.
+    """
     front = frontier(watermark_ms, cfg.allowed_lateness_ms)
-    event_ms = cols["event_ms"]
-    arrival = cols["kafka_ms"]
-    users = cols["user_id"]
-    extra = {k[len(_EXTRA) :]: v for k, v in cols.items() if k.startswith(_EXTRA)}
-    window_specs = tuple(s for s in cfg.specs if s.kind != "session")
-    sw = ServiceWindows(window_specs)
-    added = sw.add(
-        event_ms,
-        cols["latency_ms"],
-        cols["status"],
-        users,
-        watermark_ms,
-        arrival_ms=arrival,
-        frontier_ms=front,
-        extra=extra or None,
-    )
-    out = ServiceSummary(watermark_ms, proc_ms, sw.panes, added.late, added.stragglers)
-    if len(window_specs) != len(cfg.specs):
-        out.users = np.array(users.to_pylist(), dtype=object)
-        out.event_ms, out.lateness = event_ms, arrival - event_ms
+    plan = Plan(cfg.specs)
+    outs = [ServiceSummary(watermark_ms, proc_ms) for _ in groups]
+    sizes = [len(g["event_ms"]) for g in groups]
+    if plan.specs and sum(sizes):
+        _panes(outs, groups, sizes, plan, watermark_ms, front)
+    sessions = len(plan.specs) != len(cfg.specs)
     size = primary_size(cfg.specs)
-    classes = classify_many(tumbling_starts(event_ms, size) + size, watermark_ms, front)
-    known = ~np.isnan(arrival)
-    buckets = {}
-    if proc_ms is not None:
-        buckets["processing"] = (
-            np.full(len(event_ms), tumbling_start(proc_ms, size), dtype=np.int64),
-            classes,
-        )
-    if known.any():
-        buckets["broker"] = (tumbling_starts(arrival[known].astype(np.int64), size), classes[known])
-    for domain, (starts, kinds) in buckets.items():
-        for start, counts in arrival_counts(starts, kinds).items():
-            out.arrivals[(domain, start)] = counts
-    late_idx = np.flatnonzero(classes == LATE)
-    if len(late_idx) and cfg.late_events_max and late_events:
-        out.late_events = late_columns(cols, late_idx, cfg.late_events_max)
-    return out
+    for out, cols in zip(outs, groups, strict=True):
+        event_ms, arrival = cols["event_ms"], cols["kafka_ms"]
+        if sessions:
+            out.users = np.array(cols["user_id"].to_pylist(), dtype=object)
+            out.event_ms, out.lateness = event_ms, arrival - event_ms
+        classes = classify_many(tumbling_starts(event_ms, size) + size, watermark_ms, front)
+        known = ~np.isnan(arrival)
+        buckets = {}
+        if proc_ms is not None:
+            buckets["processing"] = (
+                np.full(len(event_ms), tumbling_start(proc_ms, size), dtype=np.int64),
+                classes,
+            )
+        if known.any():
+            buckets["broker"] = (
+                tumbling_starts(arrival[known].astype(np.int64), size),
+                classes[known],
+            )
+        for domain, (starts, kinds) in buckets.items():
+            for start, counts in arrival_counts(starts, kinds).items():
+                out.arrivals[(domain, start)] = counts
+        late_idx = np.flatnonzero(classes == LATE)
+        if len(late_idx) and cfg.late_events_max and late_events:
+            out.late_events = late_columns(cols, late_idx, cfg.late_events_max)
+    return outs
+
+
+def _panes(
+    outs: list[ServiceSummary],
+    groups: list[Columns],
+    sizes: list[int],
+    plan: Plan,
+    watermark_ms: int,
+    front: int | None,
+) -> None:
+    """Every service's encoded panes, late aggregates and stragglers, from one pass."""
+    users = [g["user_id"] for g in groups]
+    user_ids = users[0] if len(users) == 1 else pa.concat_arrays(users)
+    extra_names = [k for k in groups[0] if k.startswith(_EXTRA)]
+    batch = add_events(
+        plan,
+        np.repeat(np.arange(len(groups), dtype=np.int64), sizes),
+        _joined(groups, "event_ms"),
+        _joined(groups, "latency_ms"),
+        _joined(groups, "status"),
+        present(user_ids),
+        hash32(user_ids),
+        watermark_ms,
+        _joined(groups, "kafka_ms"),
+        front,
+        {k[len(_EXTRA) :]: _joined(groups, k) for k in extra_names} or None,
+    )
+    blobs = batch.aggs.encode()
+    at = np.searchsorted(batch.service, np.arange(len(groups) + 1)).tolist()
+    starts = batch.start.tolist()
+    for i, out in enumerate(outs):
+        out.panes = dict(zip(starts[at[i] : at[i + 1]], blobs[at[i] : at[i + 1]], strict=True))
+    keys = [s.key for s in plan.specs]
+    late = encode_late(batch)
+    for code, s, w, blob in zip(
+        batch.late_service.tolist(),
+        batch.late_spec.tolist(),
+        batch.late_start.tolist(),
+        late,
+        strict=True,
+    ):
+        outs[code].late[(keys[s], w)] = blob
+    for code, s, w, n in zip(
+        batch.straggler_service.tolist(),
+        batch.straggler_spec.tolist(),
+        batch.straggler_start.tolist(),
+        batch.straggler_count.tolist(),
+        strict=True,
+    ):
+        outs[code].stragglers[(keys[s], w)] += n
+
+
+def _joined(groups: list[Columns], name: str) -> npt.NDArray[Any]:
+    """One numpy column of every group's `name`."""
+    parts = [g[name] for g in groups]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def dedup_summary(
     cols: Columns, watermark_ms: int, proc_ms: int | None, cfg: ExecutorConfig
 ) -> ServiceSummary:
-    """`service_summary` of the chunk's events that are not duplicates within the chunk.
+    """`service_summary` of the chunk's events that are not duplicates within the chunk."""
+    return dedup_summaries([cols], watermark_ms, proc_ms, cfg)[0]
+
+
+def dedup_summaries(
+    groups: list[Columns], watermark_ms: int, proc_ms: int | None, cfg: ExecutorConfig
+) -> list[ServiceSummary]:
+    """`dedup_summary` of each service's events (their panes in one pass, as `service_summaries`).
 
     The first event of an id in Kafka order is kept, later ones within their horizon are
     counted as duplicates (jobs/panes/dedup.py). The summary carries the kept events' ids and
     columns: the stateful step drops the ones it has seen in earlier chunks or batches and
-    summarises
-    the rest again (`redo_summary`).
+    summarises the rest again (`redo_summary`).
     """
-    hashes = id_hashes(cols["event_id"])
-    has_user = present(cols["user_id"])
-    hz = horizons(cols["event_ms"], has_user, cfg.specs)
-    open_ = hz > watermark_ms
-    keep = np.ones(len(hashes), dtype=bool)
-    candidates = np.flatnonzero(open_)
-    keep[candidates] = first_occurrences(hashes[candidates])
-    dup = ~keep
-    kept = take_rows(cols, keep) if dup.any() else cols
-    out = service_summary(kept, watermark_ms, proc_ms, cfg)
-    out.duplicates = duplicate_windows(
-        cols["event_ms"][dup], has_user[dup], cfg.specs, watermark_ms
-    )
-    out.duplicate_events = int(np.count_nonzero(dup))
-    accepted = open_[keep]
-    out.ids, out.horizons = hashes[keep][accepted], hz[keep][accepted]
-    if len(out.ids):
-        # The late events' columns (jobs/summary/late_events.py) are only read when `redo_summary`
-        # drops a late event, which only one still open for a larger window can be: ship
-        # them only if the chunk has such an event (with one window: never), and event ids
-        # only of late events.
-        late = _late(kept["event_ms"], watermark_ms, cfg)
-        if (late & accepted).any():
-            ids = kept["event_id"]
-            payload = dict(
-                kept, event_id=pc.if_else(pa.array(late), ids, pa.scalar(None, ids.type))
-            )
-        else:
-            payload = {k: v for k, v in kept.items() if k not in _LATE_ONLY}
-        # No id hashes: `redo_summary` finds the rows `out.ids` belong to from the rows alone.
-        out.rows = encode_columns(payload)
-    return out
+    prepared = []
+    for cols in groups:
+        hashes = id_hashes(cols["event_id"])
+        has_user = present(cols["user_id"])
+        hz = horizons(cols["event_ms"], has_user, cfg.specs)
+        open_ = hz > watermark_ms
+        keep = np.ones(len(hashes), dtype=bool)
+        candidates = np.flatnonzero(open_)
+        keep[candidates] = first_occurrences(hashes[candidates])
+        dup = ~keep
+        kept = take_rows(cols, keep) if dup.any() else cols
+        prepared.append((cols, kept, hashes, has_user, hz, open_, keep, dup))
+    outs = service_summaries([p[1] for p in prepared], watermark_ms, proc_ms, cfg)
+    for out, (cols, kept, hashes, has_user, hz, open_, keep, dup) in zip(
+        outs, prepared, strict=True
+    ):
+        out.duplicates = duplicate_windows(
+            cols["event_ms"][dup], has_user[dup], cfg.specs, watermark_ms
+        )
+        out.duplicate_events = int(np.count_nonzero(dup))
+        accepted = open_[keep]
+        out.ids, out.horizons = hashes[keep][accepted], hz[keep][accepted]
+        if len(out.ids):
+            # The late events' columns (jobs/summary/late_events.py) are only read when
+            # `redo_summary` drops a late event, which only one still open for a larger window
+            # can be: ship them only if the chunk has such an event (with one window: never),
+            # and event ids only of late events.
+            late = _late(kept["event_ms"], watermark_ms, cfg)
+            if (late & accepted).any():
+                ids = kept["event_id"]
+                payload = dict(
+                    kept, event_id=pc.if_else(pa.array(late), ids, pa.scalar(None, ids.type))
+                )
+            else:
+                payload = {k: v for k, v in kept.items() if k not in _LATE_ONLY}
+            # No id hashes: `redo_summary` finds the rows `out.ids` belong to from the rows.
+            out.rows = encode_columns(payload)
+    return outs
 
 
 #: Columns only late events need (`late_columns`).
@@ -471,9 +547,10 @@ def summarise(
         if not bool(np.all((p[1:] > p[:-1]) | ((p[1:] == p[:-1]) & (o[1:] >= o[:-1])))):
             order = np.lexsort((o, p))  # Kafka order, stable
             events = take_rows(events, order)
-        summarise_one = dedup_summary if cfg.dedup else service_summary
-        for service, g in _by_service(events, events.pop("service")):
-            one = summarise_one(g, watermark_ms, proc_ms, cfg)
+        summarise_all = dedup_summaries if cfg.dedup else service_summaries
+        services = _by_service(events, events.pop("service"))
+        summaries = summarise_all([g for _, g in services], watermark_ms, proc_ms, cfg)
+        for (service, g), one in zip(services, summaries, strict=True):
             _row(
                 cols,
                 kind=SummaryKind.SERVICE,

@@ -380,7 +380,11 @@ class WindowAggs:
                     payloads[name][i] = payload
         for name, values in payloads.items():
             m = by_name[name]
-            if all(v is None for v in values):
+            if name in out.objects:
+                empty = m.encode(m.empty())
+                if all(v is None or v == empty for v in values):
+                    continue  # every state empty: no object made
+            elif all(v is None for v in values):
                 continue
             try:
                 if name in out.ints:

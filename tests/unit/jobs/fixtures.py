@@ -109,7 +109,7 @@ def add(
 
 def counts(sw: ServiceWindows) -> dict[int, int]:
     """Pane start -> events in it."""
-    return {p: a.count for p, a in sw.panes.items()}
+    return {p: a.count for p, a in sw.pane_aggs().items()}
 
 
 def filled(specs: tuple[WindowSpec, ...], panes: dict[int, int]) -> ServiceWindows:

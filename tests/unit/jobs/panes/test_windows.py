@@ -273,9 +273,9 @@ def test_add_fills_each_pane_as_if_its_rows_were_added_alone() -> None:
             agg.add(
                 np.array(lat)[rows], np.array(st, dtype=np.int64)[rows], np.array(us, object)[rows]
             )
-    assert sw.panes == direct
-    assert (sw.panes[T].count, sw.panes[T].errors, sw.panes[T].latency.count) == (3, 0, 2)
-    assert (sw.panes[T + SIZE].count, sw.panes[T + SIZE].errors) == (2, 2)
+    assert sw.pane_aggs() == direct
+    assert (sw.pane(T).count, sw.pane(T).errors, sw.pane(T).latency.count) == (3, 0, 2)
+    assert (sw.pane(T + SIZE).count, sw.pane(T + SIZE).errors) == (2, 2)
 
 
 def test_add_empty_batch() -> None:
