@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import redis
 
 from jobs.sink.rollup import BatchTime, plan_retention, services_seen
@@ -23,6 +24,7 @@ from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.retention import Retention
 from tidegauge.core.store import ALL_SERVICES, DeadLetter, Keys, batch_field
 from tidegauge.core.window_agg import WindowAgg
+from tidegauge.core.window_aggs import WindowAggs
 from tidegauge.core.windows import WindowSpec
 
 __all__ = ["SinkBatch", "SinkConfig", "write_batch"]
@@ -132,20 +134,17 @@ def write_batch(
         read.hgetall(keys.window_aggs(spec, start))
     stored = read.execute() if wins else []
 
+    totals, total_docs = _totals(wins, stored, by_window)
     tx = r.pipeline(transaction=True)
     for key, field_name, blob in parts:
         tx.hset(key, field_name, blob)
     services: set[str] = set()
-    for (spec, start), existing in zip(wins, stored, strict=True):
+    for (spec, start), total, total_doc in zip(wins, totals, total_docs, strict=True):
         fresh = by_window[(spec, start)]
-        aggs = {k.decode(): v for k, v in existing.items()}
-        aggs.pop(ALL_SERVICES, None)
-        aggs.update({s: w.agg for s, w in fresh.items()})
-        total = WindowAgg.merged(WindowAgg.from_bytes(b) for _, b in sorted(aggs.items()))
         docs: dict[Any, Any] = {s: _doc(w.metrics, batch_id) for s, w in fresh.items()}
-        docs[ALL_SERVICES] = _doc(total.metrics(WindowSpec.from_key(spec).size_ms), batch_id)
+        docs[ALL_SERVICES] = _doc(total_doc, batch_id)
         blobs: dict[Any, Any] = {s: w.agg for s, w in fresh.items()}
-        blobs[ALL_SERVICES] = total.to_bytes()
+        blobs[ALL_SERVICES] = total
         tx.hset(keys.window(spec, start), mapping=docs)
         tx.hset(keys.window_aggs(spec, start), mapping=blobs)
         tx.zadd(keys.window_index(spec), {str(start): start})
@@ -154,17 +153,21 @@ def write_batch(
     if services:
         tx.sadd(keys.services, *sorted(services))
         tx.zadd(keys.services_seen, services_seen(windows), gt=True)
+    # One command per key, however many services a batch brings to it.
+    fields: dict[str, dict[str, Any]] = defaultdict(dict)
+    indexed: dict[str, dict[str, int]] = defaultdict(dict)
     for lt in late:
         blob = lt.agg or LateAgg(lt.count).to_bytes()
-        tx.hset(keys.window_late(lt.spec, lt.start_ms), batch_field(lt.service, batch_id), blob)
-        tx.zadd(keys.late_index(lt.spec), {str(lt.start_ms): lt.start_ms})
-        tx.sadd(keys.window_specs, lt.spec)
+        fields[keys.window_late(lt.spec, lt.start_ms)][batch_field(lt.service, batch_id)] = blob
+        indexed[keys.late_index(lt.spec)][str(lt.start_ms)] = lt.start_ms
+    if late:
+        tx.sadd(keys.window_specs, *sorted({lt.spec for lt in late}))
     for st in stragglers:
-        field = batch_field(st.service, batch_id)
-        tx.hset(keys.window_stragglers(st.spec, st.start_ms), field, str(st.count))
+        key = keys.window_stragglers(st.spec, st.start_ms)
+        fields[key][batch_field(st.service, batch_id)] = str(st.count)
     for dup in duplicates:
-        field = batch_field(dup.service, batch_id)
-        tx.hset(keys.window_duplicates(dup.spec, dup.start_ms), field, str(dup.count))
+        key = keys.window_duplicates(dup.spec, dup.start_ms)
+        fields[key][batch_field(dup.service, batch_id)] = str(dup.count)
     if arrivals:
         assert arrival_window_ms is not None
         size = arrival_window_ms
@@ -173,10 +176,13 @@ def write_batch(
             doc = json.dumps(
                 {**a.metrics, "events": a.count}, separators=(",", ":"), sort_keys=True
             )
-            tx.hset(
-                keys.arrivals(a.domain, size, a.start_ms), batch_field(a.service, batch_id), doc
-            )
-            tx.zadd(keys.arrivals_index(a.domain, size), {str(a.start_ms): a.start_ms})
+            key = keys.arrivals(a.domain, size, a.start_ms)
+            fields[key][batch_field(a.service, batch_id)] = doc
+            indexed[keys.arrivals_index(a.domain, size)][str(a.start_ms)] = a.start_ms
+    for key, mapping in fields.items():
+        tx.hset(key, mapping=mapping)
+    for key, members in indexed.items():
+        tx.zadd(key, members)
     if batch.late_events:
         tx.zadd(keys.late_events, batch.late_events)
         tx.zremrangebyrank(keys.late_events, 0, -(config.late_events_max + 1))
@@ -194,6 +200,31 @@ def write_batch(
         # A new token only when the store has none (empty, or flushed): see Keys.epoch.
         tx.set(keys.epoch, uuid.uuid4().hex, nx=True)
         tx.execute()
+
+
+def _totals(
+    wins: Sequence[tuple[str, int]],
+    stored: Sequence[Mapping[bytes, bytes]],
+    by_window: Mapping[tuple[str, int], Mapping[str, WindowUpdate]],
+) -> tuple[list[bytes], list[dict[str, Any]]]:
+    """Each window's `*` aggregate and its metrics: the merge of every service stored for it.
+
+    A service's new aggregate replaces its stored one; services merge in name order. Every
+    window of the batch at once (tidegauge/core/window_aggs.py): decoded, merged, read out
+    and encoded in a fixed number of passes, however many services and windows.
+    """
+    blobs: list[bytes] = []
+    keys: list[int] = []
+    for k, ((spec, start), existing) in enumerate(zip(wins, stored, strict=True)):
+        aggs = {f.decode(): v for f, v in existing.items()}
+        aggs.pop(ALL_SERVICES, None)
+        aggs.update({s: w.agg for s, w in by_window[(spec, start)].items()})
+        for _, blob in sorted(aggs.items()):
+            blobs.append(blob)
+            keys.append(k)
+    totals = WindowAggs.decode(blobs).combine(np.array(keys, np.int64), len(wins))
+    sizes = [WindowSpec.from_key(spec).size_ms for spec, _ in wins]
+    return totals.encode(), totals.results(np.array(sizes, np.int64))
 
 
 def _merge_parts(

@@ -26,13 +26,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import redis
 
 from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.retention import Retention, Tier, expired
 from tidegauge.core.store import ALL_SERVICES, Keys, batch_field
 from tidegauge.core.store.keys import _s, split_batch_field
-from tidegauge.core.window_agg import WindowAgg
+from tidegauge.core.window_aggs import WindowAggs
 from tidegauge.core.windows import ARRIVAL_DOMAINS, WindowSpec, tumbling_start
 
 __all__ = ["BatchTime", "RetentionPlan", "RolledWindow", "plan_retention", "roll_period"]
@@ -78,13 +79,17 @@ def roll_period(
     ordered = [w for _, w in sorted(windows, key=lambda p: p[0])]
     out = RolledWindow()
     services = sorted({s for w in ordered for s in w.aggs})
-    for svc in services:
-        merged = WindowAgg.merged(
-            WindowAgg.from_bytes(w.aggs[svc]) for w in ordered if svc in w.aggs
-        )
-        out.aggs[svc] = merged.to_bytes()
+    code = {s: i for i, s in enumerate(services)}
+    # Every service's windows merged at once (tidegauge/core/window_aggs.py), in window order.
+    blobs = [(code[s], blob) for w in ordered for s, blob in w.aggs.items()]
+    blobs.sort(key=lambda kb: kb[0])  # stable: each service's windows stay in order
+    merged = WindowAggs.decode([b for _, b in blobs]).combine(
+        np.array([k for k, _ in blobs], np.int64), len(services)
+    )
+    for svc, agg, metrics in zip(services, merged.encode(), merged.results(size_ms), strict=True):
+        out.aggs[svc] = agg
         out.docs[svc] = json.dumps(
-            {**merged.metrics(size_ms), "batch": batch_id}, separators=(",", ":"), sort_keys=True
+            {**metrics, "batch": batch_id}, separators=(",", ":"), sort_keys=True
         )
     late: dict[str, LateAgg] = {}
     for w in ordered:
