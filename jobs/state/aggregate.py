@@ -273,7 +273,8 @@ def _window_row(
         service=service,
         window_start=start,
         count=metrics["count"],
-        metrics=json.dumps(metrics),
+        # sorted and compact: the sink adds the batch id without parsing it (jobs/sink)
+        metrics=json.dumps(metrics, separators=(",", ":"), sort_keys=True),
         agg=agg,
     )
 
@@ -303,12 +304,17 @@ def _window_rows(
     for k, blob in touched.parts:
         inputs.append(blob)
         keys.append(k)
-    order = np.argsort(np.array(keys, np.int64), kind="stable")
-    merged = merge_panes(
-        [inputs[i] for i in order], np.array(keys, np.int64)[order], len(touched.keys)
-    )
-    for (service, start), blob in zip(touched.keys, merged.encode(), strict=True):
+    key_of = np.array(keys, np.int64)
+    order = np.argsort(key_of, kind="stable")
+    merged = merge_panes([inputs[i] for i in order], key_of[order], len(touched.keys))
+    # A pane of one input is that input, byte for byte: only merged ones are encoded again.
+    several = np.flatnonzero(np.bincount(key_of, minlength=len(touched.keys)) > 1)
+    for k, blob in zip(several.tolist(), merged.take(several).encode(), strict=True):
+        service, start = touched.keys[k]
         services[service].panes[start] = blob
+    for i in np.flatnonzero(np.bincount(key_of, minlength=len(touched.keys)) == 1).tolist():
+        service, start = touched.keys[i]
+        services[service].panes[start] = inputs[int(order[np.searchsorted(key_of[order], i)])]
     by_service: dict[str, set[int]] = {}
     for service, start in touched.keys:
         by_service.setdefault(service, set()).add(start)
@@ -332,13 +338,37 @@ def _window_rows(
             [merged, WindowAggs.decode([services[sv].panes[p] for sv, p in extra])]
         )
     starts = np.array([p for _, p in touched.keys] + [p for _, p in extra], np.int64)
-    out = window_aggs(
-        plan, table, starts, [(s, w, [row_of[k] for k in mine]) for _, s, w, mine in windows]
-    )
-    durations = np.array([plan.specs[s].size_ms for _, s, _, _ in windows], np.int64)
-    for (service, s, w, _), metrics, agg in zip(
-        windows, out.results(durations), out.encode(), strict=True
-    ):
+    # A window that is exactly one pane (every window of a tumbling-only job) is that pane:
+    # its bytes are the pane's, its metrics the pane's read out; the others are merged.
+    whole = [
+        i
+        for i, (_, s, w, mine) in enumerate(windows)
+        if not plan.timeline_ms
+        and len(mine) == 1
+        and mine[0][1] == w
+        and plan.specs[s].size_ms == plan.pane_ms
+    ]
+    single = set(whole)
+    parts = [i for i in range(len(windows)) if i not in single]
+    results: dict[int, tuple[dict[str, Any], bytes]] = {}
+    if whole:
+        rows_of = [row_of[windows[i][3][0]] for i in whole]
+        sizes = np.array([plan.specs[windows[i][1]].size_ms for i in whole], np.int64)
+        for i, metrics in zip(whole, table.take(rows_of).results(sizes), strict=True):
+            service, _, w, _ = windows[i]
+            results[i] = (metrics, services[service].panes[w])
+    if parts:
+        out = window_aggs(
+            plan,
+            table,
+            starts,
+            [(windows[i][1], windows[i][2], [row_of[k] for k in windows[i][3]]) for i in parts],
+        )
+        sizes = np.array([plan.specs[windows[i][1]].size_ms for i in parts], np.int64)
+        for i, metrics, agg in zip(parts, out.results(sizes), out.encode(), strict=True):
+            results[i] = (metrics, agg)
+    for i, (service, s, w, _) in enumerate(windows):
+        metrics, agg = results[i]
         _window_row(rows, plan.specs[s], service, w, metrics, agg)
 
 

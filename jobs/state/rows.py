@@ -39,13 +39,15 @@ class WindowUpdate:
     """The new absolute state of one (window, service) after a batch.
 
     `spec` is the window spec's key (tidegauge.core.windows.WindowSpec.key), `agg` the serialised
-    WindowAgg (sketches included), `metrics` the numbers computed from it on the executor.
+    WindowAgg (sketches included), `metrics` the numbers computed from it on the executor: a
+    mapping, or the JSON text of one with sorted keys as the state function writes it (the
+    sink stores it without parsing it).
     """
 
     spec: str
     start_ms: int
     service: str
-    metrics: Mapping[str, Any]
+    metrics: Mapping[str, Any] | str
     agg: bytes
     #: Set for a part of a service kept by several state shards (the overflow service): the
     #: shard it comes from. The sink stores the parts and writes their merge as the service.
@@ -184,7 +186,7 @@ def decode_rows(rows: Iterable[Mapping[str, Any]], batch_id: int) -> BatchRows:
                     row["spec"],
                     row["window_start"],
                     row["service"],
-                    json.loads(row["metrics"]),
+                    row["metrics"],
                     row["agg"],
                     # the state shard of an overflow service's part (jobs/state/aggregate.py)
                     None if row.get("partition") is None else int(row["partition"]),
