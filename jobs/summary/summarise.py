@@ -287,83 +287,118 @@ def service_summary(
 
     Without `late_events` the summary keeps none (and `cols` need not have their columns).
     """
-    return service_summaries([cols], watermark_ms, proc_ms, cfg, late_events)[0]
+    codes = np.zeros(len(cols["event_ms"]), np.int64)
+    return service_summaries(cols, codes, 1, watermark_ms, proc_ms, cfg, late_events)[0]
 
 
 def service_summaries(
-    groups: list[Columns],
+    cols: Columns,
+    codes: npt.NDArray[np.int64],
+    n: int,
     watermark_ms: int,
     proc_ms: int | None,
     cfg: ExecutorConfig,
     late_events: bool = True,
 ) -> list[ServiceSummary]:
-    """`service_summary` of each service's events: the panes of all of them in one pass.
+    """`service_summary` of each of `n` services, whose events are `cols` (service `codes`).
 
-    The panes, late aggregates and stragglers of every service come from one `add_events`
-    (jobs/panes/columnar.py) over the chunk, encoded once; the rest is per service.
+    Rows are grouped by code (ascending), in Kafka order within a service. Everything is
+    computed for the whole chunk at once (the panes, late aggregates and stragglers in one
+    `add_events`, jobs/panes/columnar.py; the arrival counts in one count); only what differs
+    per service is split out.
     """
     front = frontier(watermark_ms, cfg.allowed_lateness_ms)
     plan = Plan(cfg.specs)
-    outs = [ServiceSummary(watermark_ms, proc_ms) for _ in groups]
-    sizes = [len(g["event_ms"]) for g in groups]
-    if plan.specs and sum(sizes):
-        _panes(outs, groups, sizes, plan, watermark_ms, front)
-    sessions = len(plan.specs) != len(cfg.specs)
+    outs = [ServiceSummary(watermark_ms, proc_ms) for _ in range(n)]
+    bounds = np.searchsorted(codes, np.arange(n + 1)).tolist()
+    event_ms, arrival = cols["event_ms"], cols["kafka_ms"]
+    if plan.specs and len(event_ms):
+        _panes(outs, cols, codes, plan, watermark_ms, front)
+    if len(plan.specs) != len(cfg.specs):  # sessions: each event's user, time and lateness
+        users = np.array(cols["user_id"].to_pylist(), dtype=object)
+        lateness = arrival - event_ms
+        for i, out in enumerate(outs):
+            lo, hi = bounds[i], bounds[i + 1]
+            out.users, out.event_ms, out.lateness = users[lo:hi], event_ms[lo:hi], lateness[lo:hi]
     size = primary_size(cfg.specs)
-    for out, cols in zip(outs, groups, strict=True):
-        event_ms, arrival = cols["event_ms"], cols["kafka_ms"]
-        if sessions:
-            out.users = np.array(cols["user_id"].to_pylist(), dtype=object)
-            out.event_ms, out.lateness = event_ms, arrival - event_ms
-        classes = classify_many(tumbling_starts(event_ms, size) + size, watermark_ms, front)
-        known = ~np.isnan(arrival)
-        buckets = {}
-        if proc_ms is not None:
-            buckets["processing"] = (
-                np.full(len(event_ms), tumbling_start(proc_ms, size), dtype=np.int64),
-                classes,
-            )
-        if known.any():
-            buckets["broker"] = (
-                tumbling_starts(arrival[known].astype(np.int64), size),
-                classes[known],
-            )
-        for domain, (starts, kinds) in buckets.items():
-            for start, counts in arrival_counts(starts, kinds).items():
-                out.arrivals[(domain, start)] = counts
-        late_idx = np.flatnonzero(classes == LATE)
-        if len(late_idx) and cfg.late_events_max and late_events:
-            out.late_events = late_columns(cols, late_idx, cfg.late_events_max)
+    classes = classify_many(tumbling_starts(event_ms, size) + size, watermark_ms, front)
+    known = ~np.isnan(arrival)
+    if proc_ms is not None:
+        bucket = np.full(len(event_ms), tumbling_start(proc_ms, size), dtype=np.int64)
+        _arrivals(outs, "processing", codes, bucket, classes)
+    if known.any():
+        bucket = tumbling_starts(arrival[known].astype(np.int64), size)
+        _arrivals(outs, "broker", codes[known], bucket, classes[known])
+    late = classes == LATE
+    if late.any() and cfg.late_events_max and late_events:
+        for i in np.unique(codes[late]).tolist():
+            lo, hi = bounds[i], bounds[i + 1]
+            mine = _slice(cols, lo, hi) if n > 1 else cols
+            idx = np.flatnonzero(late[lo:hi])
+            outs[i].late_events = late_columns(mine, idx, cfg.late_events_max)
     return outs
+
+
+def _slice(cols: Columns, lo: int, hi: int) -> Columns:
+    """Rows [lo, hi) of every column (views, not copies)."""
+    return {
+        k: v.slice(lo, hi - lo) if isinstance(v, pa.Array) else v[lo:hi] for k, v in cols.items()
+    }
+
+
+def _arrivals(
+    outs: list[ServiceSummary],
+    domain: str,
+    codes: npt.NDArray[np.int64],
+    bucket_ms: npt.NDArray[np.int64],
+    kinds: npt.NDArray[np.int64],
+) -> None:
+    """Each service's (events, late, stragglers) per window of `domain` (`arrival_counts`)."""
+    if not len(codes):
+        return
+    key = np.stack((codes, bucket_ms), axis=1)
+    uniq, inverse = np.unique(key, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    n = np.bincount(inverse)
+    late = np.bincount(inverse, weights=kinds == LATE).astype(np.int64)
+    strag = np.bincount(inverse, weights=kinds == STRAGGLER).astype(np.int64)
+    for code, b, a, c, d in zip(
+        uniq[:, 0].tolist(),
+        uniq[:, 1].tolist(),
+        n.tolist(),
+        late.tolist(),
+        strag.tolist(),
+        strict=True,
+    ):
+        outs[code].arrivals[(domain, b)] = (a, c, d)
 
 
 def _panes(
     outs: list[ServiceSummary],
-    groups: list[Columns],
-    sizes: list[int],
+    cols: Columns,
+    codes: npt.NDArray[np.int64],
     plan: Plan,
     watermark_ms: int,
     front: int | None,
 ) -> None:
     """Every service's encoded panes, late aggregates and stragglers, from one pass."""
-    users = [g["user_id"] for g in groups]
-    user_ids = users[0] if len(users) == 1 else pa.concat_arrays(users)
-    extra_names = [k for k in groups[0] if k.startswith(_EXTRA)]
+    user_ids = cols["user_id"]
+    extra = {k[len(_EXTRA) :]: v for k, v in cols.items() if k.startswith(_EXTRA)}
     batch = add_events(
         plan,
-        np.repeat(np.arange(len(groups), dtype=np.int64), sizes),
-        _joined(groups, "event_ms"),
-        _joined(groups, "latency_ms"),
-        _joined(groups, "status"),
+        codes,
+        cols["event_ms"],
+        cols["latency_ms"],
+        cols["status"],
         present(user_ids),
         hash32(user_ids),
         watermark_ms,
-        _joined(groups, "kafka_ms"),
+        cols["kafka_ms"],
         front,
-        {k[len(_EXTRA) :]: _joined(groups, k) for k in extra_names} or None,
+        extra or None,
     )
     blobs = batch.aggs.encode()
-    at = np.searchsorted(batch.service, np.arange(len(groups) + 1)).tolist()
+    at = np.searchsorted(batch.service, np.arange(len(outs) + 1)).tolist()
     starts = batch.start.tolist()
     for i, out in enumerate(outs):
         out.panes = dict(zip(starts[at[i] : at[i + 1]], blobs[at[i] : at[i + 1]], strict=True))
@@ -387,66 +422,81 @@ def _panes(
         outs[code].stragglers[(keys[s], w)] += n
 
 
-def _joined(groups: list[Columns], name: str) -> npt.NDArray[Any]:
-    """One numpy column of every group's `name`."""
-    parts = [g[name] for g in groups]
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-
 def dedup_summary(
     cols: Columns, watermark_ms: int, proc_ms: int | None, cfg: ExecutorConfig
 ) -> ServiceSummary:
     """`service_summary` of the chunk's events that are not duplicates within the chunk."""
-    return dedup_summaries([cols], watermark_ms, proc_ms, cfg)[0]
+    codes = np.zeros(len(cols["event_ms"]), np.int64)
+    return dedup_summaries(cols, codes, 1, watermark_ms, proc_ms, cfg)[0]
+
+
+#: Mixes a service's code into its events' id hashes, so one search finds repeats per service.
+_SERVICE_MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
 def dedup_summaries(
-    groups: list[Columns], watermark_ms: int, proc_ms: int | None, cfg: ExecutorConfig
+    cols: Columns,
+    codes: npt.NDArray[np.int64],
+    n: int,
+    watermark_ms: int,
+    proc_ms: int | None,
+    cfg: ExecutorConfig,
 ) -> list[ServiceSummary]:
-    """`dedup_summary` of each service's events (their panes in one pass, as `service_summaries`).
+    """`dedup_summary` of each service (`service_summaries`' arguments), the chunk at once.
 
-    The first event of an id in Kafka order is kept, later ones within their horizon are
-    counted as duplicates (jobs/panes/dedup.py). The summary carries the kept events' ids and
-    columns: the stateful step drops the ones it has seen in earlier chunks or batches and
-    summarises the rest again (`redo_summary`).
+    The first event of an id in Kafka order is kept, later ones of the same service within
+    their horizon are counted as duplicates (jobs/panes/dedup.py). Each summary carries its
+    kept events' ids and columns: the stateful step drops the ones it has seen in earlier
+    chunks or batches and summarises the rest again (`redo_summary`).
     """
-    prepared = []
-    for cols in groups:
-        hashes = id_hashes(cols["event_id"])
-        has_user = present(cols["user_id"])
-        hz = horizons(cols["event_ms"], has_user, cfg.specs)
-        open_ = hz > watermark_ms
-        keep = np.ones(len(hashes), dtype=bool)
-        candidates = np.flatnonzero(open_)
-        keep[candidates] = first_occurrences(hashes[candidates])
-        dup = ~keep
-        kept = take_rows(cols, keep) if dup.any() else cols
-        prepared.append((cols, kept, hashes, has_user, hz, open_, keep, dup))
-    outs = service_summaries([p[1] for p in prepared], watermark_ms, proc_ms, cfg)
-    for out, (cols, kept, hashes, has_user, hz, open_, keep, dup) in zip(
-        outs, prepared, strict=True
-    ):
-        out.duplicates = duplicate_windows(
-            cols["event_ms"][dup], has_user[dup], cfg.specs, watermark_ms
-        )
-        out.duplicate_events = int(np.count_nonzero(dup))
-        accepted = open_[keep]
-        out.ids, out.horizons = hashes[keep][accepted], hz[keep][accepted]
-        if len(out.ids):
-            # The late events' columns (jobs/summary/late_events.py) are only read when
-            # `redo_summary` drops a late event, which only one still open for a larger window
-            # can be: ship them only if the chunk has such an event (with one window: never),
-            # and event ids only of late events.
-            late = _late(kept["event_ms"], watermark_ms, cfg)
-            if (late & accepted).any():
-                ids = kept["event_id"]
-                payload = dict(
-                    kept, event_id=pc.if_else(pa.array(late), ids, pa.scalar(None, ids.type))
-                )
-            else:
-                payload = {k: v for k, v in kept.items() if k not in _LATE_ONLY}
-            # No id hashes: `redo_summary` finds the rows `out.ids` belong to from the rows.
-            out.rows = encode_columns(payload)
+    hashes = id_hashes(cols["event_id"])
+    has_user = present(cols["user_id"])
+    hz = horizons(cols["event_ms"], has_user, cfg.specs)
+    open_ = hz > watermark_ms
+    keep = np.ones(len(hashes), dtype=bool)
+    candidates = np.flatnonzero(open_)
+    with np.errstate(over="ignore"):
+        per_service = hashes[candidates] + codes[candidates].astype(np.uint64) * _SERVICE_MIX
+    keep[candidates] = first_occurrences(per_service)
+    dup = ~keep
+    kept = take_rows(cols, keep) if dup.any() else cols
+    kept_codes = codes[keep]
+    outs = service_summaries(kept, kept_codes, n, watermark_ms, proc_ms, cfg)
+    if dup.any():
+        for i in np.unique(codes[dup]).tolist():
+            mine = dup & (codes == i)
+            outs[i].duplicates = duplicate_windows(
+                cols["event_ms"][mine], has_user[mine], cfg.specs, watermark_ms
+            )
+            outs[i].duplicate_events = int(np.count_nonzero(mine))
+    accepted = open_[keep]
+    ids, kept_hz = hashes[keep], hz[keep]
+    late = _late(kept["event_ms"], watermark_ms, cfg)
+    bounds = np.searchsorted(kept_codes, np.arange(n + 1)).tolist()
+    for i, out in enumerate(outs):
+        lo, hi = bounds[i], bounds[i + 1]
+        mine = accepted[lo:hi]
+        out.ids, out.horizons = ids[lo:hi][mine], kept_hz[lo:hi][mine]
+        if not len(out.ids):
+            continue
+        rows = _slice(kept, lo, hi) if n > 1 else kept
+        # The late events' columns (jobs/summary/late_events.py) are only read when
+        # `redo_summary` drops a late event, which only one still open for a larger window can
+        # be: ship them only if the service has such an event (with one window: never), and
+        # event ids only of late events.
+        mine_late = late[lo:hi]
+        if (mine_late & mine).any():
+            event_ids = rows["event_id"]
+            payload = dict(
+                rows,
+                event_id=pc.if_else(
+                    pa.array(mine_late), event_ids, pa.scalar(None, event_ids.type)
+                ),
+            )
+        else:
+            payload = {k: v for k, v in rows.items() if k not in _LATE_ONLY}
+        # No id hashes: `redo_summary` finds the rows `out.ids` belong to from the rows.
+        out.rows = encode_columns(payload)
     return outs
 
 
@@ -500,11 +550,8 @@ def redo_summary(
     return out
 
 
-def _by_service(cols: Columns, services: pa.Array) -> list[tuple[str, Columns]]:
-    """The columns split per service, services in sorted order, rows keeping their order.
-
-    Rows without a service are left out (as pandas' groupby does).
-    """
+def _by_service(services: pa.Array) -> tuple[list[str], npt.NDArray[np.int64]]:
+    """The chunk's service names, sorted, and each row's code in them (-1: no service)."""
     encoded = services.dictionary_encode()
     names = encoded.dictionary.to_pylist()
     # Codes renumbered in sorted name order; -1 where the service is null.
@@ -514,17 +561,7 @@ def _by_service(cols: Columns, services: pa.Array) -> list[tuple[str, Columns]]:
     codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     keep = codes >= 0
     codes[keep] = rank[codes[keep]]
-    if keep.all() and len(names) == 1:
-        return [(str(names[0]), cols)]
-    # Small codes sort stably by radix (numpy, <= 16 bits): ~2.5x faster than int64.
-    small = codes[keep].astype(np.int16) if len(names) < 2**15 else codes[keep]
-    order = np.argsort(small, kind="stable")
-    rows = np.flatnonzero(keep)[order]
-    bounds = np.concatenate(([0], np.cumsum(np.bincount(codes[keep], minlength=len(names)))))
-    return [
-        (str(name), take_rows(cols, rows[bounds[i] : bounds[i + 1]]))
-        for i, name in enumerate(names)
-    ]
+    return [str(n) for n in names], codes
 
 
 def _row(cols: dict[str, list[Any]], **values: Any) -> None:
@@ -547,18 +584,29 @@ def summarise(
         if not bool(np.all((p[1:] > p[:-1]) | ((p[1:] == p[:-1]) & (o[1:] >= o[:-1])))):
             order = np.lexsort((o, p))  # Kafka order, stable
             events = take_rows(events, order)
+        names, codes = _by_service(events.pop("service"))
+        if len(names) > 1 or not (codes >= 0).all():
+            # Rows grouped by service, Kafka order within each; rows without one left out.
+            # Small codes sort stably by radix (numpy, <= 16 bits): ~2.5x faster than int64.
+            small = codes.astype(np.int16) if len(names) < 2**15 else codes
+            order = np.argsort(small, kind="stable")
+            order = order[codes[order] >= 0]
+            events, codes = take_rows(events, order), codes[order]
         summarise_all = dedup_summaries if cfg.dedup else service_summaries
-        services = _by_service(events, events.pop("service"))
-        summaries = summarise_all([g for _, g in services], watermark_ms, proc_ms, cfg)
-        for (service, g), one in zip(services, summaries, strict=True):
+        summaries = summarise_all(events, codes, len(names), watermark_ms, proc_ms, cfg)
+        bounds = np.searchsorted(codes, np.arange(len(names) + 1))
+        starts = bounds[:-1]
+        newest = np.maximum.reduceat(events["event_ms"], starts) if len(starts) else starts
+        for i, (service, one) in enumerate(zip(names, summaries, strict=True)):
+            first = int(starts[i])
             _row(
                 cols,
                 kind=SummaryKind.SERVICE,
                 service=service,
-                event_time=int(g["event_ms"].max()),
-                partition=int(g["partition"][0]),
-                offset=int(g["offset"][0]),
-                count=len(g["event_ms"]),
+                event_time=int(newest[i]),
+                partition=int(events["partition"][first]),
+                offset=int(events["offset"][first]),
+                count=int(bounds[i + 1] - first),
                 blob=one.to_bytes(),
             )
     is_beat = kind == RecordKind.HEARTBEAT
