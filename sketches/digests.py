@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from sketches.packed import Packed, ranges
 from sketches.preamble import TDIGEST
 from sketches.tdigest import (
     _HEADER,
@@ -347,6 +348,60 @@ class Digests:
 
         The checks are `TDigest.from_bytes`'s; ValueError names the blob at fault.
         """
+        fast = cls.unpack(Packed(blobs)) if blobs else None
+        return fast if fast is not None else cls._decode_each(blobs)
+
+    @classmethod
+    def unpack(cls, blobs: Packed) -> Digests | None:
+        """`decode` of blobs of the version written, all fields read at once (sketches/packed.py).
+
+        None when some blob is of another version or layout: `decode` then reads them one by
+        one and names what is wrong.
+        """
+        n = len(blobs.starts)
+        starts, sizes = blobs.starts, blobs.sizes
+        if not n or (sizes < _HEADER_END + 1).any() or not blobs.equal_at(starts, TDIGEST.preamble):
+            return None
+        head = np.ascontiguousarray(blobs.bytes_at(starts + TDIGEST.size, _HEADER.size))
+        fields = head.view(_HEADER_DTYPE).reshape(-1)
+        compression = fields["compression"]
+        if not (compression == compression[0]).all():
+            return None
+        size = fields["n"].astype(np.int64)
+        width_at = starts + _HEADER_END + 8 * size
+        if (width_at >= starts + sizes).any():
+            return None
+        width = blobs.buf[width_at].astype(np.int64)
+        if (
+            not np.isin(width, (1, 2, 4, 8)).all()
+            or (sizes != _HEADER_END + 8 * size + 1 + width * size).any()
+        ):
+            return None
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(size, out=offsets[1:])
+        weights = np.empty(int(offsets[-1]))
+        for w in np.unique(width).tolist():
+            sel = width == w
+            values = blobs.runs(width_at[sel] + 1, size[sel], _WIDTHS[w])
+            weights[_ranges(offsets[:-1][sel], size[sel])] = values
+        out = cls(
+            float(compression[0]),
+            offsets,
+            blobs.runs(starts + _HEADER_END, size, "<f8").astype(np.float64),
+            weights,
+            fields["count"].astype(np.int64),
+            fields["nan"].astype(np.int64),
+            fields["sum"].astype(np.float64),
+            fields["min"].astype(np.float64),
+            fields["max"].astype(np.float64),
+        )
+        TDigest(out.compression)  # validates the compression
+        out._check()
+        return out
+
+    @classmethod
+    def _decode_each(cls, blobs: Sequence[bytes]) -> Digests:
+        """`decode`, one blob at a time (older versions; precise errors)."""
         n = len(blobs)
         heads = np.empty((n, 7))
         counts = np.zeros(n, np.int64)
@@ -429,22 +484,26 @@ class Digests:
             raise ValueError("TDigest.from_bytes: inconsistent centroids or statistics")
 
 
+#: `_HEADER` as a numpy record: what `unpack` reads from every blob at once.
+_HEADER_DTYPE = np.dtype(
+    [
+        ("compression", "<f8"),
+        ("count", "<u8"),
+        ("nan", "<u8"),
+        ("sum", "<f8"),
+        ("min", "<f8"),
+        ("max", "<f8"),
+        ("n", "<u4"),
+    ]
+)
+assert _HEADER_DTYPE.itemsize == _HEADER.size
+
+
 def _integer(weights: FloatArray) -> bool:
     return bool(np.array_equal(weights, np.floor(weights)))
 
 
-def _ranges(starts: IntArray, sizes: IntArray) -> IntArray:
-    """Concatenated aranges [start, start + size) (the points of some groups, in order)."""
-    total = int(sizes.sum())
-    if not total:
-        return np.empty(0, np.int64)
-    ends = np.cumsum(sizes)
-    step = np.ones(total, np.int64)
-    filled = sizes > 0
-    first = (ends - sizes)[filled]
-    step[first] = starts[filled] - np.concatenate(([0], (starts + sizes - 1)[filled][:-1]))
-    step[0] = starts[filled][0]
-    return np.cumsum(step)
+_ranges = ranges
 
 
 def _knots(d: Digests) -> tuple[FloatArray, FloatArray, IntArray]:

@@ -33,6 +33,7 @@ from sketches.hll import (
     _check_p,
     _index_rank,
 )
+from sketches.packed import Packed, ranges
 from sketches.preamble import HLL
 
 __all__ = ["Hlls"]
@@ -144,13 +145,11 @@ class Hlls:
 
     def take(self, rows: npt.ArrayLike) -> Hlls:
         """The sketches of `rows`, in that order (a row may repeat)."""
-        from sketches.digests import _ranges
-
         idx = np.asarray(rows, dtype=np.int64).reshape(-1)
         sizes = self.sizes[idx]
         offsets = np.zeros(idx.size + 1, np.int64)
         np.cumsum(sizes, out=offsets[1:])
-        at = _ranges(self.offsets[:-1][idx], sizes)
+        at = ranges(self.offsets[:-1][idx], sizes)
         return Hlls(self.p, offsets, self.index[at], self.rank[at])
 
     def combine(self, keys: npt.ArrayLike, n: int) -> Hlls:
@@ -203,6 +202,54 @@ class Hlls:
     @classmethod
     def decode(cls, blobs: Sequence[bytes]) -> Hlls:
         """Sketches of `HyperLogLog.to_bytes` blobs (any encoding); ValueError on bad ones."""
+        fast = cls.unpack(Packed(blobs)) if blobs else None
+        return fast if fast is not None else cls._decode_each(blobs)
+
+    @classmethod
+    def unpack(cls, blobs: Packed) -> Hlls | None:
+        """`decode` of sparse sketches of one precision, every field read at once.
+
+        None when some blob is dense, deflated or of another precision (`decode` then reads
+        them one by one).
+        """
+        n = len(blobs.starts)
+        starts, sizes = blobs.starts, blobs.sizes
+        head = HLL.size + _HEADER.size + _SPARSE_COUNT.size
+        if not n or (sizes < head).any() or not blobs.equal_at(starts, HLL.preamble):
+            return None
+        p = blobs.buf[starts + HLL.size]
+        if not (p == p[0]).all() or not (blobs.buf[starts + HLL.size + 1] == _SPARSE).all():
+            return None
+        count = blobs.read(starts + HLL.size + _HEADER.size, "<u4").astype(np.int64)
+        if (sizes != head + count * _SPARSE_ENTRY.itemsize).any():
+            return None
+        raw = blobs.runs(starts + head, count * _SPARSE_ENTRY.itemsize, "u1").reshape(-1, 3)
+        index = raw[:, 0].astype(np.int64) | (raw[:, 1].astype(np.int64) << 8)
+        rank = raw[:, 2].astype(np.uint8)
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(count, out=offsets[1:])
+        return cls._checked(_check_p(int(p[0])), offsets, index, rank)
+
+    @classmethod
+    def _checked(
+        cls, p: int, offsets: IntArray, index: IntArray, rank: npt.NDArray[np.uint8]
+    ) -> Hlls:
+        """Sketches of these entries, refused if an index or value is out of range or unsorted."""
+        first = np.zeros(index.size, np.bool_)
+        sizes = np.diff(offsets)
+        first[offsets[:-1][sizes > 0]] = True
+        if index.size and (
+            int(index.max()) >= 1 << p
+            or not bool(rank.all())
+            or int(rank.max()) > 33 - p
+            or bool((np.diff(index) <= 0)[~first[1:]].any())
+        ):
+            raise ValueError("corrupt HyperLogLog: bad sparse indices or values")
+        return cls(p, offsets, index, rank)
+
+    @classmethod
+    def _decode_each(cls, blobs: Sequence[bytes]) -> Hlls:
+        """`decode`, one blob at a time (dense and deflated sketches)."""
         n = len(blobs)
         if not n:
             return cls.empty(0)
@@ -233,19 +280,9 @@ class Hlls:
         entries = np.concatenate(parts)
         offsets = np.zeros(n + 1, np.int64)
         np.cumsum(sizes, out=offsets[1:])
-        index = entries["index"].astype(np.int64)
-        rank = entries["value"].astype(np.uint8)
-        first = np.zeros(index.size, np.bool_)
-        first[offsets[:-1][sizes > 0]] = True
         assert p is not None
-        if index.size and (
-            int(index.max()) >= 1 << p
-            or not bool(rank.all())
-            or int(rank.max()) > 33 - p
-            or bool((np.diff(index) <= 0)[~first[1:]].any())
-        ):
-            raise ValueError("corrupt HyperLogLog: bad sparse indices or values")
-        return cls(p, offsets, index, rank)
+        index = entries["index"].astype(np.int64)
+        return cls._checked(p, offsets, index, entries["value"].astype(np.uint8))
 
 
 def _sigma(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

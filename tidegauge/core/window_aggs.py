@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from sketches.digests import Digests
 from sketches.hlls import Hlls
+from sketches.packed import Packed
 from sketches.preamble import WINDOW_AGG
 from tidegauge.core.metrics import (
     COUNT,
@@ -369,6 +370,65 @@ class WindowAggs:
         A metric a blob does not hold reads back empty; entries of unregistered metrics are
         skipped; ValueError as `WindowAgg.from_bytes` raises it.
         """
+        fast = cls._unpack(Packed(blobs)) if blobs else None
+        return fast if fast is not None else cls._decode_each(blobs)
+
+    @classmethod
+    def _unpack(cls, blobs: Packed) -> WindowAggs | None:
+        """`decode` of blobs written by this registry (the common case), every field at once.
+
+        Each metric's entry then sits at an offset numpy computes for all blobs together
+        (sketches/packed.py). None when a blob is of another version or holds other entries.
+        """
+        n = len(blobs.starts)
+        out = cls.empty(n)
+        if not blobs.equal_at(blobs.starts, _HEAD_V3 + _ENTRIES.pack(len(out.registered))):
+            return None
+        at = blobs.starts + len(_HEAD_V3) + _ENTRIES.size
+        ends = blobs.starts + blobs.sizes
+        entries: list[tuple[Metric, IntArray, IntArray]] = []
+        for m in out.registered:
+            raw = m.name.encode()
+            if (at + 1 + len(raw) + _PAYLOAD.size > ends).any():
+                return None
+            if not blobs.equal_at(at, _NAME.pack(len(raw)) + raw):
+                return None
+            size = blobs.read(at + 1 + len(raw), "<u4").astype(np.int64)
+            start = at + 1 + len(raw) + _PAYLOAD.size
+            at = start + size
+            if (at > ends).any():
+                return None
+            entries.append((m, start, size))
+        if (at != ends).any():
+            return None
+        for m, start, size in entries:
+            part = Packed.of(blobs.buf, start, size)
+            try:
+                if m.name in out.ints:
+                    if (size != 8).any():
+                        return None
+                    out.ints[m.name] = blobs.read(start, "<i8").astype(np.int64)
+                elif m.name in out.digests:
+                    digests = Digests.unpack(part)
+                    if digests is None:
+                        return None
+                    out.digests[m.name] = digests
+                elif m.name in out.sketches:
+                    sketches = Hlls.unpack(part)
+                    out.sketches[m.name] = (
+                        sketches if sketches is not None else Hlls.decode(_slices_of(part))
+                    )
+                else:
+                    empty = m.encode(m.empty())
+                    if not ((size == len(empty)).all() and part.equal_at(start, empty)):
+                        out.objects[m.name] = [m.decode(b) for b in _slices_of(part)]
+            except ValueError as e:
+                raise ValueError(f"window aggregate: bad {m.name!r} entry: {e}") from None
+        return out
+
+    @classmethod
+    def _decode_each(cls, blobs: Sequence[bytes]) -> WindowAggs:
+        """`decode`, one blob at a time (older versions and registries)."""
         out = cls.empty(len(blobs))
         by_name = {m.name: m for m in out.registered}
         payloads: dict[str, list[bytes | None]] = {
@@ -402,6 +462,19 @@ class WindowAggs:
             except (struct.error, ValueError) as e:
                 raise ValueError(f"window aggregate: bad {name!r} entry: {e}") from None
         return out
+
+
+#: The preamble of the version `WindowAgg.to_bytes` writes.
+_HEAD_V3 = WINDOW_AGG.preamble
+
+
+def _slices_of(part: Packed) -> list[bytes]:
+    """Each blob of a `Packed` as bytes."""
+    buf = part.buf
+    return [
+        buf[a : a + b].tobytes()
+        for a, b in zip(part.starts.tolist(), part.sizes.tolist(), strict=True)
+    ]
 
 
 def _or_none(values: npt.NDArray[np.float64], keep: npt.NDArray[np.bool_]) -> list[float | None]:

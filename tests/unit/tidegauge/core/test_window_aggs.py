@@ -159,3 +159,22 @@ def test_blobs_of_an_older_registry_read_with_the_missing_metrics_empty() -> Non
     assert got.agg(0).lateness.count == 0 and got.agg(0).count == 1
     with pytest.raises(ValueError):
         WindowAggs.decode([blob[:-3]])
+
+
+def test_decode_reads_mixed_versions_and_names_a_bad_entry() -> None:
+    cols, objs = built(events(6, 200, 5, False, False), 6)
+    blobs = cols.encode()
+    older = WindowAgg(registered=metrics()[:4])
+    older.add(np.array([5.0]), np.array([200]), np.array(["u"], dtype=object))
+    mixed = [*blobs, older.to_bytes()]  # the fast path cannot read these together
+    assert [WindowAggs.decode(mixed).agg(i) for i in range(7)] == [
+        *objs,
+        WindowAgg.from_bytes(older.to_bytes()),
+    ]
+    agg = objs[0]
+    tampered = bytearray(agg.to_bytes())
+    latency = agg.latency.to_bytes()
+    at = bytes(tampered).index(latency) + len(latency) - 1
+    tampered[at] ^= 0x7F  # the last centroid's weight: the weights no longer add up to count
+    with pytest.raises(ValueError, match="'latency'"):
+        WindowAggs.decode([*blobs, bytes(tampered)])
