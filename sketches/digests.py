@@ -564,6 +564,13 @@ def _compress_many(
     # Groups of at most two points, and kept groups, stay as they are: every point a start.
     # So do groups of raw values too few for any two to share a centroid.
     small = filled & (sizes <= (_singletons_up_to(compression) if unit else 2))
+    if not unit and filled.any():
+        # Merged raw values (every weight 1, as small panes hold) follow the unit-weight rule.
+        few = filled & (sizes <= _singletons_up_to(compression))
+        if few.any():
+            top = np.zeros(groups)
+            top[filled] = np.maximum.reduceat(weights, offsets[:-1][filled])
+            small |= few & (top == 1.0)
     if keep is not None:
         small |= filled & keep
     if small.any():

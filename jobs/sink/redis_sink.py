@@ -19,7 +19,14 @@ import numpy as np
 import redis
 
 from jobs.sink.rollup import BatchTime, plan_retention, services_seen
-from jobs.state.rows import ArrivalUpdate, BatchRows, LateUpdate, WindowCount, WindowUpdate
+from jobs.state.rows import (
+    ArrivalUpdate,
+    BatchRows,
+    LateUpdate,
+    WindowCount,
+    WindowUpdate,
+    metrics_json,
+)
 from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.retention import Retention
 from tidegauge.core.store import ALL_SERVICES, DeadLetter, Keys, batch_field
@@ -45,7 +52,7 @@ def _doc(metrics: Mapping[str, Any] | str, batch_id: int) -> str:
         parsed: Mapping[str, Any] = json.loads(metrics)
     else:
         parsed = metrics
-    return json.dumps({**parsed, "batch": batch_id}, separators=(",", ":"), sort_keys=True)
+    return metrics_json({**parsed, "batch": batch_id})
 
 
 @dataclass(frozen=True)

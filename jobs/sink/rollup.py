@@ -20,7 +20,6 @@ the tiers and the rules; docs/redis.md "Retention" the key lifetimes):
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Any
 import numpy as np
 import redis
 
+from jobs.state.rows import metrics_json
 from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.retention import Retention, Tier, expired
 from tidegauge.core.store import ALL_SERVICES, Keys, batch_field
@@ -88,9 +88,7 @@ def roll_period(
     )
     for svc, agg, metrics in zip(services, merged.encode(), merged.results(size_ms), strict=True):
         out.aggs[svc] = agg
-        out.docs[svc] = json.dumps(
-            {**metrics, "batch": batch_id}, separators=(",", ":"), sort_keys=True
-        )
+        out.docs[svc] = metrics_json({**metrics, "batch": batch_id})
     late: dict[str, LateAgg] = {}
     for w in ordered:
         for f, blob in sorted(w.late.items()):

@@ -46,7 +46,7 @@ from jobs.panes.columnar import Plan, merge_panes, window_aggs
 from jobs.panes.windows import Added, ServiceWindows
 from jobs.parse.columns import Columns, encode_columns
 from jobs.state.codec import DeadCounts, ShardState
-from jobs.state.rows import RowKind, append_row, frame, new_rows
+from jobs.state.rows import RowKind, append_row, frame, metrics_json, new_rows
 from jobs.summary.late_events import concat, newest, stored
 from jobs.summary.schema import SummaryKind
 from jobs.summary.settings import ExecutorConfig
@@ -274,7 +274,7 @@ def _window_row(
         window_start=start,
         count=metrics["count"],
         # sorted and compact: the sink adds the batch id without parsing it (jobs/sink)
-        metrics=json.dumps(metrics, separators=(",", ":"), sort_keys=True),
+        metrics=metrics_json(metrics),
         agg=agg,
     )
 

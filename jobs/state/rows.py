@@ -7,6 +7,7 @@ reads them back on the driver (`decode_rows`).
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ __all__ = [
     "append_row",
     "decode_rows",
     "frame",
+    "metrics_json",
     "new_rows",
 ]
 
@@ -131,6 +133,37 @@ OUTPUT_SCHEMA = (
     "raw binary, raw_size int"
 )
 _COLUMNS = [c.strip().split(" ")[0] for c in OUTPUT_SCHEMA.split(",")]
+
+
+def metrics_json(metrics: Mapping[str, Any]) -> str:
+    """`json.dumps(metrics, separators=(",", ":"), sort_keys=True)`, several times faster.
+
+    A window row's metrics are numbers and None (plugins may add strings and booleans); their
+    keys are the same row after row, so the sorted, quoted keys are made once per key set.
+    Anything else (a non-finite number, a nested value) goes through `json.dumps`.
+    """
+    names = tuple(metrics)
+    quoted = _QUOTED.get(names)
+    if quoted is None:
+        quoted = _QUOTED[names] = [(k, json.dumps(k) + ":") for k in sorted(names)]
+    parts = []
+    for key, head in quoted:
+        v = metrics[key]
+        t = type(v)
+        if v is None:
+            text = "null"
+        elif t is int:
+            text = int.__repr__(v)
+        elif t is float and math.isfinite(v):
+            text = float.__repr__(v)
+        else:
+            return json.dumps(metrics, separators=(",", ":"), sort_keys=True)
+        parts.append(head + text)
+    return "{" + ",".join(parts) + "}"
+
+
+#: Key sets seen by `metrics_json` -> their keys, sorted, with their quoted form.
+_QUOTED: dict[tuple[str, ...], list[tuple[str, str]]] = {}
 
 
 def new_rows() -> dict[str, list[Any]]:

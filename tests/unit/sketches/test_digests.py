@@ -115,3 +115,15 @@ def test_bad_input_is_refused_with_the_objects_errors() -> None:
         Digests.of([TDigest(100), TDigest(200)])
     with pytest.raises(ValueError, match="one key per digest"):
         Digests.empty(3).combine([0, 1], 2)
+
+
+def test_merging_small_digests_of_raw_values_equals_the_objects() -> None:
+    rng = np.random.default_rng(8)
+    n = 400
+    groups = rng.integers(0, n, 3 * n)  # ~3 values a digest: every centroid a raw value
+    values = np.round(rng.lognormal(3, 1, groups.size))
+    keys = np.arange(n) // 8
+    got = Digests.build(values, groups, n).combine(keys, n // 8)
+    digests = objects(values, groups, n)
+    for key in range(n // 8):
+        assert got.digest(key) == TDigest.merged(digests[key * 8 : key * 8 + 8])
