@@ -3,7 +3,7 @@ holds its trigger, at several offered rates.
 
     .venv/bin/python benchmarks/bench_freshness.py [--rates 1000,10000,50000] [--seconds 60]
         [--warmup 15] [--trigger 1s] [--master local[2]] [--per-process N]
-        [--client kafka-python|confluent] [--job-arg=--shuffle-partitions=2 ...]
+        [--client kafka-python|confluent] [--services N] [--job-arg=--shuffle-partitions=2 ...]
 
 Starts its own broker (Tansu) and redis-server, a topic of 3 partitions, and the job as a user
 would (`python -m cli.main job ... --trigger 1s --master local[2] --starting-offsets
@@ -20,6 +20,8 @@ latest`, a subprocess), and waits for the job's first status (a heartbeat per pa
     2026-11-24: 0.78 CPU s for 30k records), i.e. over a core at 50k/s on a 2-core machine.
     `--client confluent` (confluent-kafka/librdkafka, ~4 us per record) leaves the job the cores
     the figures are about;
+  * `--services N` spreads the events evenly over N services (the live side of the groups
+    curve: at 10,000 events/s, 1,000 services touch ~1,000 (window, service) pairs a batch);
   * `--warmup` seconds, then `--seconds` measured: the batches whose trigger fired in the
     measured interval (`batch_time`, from `tidegauge.core.store.read_batches`);
   * after the producers stop, the time the job takes to catch up with every acknowledged record.
@@ -435,6 +437,7 @@ def run_rate(
         workdir=tmp,
         seed=index + 1,
         client=args.client,
+        services=args.services,
     )
     pids = {"job": job.proc.pid, **{n: s.proc.pid for n, s in services.items()}}
 
@@ -647,6 +650,12 @@ def main() -> None:
         help="seconds to wait for the job's first status",
     )
     ap.add_argument(
+        "--services",
+        type=int,
+        default=0,
+        help="spread the events evenly over N services (default 0: the generator's few)",
+    )
+    ap.add_argument(
         "--job-arg",
         action="append",
         default=[],
@@ -694,6 +703,8 @@ def main() -> None:
             args.master,
             "--starting-offsets",
             "latest",
+            # every service its own group: none counted under "(other)"
+            *(["--max-services", str(2 * args.services)] if args.services > 500 else []),
             *args.job_arg,
         ]
         print(f"job: {' '.join(argv[1:])}", flush=True)

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_groups.py [--shapes 10:10000,100:2000,1000:2000,2000:500]
         [--events 300000] [--per-trigger 100000] [--rounds 1] [--contenders baseline,tidegauge]
+        [--phases]
 
 A shape `SERVICES:RATE` is a topic of `--events` seeded events (the generator of `tidegauge
 produce`, fast pace, 3 partitions, 5 % out of order, heartbeats) from SERVICES services of equal
@@ -125,6 +126,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--contenders", default="baseline,tidegauge")
+    ap.add_argument(
+        "--phases", action="store_true", help="print each batch's phases (Spark's durationMs)"
+    )
     args = ap.parse_args()
     print(f"machine: {machine()}", flush=True)
     contenders = args.contenders.split(",")
@@ -188,6 +192,15 @@ def main() -> None:
                             progress = list(jobs.pipeline.run_job(cfg, spark=spark).recentProgress)
                         rows = [n for n, _ in timer.calls]
                     run = measure(shape, name, progress, rows)
+                    if args.phases:
+                        for p in steady(progress):
+                            phases = {k: v for k, v in p.durationMs.items() if v}
+                            state = sum(op.memoryUsedBytes for op in p.stateOperators)
+                            print(
+                                f"    batch {p.batchId} {name}: {phases}, state "
+                                f"{state / 1e6:.1f} MB",
+                                flush=True,
+                            )
                     runs.append(run)
                     print(
                         f"  round {rnd} {name:<10} {run.batch_ms:,.0f} ms per batch of "

@@ -106,6 +106,8 @@ class _Spec:
     seed: int
     acks_path: str
     client: str
+    #: Equal services named s00000.. (0: the generator's default mix).
+    services: int = 0
 
 
 class _Acks:
@@ -164,6 +166,11 @@ def _prepare(spec: _Spec) -> tuple[list[bytes], list[int], list[bytes], list[int
         start_time_ms=1_780_000_000_000,
         partitions=spec.partitions,
         heartbeat_interval_ms=0,
+        **(
+            {"services": tuple((f"s{k:05d}", 1.0) for k in range(spec.services))}
+            if spec.services
+            else {}
+        ),
     )
     bodies: list[bytes] = []
     delays: list[int] = []
@@ -405,6 +412,8 @@ class OfferedLoad:
     seed: int = 1
     #: "kafka-python" (KafkaProducer) or "confluent" (confluent-kafka, librdkafka).
     client: str = "kafka-python"
+    #: Equal services named s00000.. (0: the generator's default mix of a few).
+    services: int = 0
     _procs: list[Any] = field(default_factory=list)
     _conns: list[Connection] = field(default_factory=list)
     _stop: Any = None
@@ -428,6 +437,7 @@ class OfferedLoad:
                 seed=self.seed * 1000 + i,
                 acks_path=str(self.workdir / f"acks-{self.seed}-{i}.npy"),
                 client=self.client,
+                services=self.services,
             )
             parent, child = ctx.Pipe()
             p = ctx.Process(

@@ -65,6 +65,7 @@ PRELOAD = (
     "jobs.state.aggregate",
     "jobs.summary.read_task",
     "jobs.source.kafka_source",
+    "jobs.source.kafka_log",
     "jobs.parse.parser",
 )
 
