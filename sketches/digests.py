@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -249,12 +250,17 @@ class Digests:
         out.nan_count[has] = np.add.reduceat(rows.nan_count, starts)
         out.min[has] = np.minimum.reduceat(rows.min, starts)
         out.max[has] = np.maximum.reduceat(rows.max, starts)
-        # Sums in row order, one row at a time per key, as TDigest.merge adds them.
+        # Sums in row order, one row at a time per key, as TDigest.merge adds them: a rank at
+        # a time for all keys, and keys of many rows (a `*` of every service) in Python.
         rank = np.arange(key.size) - first[key]
         out.sum[has] = rows.sum[starts]
-        for r in range(1, int(parts.max())):
-            at = rank == r
+        many = parts > _RANKED
+        for r in range(1, min(int(parts.max()), _RANKED + 1)):
+            at = (rank == r) & ~many[key]
             out.sum[key[at]] += rows.sum[at]
+        for big in np.flatnonzero(many).tolist():
+            part = rows.sum[first[big] : first[big + 1]].tolist()
+            out.sum[big] = functools.reduce(operator.add, part)
         # Centroids: a key's rows' runs in row order, sorted stably by mean, then compressed
         # (a key of one row keeps its digest as it is, as TDigest.merged does).
         point_key = np.repeat(key, rows.sizes)
@@ -483,6 +489,10 @@ class Digests:
         if not ok:
             raise ValueError("TDigest.from_bytes: inconsistent centroids or statistics")
 
+
+#: Keys merging more rows than this sum them in Python (`combine`): the rank-at-a-time loop
+#: would take a numpy pass per row.
+_RANKED = 32
 
 #: `_HEADER` as a numpy record: what `unpack` reads from every blob at once.
 _HEADER_DTYPE = np.dtype(

@@ -194,9 +194,7 @@ def write_batch(
         size = arrival_window_ms
         tx.sadd(keys.arrival_sizes, str(size))
         for a in arrivals:
-            doc = json.dumps(
-                {**a.metrics, "events": a.count}, separators=(",", ":"), sort_keys=True
-            )
+            doc = metrics_json({**a.metrics, "events": a.count})
             key = keys.arrivals(a.domain, size, a.start_ms)
             fields[key][batch_field(a.service, batch_id)] = doc
             indexed[keys.arrivals_index(a.domain, size)][str(a.start_ms)] = a.start_ms

@@ -251,9 +251,7 @@ def _service_batch(
             service=service,
             window_start=start,
             count=n,
-            metrics=json.dumps(
-                {"late": n_late, "stragglers": n_strag, "proc_ms": proc_ms}, sort_keys=True
-            ),
+            metrics=metrics_json({"late": n_late, "stragglers": n_strag, "proc_ms": proc_ms}),
         )
     return late_events
 

@@ -179,8 +179,13 @@ def frame(rows: dict[str, list[Any]]) -> pd.DataFrame:
 
 def append_row(rows: dict[str, list[Any]], **values: Any) -> None:
     """Append one output row (columns not given are null)."""
-    for c in _COLUMNS:
-        rows[c].append(values.get(c))
+    n = len(rows["kind"])
+    for c, v in values.items():
+        rows[c].append(v)
+    for c in _COLUMNS:  # the columns not given: null (a few list lengths to compare)
+        column = rows[c]
+        if len(column) == n:
+            column.append(None)
 
 
 @dataclass

@@ -55,7 +55,7 @@ from jobs.parse.parser import RecordKind
 from jobs.summary.late_events import late_columns
 from jobs.summary.schema import SUMMARY_ARROW, SummaryKind
 from jobs.summary.settings import ExecutorConfig
-from sketches.preamble import LATE_AGG, SERVICE_SUMMARY, WINDOW_AGG
+from sketches.preamble import SERVICE_SUMMARY
 from sketches.tg64 import hash32
 from tidegauge.core.events import BUILT_IN_FIELDS, EventField
 from tidegauge.core.freshness import encode_times
@@ -170,12 +170,10 @@ class ServiceSummary:
         head = json.loads(blob[_HEAD_END:pos])
         out = cls(head["wm"], head["proc"])
         for start, n in head["panes"]:
-            out.panes[int(start)] = blob[pos : pos + n]
-            WINDOW_AGG.check(out.panes[int(start)])
+            out.panes[int(start)] = blob[pos : pos + n]  # checked when decoded
             pos += n
         for key, start, n in head["late"]:
             out.late[(key, int(start))] = blob[pos : pos + n]
-            LATE_AGG.check(out.late[(key, int(start))])
             pos += n
         out.stragglers = Counter({(k, int(s)): int(n) for k, s, n in head["strag"]})
         out.arrivals = {(d, int(s)): (int(a), int(b), int(c)) for d, s, a, b, c in head["arr"]}

@@ -127,3 +127,13 @@ def test_merging_small_digests_of_raw_values_equals_the_objects() -> None:
     digests = objects(values, groups, n)
     for key in range(n // 8):
         assert got.digest(key) == TDigest.merged(digests[key * 8 : key * 8 + 8])
+
+
+def test_a_key_of_many_rows_sums_them_in_row_order_as_the_objects() -> None:
+    values, groups, n = case((300, 20), "lognormal", seed=9)
+    keys = np.zeros(n, np.int64)  # one key of 300 rows: a `*` of every service
+    keys[:7] = 1  # and a key of a few
+    got = Digests.build(values, groups, n).combine(keys, 2)
+    digests = objects(values, groups, n)
+    assert got.digest(0) == TDigest.merged(digests[7:])
+    assert got.digest(1) == TDigest.merged(digests[:7])
