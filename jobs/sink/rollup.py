@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import redis
 
+from jobs.panes.columnar import merge_late
 from jobs.state.rows import metrics_json
 from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.retention import Retention, Tier, expired
@@ -89,17 +90,15 @@ def roll_period(
     for svc, agg, metrics in zip(services, merged.encode(), merged.results(size_ms), strict=True):
         out.aggs[svc] = agg
         out.docs[svc] = metrics_json({**metrics, "batch": batch_id})
-    late: dict[str, LateAgg] = {}
+    fields: dict[str, int] = {}
+    parts: list[tuple[int, bytes]] = []
     for w in ordered:
         for f, blob in sorted(w.late.items()):
-            if split_batch_field(f)[1] >= batch_id:
-                continue
-            have = late.get(f)
-            if have is None:
-                late[f] = LateAgg.from_bytes(blob)
-            else:
-                have.merge(LateAgg.from_bytes(blob))
-    out.late = {f: a.to_bytes() for f, a in late.items()}
+            if split_batch_field(f)[1] < batch_id:
+                parts.append((fields.setdefault(f, len(fields)), blob))
+    parts.sort(key=lambda kb: kb[0])  # stable: each field's parts stay in window order
+    late = merge_late([b for _, b in parts], np.array([k for k, _ in parts], np.int64), len(fields))
+    out.late = dict(zip(fields, late, strict=True))
     out.stragglers = _sums(w.stragglers for w in ordered)
     out.duplicates = _sums(w.duplicates for w in ordered)
     return out
@@ -342,13 +341,18 @@ def _plan_late(
             if p + tier.size_ms > built_until or not plan.keeps_window(tier.spec, p):
                 continue
             grouped[(p, u.service)].append((u.start_ms, u.agg or LateAgg(u.count).to_bytes()))
-        for (p, service), parts in sorted(grouped.items()):
-            aggs = [LateAgg.from_bytes(b) for _, b in sorted(parts, key=lambda x: x[0])]
-            total = aggs[0]
-            for a in aggs[1:]:
-                total.merge(a)
+        cells = sorted(grouped)
+        blobs = [
+            (k, blob)
+            for k, cell in enumerate(cells)
+            for _, blob in sorted(grouped[cell], key=lambda x: x[0])
+        ]
+        merged = merge_late(
+            [b for _, b in blobs], np.array([k for k, _ in blobs], np.int64), len(cells)
+        )
+        for (p, service), total in zip(cells, merged, strict=True):
             fields = plan.late.setdefault((tier.spec.key, p), {})
-            fields[batch_field(service, at.batch_id)] = total.to_bytes()
+            fields[batch_field(service, at.batch_id)] = total
 
 
 def _finer_key(tiers: Sequence[Tier], tier: Tier, source: WindowSpec) -> str:

@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from jobs.panes.columnar import Plan, merge_panes, window_aggs
+from jobs.panes.columnar import Plan, merge_late, merge_panes, window_aggs
 from jobs.panes.windows import Added, ServiceWindows
 from jobs.parse.columns import Columns, encode_columns
 from jobs.state.codec import DeadCounts, ShardState
@@ -214,13 +214,21 @@ def _service_batch(
             _window_row(rows, spec, service, start, agg.metrics(spec.size_ms), agg.to_bytes())
     for window, session_late in added.late.items():  # sessions' late events
         late_parts.setdefault(window, []).append(session_late.to_bytes())
-    for (key, start), blobs in sorted(late_parts.items()):
-        merged = blobs[0]
-        if len(blobs) > 1:  # several chunks' late events of one window
-            late = LateAgg.from_bytes(blobs[0])
-            for more in blobs[1:]:
-                late.merge(LateAgg.from_bytes(more))
-            merged = late.to_bytes()
+    windows = sorted(late_parts)
+    several = [w for w in windows if len(late_parts[w]) > 1]  # several chunks' late events
+    merged_late = dict(
+        zip(
+            several,
+            merge_late(
+                [b for w in several for b in late_parts[w]],
+                np.repeat(np.arange(len(several)), [len(late_parts[w]) for w in several]),
+                len(several),
+            ),
+            strict=True,
+        )
+    )
+    for key, start in windows:
+        merged = merged_late.get((key, start), late_parts[(key, start)][0])
         append_row(
             rows,
             kind=RowKind.LATE,

@@ -41,7 +41,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from jobs.panes.columnar import Plan, add_events, encode_late
+from jobs.panes.columnar import Plan, add_events, encode_late, unique_rows
 from jobs.panes.dedup import duplicate_windows, first_occurrences, horizons, id_hashes
 from jobs.parse.columns import (
     Columns,
@@ -354,15 +354,13 @@ def _arrivals(
     """Each service's (events, late, stragglers) per window of `domain` (`arrival_counts`)."""
     if not len(codes):
         return
-    key = np.stack((codes, bucket_ms), axis=1)
-    uniq, inverse = np.unique(key, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    (code_of, bucket_of), inverse = unique_rows(codes, bucket_ms)
     n = np.bincount(inverse)
     late = np.bincount(inverse, weights=kinds == LATE).astype(np.int64)
     strag = np.bincount(inverse, weights=kinds == STRAGGLER).astype(np.int64)
     for code, b, a, c, d in zip(
-        uniq[:, 0].tolist(),
-        uniq[:, 1].tolist(),
+        code_of.tolist(),
+        bucket_of.tolist(),
         n.tolist(),
         late.tolist(),
         strag.tolist(),
