@@ -192,6 +192,11 @@ def test_service_names_are_shown_literally_and_nothing_runs(
         for name in HOSTILE:
             assert name in hover, (name, hover)
         # tables: the latency table's cells (its grid's accessible table) hold the names as text
+        # (the grid draws its cells after the charts: on a busy machine, a moment later)
+        page.wait_for_selector(
+            "[data-testid=stDataFrame] [role=gridcell], [data-testid=stDataFrame] td",
+            timeout=15_000,
+        )
         cells = page.evaluate(
             "() => Array.from(document.querySelectorAll("
             "'[data-testid=stDataFrame] [role=gridcell], [data-testid=stDataFrame] td'))"
