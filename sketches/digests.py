@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from sketches.packed import Packed, ranges
+from sketches.packed import Packed, joined_offsets, ranges
 from sketches.preamble import TDIGEST
 from sketches.tdigest import (
     _HEADER,
@@ -174,10 +174,9 @@ class Digests:
         compression = parts[0].compression
         if any(p.compression != compression for p in parts):
             raise ValueError("Digests.concat: digests of different compressions")
-        starts = np.cumsum([0] + [int(p.offsets[-1]) for p in parts[:-1]])
         return cls(
             compression,
-            np.concatenate([[0]] + [p.offsets[1:] + s for p, s in zip(parts, starts, strict=True)]),
+            joined_offsets([p.offsets for p in parts]),
             np.concatenate([p.means for p in parts]),
             np.concatenate([p.weights for p in parts]),
             np.concatenate([p.count for p in parts]),

@@ -33,7 +33,7 @@ from sketches.hll import (
     _check_p,
     _index_rank,
 )
-from sketches.packed import Packed, ranges
+from sketches.packed import Packed, joined_offsets, ranges
 from sketches.preamble import HLL
 
 __all__ = ["Hlls"]
@@ -135,10 +135,9 @@ class Hlls:
         p = parts[0].p
         if any(x.p != p for x in parts):
             raise ValueError("Hlls.concat: sketches of different precisions")
-        starts = np.cumsum([0] + [int(x.offsets[-1]) for x in parts[:-1]])
         return cls(
             p,
-            np.concatenate([[0]] + [x.offsets[1:] + s for x, s in zip(parts, starts, strict=True)]),
+            joined_offsets([x.offsets for x in parts]),
             np.concatenate([x.index for x in parts]),
             np.concatenate([x.rank for x in parts]),
         )

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Packed", "ranges"]
+__all__ = ["Packed", "joined_offsets", "ranges"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -31,6 +31,12 @@ def ranges(starts: IntArray, sizes: IntArray) -> IntArray:
     step[first] = starts[filled] - np.concatenate(([0], (starts + sizes - 1)[filled][:-1]))
     step[0] = starts[filled][0]
     return np.cumsum(step)
+
+
+def joined_offsets(parts: Sequence[IntArray]) -> IntArray:
+    """The offsets of ragged columns (group i: `values[offsets[i]:offsets[i+1]]`) end to end."""
+    shift = np.cumsum([0] + [int(o[-1]) for o in parts[:-1]])
+    return np.concatenate([[0]] + [o[1:] + s for o, s in zip(parts, shift, strict=True)])
 
 
 class Packed:
