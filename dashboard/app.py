@@ -28,7 +28,7 @@ from dashboard import chart, data, figures, panels, view_url
 from dashboard.copy_button import copy_button
 from dashboard.dead_letters import dead_counts_frame, dead_letters_frame
 from dashboard.health import job_starts
-from dashboard.job_status import offsets_frame, offsets_summary
+from dashboard.job_status import catch_up, offsets_frame, offsets_summary
 from dashboard.latency_range import cdf_frame, range_table
 from dashboard.lateness import digest_histogram, late_events_frame, what_if_frame
 from dashboard.marks import annotation_marks, clip, mark
@@ -493,6 +493,22 @@ def _health(snap: data.Snapshot, d: Derived) -> None:
         "time − broker timestamp: p50, p99, oldest). Freshness far above the duration means "
         "records waited for their batch to start: a backlog, or a long trigger interval."
     )
+    behind = catch_up(snap.batches)
+    if behind is not None:
+        pace = (
+            f"{behind.processed_per_s:,.0f} records/s taken, "
+            f"{behind.arriving_per_s:,.0f} arriving, over the last minute"
+        )
+        if behind.eta_s is None:
+            st.warning(
+                f"The job is {behind.backlog:,} records behind the topic's end and not gaining "
+                f"on it ({pace})."
+            )
+        else:
+            st.info(
+                f"Catching up: {behind.backlog:,} records behind the topic's end; caught up in "
+                f"~{format_duration(max(1, round(behind.eta_s)) * 1000)} at this pace ({pace})."
+            )
     over = overflow_summary(snap.batches)
     if over["max_names"]:
         st.warning(

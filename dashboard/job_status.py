@@ -8,14 +8,18 @@ long, and its committed offsets and lag by Kafka partition.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
 from tidegauge.core.store import JobStatus
 
 __all__ = [
+    "CATCH_UP_WINDOW_MS",
     "STALE_INTERVALS",
+    "CatchUp",
     "StatusView",
+    "catch_up",
     "offsets_frame",
     "offsets_summary",
     "stale_after_ms",
@@ -111,3 +115,49 @@ def offsets_summary(frame: pd.DataFrame) -> str:
             text += f" (lag {int(row.lag):,})"
         parts.append(text)
     return " · ".join(parts) if parts else "none yet"
+
+
+#: How far back (ms of batch time) `catch_up` measures the job's pace and the topic's growth.
+CATCH_UP_WINDOW_MS = 60_000
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    """How far behind the topic's end the job is, and when it will have caught up."""
+
+    #: Records in the topic that no committed batch has taken yet.
+    backlog: int
+    #: Records per second the job took, and the topic grew by, over the last minute of batches.
+    processed_per_s: float
+    arriving_per_s: float
+    #: Seconds until the backlog is gone at that pace; None while the job is not gaining.
+    eta_s: float | None
+
+
+def catch_up(batches: list[dict[str, Any]]) -> CatchUp | None:
+    """The job's catch-up from its batch history (oldest first), or None when it is not behind.
+
+    Behind: the topic's end (asked of Kafka by the job, `topic_end_offsets`) is more than one
+    batch's records past the newest batch's end offsets. The pace: records the batches of the
+    last `CATCH_UP_WINDOW_MS` took per second, and how fast the topic's end moved meanwhile;
+    the backlog shrinks at their difference.
+    """
+    known = [b for b in batches if b.get("topic_end_offsets")]
+    if not known:
+        return None
+    last = known[-1]
+    ends, done = last["topic_end_offsets"], last.get("offsets") or {}
+    backlog = sum(max(0, int(end) - int(done.get(p, 0))) for p, end in ends.items())
+    if backlog <= max(int(last.get("input_rows") or 0), 1):
+        return None
+    recent = [b for b in batches if b["batch_time"] >= last["batch_time"] - CATCH_UP_WINDOW_MS]
+    span_s = (recent[-1]["batch_time"] - recent[0]["batch_time"]) / 1000
+    if len(recent) < 2 or span_s <= 0:
+        return CatchUp(backlog, 0.0, 0.0, None)
+    processed = sum(int(b.get("input_rows") or 0) for b in recent[1:]) / span_s
+    first = next(b for b in known if b["batch_time"] >= recent[0]["batch_time"])
+    grown_s = (last["topic_end_time"] - first["topic_end_time"]) / 1000
+    grown = sum(last["topic_end_offsets"].values()) - sum(first["topic_end_offsets"].values())
+    arriving = grown / grown_s if grown_s > 0 else 0.0
+    gain = processed - arriving
+    return CatchUp(backlog, processed, arriving, backlog / gain if gain > 0 else None)

@@ -17,6 +17,7 @@ from typing import Any
 import redis
 from pyspark.sql.streaming import StreamingQueryListener
 
+from jobs.source.kafka_source import true_end_offsets
 from tidegauge.core.config import JobConfig
 from tidegauge.core.store import Keys, connect
 from tidegauge.core.windows import advance_watermark
@@ -195,6 +196,24 @@ class StatusListener(StreamingQueryListener):
         self.query_ids: set[str] = set()
         #: Batch id -> what the batch writer measured when it committed the batch.
         self.committed = {} if committed is None else committed
+        #: The topic's end offsets and when they were asked for (epoch ms), or None.
+        self._topic_end: tuple[int, dict[str, int]] | None = None
+
+    def topic_end(self, now_ms: int) -> tuple[int, dict[str, int]] | None:
+        """Where the topic ends now (asked of Kafka at most every `TOPIC_END_EVERY_MS`).
+
+        A batch's `latest_offsets` are its planned end, which a rate limit caps: only the
+        topic's own end tells how far behind a catching-up job is (dashboard/job_status.py
+        `catch_up`). Best effort: a failed ask keeps the last answer.
+        """
+        if self._topic_end is None or now_ms - self._topic_end[0] >= TOPIC_END_EVERY_MS:
+            try:
+                kafka = self.cfg.kafka
+                ends = true_end_offsets(kafka.bootstrap, kafka.topic, kafka.options)
+                self._topic_end = (now_ms, {str(p): int(v) for p, v in ends.items()})
+            except Exception as e:  # informational: never stop the query for it
+                log.warning("could not read the topic's end offsets: %s", e)
+        return self._topic_end
 
     @property
     def _jlistener(self) -> Any:
@@ -235,6 +254,9 @@ class StatusListener(StreamingQueryListener):
                 if done is None
                 else {"names": done.overflow_names, "events": done.overflow_events}
             )
+            end = self.topic_end(round(time.time() * 1000))
+            if end is not None:
+                summary["topic_end_time"], summary["topic_end_offsets"] = end
             write_progress(self.client, self.keys, summary)
         except redis.RedisError as e:  # status is informational; never kill the query for it
             log.warning("could not write status: %s", e)
@@ -254,6 +276,9 @@ class StatusListener(StreamingQueryListener):
 
 #: How many per-batch summaries the `batches` sorted set keeps.
 BATCH_HISTORY = 2000
+
+#: How often (ms) the status listener asks Kafka where the topic ends.
+TOPIC_END_EVERY_MS = 5_000
 
 
 def write_progress(r: redis.Redis, keys: Keys, summary: Mapping[str, Any]) -> None:

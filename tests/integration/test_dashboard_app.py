@@ -527,3 +527,36 @@ def test_demo_commands_and_job_starts_are_marked_on_the_charts_of_their_time_dom
     (span,) = [s for s in fig["layout"]["shapes"] if s.get("fillcolor") == "#9467bd"]
     assert span["x0"].startswith(to_iso(incident.start)[:19])  # from the click, in event time
     assert any("incident" in a["text"] for a in fig["layout"]["annotations"])
+
+
+def test_a_job_behind_the_topic_shows_when_it_will_have_caught_up(
+    monkeypatch: pytest.MonkeyPatch, redis_settings: RedisSettings, redis_client: redis.Redis
+) -> None:
+    now = now_ms()
+    seed(redis_client, now - 200_000)  # its batch is older than the minute the pace is taken over
+    # A capped job catching up: 100,000 records per 2 s batch against 10,000/s arriving.
+    for i in range(3, 13):
+        t = now - (13 - i) * 2_000
+        done = 1_000_000 + (i - 3) * 100_000
+        end = 4_000_000 + (i - 3) * 20_000
+        write_progress(
+            redis_client,
+            KEYS,
+            {
+                "batch_id": i,
+                "batch_time": t,
+                "watermark": 0,
+                "input_rows": 100_000,
+                "offsets": {"0": done},
+                "latest_offsets": {"0": done},
+                "batch_duration_ms": 1_900,
+                "query_id": "q-1",
+                "topic_end_time": t,
+                "topic_end_offsets": {"0": end},
+            },
+        )
+    at = run_app(monkeypatch, redis_settings.url)
+    assert not at.exception
+    [info] = [i.value for i in at.info if "Catching up" in i.value]
+    # 2,280,000 behind, gaining 40,000/s: ~57 s
+    assert "2,280,000 records behind" in info and "~57s" in info, info

@@ -100,6 +100,10 @@ def test_batches_follow_the_rate_limit_and_cover_the_topic(run: dict) -> None:
         ends[str(t["partition"])] = max(ends[str(t["partition"])], t["offset"] + 1)
     assert position == dict(ends), "the job did not read the whole topic"
     assert len([b for b in batches if b["input_rows"]]) >= len(truth) // MAX_PER_TRIGGER
+    # Where the topic ends, as the job asked Kafka (its batches' own ends are rate-limited):
+    # what the dashboard's catch-up estimate reads (dashboard/job_status.py `catch_up`).
+    told = [b["topic_end_offsets"] for b in batches if "topic_end_offsets" in b]
+    assert told and all(t == {p: ends[p] for p in t} for t in told), told
 
 
 def test_window_counts_equal_ground_truth(run: dict) -> None:

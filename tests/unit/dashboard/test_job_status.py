@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.job_status import offsets_frame, offsets_summary, stale_after_ms, status_view
+from dashboard.job_status import (
+    catch_up,
+    offsets_frame,
+    offsets_summary,
+    stale_after_ms,
+    status_view,
+)
 from tests.unit.dashboard.fixtures import T0, reporting_status
 from tidegauge.core.store import JobStatus
 
@@ -82,3 +88,51 @@ def test_offsets_frame_lag_and_numeric_partition_order() -> None:
 def test_offsets_summary_when_nothing_committed() -> None:
     df = offsets_frame(status(offsets={}, latest_offsets={}))
     assert offsets_summary(df) == "none yet"
+
+
+def _history(
+    batches: int, per_batch: int, arriving_per_s: float, backlog0: int, every_ms: int = 2_000
+) -> list[dict]:
+    """Batches every `every_ms` taking `per_batch` records from a topic that grows at a rate."""
+    out, done, end0 = [], 0, backlog0
+    for i in range(batches):
+        t = T0 + i * every_ms
+        done += per_batch
+        end = end0 + round(arriving_per_s * i * every_ms / 1000)
+        out.append(
+            {
+                "batch_id": i,
+                "batch_time": t,
+                "input_rows": per_batch,
+                "offsets": {"0": done // 2, "1": done - done // 2},
+                "topic_end_time": t,
+                "topic_end_offsets": {"0": end // 2, "1": end - end // 2},
+            }
+        )
+    return out
+
+
+def test_catch_up_estimates_when_the_backlog_is_gone_at_the_current_pace() -> None:
+    # 50,000 records per 2 s batch (25,000/s taken) against 5,000/s arriving: 20,000/s gained.
+    history = _history(20, 50_000, 5_000, 3_000_000)
+    behind = catch_up(history)
+    assert behind is not None
+    last = history[-1]
+    backlog = sum(last["topic_end_offsets"].values()) - sum(last["offsets"].values())
+    assert behind.backlog == backlog
+    assert behind.processed_per_s == pytest.approx(25_000)
+    assert behind.arriving_per_s == pytest.approx(5_000, rel=1e-3)
+    assert behind.eta_s == pytest.approx(backlog / 20_000, rel=1e-3)
+
+
+def test_catch_up_says_when_the_job_is_not_gaining_and_when_it_is_not_behind() -> None:
+    losing = catch_up(_history(10, 10_000, 8_000, 1_000_000))  # 5,000/s taken, 8,000 arriving
+    assert losing is not None and losing.eta_s is None
+    caught_up = _history(10, 10_000, 0, 0)
+    for b in caught_up:  # the topic ends where the job is
+        b["topic_end_offsets"] = dict(b["offsets"])
+    assert catch_up(caught_up) is None
+    assert (
+        catch_up([{k: v for k, v in b.items() if not k.startswith("topic_end")} for b in caught_up])
+        is None
+    )
