@@ -265,6 +265,7 @@ def run_job(
         spark.streams.removeListener(listener)
         for progress in query.recentProgress:
             listener.onQueryProgress(ProgressEvent(progress))
+        listener.close()
     if query.exception() is not None:
         raise RuntimeError(f"streaming query failed: {query.exception()}")
     return query

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -198,22 +199,44 @@ class StatusListener(StreamingQueryListener):
         self.committed = {} if committed is None else committed
         #: The topic's end offsets and when they were asked for (epoch ms), or None.
         self._topic_end: tuple[int, dict[str, int]] | None = None
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
 
-    def topic_end(self, now_ms: int) -> tuple[int, dict[str, int]] | None:
-        """Where the topic ends now (asked of Kafka at most every `TOPIC_END_EVERY_MS`).
+    def topic_end(self) -> tuple[int, dict[str, int]] | None:
+        """Where the topic ended when last asked, and when (epoch ms); None before an answer.
 
         A batch's `latest_offsets` are its planned end, which a rate limit caps: only the
         topic's own end tells how far behind a catching-up job is (dashboard/job_status.py
-        `catch_up`). Best effort: a failed ask keeps the last answer.
+        `catch_up`). A thread asks Kafka every `TOPIC_END_EVERY_MS`, so a slow or unreachable
+        broker never holds up the status of a batch.
         """
-        if self._topic_end is None or now_ms - self._topic_end[0] >= TOPIC_END_EVERY_MS:
-            try:
-                kafka = self.cfg.kafka
-                ends = true_end_offsets(kafka.bootstrap, kafka.topic, kafka.options)
-                self._topic_end = (now_ms, {str(p): int(v) for p, v in ends.items()})
-            except Exception as e:  # informational: never stop the query for it
-                log.warning("could not read the topic's end offsets: %s", e)
+        if self._watcher is None:
+            self._watcher = threading.Thread(
+                target=self._watch_topic_end, name="tidegauge-topic-end", daemon=True
+            )
+            self._watcher.start()
         return self._topic_end
+
+    def _watch_topic_end(self) -> None:
+        kafka = self.cfg.kafka
+        warned = False
+        while not self._stop.is_set():
+            try:
+                ends = true_end_offsets(kafka.bootstrap, kafka.topic, kafka.options)
+                self._topic_end = (
+                    round(time.time() * 1000),
+                    {str(p): int(v) for p, v in ends.items()},
+                )
+                warned = False
+            except Exception as e:  # informational: never stop the query for it
+                if not warned:
+                    log.warning("could not read the topic's end offsets: %s", e)
+                    warned = True
+            self._stop.wait(TOPIC_END_EVERY_MS / 1000)
+
+    def close(self) -> None:
+        """Stop asking Kafka where the topic ends."""
+        self._stop.set()
 
     @property
     def _jlistener(self) -> Any:
@@ -254,7 +277,7 @@ class StatusListener(StreamingQueryListener):
                 if done is None
                 else {"names": done.overflow_names, "events": done.overflow_events}
             )
-            end = self.topic_end(round(time.time() * 1000))
+            end = self.topic_end()
             if end is not None:
                 summary["topic_end_time"], summary["topic_end_offsets"] = end
             write_progress(self.client, self.keys, summary)
@@ -271,7 +294,8 @@ class StatusListener(StreamingQueryListener):
             log.warning("could not write status: %s", e)
 
     def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
-        """Nothing to record."""
+        """Nothing to record; stop asking where the topic ends."""
+        self.close()
 
 
 #: How many per-batch summaries the `batches` sorted set keeps.
