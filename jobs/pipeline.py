@@ -259,10 +259,12 @@ def run_job(
             while query.isActive and not (stop and stop()):
                 query.awaitTermination(1)
     finally:
+        # The listener goes first: Spark delivers its events asynchronously, and one delivered
+        # while this process exits fails in the JVM (py4j: "Received empty command"). The last
+        # batches' progress, delivered or not, is then recorded from the query itself.
+        spark.streams.removeListener(listener)
         if query.isActive:
             query.stop()
-        # Listener events are delivered asynchronously; make sure the last batches are recorded.
-        spark.streams.removeListener(listener)
         for progress in query.recentProgress:
             listener.onQueryProgress(ProgressEvent(progress))
         listener.close()

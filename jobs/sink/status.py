@@ -235,8 +235,10 @@ class StatusListener(StreamingQueryListener):
             self._stop.wait(TOPIC_END_EVERY_MS / 1000)
 
     def close(self) -> None:
-        """Stop asking Kafka where the topic ends."""
+        """Stop asking Kafka where the topic ends (waits a moment for an answer in flight)."""
         self._stop.set()
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join(timeout=2)
 
     @property
     def _jlistener(self) -> Any:
@@ -295,7 +297,7 @@ class StatusListener(StreamingQueryListener):
 
     def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
         """Nothing to record; stop asking where the topic ends."""
-        self.close()
+        self._stop.set()
 
 
 #: How many per-batch summaries the `batches` sorted set keeps.
