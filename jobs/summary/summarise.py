@@ -218,16 +218,24 @@ def arrival_counts(
     bucket_ms: npt.NDArray[np.int64], kinds: npt.NDArray[np.int64]
 ) -> dict[int, tuple[int, int, int]]:
     """Window start -> (events, late, stragglers), from per-event buckets and classes."""
-    out: dict[int, tuple[int, int, int]] = {}
-    if not len(bucket_ms):
-        return out
-    uniq, inverse = np.unique(bucket_ms, return_inverse=True)
+    codes = np.zeros(len(bucket_ms), np.int64)
+    return {b: counts for (_, b), counts in service_arrival_counts(codes, bucket_ms, kinds).items()}
+
+
+def service_arrival_counts(
+    codes: npt.NDArray[np.int64], bucket_ms: npt.NDArray[np.int64], kinds: npt.NDArray[np.int64]
+) -> dict[tuple[int, int], tuple[int, int, int]]:
+    """`arrival_counts` of many services at once: (service code, window start) -> counts."""
+    if not len(codes):
+        return {}
+    (code_of, bucket_of), inverse = unique_rows(codes, bucket_ms)
     n = np.bincount(inverse)
     late = np.bincount(inverse, weights=kinds == LATE).astype(np.int64)
     strag = np.bincount(inverse, weights=kinds == STRAGGLER).astype(np.int64)
-    for i, b in enumerate(uniq.tolist()):
-        out[b] = (int(n[i]), int(late[i]), int(strag[i]))
-    return out
+    rows = zip(
+        code_of.tolist(), bucket_of.tolist(), n.tolist(), late.tolist(), strag.tolist(), strict=True
+    )
+    return {(code, b): (a, c, d) for code, b, a, c, d in rows}
 
 
 def _extra_columns(
@@ -351,22 +359,9 @@ def _arrivals(
     bucket_ms: npt.NDArray[np.int64],
     kinds: npt.NDArray[np.int64],
 ) -> None:
-    """Each service's (events, late, stragglers) per window of `domain` (`arrival_counts`)."""
-    if not len(codes):
-        return
-    (code_of, bucket_of), inverse = unique_rows(codes, bucket_ms)
-    n = np.bincount(inverse)
-    late = np.bincount(inverse, weights=kinds == LATE).astype(np.int64)
-    strag = np.bincount(inverse, weights=kinds == STRAGGLER).astype(np.int64)
-    for code, b, a, c, d in zip(
-        code_of.tolist(),
-        bucket_of.tolist(),
-        n.tolist(),
-        late.tolist(),
-        strag.tolist(),
-        strict=True,
-    ):
-        outs[code].arrivals[(domain, b)] = (a, c, d)
+    """Each service's (events, late, stragglers) per window of `domain`."""
+    for (code, b), counts in service_arrival_counts(codes, bucket_ms, kinds).items():
+        outs[code].arrivals[(domain, b)] = counts
 
 
 def _panes(
