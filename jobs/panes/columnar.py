@@ -16,7 +16,6 @@ so untouched ones are never decoded. Pure: no Spark.
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sketches.digests import Digests
-from sketches.preamble import LATE_AGG
+from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.metrics import TIMELINE
 from tidegauge.core.sliding import Timeline, frame_of
 from tidegauge.core.window_aggs import WindowAggs
@@ -52,10 +51,6 @@ __all__ = [
 ]
 
 IntArray = npt.NDArray[np.int64]
-
-#: `LateAgg` bytes after the preamble: count, the lengths of its two digests
-#: (tidegauge/core/late_agg.py).
-_LATE_HEADER = struct.Struct("<qII")
 
 
 @dataclass(frozen=True)
@@ -249,31 +244,22 @@ def encode_late(batch: PaneBatch) -> list[bytes]:
     """`LateAgg.to_bytes` of each late aggregate of the batch."""
     lateness, overdue = batch.late_lateness.encode(), batch.late_overdue.encode()
     return [
-        LATE_AGG.preamble + _LATE_HEADER.pack(int(c), len(a), len(b)) + a + b
+        LateAgg.pack(c, a, b)
         for c, a, b in zip(batch.late_count.tolist(), lateness, overdue, strict=True)
     ]
 
 
 def merge_late(parts: Sequence[bytes], keys: IntArray, n: int) -> list[bytes]:
     """Late aggregate k: the `LateAgg` bytes of the parts whose key is k, merged in order."""
-    counts, lateness, overdue = [], [], []
-    for blob in parts:
-        LATE_AGG.check(blob)
-        count, a, b = _LATE_HEADER.unpack_from(blob, LATE_AGG.size)
-        at = LATE_AGG.size + _LATE_HEADER.size
-        if len(blob) != at + a + b:
-            raise ValueError("late aggregate: length mismatch")
-        counts.append(count)
-        lateness.append(blob[at : at + a])
-        overdue.append(blob[at + a :])
+    unpacked = [LateAgg.unpack(blob) for blob in parts]
+    counts = [c for c, _, _ in unpacked]
+    lateness = [a for _, a, _ in unpacked]
+    overdue = [b for _, _, b in unpacked]
     total = np.zeros(n, np.int64)
     np.add.at(total, keys, np.array(counts, np.int64))
     a_all = Digests.decode(lateness).combine(keys, n).encode()
     b_all = Digests.decode(overdue).combine(keys, n).encode()
-    return [
-        LATE_AGG.preamble + _LATE_HEADER.pack(int(c), len(a), len(b)) + a + b
-        for c, a, b in zip(total.tolist(), a_all, b_all, strict=True)
-    ]
+    return [LateAgg.pack(c, a, b) for c, a, b in zip(total.tolist(), a_all, b_all, strict=True)]
 
 
 def merge_panes(parts: Sequence[bytes], keys: IntArray, n: int) -> WindowAggs:

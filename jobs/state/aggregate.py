@@ -312,15 +312,15 @@ def _window_rows(
         keys.append(k)
     key_of = np.array(keys, np.int64)
     order = np.argsort(key_of, kind="stable")
-    merged = merge_panes([inputs[i] for i in order], key_of[order], len(touched.keys))
+    ordered = [inputs[i] for i in order]
+    merged = merge_panes(ordered, key_of[order], len(touched.keys))
     # A pane of one input is that input, byte for byte: only merged ones are encoded again.
-    several = np.flatnonzero(np.bincount(key_of, minlength=len(touched.keys)) > 1)
-    for k, blob in zip(several.tolist(), merged.take(several).encode(), strict=True):
-        service, start = touched.keys[k]
-        services[service].panes[start] = blob
-    for i in np.flatnonzero(np.bincount(key_of, minlength=len(touched.keys)) == 1).tolist():
-        service, start = touched.keys[i]
-        services[service].panes[start] = inputs[int(order[np.searchsorted(key_of[order], i)])]
+    counts = np.bincount(key_of, minlength=len(touched.keys))
+    first = np.cumsum(counts) - counts  # each pane's first input in `ordered`
+    several = np.flatnonzero(counts > 1)
+    again = dict(zip(several.tolist(), merged.take(several).encode(), strict=True))
+    for k, (service, start) in enumerate(touched.keys):
+        services[service].panes[start] = again[k] if k in again else ordered[int(first[k])]
     by_service: dict[str, set[int]] = {}
     for service, start in touched.keys:
         by_service.setdefault(service, set()).add(start)

@@ -56,12 +56,27 @@ class LateAgg:
 
     def to_bytes(self) -> bytes:
         """Versioned binary: preamble, header, then both digests."""
-        a, b = self.lateness.to_bytes(), self.overdue.to_bytes()
-        return LATE_AGG.preamble + _HEADER.pack(self.count, len(a), len(b)) + a + b
+        return self.pack(self.count, self.lateness.to_bytes(), self.overdue.to_bytes())
 
     @classmethod
     def from_bytes(cls, data: bytes) -> LateAgg:
         """Inverse of `to_bytes`; ValueError on anything else."""
+        count, a, b = cls.unpack(data)
+        return cls(count, TDigest.from_bytes(a), TDigest.from_bytes(b))
+
+    @staticmethod
+    def pack(count: int, lateness: bytes, overdue: bytes) -> bytes:
+        """`to_bytes` of a count and two digests already encoded (`TDigest.to_bytes`)."""
+        return (
+            LATE_AGG.preamble
+            + _HEADER.pack(count, len(lateness), len(overdue))
+            + lateness
+            + overdue
+        )
+
+    @staticmethod
+    def unpack(data: bytes) -> tuple[int, bytes, bytes]:
+        """The count and the two encoded digests of `to_bytes` output; ValueError otherwise."""
         LATE_AGG.check(data)
         if len(data) < _HEADER_END:
             raise ValueError("late aggregate: too short")
@@ -69,8 +84,7 @@ class LateAgg:
         if len(data) != _HEADER_END + n_lateness + n_overdue:
             raise ValueError("late aggregate: length mismatch")
         split = _HEADER_END + n_lateness
-        a, b = data[_HEADER_END:split], data[split:]
-        return cls(count, TDigest.from_bytes(a), TDigest.from_bytes(b))
+        return int(count), data[_HEADER_END:split], data[split:]
 
     @staticmethod
     def count_of(data: bytes) -> int:
