@@ -215,10 +215,13 @@ SERVICE_SUMMARY = Format(
 SHARD_STATE = Format(
     b"TGSH",
     "shard state",
-    writes=2,
-    reads=(1, 2),
+    writes=3,
+    reads=(1, 2, 3),
     owner="jobs.state.codec",
-    description="a state shard's window state per service and tracked names (1: without them)",
+    description=(
+        "a state shard's window state per service, tracked names and id set (2: ids per "
+        "service; 1: no names)"
+    ),
 )
 
 #: Every stored binary format, lowest layer first. A new format is added here, with a magic no

@@ -17,8 +17,10 @@ partition or another one, in the same micro-batch or much later. The rule (docs/
   distinct ids share a hash with probability ~ n^2 / 2^65 for n ids held
   (`collision_probability`); a collision makes an event count as a duplicate.
 
-Ids are per service: services are sharded by name, so two services' events with one id are
-two events. State: `ID_BYTES` per id held, plus a 12-byte header per horizon group.
+Ids are per service: two services' events with one id are two events. A state shard holds the
+ids of all its services in one set, each id's hash XOR its service's (`service_keys`), so a
+batch's ids are checked in one search whatever the number of services. State: `ID_BYTES` per
+id held, plus a 12-byte header per horizon group.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ __all__ = [
     "first_occurrences",
     "horizons",
     "id_hashes",
+    "service_keys",
 ]
 
 #: State bytes per remembered id (one uint64 hash).
@@ -60,6 +63,11 @@ def id_hashes(event_ids: npt.NDArray[Any]) -> _U64:
     if len(out) != len(event_ids):
         raise ValueError("an event without event_id reached de-duplication")
     return out
+
+
+def service_keys(names: Sequence[str]) -> _U64:
+    """What each service's id hashes are XORed with in a shard's id set (TG64 of the name)."""
+    return hash64(list(names))
 
 
 def horizons(event_ms: _I64, has_user: npt.NDArray[np.bool_], specs: Sequence[WindowSpec]) -> _I64:
@@ -112,7 +120,7 @@ _GROUP = struct.Struct("<qI")  # horizon (ms), ids in the group
 
 @dataclass
 class SeenIds:
-    """Hashes of the accepted ids of one service, grouped by horizon, each group sorted."""
+    """Hashes of accepted ids, grouped by horizon, each group sorted (see `service_keys`)."""
 
     groups: dict[int, _U64] = field(default_factory=dict)
 

@@ -39,10 +39,12 @@ from enum import StrEnum
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
 from jobs.panes.columnar import Plan, merge_late, merge_panes, window_aggs
+from jobs.panes.dedup import SeenIds, first_occurrences, service_keys
 from jobs.panes.windows import Added, ServiceWindows
 from jobs.parse.columns import Columns, encode_columns
 from jobs.state.codec import DeadCounts, ShardState
@@ -125,43 +127,83 @@ def _events_of(summary: ServiceSummary) -> int:
 
 
 def _dedup(
-    sw: ServiceWindows, summaries: list[ServiceSummary], watermark: int, cfg: ExecutorConfig
-) -> list[ServiceSummary]:
-    """The summaries (Kafka order) without the events whose id was accepted before.
+    ids: SeenIds,
+    by_service: dict[str, list[ServiceSummary]],
+    watermark: int,
+    cfg: ExecutorConfig,
+) -> None:
+    """Drop from each service's summaries (Kafka order) the events whose id was accepted before.
 
-    De-duplication by event id (jobs/panes/dedup.py): each summary's accepted ids are checked
-    against the service's ids (earlier batches and the summaries before it); a summary with a
-    hit is summarised again without those events.
+    De-duplication by event id (jobs/panes/dedup.py), for the whole shard at once: each
+    summary's accepted ids are checked against the shard's ids (earlier batches) and the
+    summaries of its service before it; a summary with a hit is summarised again without those
+    events (`redo_summary`), in place.
     """
-    sw.ids.evict(watermark)  # ids whose windows all closed no longer make duplicates
-    out = []
-    for d in summaries:
-        if len(d.ids):
-            hit = sw.ids.contains(d.ids)
-            sw.ids.add(d.ids[~hit], d.horizons[~hit])
-            if hit.any():
-                d = redo_summary(d, np.sort(d.ids[hit]), cfg)
-        out.append(d)
-    return out
+    ids.evict(watermark)  # ids whose windows all closed no longer make duplicates
+    names = sorted(s for s, summaries in by_service.items() if any(len(d.ids) for d in summaries))
+    if not names:
+        return
+    owners: list[tuple[str, int]] = []
+    mixed: list[npt.NDArray[np.uint64]] = []
+    for name, key in zip(names, service_keys(names), strict=True):
+        for i, d in enumerate(by_service[name]):
+            if len(d.ids):
+                owners.append((name, i))
+                mixed.append(d.ids ^ key)
+    hashes = np.concatenate(mixed)
+    # Ids are distinct within a summary: a repeat is of an earlier summary of the service.
+    hit = ids.contains(hashes) | ~first_occurrences(hashes)
+    horizons = np.concatenate([by_service[name][i].horizons for name, i in owners])
+    ids.add(hashes[~hit], horizons[~hit])
+    bounds = np.cumsum([0] + [len(m) for m in mixed]).tolist()
+    for (name, i), lo, hi in zip(owners, bounds[:-1], bounds[1:], strict=True):
+        mine = hit[lo:hi]
+        if mine.any():
+            d = by_service[name][i]
+            by_service[name][i] = redo_summary(d, np.sort(d.ids[mine]), cfg)
 
 
 @dataclass
-class _Touched:
-    """What the services of a shard's batch did to their panes, for one shard-wide merge."""
+class _Keyed:
+    """Encoded parts of a shard's batch by key, for one shard-wide merge (panes, late windows)."""
 
-    #: (service, pane start) of every pane a summary holds a part of, in first-seen order.
-    keys: list[tuple[str, int]] = field(default_factory=list)
-    #: The parts of those panes: (index into `keys`, `WindowAgg` bytes), in Kafka order.
+    #: Every key a part was added for, in first-seen order.
+    keys: list[tuple[Any, ...]] = field(default_factory=list)
+    #: The parts: (index into `keys`, bytes), in the order added (Kafka order per key).
     parts: list[tuple[int, bytes]] = field(default_factory=list)
-    index: dict[tuple[str, int], int] = field(default_factory=dict)
+    index: dict[tuple[Any, ...], int] = field(default_factory=dict)
 
-    def add(self, service: str, panes: dict[int, bytes]) -> None:
-        for start, blob in panes.items():
-            k = self.index.get((service, start))
-            if k is None:
-                k = self.index[(service, start)] = len(self.keys)
-                self.keys.append((service, start))
-            self.parts.append((k, blob))
+    def add(self, key: tuple[Any, ...], blob: bytes) -> None:
+        k = self.index.get(key)
+        if k is None:
+            k = self.index[key] = len(self.keys)
+            self.keys.append(key)
+        self.parts.append((k, blob))
+
+    def merged_late(self) -> dict[tuple[Any, ...], bytes]:
+        """Each key's `LateAgg` parts merged in order (a key of one part: that part)."""
+        counts = np.bincount([k for k, _ in self.parts], minlength=len(self.keys))
+        out = {self.keys[k]: blob for k, blob in self.parts if counts[k] == 1}
+        several = [(k, blob) for k, blob in self.parts if counts[k] > 1]
+        if several:
+            order = sorted(range(len(several)), key=lambda i: several[i][0])  # stable
+            ks = sorted({k for k, _ in several})
+            renumber = {k: i for i, k in enumerate(ks)}
+            keys = np.array([renumber[several[i][0]] for i in order], np.int64)
+            merged = merge_late([several[i][1] for i in order], keys, len(ks))
+            out.update(zip([self.keys[k] for k in ks], merged, strict=True))
+        return out
+
+
+@dataclass
+class _Pending:
+    """One service's counts of the batch, emitted as rows once the shard's late merge is done."""
+
+    stragglers: Counter[tuple[str, int]]
+    duplicates: Counter[tuple[str, int]]
+    duplicate_events: int
+    arrivals: dict[tuple[str, int], list[int]]
+    proc_ms: int | None
 
 
 def _service_batch(
@@ -171,27 +213,32 @@ def _service_batch(
     summaries: list[ServiceSummary],
     watermark: int,
     front: int | None,
-    touched: _Touched,
-) -> list[Columns]:
-    """Apply one service's summaries of the batch (in Kafka order); append the rows they cause.
+    touched: _Keyed,
+    late: _Keyed,
+) -> tuple[_Pending, list[Columns]]:
+    """Apply one service's summaries of the batch (in Kafka order).
 
-    The panes' parts go to `touched`: every service's are merged, and their windows made, at
-    once (`_window_rows`). Returns the summaries' late events (jobs/summary/late_events.py): the
-    group keeps the newest.
+    The panes' parts go to `touched` and the late aggregates' to `late`: every service's are
+    merged at once (`_window_rows`, `_Keyed.merged_late`); the session windows' rows are
+    appended here, the other rows once the late merge is done (`_pending_rows`). Returns those
+    counts and the summaries' late events (jobs/summary/late_events.py): the group keeps the
+    newest.
     """
     added = Added()
-    late_parts: dict[tuple[str, int], list[bytes]] = {}
     arrivals: dict[tuple[str, int], list[int]] = {}
     late_events: list[Columns] = []
     duplicates: Counter[tuple[str, int]] = Counter()
     duplicate_events = 0
     for d in summaries:
-        duplicates.update(d.duplicates)
+        if d.duplicates:
+            duplicates.update(d.duplicates)
         duplicate_events += d.duplicate_events
-        touched.add(service, d.panes)
-        for window, part in d.late.items():
-            late_parts.setdefault(window, []).append(part)
-        added.stragglers.update(d.stragglers)
+        for start, blob in d.panes.items():
+            touched.add((service, start), blob)
+        for (key, start), part in d.late.items():
+            late.add((service, key, start), part)
+        if d.stragglers:
+            added.stragglers.update(d.stragglers)
         for series, counts in d.arrivals.items():
             total = arrivals.setdefault(series, [0, 0, 0])
             for i, c in enumerate(counts):
@@ -212,23 +259,21 @@ def _service_batch(
         )
         for (spec, start), agg in sorted(sw.session_windows().items(), key=lambda kv: kv[0][1]):
             _window_row(rows, spec, service, start, agg.metrics(spec.size_ms), agg.to_bytes())
-    for window, session_late in added.late.items():  # sessions' late events
-        late_parts.setdefault(window, []).append(session_late.to_bytes())
-    windows = sorted(late_parts)
-    several = [w for w in windows if len(late_parts[w]) > 1]  # several chunks' late events
-    merged_late = dict(
-        zip(
-            several,
-            merge_late(
-                [b for w in several for b in late_parts[w]],
-                np.repeat(np.arange(len(several)), [len(late_parts[w]) for w in several]),
-                len(several),
-            ),
-            strict=True,
-        )
-    )
-    for key, start in windows:
-        merged = merged_late.get((key, start), late_parts[(key, start)][0])
+    for (key, start), session_late in added.late.items():  # sessions' late events
+        late.add((service, key, start), session_late.to_bytes())
+    proc_ms = summaries[0].proc_ms if summaries else None
+    pending = _Pending(added.stragglers, duplicates, duplicate_events, arrivals, proc_ms)
+    return pending, late_events
+
+
+def _pending_rows(
+    rows: dict[str, list[Any]],
+    service: str,
+    pending: _Pending,
+    late: list[tuple[str, int, bytes]],
+) -> None:
+    """A service's late, straggler, duplicate and arrival rows of the batch."""
+    for key, start, merged in sorted(late):
         append_row(
             rows,
             kind=RowKind.LATE,
@@ -238,19 +283,20 @@ def _service_batch(
             count=LateAgg.count_of(merged),
             agg=merged,
         )
-    for (key, start), n in sorted(added.stragglers.items()):
+    for (key, start), n in sorted(pending.stragglers.items()):
         append_row(
             rows, kind=RowKind.STRAGGLER, spec=key, service=service, window_start=start, count=n
         )
-    for (key, start), n in sorted(duplicates.items()):
+    for (key, start), n in sorted(pending.duplicates.items()):
         append_row(
             rows, kind=RowKind.DUPLICATE, spec=key, service=service, window_start=start, count=n
         )
-    if duplicate_events:
-        append_row(rows, kind=RowKind.DUPLICATE_EVENTS, service=service, count=duplicate_events)
-    proc_ms = summaries[0].proc_ms if summaries else None
+    if pending.duplicate_events:
+        append_row(
+            rows, kind=RowKind.DUPLICATE_EVENTS, service=service, count=pending.duplicate_events
+        )
     for (domain, start), (n, n_late, n_strag) in sorted(
-        arrivals.items(), key=lambda kv: (ARRIVAL_DOMAINS.index(kv[0][0]), kv[0][1])
+        pending.arrivals.items(), key=lambda kv: (ARRIVAL_DOMAINS.index(kv[0][0]), kv[0][1])
     ):
         append_row(
             rows,
@@ -259,9 +305,10 @@ def _service_batch(
             service=service,
             window_start=start,
             count=n,
-            metrics=metrics_json({"late": n_late, "stragglers": n_strag, "proc_ms": proc_ms}),
+            metrics=metrics_json(
+                {"late": n_late, "stragglers": n_strag, "proc_ms": pending.proc_ms}
+            ),
         )
-    return late_events
 
 
 def _window_row(
@@ -288,7 +335,7 @@ def _window_row(
 def _window_rows(
     rows: dict[str, list[Any]],
     services: dict[str, ServiceWindows],
-    touched: _Touched,
+    touched: _Keyed,
     watermark: int,
     plan: Plan,
 ) -> None:
@@ -414,14 +461,26 @@ def _events(
     rows: dict[str, list[Any]] = new_rows()  # the window rows, then the others
     others: dict[str, list[Any]] = new_rows()
     late_events: list[Columns] = []
-    touched = _Touched()
+    _dedup(shard.ids, by_service, watermark, cfg)
+    touched, late = _Keyed(), _Keyed()
+    pending: dict[str, _Pending] = {}
     for service in sorted(set(by_service) | set(shard.services)):
         sw = shard.services.get(service)
         if sw is None:
             sw = shard.services[service] = ServiceWindows(cfg.specs)
-        summaries_of = _dedup(sw, by_service.get(service, []), watermark, cfg)
-        for cols in _service_batch(others, service, sw, summaries_of, watermark, front, touched):
+        pending[service], events = _service_batch(
+            others, service, sw, by_service.get(service, []), watermark, front, touched, late
+        )
+        for cols in events:
             late_events.append({**cols, "service": pa.array([service] * len(cols["offset"]))})
+    late_of: dict[str, list[tuple[str, int, bytes]]] = {}
+    for (service, key, start), merged in late.merged_late().items():
+        late_of.setdefault(service, []).append((key, start, merged))
+    pending_rows: dict[str, list[Any]] = new_rows()
+    for service, counts in pending.items():
+        _pending_rows(pending_rows, service, counts, late_of.get(service, []))
+    for name, values in pending_rows.items():
+        others[name] += values
     _window_rows(rows, shard.services, touched, watermark, Plan(cfg.specs))
     for name, values in others.items():
         rows[name] += values
@@ -449,7 +508,7 @@ def _events(
             count=guard.events,
             metrics=json.dumps({"names": len(guard.names)}),
         )
-    if shard.services or shard.names:
+    if shard.services or shard.names or shard.ids.groups:
         state.update((shard.to_bytes(),))
     elif state.exists:
         state.remove()

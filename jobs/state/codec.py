@@ -12,6 +12,9 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from jobs.panes.dedup import SeenIds, service_keys
 from jobs.panes.windows import ServiceWindows
 from jobs.summary.settings import ExecutorConfig
 from sketches.preamble import SHARD_STATE
@@ -43,12 +46,14 @@ class DeadCounts:
         return cls(dict(json.loads(blob)["by_reason"]))
 
 
-#: After the preamble (magic b"TGSH", version 2: + the tracked names of the cardinality guard,
-#: 1 is read as none; sketches/preamble.py): shards, services.
+#: After the preamble (magic b"TGSH", version 3: + the shard's id set, after the names; 2 kept the
+#: ids per service; 1 had no tracked names of the cardinality guard; sketches/preamble.py):
+#: shards, services.
 _SHARD_HEAD = struct.Struct("<II")
 _SHARD_HEAD_END = SHARD_STATE.size + _SHARD_HEAD.size
 _SERVICE = struct.Struct("<II")  # len(name), len(ServiceWindows bytes)
 _NAMES = struct.Struct("<I")  # length of the JSON of the tracked names
+_IDS = struct.Struct("<I")  # length of the id set's bytes
 
 
 @dataclass
@@ -60,15 +65,18 @@ class ShardState:
     #: The cardinality guard's tracked names (`--max-services`): name -> the event time of its
     #: latest events (jobs/state/aggregate.py, `Overflow`).
     names: dict[str, int] = field(default_factory=dict)
+    #: The accepted event ids of every service of the shard (jobs/panes/dedup.py).
+    ids: SeenIds = field(default_factory=SeenIds)
 
     def to_bytes(self) -> bytes:
-        """Versioned blob: header, (name, ServiceWindows bytes) per service, sorted, the names."""
+        """Versioned blob: header, (name, ServiceWindows bytes) per service, names, ids."""
         parts = [SHARD_STATE.preamble, _SHARD_HEAD.pack(self.shards, len(self.services))]
         for name, sw in sorted(self.services.items()):
             raw_name, blob = name.encode(), sw.to_bytes()
             parts += [_SERVICE.pack(len(raw_name), len(blob)), raw_name, blob]
         names = json.dumps(dict(sorted(self.names.items())), separators=(",", ":")).encode()
-        parts += [_NAMES.pack(len(names)), names]
+        ids = self.ids.to_bytes() if self.ids.groups else b""
+        parts += [_NAMES.pack(len(names)), names, _IDS.pack(len(ids)), ids]
         return b"".join(parts)
 
     @classmethod
@@ -103,11 +111,29 @@ class ShardState:
                 pos += _NAMES.size
                 names = _names(blob[pos : pos + n_names])
                 pos += n_names
+            ids = SeenIds()
+            if version >= 3:
+                (n_ids,) = _IDS.unpack_from(blob, pos)
+                pos += _IDS.size
+                if n_ids:
+                    ids = SeenIds.from_bytes(blob[pos : pos + n_ids])
+                pos += n_ids
         except struct.error as e:
             raise ValueError("window state is truncated: use a new --checkpoint directory") from e
         if pos != len(blob):
             raise ValueError("window state is truncated: use a new --checkpoint directory")
-        return cls(shards, services, names)
+        _gather_ids(services, ids)
+        return cls(shards, services, names, ids)
+
+
+def _gather_ids(services: dict[str, ServiceWindows], into: SeenIds) -> None:
+    """Move ids kept per service (state of version 2) into the shard's set."""
+    held = sorted(name for name, sw in services.items() if sw.ids.groups)
+    for name, key in zip(held, service_keys(held).tolist(), strict=True):
+        sw = services[name]
+        for horizon, hashes in sw.ids.groups.items():
+            into.add(hashes ^ np.uint64(key), np.full(len(hashes), horizon, np.int64))
+        sw.ids = SeenIds()
 
 
 def _names(raw: bytes) -> dict[str, int]:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 
+from jobs.panes.dedup import service_keys
 from jobs.panes.windows import ServiceWindows
 from jobs.state.codec import DeadCounts, ShardState
 from jobs.summary.settings import ExecutorConfig
@@ -88,8 +90,29 @@ def test_shard_state_keeps_the_guards_names_and_reads_version_1() -> None:
     shard.names = {"api": T, "web": T + 5}
     back = ShardState.from_bytes(shard.to_bytes(), ExecutorConfig((TUMBLING,), shards=2))
     assert back.names == shard.names and set(back.services) == set(shard.services)
-    # version 1 (before the guard): the same layout without the names
+    # version 1 (before the guard): the same layout without the names (and the id set)
     v1 = dataclasses.replace(shard, names={}).to_bytes()
-    v1 = v1[:4] + bytes([1]) + v1[5 : -(4 + len(b"{}"))]
+    v1 = v1[:4] + bytes([1]) + v1[5 : -(4 + len(b"{}") + 4)]
     old = ShardState.from_bytes(v1, dataclasses.replace(cfg, shards=2))
     assert old.names == {} and set(old.services) == set(shard.services)
+
+
+def test_shard_state_keeps_one_id_set_and_gathers_version_2s_per_service_ids() -> None:
+    cfg = ExecutorConfig((TUMBLING,), shards=2)
+    shard = _shard(2, (TUMBLING,))
+    shard.ids.add(np.array([5, 9, 7], np.uint64), np.array([T, T, T + SIZE], np.int64))
+    back = ShardState.from_bytes(shard.to_bytes(), cfg)
+    assert {h: g.tolist() for h, g in back.ids.groups.items()} == {T: [5, 9], T + SIZE: [7]}
+    assert back.to_bytes() == shard.to_bytes()
+    # version 2 kept each service's ids in its windows: read, they join the shard's set, each
+    # hash XOR its service's key, as the job's de-duplication looks them up (jobs/state)
+    old = _shard(2, (TUMBLING,))
+    old.services["api"].ids.add(np.array([5, 9], np.uint64), np.array([T, T], np.int64))
+    old.services["web"].ids.add(np.array([5], np.uint64), np.array([T + SIZE], np.int64))
+    v2 = old.to_bytes()
+    v2 = v2[:4] + bytes([2]) + v2[5:-4]
+    back = ShardState.from_bytes(v2, cfg)
+    api, web = service_keys(["api", "web"]).tolist()
+    assert sorted(back.ids.groups[T].tolist()) == sorted([5 ^ api, 9 ^ api])
+    assert back.ids.groups[T + SIZE].tolist() == [5 ^ web]
+    assert all(not sw.ids.groups for sw in back.services.values())
