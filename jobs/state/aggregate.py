@@ -48,7 +48,15 @@ from jobs.panes.dedup import SeenIds, first_occurrences, service_keys
 from jobs.panes.windows import Added, ServiceWindows
 from jobs.parse.columns import Columns, encode_columns
 from jobs.state.codec import DeadCounts, ShardState
-from jobs.state.rows import RowKind, append_row, frame, metrics_json, new_rows
+from jobs.state.rows import (
+    RowKind,
+    append_row,
+    arrival_metrics,
+    extend_rows,
+    frame,
+    metrics_json,
+    new_rows,
+)
 from jobs.summary.late_events import concat, newest, stored
 from jobs.summary.schema import SummaryKind
 from jobs.summary.settings import ExecutorConfig
@@ -268,47 +276,61 @@ def _service_batch(
 
 def _pending_rows(
     rows: dict[str, list[Any]],
-    service: str,
-    pending: _Pending,
-    late: list[tuple[str, int, bytes]],
+    pending: dict[str, _Pending],
+    late: dict[tuple[Any, ...], bytes],
 ) -> None:
-    """A service's late, straggler, duplicate and arrival rows of the batch."""
-    for key, start, merged in sorted(late):
-        append_row(
-            rows,
-            kind=RowKind.LATE,
-            spec=key,
-            service=service,
-            window_start=start,
-            count=LateAgg.count_of(merged),
-            agg=merged,
-        )
-    for (key, start), n in sorted(pending.stragglers.items()):
-        append_row(
-            rows, kind=RowKind.STRAGGLER, spec=key, service=service, window_start=start, count=n
-        )
-    for (key, start), n in sorted(pending.duplicates.items()):
-        append_row(
-            rows, kind=RowKind.DUPLICATE, spec=key, service=service, window_start=start, count=n
-        )
-    if pending.duplicate_events:
-        append_row(
-            rows, kind=RowKind.DUPLICATE_EVENTS, service=service, count=pending.duplicate_events
-        )
-    for (domain, start), (n, n_late, n_strag) in sorted(
-        pending.arrivals.items(), key=lambda kv: (ARRIVAL_DOMAINS.index(kv[0][0]), kv[0][1])
-    ):
-        append_row(
-            rows,
-            kind=RowKind.ARRIVALS,
-            spec=domain,
-            service=service,
-            window_start=start,
-            count=n,
-            metrics=metrics_json(
-                {"late": n_late, "stragglers": n_strag, "proc_ms": pending.proc_ms}
-            ),
-        )
+    """The services' late, straggler, duplicate and arrival rows of the batch, service by service.
+
+    `late`: the merged late aggregates by (service, spec key, window start).
+    """
+    late_of: dict[str, list[tuple[str, int, bytes]]] = {}
+    for (service, key, start), merged in late.items():
+        late_of.setdefault(service, []).append((key, start, merged))
+    kind: list[str] = []
+    spec: list[str | None] = []
+    names: list[str] = []
+    window: list[int | None] = []
+    count: list[int] = []
+    metrics: list[str | None] = []
+    aggs: list[bytes | None] = []
+
+    def add(k: str, sp: str | None, service: str, w: int | None, n: int) -> None:
+        kind.append(k)
+        spec.append(sp)
+        names.append(service)
+        window.append(w)
+        count.append(n)
+
+    for service, p in pending.items():
+        for key, start, merged in sorted(late_of.get(service, [])):
+            add(RowKind.LATE, key, service, start, LateAgg.count_of(merged))
+            metrics.append(None)
+            aggs.append(merged)
+        for (key, start), n in sorted(p.stragglers.items()):
+            add(RowKind.STRAGGLER, key, service, start, n)
+        for (key, start), n in sorted(p.duplicates.items()):
+            add(RowKind.DUPLICATE, key, service, start, n)
+        if p.duplicate_events:
+            add(RowKind.DUPLICATE_EVENTS, None, service, None, p.duplicate_events)
+        pad = len(kind) - len(metrics)
+        metrics += [None] * pad
+        aggs += [None] * pad
+        for (domain, start), (n, n_late, n_strag) in sorted(
+            p.arrivals.items(), key=lambda kv: (ARRIVAL_DOMAINS.index(kv[0][0]), kv[0][1])
+        ):
+            add(RowKind.ARRIVALS, domain, service, start, n)
+            metrics.append(arrival_metrics(n_late, n_strag, p.proc_ms))
+            aggs.append(None)
+    extend_rows(
+        rows,
+        kind=kind,
+        spec=spec,
+        service=names,
+        window_start=window,
+        count=count,
+        metrics=metrics,
+        agg=aggs,
+    )
 
 
 def _window_row(
@@ -420,9 +442,18 @@ def _window_rows(
         sizes = np.array([plan.specs[windows[i][1]].size_ms for i in parts], np.int64)
         for i, metrics, agg in zip(parts, out.results(sizes), out.encode(), strict=True):
             results[i] = (metrics, agg)
-    for i, (service, s, w, _) in enumerate(windows):
-        metrics, agg = results[i]
-        _window_row(rows, plan.specs[s], service, w, metrics, agg)
+    done = [results[i] for i in range(len(windows))]
+    extend_rows(
+        rows,
+        kind=[RowKind.WINDOW] * len(windows),
+        spec=[plan.specs[s].key for _, s, _, _ in windows],
+        service=[service for service, _, _, _ in windows],
+        window_start=[w for _, _, w, _ in windows],
+        count=[metrics["count"] for metrics, _ in done],
+        # sorted and compact: the sink adds the batch id without parsing it (jobs/sink)
+        metrics=[metrics_json(metrics) for metrics, _ in done],
+        agg=[agg for _, agg in done],
+    )
 
 
 def _events(
@@ -473,14 +504,7 @@ def _events(
         )
         for cols in events:
             late_events.append({**cols, "service": pa.array([service] * len(cols["offset"]))})
-    late_of: dict[str, list[tuple[str, int, bytes]]] = {}
-    for (service, key, start), merged in late.merged_late().items():
-        late_of.setdefault(service, []).append((key, start, merged))
-    pending_rows: dict[str, list[Any]] = new_rows()
-    for service, counts in pending.items():
-        _pending_rows(pending_rows, service, counts, late_of.get(service, []))
-    for name, values in pending_rows.items():
-        others[name] += values
+    _pending_rows(others, pending, late.merged_late())
     _window_rows(rows, shard.services, touched, watermark, Plan(cfg.specs))
     for name, values in others.items():
         rows[name] += values

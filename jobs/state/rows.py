@@ -188,6 +188,25 @@ def append_row(rows: dict[str, list[Any]], **values: Any) -> None:
             column.append(None)
 
 
+def extend_rows(rows: dict[str, list[Any]], **columns: list[Any]) -> None:
+    """Append many output rows at once: equal-length lists by column (others are null)."""
+    n = len(next(iter(columns.values()), []))
+    for c in _COLUMNS:
+        values = columns.get(c)
+        if values is None:
+            rows[c] += [None] * n
+        elif len(values) != n:
+            raise ValueError(f"extend_rows: column {c} has {len(values)} values, not {n}")
+        else:
+            rows[c] += values
+
+
+def arrival_metrics(late: int, stragglers: int, proc_ms: int | None) -> str:
+    """`metrics_json` of an arrivals row's metrics (late, stragglers, proc_ms)."""
+    proc = "null" if proc_ms is None else int.__repr__(proc_ms)
+    return f'{{"late":{late},"proc_ms":{proc},"stragglers":{stragglers}}}'
+
+
 @dataclass
 class BatchRows:
     """A micro-batch's output rows, by kind, as the sink takes them."""

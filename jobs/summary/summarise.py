@@ -83,7 +83,15 @@ _NAMES = SUMMARY_ARROW.names
 
 
 def _empty(dtype: Any) -> npt.NDArray[Any]:
-    return np.empty(0, dtype=dtype)
+    """A read-only empty array of `dtype`, shared: a summary is made per service and chunk."""
+    out = _EMPTY.get(dtype)
+    if out is None:
+        out = _EMPTY[dtype] = np.empty(0, dtype=dtype)
+        out.flags.writeable = False
+    return out
+
+
+_EMPTY: dict[Any, npt.NDArray[Any]] = {}
 
 
 @dataclass
@@ -130,7 +138,7 @@ class ServiceSummary:
             blobs.append(b)
         users = json.dumps(self.users.tolist()).encode() if len(self.users) else b""
         # Horizons take a few values per chunk (the windows' ends): each one by its index.
-        horizons, codes = np.unique(self.horizons, return_inverse=True)
+        horizons, codes = _codes(self.horizons)
         late_events = encode_columns(self.late_events) if self.late_events else b""
         head = json.dumps(
             {
@@ -144,7 +152,7 @@ class ServiceSummary:
                 "sessions": [len(self.event_ms), len(users)],
                 "dup": [[k, s, n] for (k, s), n in sorted(self.duplicates.items())],
                 "ids": [len(self.ids), len(self.rows), self.duplicate_events],
-                "hz": horizons.tolist(),
+                "hz": horizons,
             },
             separators=(",", ":"),
         ).encode()
@@ -202,6 +210,17 @@ class ServiceSummary:
         if pos != len(blob):
             raise ValueError("service summary: length mismatch")
         return out
+
+
+def _codes(values: npt.NDArray[np.int64]) -> tuple[list[int], npt.NDArray[np.int64]]:
+    """`np.unique(values, return_inverse=True)`, as a list; without numpy's overhead when short."""
+    if len(values) > 16:
+        uniq, codes = np.unique(values, return_inverse=True)
+        return uniq.tolist(), codes
+    listed = values.tolist()
+    uniq_list = sorted(set(listed))
+    index = {v: i for i, v in enumerate(uniq_list)}
+    return uniq_list, np.array([index[v] for v in listed], np.int64)
 
 
 def _code_type(values: int) -> str:

@@ -1,4 +1,4 @@
-"""The stateful step's output rows (jobs/state/rows.py): window metrics as JSON text."""
+"""The stateful step's output rows (jobs/state/rows.py): metrics as JSON text, rows in bulk."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from jobs.state.rows import metrics_json
+from jobs.state.rows import append_row, arrival_metrics, extend_rows, metrics_json, new_rows
 from tidegauge.core.window_agg import WindowAgg
 
 
@@ -34,3 +34,37 @@ def test_metrics_json_is_jsons_sorted_compact_text(metrics: dict[str, Any]) -> N
     expected = json.dumps(metrics, separators=(",", ":"), sort_keys=True)
     assert metrics_json(metrics) == expected
     assert metrics_json(metrics) == expected  # the cached key order too
+
+
+@pytest.mark.parametrize(
+    ("late", "stragglers", "proc_ms"), [(0, 0, None), (3, 12, 1_780_000_000_123)]
+)
+def test_arrival_metrics_are_metrics_json(late: int, stragglers: int, proc_ms: int | None) -> None:
+    metrics = {"late": late, "stragglers": stragglers, "proc_ms": proc_ms}
+    assert arrival_metrics(late, stragglers, proc_ms) == metrics_json(metrics)
+
+
+def test_extend_rows_appends_what_append_row_would() -> None:
+    one, many = new_rows(), new_rows()
+    given = [
+        {
+            "kind": "straggler",
+            "spec": "tumbling:10s",
+            "service": "api",
+            "window_start": 0,
+            "count": 2,
+        },
+        {
+            "kind": "duplicate_events",
+            "spec": None,
+            "service": "web",
+            "window_start": None,
+            "count": 1,
+        },
+    ]
+    for row in given:
+        append_row(one, **row)
+    extend_rows(many, **{c: [row[c] for row in given] for c in given[0]})
+    assert many == one
+    with pytest.raises(ValueError, match="window_start"):
+        extend_rows(many, kind=["late"], window_start=[])
