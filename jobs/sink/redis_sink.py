@@ -25,6 +25,7 @@ from jobs.state.rows import (
     LateUpdate,
     WindowCount,
     WindowUpdate,
+    arrival_doc,
     metrics_json,
 )
 from tidegauge.core.late_agg import LateAgg
@@ -194,7 +195,7 @@ def write_batch(
         size = arrival_window_ms
         tx.sadd(keys.arrival_sizes, str(size))
         for a in arrivals:
-            doc = metrics_json({**a.metrics, "events": a.count})
+            doc = arrival_doc(a.count, a.metrics)
             key = keys.arrivals(a.domain, size, a.start_ms)
             fields[key][batch_field(a.service, batch_id)] = doc
             indexed[keys.arrivals_index(a.domain, size)][str(a.start_ms)] = a.start_ms

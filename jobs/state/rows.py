@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -207,6 +208,32 @@ def arrival_metrics(late: int, stragglers: int, proc_ms: int | None) -> str:
     return f'{{"late":{late},"proc_ms":{proc},"stragglers":{stragglers}}}'
 
 
+def arrival_doc(events: int, metrics: Mapping[str, Any]) -> str:
+    """`metrics_json` of an arrival's metrics with its `events`: the document the sink stores."""
+    late, stragglers, proc = metrics.get("late"), metrics.get("stragglers"), metrics.get("proc_ms")
+    if len(metrics) == 3 and type(late) is int and type(stragglers) is int:
+        if proc is None or type(proc) is int:
+            text = "null" if proc is None else int.__repr__(proc)
+            return f'{{"events":{events},"late":{late},"proc_ms":{text},"stragglers":{stragglers}}}'
+    return metrics_json({**metrics, "events": events})
+
+
+def _arrival_metrics_of(text: str) -> dict[str, Any]:
+    """Inverse of `arrival_metrics` (any other JSON object through `json.loads`)."""
+    m = _ARRIVAL.fullmatch(text)
+    if m is None:
+        return dict(json.loads(text))
+    late, proc, stragglers = m.groups()
+    return {
+        "late": int(late),
+        "proc_ms": None if proc == "null" else int(proc),
+        "stragglers": int(stragglers),
+    }
+
+
+_ARRIVAL = re.compile(r'\{"late":(\d+),"proc_ms":(null|-?\d+),"stragglers":(\d+)\}')
+
+
 @dataclass
 class BatchRows:
     """A micro-batch's output rows, by kind, as the sink takes them."""
@@ -267,7 +294,7 @@ def decode_rows(rows: Iterable[Mapping[str, Any]], batch_id: int) -> BatchRows:
                     row["window_start"],
                     row["service"],
                     row["count"],
-                    json.loads(row["metrics"]),
+                    _arrival_metrics_of(row["metrics"]),
                 )
             )
         elif kind == RowKind.LATE_EVENTS:

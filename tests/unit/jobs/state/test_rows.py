@@ -9,7 +9,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from jobs.state.rows import append_row, arrival_metrics, extend_rows, metrics_json, new_rows
+from jobs.state.rows import (
+    append_row,
+    arrival_doc,
+    arrival_metrics,
+    decode_rows,
+    extend_rows,
+    metrics_json,
+    new_rows,
+)
 from tidegauge.core.window_agg import WindowAgg
 
 
@@ -68,3 +76,23 @@ def test_extend_rows_appends_what_append_row_would() -> None:
     assert many == one
     with pytest.raises(ValueError, match="window_start"):
         extend_rows(many, kind=["late"], window_start=[])
+
+
+@pytest.mark.parametrize(
+    "metrics",
+    [
+        {"late": 0, "stragglers": 0, "proc_ms": None},
+        {"late": 4, "stragglers": 9, "proc_ms": 1_780_000_000_123},
+        {"late": 1, "stragglers": 2, "proc_ms": None, "other": 0.5},  # anything else: generic
+    ],
+)
+def test_arrival_rows_read_back_and_store_as_json_would(metrics: dict[str, Any]) -> None:
+    text = metrics_json(metrics)
+    rows = new_rows()
+    append_row(rows, kind="arrivals", spec="broker", service="api", window_start=0, count=7)
+    rows["metrics"][-1] = text
+    (arrival,) = decode_rows(
+        [dict(zip(rows, values, strict=True)) for values in zip(*rows.values(), strict=True)], 1
+    ).arrivals
+    assert arrival.metrics == json.loads(text)
+    assert arrival_doc(7, arrival.metrics) == metrics_json({**metrics, "events": 7})
