@@ -28,7 +28,6 @@ import argparse
 import statistics
 import sys
 import time
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -76,13 +75,11 @@ def read(raw: list[pa.RecordBatch], watermark: int, cfg: ExecutorConfig) -> pd.D
 def state(summaries: pd.DataFrame, watermark: int, cfg: ExecutorConfig) -> pd.DataFrame:
     """The state function over every group's summaries (fresh state: the batch's own work)."""
     fn = make_state_fn(cfg)
-    deltas = summaries[summaries["kind"] == SummaryKind.SERVICE]
-    shard = np.array([zlib.crc32(str(s).encode()) % cfg.shards for s in deltas["service"]])
+    deltas = summaries[summaries["kind"] == SummaryKind.SHARD]
     outs = []
     for g in range(cfg.shards):
-        outs += list(
-            fn((RecordKind.EVENT, g), iter([deltas[shard == g]]), FakeGroupState(watermark))
-        )
+        mine = deltas[deltas["shard"] == g]
+        outs += list(fn((RecordKind.EVENT, g), iter([mine]), FakeGroupState(watermark)))
     return pd.concat(outs, ignore_index=True)
 
 
@@ -148,7 +145,7 @@ def main() -> None:
     out = pa.Table.from_pandas(state(summaries, watermark, cfg), preserve_index=False)
     late = int(out.filter(pa.compute.equal(out["kind"], "late_events"))["count"].to_numpy().sum())
     groups = int(pa.compute.sum(pa.compute.equal(out["kind"], "window")).as_py())
-    shipped = int(summaries.loc[summaries["kind"] == SummaryKind.SERVICE, "blob"].map(len).sum())
+    shipped = int(summaries.loc[summaries["kind"] == SummaryKind.SHARD, "blob"].map(len).sum())
     print(
         f"{args.records:,} records, {float(np.mean(times < watermark)):.1%} late, "
         f"{args.shards} state groups, {groups:,} (window, service) updates; best / median of "

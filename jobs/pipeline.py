@@ -75,6 +75,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         cfg.allowed_lateness_ms,
         cfg.late_events_max,
         cfg.dedup,
+        cfg.state_shards,
     )
     reader = (
         spark.readStream.format(SummaryDataSource.name())
@@ -104,7 +105,8 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         "shard",
         F.explode(
             F.when(kind == SummaryKind.HEARTBEAT.value, F.sequence(F.lit(0), F.lit(n - 1)))
-            .when(kind == SummaryKind.SERVICE.value, F.array(F.pmod(F.hash("service"), F.lit(n))))
+            # the read task routed each chunk's services: Spark's pmod(hash(service), n)
+            .when(kind == SummaryKind.SHARD.value, F.array(F.col("shard")))
             .otherwise(F.array(F.lit(0)))
         ),
     )

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "BROKER_TIMES",
+    "CHUNK_SUMMARY",
     "FORMATS",
     "HLL",
     "LATE_AGG",
     "MAGIC_SIZE",
     "SEEN_IDS",
-    "SERVICE_SUMMARY",
     "SESSION_STATE",
     "SHARD_STATE",
     "TDIGEST",
@@ -204,13 +204,16 @@ WINDOW_STATE = Format(
     owner="jobs.panes.windows",
     description="a service's open panes, sessions and seen ids (2: without the ids)",
 )
-SERVICE_SUMMARY = Format(
-    b"TGSD",
-    "service summary",
-    writes=4,
-    reads=(4,),
-    owner="jobs.summary.summarise",
-    description="one service's summary of a chunk: panes, late aggregates, arrivals, ids",
+CHUNK_SUMMARY = Format(
+    b"TGCS",
+    "chunk summary",
+    writes=1,
+    reads=(1,),
+    owner="jobs.summary.chunk",
+    description=(
+        "a chunk's summaries of the services of one state shard, as tables: panes, late "
+        "aggregates, counts, arrivals, ids"
+    ),
 )
 SHARD_STATE = Format(
     b"TGSH",
@@ -235,7 +238,7 @@ FORMATS: tuple[Format, ...] = (
     SEEN_IDS,
     SESSION_STATE,
     WINDOW_STATE,
-    SERVICE_SUMMARY,
+    CHUNK_SUMMARY,
     SHARD_STATE,
 )
 

@@ -8,9 +8,10 @@ the same sink. The watermark itself is Spark's (`withWatermark` upstream, read h
 `GroupState.getCurrentWatermarkMs`), checkpointed with the state. See docs/architecture.md.
 
 The per-record work happens in the read tasks (jobs/summary/summarise.py): each summarises a chunk
-of records per service into a `ServiceSummary` against the batch's watermark. This function merges a
-service's summaries in Kafka order into its windows (and sessions), checks that the read tasks used
-the watermark Spark gives it, and emits what changed.
+of records per service against the batch's watermark, one `ChunkSummary` per state shard
+(jobs/summary/chunk.py). This function places every service's parts in Kafka order
+(jobs/state/batch.py), merges them into its windows (and sessions) for all services of the shard
+at once, checks that the read tasks used the watermark Spark gives it, and emits what changed.
 
 Runs on executors. Groups are (group, shard): event groups ("event", shard) each hold the
 services that hash to that shard, and every heartbeat summary is copied into every shard, so a
@@ -25,14 +26,13 @@ processing-time and broker-time windows, the late events themselves (capped), an
 timestamps of its records, from which the sink measures freshness (tidegauge/core/freshness.py).
 
 This module is the state function; its parts are modules of their own: the chunk summaries
-(jobs/summary/summarise.py), the panes of a service (jobs/panes/windows.py), the state codec
+(jobs/summary/summarise.py, jobs/summary/chunk.py), the batch's parts placed (jobs/state/batch.py), the panes of a service (jobs/panes/windows.py), the state codec
 (jobs/state/codec.py) and the output rows (jobs/state/rows.py).
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -41,12 +41,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-import pyarrow as pa
 
-from jobs.panes.columnar import Plan, merge_late, merge_panes, window_aggs
-from jobs.panes.dedup import SeenIds, first_occurrences, service_keys
+from jobs.panes.columnar import Plan, merge_late, merge_panes, unique_rows, window_aggs
 from jobs.panes.windows import Added, ServiceWindows
-from jobs.parse.columns import Columns, encode_columns
+from jobs.parse.columns import encode_columns
+from jobs.state.batch import ShardBatch, check_chunk
 from jobs.state.codec import DeadCounts, ShardState
 from jobs.state.rows import (
     RowKind,
@@ -57,10 +56,11 @@ from jobs.state.rows import (
     metrics_json,
     new_rows,
 )
-from jobs.summary.late_events import concat, newest, stored
+from jobs.summary.chunk import ChunkSummary
+from jobs.summary.late_events import newest, stored
 from jobs.summary.schema import SummaryKind
 from jobs.summary.settings import ExecutorConfig
-from jobs.summary.summarise import ServiceSummary, redo_summary
+from jobs.summary.summarise import spec_keys
 from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.plugins import ensure_plugins
@@ -77,15 +77,6 @@ class StateGroup(StrEnum):
     EVENT = "event"
     #: ("dead", 0): dead letters and the chunks' broker times.
     DEAD = "dead"
-
-
-def _check_clock(summary: ServiceSummary, watermark_ms: int) -> None:
-    if summary.watermark_ms != watermark_ms:
-        raise RuntimeError(
-            f"the read task applied watermark {summary.watermark_ms} (from the offset log) but "
-            f"Spark's watermark for this batch is {watermark_ms}: the summaries would be "
-            "classified against the wrong watermark (jobs/source/offset_log.py)"
-        )
 
 
 @dataclass
@@ -122,55 +113,6 @@ class Overflow:
         return OVERFLOW_SERVICE
 
 
-def _events_of(summary: ServiceSummary) -> int:
-    """Events a chunk summary holds, accepted or late.
-
-    Its arrival counts in one time domain: each event counts once per domain it has a time in,
-    and broker time is on every record.
-    """
-    per_domain = Counter[str]()
-    for (domain, _), (n, _, _) in summary.arrivals.items():
-        per_domain[domain] += n
-    return max(per_domain.values(), default=0)
-
-
-def _dedup(
-    ids: SeenIds,
-    by_service: dict[str, list[ServiceSummary]],
-    watermark: int,
-    cfg: ExecutorConfig,
-) -> None:
-    """Drop from each service's summaries (Kafka order) the events whose id was accepted before.
-
-    De-duplication by event id (jobs/panes/dedup.py), for the whole shard at once: each
-    summary's accepted ids are checked against the shard's ids (earlier batches) and the
-    summaries of its service before it; a summary with a hit is summarised again without those
-    events (`redo_summary`), in place.
-    """
-    ids.evict(watermark)  # ids whose windows all closed no longer make duplicates
-    names = sorted(s for s, summaries in by_service.items() if any(len(d.ids) for d in summaries))
-    if not names:
-        return
-    owners: list[tuple[str, int]] = []
-    mixed: list[npt.NDArray[np.uint64]] = []
-    for name, key in zip(names, service_keys(names), strict=True):
-        for i, d in enumerate(by_service[name]):
-            if len(d.ids):
-                owners.append((name, i))
-                mixed.append(d.ids ^ key)
-    hashes = np.concatenate(mixed)
-    # Ids are distinct within a summary: a repeat is of an earlier summary of the service.
-    hit = ids.contains(hashes) | ~first_occurrences(hashes)
-    horizons = np.concatenate([by_service[name][i].horizons for name, i in owners])
-    ids.add(hashes[~hit], horizons[~hit])
-    bounds = np.cumsum([0] + [len(m) for m in mixed]).tolist()
-    for (name, i), lo, hi in zip(owners, bounds[:-1], bounds[1:], strict=True):
-        mine = hit[lo:hi]
-        if mine.any():
-            d = by_service[name][i]
-            by_service[name][i] = redo_summary(d, np.sort(d.ids[mine]), cfg)
-
-
 @dataclass
 class _Keyed:
     """Encoded parts of a shard's batch by key, for one shard-wide merge (panes, late windows)."""
@@ -203,129 +145,109 @@ class _Keyed:
         return out
 
 
-@dataclass
-class _Pending:
-    """One service's counts of the batch, emitted as rows once the shard's late merge is done."""
-
-    stragglers: Counter[tuple[str, int]]
-    duplicates: Counter[tuple[str, int]]
-    duplicate_events: int
-    arrivals: dict[tuple[str, int], list[int]]
-    proc_ms: int | None
-
-
-def _service_batch(
+def _sessions(
     rows: dict[str, list[Any]],
-    service: str,
-    sw: ServiceWindows,
-    summaries: list[ServiceSummary],
+    services: dict[str, ServiceWindows],
+    batch: ShardBatch,
     watermark: int,
     front: int | None,
-    touched: _Keyed,
     late: _Keyed,
-) -> tuple[_Pending, list[Columns]]:
-    """Apply one service's summaries of the batch (in Kafka order).
+) -> None:
+    """Fold the batch's events into every service's sessions; emit the sessions' window rows.
 
-    The panes' parts go to `touched` and the late aggregates' to `late`: every service's are
-    merged at once (`_window_rows`, `_Keyed.merged_late`); the session windows' rows are
-    appended here, the other rows once the late merge is done (`_pending_rows`). Returns those
-    counts and the summaries' late events (jobs/summary/late_events.py): the group keeps the
-    newest.
+    Every service of the shard gets here, with events or not: its sessions may close. The late
+    events sessions ignored join the late aggregates (after the chunks' own).
     """
-    added = Added()
-    arrivals: dict[tuple[str, int], list[int]] = {}
-    late_events: list[Columns] = []
-    duplicates: Counter[tuple[str, int]] = Counter()
-    duplicate_events = 0
-    for d in summaries:
-        if d.duplicates:
-            duplicates.update(d.duplicates)
-        duplicate_events += d.duplicate_events
-        for start, blob in d.panes.items():
-            touched.add((service, start), blob)
-        for (key, start), part in d.late.items():
-            late.add((service, key, start), part)
-        if d.stragglers:
-            added.stragglers.update(d.stragglers)
-        for series, counts in d.arrivals.items():
-            total = arrivals.setdefault(series, [0, 0, 0])
-            for i, c in enumerate(counts):
-                total[i] += c
-        if d.late_events:
-            late_events.append(d.late_events)
-    if sw.sessions is not None:
-        # A service without events in this batch still gets here: its sessions may close.
-        sw.add_sessions(
-            added,
-            np.concatenate([d.users for d in summaries])
-            if summaries
-            else np.empty(0, dtype=object),
-            np.concatenate([d.event_ms for d in summaries]) if summaries else np.empty(0, np.int64),
-            np.concatenate([d.lateness for d in summaries]) if summaries else np.empty(0),
-            watermark,
-            front,
-        )
+    inputs = batch.sessions()
+    index = {name: g for g, name in enumerate(batch.names)}
+    nothing = (np.empty(0, dtype=object), np.empty(0, np.int64), np.empty(0))
+    for service in sorted(services):
+        sw = services[service]
+        if sw.sessions is None:
+            continue
+        added = Added()
+        g = index.get(service)
+        users, event_ms, lateness = nothing if g is None else inputs.get(g, nothing)
+        sw.add_sessions(added, users, event_ms, lateness, watermark, front)
         for (spec, start), agg in sorted(sw.session_windows().items(), key=lambda kv: kv[0][1]):
             _window_row(rows, spec, service, start, agg.metrics(spec.size_ms), agg.to_bytes())
-    for (key, start), session_late in added.late.items():  # sessions' late events
-        late.add((service, key, start), session_late.to_bytes())
-    proc_ms = summaries[0].proc_ms if summaries else None
-    pending = _Pending(added.stragglers, duplicates, duplicate_events, arrivals, proc_ms)
-    return pending, late_events
+        for (key, start), session_late in added.late.items():
+            late.add((service, key, start), session_late.to_bytes())
 
 
-def _pending_rows(
+def _summed(table: dict[str, Any], keys: tuple[str, ...], values: tuple[str, ...]) -> list[Any]:
+    """Rows of `table` summed by `keys`: [(*key values, *sums)], sorted by the keys."""
+    if not len(table[keys[0]]):
+        return []
+    uniq, inverse = unique_rows(*(table[k] for k in keys))
+    sums = [np.bincount(inverse, weights=table[v], minlength=len(uniq[0])) for v in values]
+    columns = [u.tolist() for u in uniq] + [s.astype(np.int64).tolist() for s in sums]
+    return list(zip(*columns, strict=True))
+
+
+def _count_rows(
     rows: dict[str, list[Any]],
-    pending: dict[str, _Pending],
+    batch: ShardBatch,
     late: dict[tuple[Any, ...], bytes],
+    specs: tuple[str, ...],
 ) -> None:
-    """The services' late, straggler, duplicate and arrival rows of the batch, service by service.
+    """The batch's late, straggler, duplicate and arrival rows, for every service at once.
 
     `late`: the merged late aggregates by (service, spec key, window start).
     """
-    late_of: dict[str, list[tuple[str, int, bytes]]] = {}
-    for (service, key, start), merged in late.items():
-        late_of.setdefault(service, []).append((key, start, merged))
+    names = batch.names
     kind: list[str] = []
     spec: list[str | None] = []
-    names: list[str] = []
+    service: list[str] = []
     window: list[int | None] = []
     count: list[int] = []
     metrics: list[str | None] = []
     aggs: list[bytes | None] = []
-
-    def add(k: str, sp: str | None, service: str, w: int | None, n: int) -> None:
-        kind.append(k)
-        spec.append(sp)
-        names.append(service)
-        window.append(w)
-        count.append(n)
-
-    for service, p in pending.items():
-        for key, start, merged in sorted(late_of.get(service, [])):
-            add(RowKind.LATE, key, service, start, LateAgg.count_of(merged))
-            metrics.append(None)
-            aggs.append(merged)
-        for (key, start), n in sorted(p.stragglers.items()):
-            add(RowKind.STRAGGLER, key, service, start, n)
-        for (key, start), n in sorted(p.duplicates.items()):
-            add(RowKind.DUPLICATE, key, service, start, n)
-        if p.duplicate_events:
-            add(RowKind.DUPLICATE_EVENTS, None, service, None, p.duplicate_events)
-        pad = len(kind) - len(metrics)
-        metrics += [None] * pad
-        aggs += [None] * pad
-        for (domain, start), (n, n_late, n_strag) in sorted(
-            p.arrivals.items(), key=lambda kv: (ARRIVAL_DOMAINS.index(kv[0][0]), kv[0][1])
+    for (name, key, start), merged in sorted(late.items()):
+        kind.append(RowKind.LATE)
+        spec.append(key)
+        service.append(name)
+        window.append(start)
+        count.append(LateAgg.count_of(merged))
+        aggs.append(merged)
+    for row_kind, table in ((RowKind.STRAGGLER, "stragglers"), (RowKind.DUPLICATE, "duplicates")):
+        for g, s, start, n in _summed(
+            batch.gather(table), ("service", "spec", "start"), ("count",)
         ):
-            add(RowKind.ARRIVALS, domain, service, start, n)
-            metrics.append(arrival_metrics(n_late, n_strag, p.proc_ms))
-            aggs.append(None)
+            kind.append(row_kind)
+            spec.append(specs[s])
+            service.append(names[g])
+            window.append(start)
+            count.append(n)
+    services = batch.gather("services")
+    for g, n in _summed(services, ("service",), ("duplicate_events",)):
+        if n:
+            kind.append(RowKind.DUPLICATE_EVENTS)
+            spec.append(None)
+            service.append(names[g])
+            window.append(None)
+            count.append(n)
+    metrics += [None] * (len(kind) - len(metrics))
+    aggs += [None] * (len(kind) - len(aggs))
+    proc_ms = batch.chunks[0].proc_ms if batch.chunks else None
+    arrivals = _summed(
+        batch.gather("arrivals"),
+        ("service", "domain", "start"),
+        ("events", "late", "stragglers"),
+    )
+    for g, d, start, n, n_late, n_strag in arrivals:
+        kind.append(RowKind.ARRIVALS)
+        spec.append(ARRIVAL_DOMAINS[d])
+        service.append(names[g])
+        window.append(start)
+        count.append(n)
+        metrics.append(arrival_metrics(n_late, n_strag, proc_ms))
+        aggs.append(None)
     extend_rows(
         rows,
         kind=kind,
         spec=spec,
-        service=names,
+        service=service,
         window_start=window,
         count=count,
         metrics=metrics,
@@ -466,45 +388,58 @@ def _events(
     if not frames:
         return
     pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-    summaries = pdf[pdf["kind"] == SummaryKind.SERVICE]
-    by_service: dict[str, list[ServiceSummary]] = {}
+    chunks = [
+        ChunkSummary.from_bytes(blob)
+        for blob in pdf.loc[pdf["kind"] == SummaryKind.SHARD, "blob"].tolist()
+    ]
+    for chunk in chunks:
+        check_chunk(chunk, watermark, shard_id, cfg.shards)
     if cfg.shard_services is None:
         shard.names.clear()  # no limit: nothing to track
     elif not shard.names:  # a state from before the guard: its services hold the slots
         shard.names = {s: watermark for s in shard.services if s != OVERFLOW_SERVICE}
     guard = Overflow(cfg.shard_services, shard.names, watermark)
     guard.release_idle(cfg.service_idle_ms, shard.services)
-    if len(summaries):
-        # Apply each service's summaries in Kafka order, whatever order the shuffle delivered
-        # them in: the sketches then depend only on the batch's records, and a replay is
-        # byte-identical.
-        summaries = summaries.sort_values(["partition", "offset"], kind="stable")
-        for service, blob in zip(
-            summaries["service"].tolist(), summaries["blob"].tolist(), strict=True
-        ):
-            summary = ServiceSummary.from_bytes(blob)
-            _check_clock(summary, watermark)
-            name = str(service)
-            routed = guard.route(name, max(summary.panes, default=watermark))
-            if routed != name:
-                guard.events += _events_of(summary)
-            by_service.setdefault(routed, []).append(summary)
+
+    def route(name: str, seen_ms: int, events: int) -> str:
+        routed = guard.route(name, seen_ms)
+        if routed != name:
+            guard.events += events
+        return routed
+
+    batch = ShardBatch.place(chunks, route, watermark)
+    batch.dedup(shard.ids, watermark, cfg)
+    for name in batch.names:
+        if name not in shard.services:
+            shard.services[name] = ServiceWindows(cfg.specs)
     rows: dict[str, list[Any]] = new_rows()  # the window rows, then the others
     others: dict[str, list[Any]] = new_rows()
-    late_events: list[Columns] = []
-    _dedup(shard.ids, by_service, watermark, cfg)
+    specs = spec_keys(cfg)
     touched, late = _Keyed(), _Keyed()
-    pending: dict[str, _Pending] = {}
-    for service in sorted(set(by_service) | set(shard.services)):
-        sw = shard.services.get(service)
-        if sw is None:
-            sw = shard.services[service] = ServiceWindows(cfg.specs)
-        pending[service], events = _service_batch(
-            others, service, sw, by_service.get(service, []), watermark, front, touched, late
-        )
-        for cols in events:
-            late_events.append({**cols, "service": pa.array([service] * len(cols["offset"]))})
-    _pending_rows(others, pending, late.merged_late())
+    # Each key's parts in Kafka order: rows sorted by (service, key, rank of their part).
+    panes = batch.gather("panes")
+    order = np.lexsort((panes["row"], panes["rank"], panes["start"], panes["service"]))
+    for g, start, blob in zip(
+        panes["service"][order].tolist(),
+        panes["start"][order].tolist(),
+        _take_list(batch.blobs("panes", panes), order),
+        strict=True,
+    ):
+        touched.add((batch.names[g], start), blob)
+    parts = batch.gather("late")
+    order = np.lexsort(
+        (parts["row"], parts["rank"], parts["start"], parts["spec"], parts["service"])
+    )
+    for g, s, start, blob in zip(
+        parts["service"][order].tolist(),
+        parts["spec"][order].tolist(),
+        parts["start"][order].tolist(),
+        _take_list(batch.blobs("late", parts), order),
+        strict=True,
+    ):
+        late.add((batch.names[g], specs[s], start), blob)
+    _sessions(others, shard.services, batch, watermark, front, late)
+    _count_rows(others, batch, late.merged_late(), specs)
     _window_rows(rows, shard.services, touched, watermark, Plan(cfg.specs))
     for name, values in others.items():
         rows[name] += values
@@ -518,8 +453,9 @@ def _events(
     for i, (kind, service) in enumerate(zip(rows["kind"], rows["service"], strict=True)):
         if kind == RowKind.WINDOW and service == OVERFLOW_SERVICE:
             rows["partition"][i] = shard_id
+    late_events = batch.late_events()
     if late_events and cfg.late_events_max:
-        kept = newest(concat(late_events), cfg.late_events_max)
+        kept = newest(late_events, cfg.late_events_max)
         kept = stored(kept, watermark, cfg.primary_ms)
         append_row(
             rows, kind=RowKind.LATE_EVENTS, count=len(kept["offset"]), agg=encode_columns(kept)
@@ -537,6 +473,10 @@ def _events(
     elif state.exists:
         state.remove()
     yield frame(rows)
+
+
+def _take_list(values: list[Any], order: npt.NDArray[np.int64]) -> list[Any]:
+    return [values[i] for i in order.tolist()]
 
 
 def _dead(pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:

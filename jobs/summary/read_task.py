@@ -15,10 +15,11 @@ which each executor loads and checks, see tidegauge/core/plugins.py).
 
 `tidegauge-summaries` is the source the job reads: the same again, whose read task goes one
 step further and summarises each parsed chunk per service against the batch's watermark
-(jobs/summary/summarise.py), so a few rows per service and chunk leave the task instead of one per
-record. The planner reads each batch's watermark and timestamp from the query's offset log
+(jobs/summary/summarise.py), so one row per state shard and chunk leaves the task instead of one
+per record. The planner reads each batch's watermark and timestamp from the query's offset log
 (jobs/source/offset_log.py) and hands them to the tasks with their ranges. Its options add the
-window settings: `windows` (JSON list of window spec keys), `allowedLatenessMs`, `lateEventsMax`.
+window settings: `windows` (JSON list of window spec keys), `allowedLatenessMs`, `lateEventsMax`,
+`dedup`, and `stateShards` (the job's `--state-shards`).
 """
 
 from __future__ import annotations
@@ -100,14 +101,19 @@ def summary_source_options(
     allowed_lateness_ms: int,
     late_events_max: int,
     dedup: bool = True,
+    shards: int = 1,
 ) -> dict[str, str]:
-    """`event_source_options` plus the window settings the read tasks summarise with."""
+    """`event_source_options` plus the window settings the read tasks summarise with.
+
+    And the number of state shards they bundle services by (jobs/summary/shards.py).
+    """
     return {
         **event_source_options(correct_clock_skew),
         "windows": json.dumps([s.key for s in specs]),
         "allowedLatenessMs": str(allowed_lateness_ms),
         "lateEventsMax": str(late_events_max),
         "dedup": "true" if dedup else "false",
+        "stateShards": str(shards),
     }
 
 
@@ -138,6 +144,7 @@ class SummaryStreamReader(EventStreamReader):
         self.allowed_lateness_ms = int(options.get("allowedLatenessMs", "0"))
         self.late_events_max = int(options.get("lateEventsMax", "1000"))
         self.dedup = options.get("dedup", "true") == "true"
+        self.shards = int(options.get("stateShards", "1"))
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         """The Kafka source's tasks, each told the batch's watermark and timestamp."""
@@ -157,7 +164,11 @@ class SummaryStreamReader(EventStreamReader):
         assert isinstance(partition, ClockedPartition)
         parse = self._parser()
         cfg = ExecutorConfig(
-            self.specs, self.allowed_lateness_ms, self.late_events_max, dedup=self.dedup
+            self.specs,
+            self.allowed_lateness_ms,
+            self.late_events_max,
+            shards=self.shards,
+            dedup=self.dedup,
         )
         clock = partition.clock
         pending: list[pa.RecordBatch] = []

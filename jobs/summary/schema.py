@@ -16,8 +16,8 @@ __all__ = ["SUMMARY_ARROW", "SUMMARY_SCHEMA", "SummaryKind"]
 class SummaryKind(StrEnum):
     """What a summary row is: the `kind` column of `SUMMARY_SCHEMA`."""
 
-    #: One service's summary of a chunk (`jobs.summary.summarise.ServiceSummary`, in `blob`).
-    SERVICE = "service"
+    #: A chunk's summaries of the services of one state shard (`ChunkSummary`, in `blob`).
+    SHARD = "shard"
     #: A heartbeat (copied into every state shard, so quiet streams still close windows).
     HEARTBEAT = "heartbeat"
     #: A dead letter, with its reason, detail and raw bytes.
@@ -28,7 +28,7 @@ class SummaryKind(StrEnum):
 
 _COLUMNS = [
     ("kind", pa.string()),
-    ("service", pa.string()),
+    ("shard", pa.int32()),
     ("event_time", pa.timestamp("us", tz="UTC")),
     ("partition", pa.int32()),
     ("offset", pa.int64()),
@@ -43,7 +43,7 @@ _COLUMNS = [
 #: Arrow schema and Spark DDL of the summary rows the job's source yields.
 SUMMARY_ARROW = pa.schema(_COLUMNS)
 SUMMARY_SCHEMA = (
-    "kind string, service string, event_time timestamp, partition int, offset long, "
+    "kind string, shard int, event_time timestamp, partition int, offset long, "
     "kafka_ms long, count long, reason string, detail string, raw binary, raw_size int, "
     "blob binary"
 )

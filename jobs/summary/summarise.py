@@ -3,36 +3,33 @@
 The job's source (jobs/summary/read_task.py) reads up to `CHUNK` records of one Kafka partition at a
 time, parses them (jobs/parse/parser.py) and summarises up to `SUMMARY_RECORDS` of them at once here
 (a "chunk" below), so what crosses into the JVM, the shuffle and the stateful step is a few rows
-per service and chunk, not one wide row per record
+per state shard and chunk, not one wide row per record
 (BENCHMARKS.md). The summary applies exactly the rules the stateful step used to apply
 to raw rows, against the batch's watermark, which the planner reads from Spark's offset log
 (jobs/source/offset_log.py) and the stateful step checks. Summary rows (`SUMMARY_SCHEMA`):
 
-    service    one per service with events in the chunk: `ServiceSummary` bytes in `blob`,
-               `event_time` = the newest of those events (Spark's watermark takes the max of
+    shard      one per state shard with services in the chunk (jobs/summary/shards.py): the
+               `ChunkSummary` of those services in `blob` (jobs/summary/chunk.py), `shard`,
+               `event_time` = the newest of their events (Spark's watermark takes the max of
                this column, which is the max over the events), `partition`/`offset` = the
-               first of them, `count` = how many
+               first record of any of them, `count` = how many events
     heartbeat  one per chunk with heartbeats: the newest heartbeat time; copied to every event
                group, so a quiet stream still closes sessions and evicts state
     dead       one per malformed record, as parsed (reason, detail, raw bytes)
     times      one per chunk: the broker-time histogram of all its records (freshness) in
                `blob`, and how many records the chunk had in `count`
 
-A `ServiceSummary` holds everything about a service that depends only on its events in the
-chunk and on the batch's clock: the watermark class of every (window, event) pair, the pane
+A service's summary holds everything about it that depends only on its events in the chunk
+and on the batch's clock: the watermark class of every (window, event) pair, the pane
 aggregates of accepted events, late aggregates, straggler counts, arrival counts and the late
 events themselves (the service's newest `late_events_max` of the chunk,
-jobs/summary/late_events.py).
-Sessions span chunks, so a session job also carries each event's user, time and lateness into
-the state (`ServiceWindows.add_sessions`). Pure: no Spark.
+jobs/summary/late_events.py). Sessions span chunks, so a session job also carries each event's
+user, time and lateness into the state (`ServiceWindows.add_sessions`). Pure: no Spark.
 """
 
 from __future__ import annotations
 
-import json
-import struct
-from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -46,20 +43,20 @@ from jobs.panes.dedup import duplicate_windows, first_occurrences, horizons, id_
 from jobs.parse.columns import (
     Columns,
     arrow_strings,
-    decode_columns,
-    encode_columns,
     present,
     take_rows,
 )
 from jobs.parse.parser import RecordKind
-from jobs.summary.late_events import late_columns
+from jobs.summary.chunk import ChunkSummary, ServiceSummary, Table, empty_table
+from jobs.summary.late_events import concat, late_columns
 from jobs.summary.schema import SUMMARY_ARROW, SummaryKind
 from jobs.summary.settings import ExecutorConfig
-from sketches.preamble import SERVICE_SUMMARY
+from jobs.summary.shards import shard_of
 from sketches.tg64 import hash32
 from tidegauge.core.events import BUILT_IN_FIELDS, EventField
 from tidegauge.core.freshness import encode_times
 from tidegauge.core.windows import (
+    ARRIVAL_DOMAINS,
     LATE,
     STRAGGLER,
     classify_many,
@@ -72,8 +69,11 @@ from tidegauge.core.windows import (
 __all__ = [
     "ServiceSummary",
     "arrival_counts",
+    "chunk_summary",
+    "dedup_chunk_summary",
     "dedup_summary",
     "redo_summary",
+    "spec_keys",
     "summarise",
     "summary_batch",
     "summary_frame",
@@ -82,179 +82,23 @@ __all__ = [
 _NAMES = SUMMARY_ARROW.names
 
 
-def _empty(dtype: Any) -> npt.NDArray[Any]:
-    """A read-only empty array of `dtype`, shared: a summary is made per service and chunk."""
-    out = _EMPTY.get(dtype)
-    if out is None:
-        out = _EMPTY[dtype] = np.empty(0, dtype=dtype)
-        out.flags.writeable = False
-    return out
-
-
-_EMPTY: dict[Any, npt.NDArray[Any]] = {}
-
-
-@dataclass
-class ServiceSummary:
-    """What one chunk's events of one service did, against the batch's watermark."""
-
-    watermark_ms: int
-    proc_ms: int | None
-    #: Pane start -> aggregate of the chunk's accepted events in that pane (`WindowAgg` bytes).
-    panes: dict[int, bytes] = field(default_factory=dict)
-    #: (spec key, window start) -> the chunk's late events of that window (`LateAgg` bytes).
-    late: dict[tuple[str, int], bytes] = field(default_factory=dict)
-    #: (spec key, window start) -> the chunk's stragglers of that window.
-    stragglers: Counter[tuple[str, int]] = field(default_factory=Counter)
-    #: (domain, window start) -> (events, late, stragglers) of the chunk (`ARRIVAL_DOMAINS`).
-    arrivals: dict[tuple[str, int], tuple[int, int, int]] = field(default_factory=dict)
-    #: The chunk's newest late events (jobs/summary/late_events.py `EVENT_COLUMNS`; empty: none).
-    late_events: Columns = field(default_factory=dict)
-    #: Session jobs only: every event's user, event time and lateness (NaN = unknown).
-    users: npt.NDArray[Any] = field(default_factory=lambda: _empty(object))
-    event_ms: npt.NDArray[np.int64] = field(default_factory=lambda: _empty(np.int64))
-    lateness: npt.NDArray[np.float64] = field(default_factory=lambda: _empty(np.float64))
-    #: De-duplication (jobs/panes/dedup.py), filled by `dedup_summary`: the chunk's duplicates per
-    #: (spec key, window start); the id hashes and horizons of the events it accepted (each id
-    #: once); and those events' columns (`encode_columns`), from which the stateful step
-    #: summarises again without the ones it finds to be duplicates of earlier events.
-    duplicates: Counter[tuple[str, int]] = field(default_factory=Counter)
-    #: Duplicate events (each once, however many windows counted it).
-    duplicate_events: int = 0
-    ids: npt.NDArray[np.uint64] = field(default_factory=lambda: _empty(np.uint64))
-    horizons: npt.NDArray[np.int64] = field(default_factory=lambda: _empty(np.int64))
-    rows: bytes = b""
-
-    def to_bytes(self) -> bytes:
-        """Versioned blob: magic, version, header length, JSON header, then the binary parts."""
-        blobs: list[bytes] = []
-        panes = []
-        for start, b in sorted(self.panes.items()):
-            panes.append([start, len(b)])
-            blobs.append(b)
-        late = []
-        for (key, start), b in sorted(self.late.items()):
-            late.append([key, start, len(b)])
-            blobs.append(b)
-        users = json.dumps(self.users.tolist()).encode() if len(self.users) else b""
-        # Horizons take a few values per chunk (the windows' ends): each one by its index.
-        horizons, codes = _codes(self.horizons)
-        late_events = encode_columns(self.late_events) if self.late_events else b""
-        head = json.dumps(
-            {
-                "wm": self.watermark_ms,
-                "proc": self.proc_ms,
-                "panes": panes,
-                "late": late,
-                "strag": [[k, s, n] for (k, s), n in sorted(self.stragglers.items())],
-                "arr": [[d, s, *v] for (d, s), v in sorted(self.arrivals.items())],
-                "late_events": len(late_events),
-                "sessions": [len(self.event_ms), len(users)],
-                "dup": [[k, s, n] for (k, s), n in sorted(self.duplicates.items())],
-                "ids": [len(self.ids), len(self.rows), self.duplicate_events],
-                "hz": horizons,
-            },
-            separators=(",", ":"),
-        ).encode()
-        blobs += [
-            users,
-            self.event_ms.astype("<i8").tobytes(),
-            self.lateness.astype("<f8").tobytes(),
-            self.ids.astype("<u8").tobytes(),
-            codes.astype(_code_type(len(horizons))).tobytes(),
-            self.rows,
-            late_events,
-        ]
-        return b"".join([SERVICE_SUMMARY.preamble, _HEAD.pack(len(head)), head, *blobs])
-
-    @classmethod
-    def from_bytes(cls, blob: bytes) -> ServiceSummary:
-        """Inverse of `to_bytes`; ValueError on anything else."""
-        SERVICE_SUMMARY.check(blob)
-        if len(blob) < _HEAD_END:
-            raise ValueError("service summary: too short")
-        (n_head,) = _HEAD.unpack_from(blob, SERVICE_SUMMARY.size)
-        pos = _HEAD_END + n_head
-        head = json.loads(blob[_HEAD_END:pos])
-        out = cls(head["wm"], head["proc"])
-        for start, n in head["panes"]:
-            out.panes[int(start)] = blob[pos : pos + n]  # checked when decoded
-            pos += n
-        for key, start, n in head["late"]:
-            out.late[(key, int(start))] = blob[pos : pos + n]
-            pos += n
-        out.stragglers = Counter({(k, int(s)): int(n) for k, s, n in head["strag"]})
-        out.arrivals = {(d, int(s)): (int(a), int(b), int(c)) for d, s, a, b, c in head["arr"]}
-        n_events, n_users = head["sessions"]
-        if n_events:
-            out.users = np.array(json.loads(blob[pos : pos + n_users]), dtype=object)
-            pos += n_users
-            out.event_ms = np.frombuffer(blob, "<i8", n_events, pos).astype(np.int64)
-            pos += 8 * n_events
-            out.lateness = np.frombuffer(blob, "<f8", n_events, pos).astype(np.float64)
-            pos += 8 * n_events
-        out.duplicates = Counter({(k, int(s)): int(n) for k, s, n in head["dup"]})
-        n_ids, n_rows, out.duplicate_events = head["ids"]
-        if n_ids:
-            out.ids = np.frombuffer(blob, "<u8", n_ids, pos).astype(np.uint64)
-            pos += 8 * n_ids
-            values = np.array(head["hz"], dtype=np.int64)
-            code = np.dtype(_code_type(len(values)))
-            out.horizons = values[np.frombuffer(blob, code, n_ids, pos)]
-            pos += code.itemsize * n_ids
-        out.rows = blob[pos : pos + n_rows]
-        pos += n_rows
-        if n_late := head["late_events"]:
-            out.late_events = decode_columns(blob[pos : pos + n_late])
-            pos += n_late
-        if pos != len(blob):
-            raise ValueError("service summary: length mismatch")
-        return out
-
-
-def _codes(values: npt.NDArray[np.int64]) -> tuple[list[int], npt.NDArray[np.int64]]:
-    """`np.unique(values, return_inverse=True)`, as a list; without numpy's overhead when short."""
-    if len(values) > 16:
-        uniq, codes = np.unique(values, return_inverse=True)
-        return uniq.tolist(), codes
-    listed = values.tolist()
-    uniq_list = sorted(set(listed))
-    index = {v: i for i, v in enumerate(uniq_list)}
-    return uniq_list, np.array([index[v] for v in listed], np.int64)
-
-
-def _code_type(values: int) -> str:
-    """The narrowest unsigned integer that indexes `values` distinct values."""
-    return "<u1" if values <= 1 << 8 else "<u2" if values <= 1 << 16 else "<u4"
-
-
-#: After the preamble (magic b"TGSD", version: sketches/preamble.py): the JSON header's length.
-_HEAD = struct.Struct("<I")
-_HEAD_END = SERVICE_SUMMARY.size + _HEAD.size
-
-
 def arrival_counts(
     bucket_ms: npt.NDArray[np.int64], kinds: npt.NDArray[np.int64]
 ) -> dict[int, tuple[int, int, int]]:
-    """Window start -> (events, late, stragglers), from per-event buckets and classes."""
+    """Window start -> (events, late, stragglers), from per-event buckets and classes.
+
+    What a chunk summary's `arrivals` table holds per service and domain (`_arrival_table`).
+    """
     codes = np.zeros(len(bucket_ms), np.int64)
-    return {b: counts for (_, b), counts in service_arrival_counts(codes, bucket_ms, kinds).items()}
-
-
-def service_arrival_counts(
-    codes: npt.NDArray[np.int64], bucket_ms: npt.NDArray[np.int64], kinds: npt.NDArray[np.int64]
-) -> dict[tuple[int, int], tuple[int, int, int]]:
-    """`arrival_counts` of many services at once: (service code, window start) -> counts."""
-    if not len(codes):
-        return {}
-    (code_of, bucket_of), inverse = unique_rows(codes, bucket_ms)
-    n = np.bincount(inverse)
-    late = np.bincount(inverse, weights=kinds == LATE).astype(np.int64)
-    strag = np.bincount(inverse, weights=kinds == STRAGGLER).astype(np.int64)
+    t = _arrival_table(0, codes, np.asarray(bucket_ms, np.int64), np.asarray(kinds))
     rows = zip(
-        code_of.tolist(), bucket_of.tolist(), n.tolist(), late.tolist(), strag.tolist(), strict=True
+        t["start"].tolist(),
+        t["events"].tolist(),
+        t["late"].tolist(),
+        t["stragglers"].tolist(),
+        strict=True,
     )
-    return {(code, b): (a, c, d) for code, b, a, c, d in rows}
+    return {b: (n, late, strag) for b, n, late, strag in rows}
 
 
 def _extra_columns(
@@ -313,7 +157,7 @@ def service_summary(
     Without `late_events` the summary keeps none (and `cols` need not have their columns).
     """
     codes = np.zeros(len(cols["event_ms"]), np.int64)
-    return service_summaries(cols, codes, 1, watermark_ms, proc_ms, cfg, late_events)[0]
+    return chunk_summary(cols, codes, ["-"], watermark_ms, proc_ms, cfg, late_events).service(0)
 
 
 def service_summaries(
@@ -325,43 +169,128 @@ def service_summaries(
     cfg: ExecutorConfig,
     late_events: bool = True,
 ) -> list[ServiceSummary]:
-    """`service_summary` of each of `n` services, whose events are `cols` (service `codes`).
+    """`service_summary` of each of `n` services, whose events are `cols` (service `codes`)."""
+    names = [str(i) for i in range(n)]
+    return chunk_summary(cols, codes, names, watermark_ms, proc_ms, cfg, late_events).services()
 
-    Rows are grouped by code (ascending), in Kafka order within a service. Everything is
-    computed for the whole chunk at once (the panes, late aggregates and stragglers in one
-    `add_events`, jobs/panes/columnar.py; the arrival counts in one count); only what differs
-    per service is split out.
+
+def chunk_summary(
+    cols: Columns,
+    codes: npt.NDArray[np.int64],
+    names: Sequence[str],
+    watermark_ms: int,
+    proc_ms: int | None,
+    cfg: ExecutorConfig,
+    late_events: bool = True,
+) -> ChunkSummary:
+    """The summaries of services `names`, whose events are `cols` (`codes`), as one chunk.
+
+    A `ChunkSummary` (jobs/summary/chunk.py). Rows are grouped by code (ascending), in Kafka
+    order within a service. Everything is computed for the whole chunk at once: the panes,
+    late aggregates and stragglers in one `add_events` (jobs/panes/columnar.py), the arrival
+    counts in one count; only the late events kept are picked per service (the newest of each).
     """
+    n = len(names)
     front = frontier(watermark_ms, cfg.allowed_lateness_ms)
     plan = Plan(cfg.specs)
-    outs = [ServiceSummary(watermark_ms, proc_ms) for _ in range(n)]
-    bounds = np.searchsorted(codes, np.arange(n + 1)).tolist()
+    out = ChunkSummary(watermark_ms, proc_ms, names=list(names), specs=spec_keys(cfg))
+    out.tables["services"] = _services_table(cols, codes, n)
     event_ms, arrival = cols["event_ms"], cols["kafka_ms"]
     if plan.specs and len(event_ms):
-        _panes(outs, cols, codes, plan, watermark_ms, front)
-    if len(plan.specs) != len(cfg.specs):  # sessions: each event's user, time and lateness
-        users = np.array(cols["user_id"].to_pylist(), dtype=object)
-        lateness = arrival - event_ms
-        for i, out in enumerate(outs):
-            lo, hi = bounds[i], bounds[i + 1]
-            out.users, out.event_ms, out.lateness = users[lo:hi], event_ms[lo:hi], lateness[lo:hi]
+        _panes(out, cols, codes, plan, watermark_ms, front)
+    if len(plan.specs) != len(cfg.specs) and len(event_ms):  # sessions: user, time, lateness
+        out.users = np.array(cols["user_id"].to_pylist(), dtype=object)
+        out.tables["sessions"] = {
+            "service": codes,
+            "event_ms": event_ms,
+            "lateness": (arrival - event_ms).astype(np.float64),
+        }
     size = primary_size(cfg.specs)
     classes = classify_many(tumbling_starts(event_ms, size) + size, watermark_ms, front)
     known = ~np.isnan(arrival)
+    parts = []
     if proc_ms is not None:
         bucket = np.full(len(event_ms), tumbling_start(proc_ms, size), dtype=np.int64)
-        _arrivals(outs, "processing", codes, bucket, classes)
+        parts.append(_arrival_table(ARRIVAL_DOMAINS.index("processing"), codes, bucket, classes))
     if known.any():
         bucket = tumbling_starts(arrival[known].astype(np.int64), size)
-        _arrivals(outs, "broker", codes[known], bucket, classes[known])
+        broker = ARRIVAL_DOMAINS.index("broker")
+        parts.append(_arrival_table(broker, codes[known], bucket, classes[known]))
+    if parts:
+        arrivals = _concat_tables(parts)
+        out.tables["arrivals"] = _take(arrivals, np.argsort(arrivals["service"], kind="stable"))
     late = classes == LATE
     if late.any() and cfg.late_events_max and late_events:
+        bounds = np.searchsorted(codes, np.arange(n + 1)).tolist()
+        picked, owners = [], []
         for i in np.unique(codes[late]).tolist():
             lo, hi = bounds[i], bounds[i + 1]
             mine = _slice(cols, lo, hi) if n > 1 else cols
-            idx = np.flatnonzero(late[lo:hi])
-            outs[i].late_events = late_columns(mine, idx, cfg.late_events_max)
-    return outs
+            kept = late_columns(mine, np.flatnonzero(late[lo:hi]), cfg.late_events_max)
+            picked.append(kept)
+            owners.append(np.full(len(kept["offset"]), i, np.int64))
+        out.late_events = concat(picked)
+        out.tables["late_events"] = {"service": np.concatenate(owners)}
+    return out
+
+
+def spec_keys(cfg: ExecutorConfig) -> tuple[str, ...]:
+    """The spec keys a chunk summary's `spec` columns index: the window specs, then sessions."""
+    return tuple(s.key for s in Plan(cfg.specs).specs) + tuple(
+        s.key for s in cfg.specs if s.kind == "session"
+    )
+
+
+def _services_table(cols: Columns, codes: npt.NDArray[np.int64], n: int) -> Table:
+    """Per service: its first record (partition, offset), its events and the newest event time.
+
+    (A redo's rows may lack partition and offset: its part keeps the original's.)
+    """
+    bounds = np.searchsorted(codes, np.arange(n + 1))
+    starts, count = bounds[:-1], np.diff(bounds)
+    some = count > 0
+    first = np.where(some, starts, 0)
+    rows = len(codes)
+    zeros = np.zeros(rows, np.int64)
+    partition, offset = cols.get("partition", zeros), cols.get("offset", zeros)
+    newest = np.full(n, np.iinfo(np.int64).min, np.int64)
+    if rows:
+        newest[some] = np.maximum.reduceat(cols["event_ms"], starts[some])
+    return {
+        "partition": np.where(some, partition[first] if rows else 0, 0).astype(np.int64),
+        "offset": np.where(some, offset[first] if rows else -1, -1).astype(np.int64),
+        "count": count.astype(np.int64),
+        "newest": newest,
+        "duplicate_events": np.zeros(n, np.int64),
+    }
+
+
+def _arrival_table(
+    domain: int,
+    codes: npt.NDArray[np.int64],
+    bucket_ms: npt.NDArray[np.int64],
+    kinds: npt.NDArray[np.int64],
+) -> Table:
+    """Each service's (events, late, stragglers) per window of one arrival domain."""
+    if not len(codes):
+        return empty_table("arrivals")
+    (code_of, bucket_of), inverse = unique_rows(codes, bucket_ms)
+    return {
+        "service": code_of,
+        "domain": np.full(len(code_of), domain, np.int64),
+        "start": bucket_of,
+        "events": np.bincount(inverse).astype(np.int64),
+        "late": np.bincount(inverse, weights=kinds == LATE).astype(np.int64),
+        "stragglers": np.bincount(inverse, weights=kinds == STRAGGLER).astype(np.int64),
+    }
+
+
+def _take(table: Table, rows: npt.NDArray[Any]) -> Table:
+    return {c: v[rows] for c, v in table.items()}
+
+
+def _concat_tables(tables: Sequence[Table]) -> Table:
+    return {c: np.concatenate([t[c] for t in tables]) for c in tables[0]}
 
 
 def _slice(cols: Columns, lo: int, hi: int) -> Columns:
@@ -371,20 +300,8 @@ def _slice(cols: Columns, lo: int, hi: int) -> Columns:
     }
 
 
-def _arrivals(
-    outs: list[ServiceSummary],
-    domain: str,
-    codes: npt.NDArray[np.int64],
-    bucket_ms: npt.NDArray[np.int64],
-    kinds: npt.NDArray[np.int64],
-) -> None:
-    """Each service's (events, late, stragglers) per window of `domain`."""
-    for (code, b), counts in service_arrival_counts(codes, bucket_ms, kinds).items():
-        outs[code].arrivals[(domain, b)] = counts
-
-
 def _panes(
-    outs: list[ServiceSummary],
+    out: ChunkSummary,
     cols: Columns,
     codes: npt.NDArray[np.int64],
     plan: Plan,
@@ -407,29 +324,20 @@ def _panes(
         front,
         extra or None,
     )
-    blobs = batch.aggs.encode()
-    at = np.searchsorted(batch.service, np.arange(len(outs) + 1)).tolist()
-    starts = batch.start.tolist()
-    for i, out in enumerate(outs):
-        out.panes = dict(zip(starts[at[i] : at[i + 1]], blobs[at[i] : at[i + 1]], strict=True))
-    keys = [s.key for s in plan.specs]
-    late = encode_late(batch)
-    for code, s, w, blob in zip(
-        batch.late_service.tolist(),
-        batch.late_spec.tolist(),
-        batch.late_start.tolist(),
-        late,
-        strict=True,
-    ):
-        outs[code].late[(keys[s], w)] = blob
-    for code, s, w, n in zip(
-        batch.straggler_service.tolist(),
-        batch.straggler_spec.tolist(),
-        batch.straggler_start.tolist(),
-        batch.straggler_count.tolist(),
-        strict=True,
-    ):
-        outs[code].stragglers[(keys[s], w)] += n
+    out.tables["panes"] = {"service": batch.service, "start": batch.start}
+    out.panes = batch.aggs.encode()
+    out.tables["late"] = {
+        "service": batch.late_service,
+        "spec": batch.late_spec,
+        "start": batch.late_start,
+    }
+    out.late = encode_late(batch)
+    out.tables["stragglers"] = {
+        "service": batch.straggler_service,
+        "spec": batch.straggler_spec,
+        "start": batch.straggler_start,
+        "count": batch.straggler_count,
+    }
 
 
 def dedup_summary(
@@ -437,11 +345,7 @@ def dedup_summary(
 ) -> ServiceSummary:
     """`service_summary` of the chunk's events that are not duplicates within the chunk."""
     codes = np.zeros(len(cols["event_ms"]), np.int64)
-    return dedup_summaries(cols, codes, 1, watermark_ms, proc_ms, cfg)[0]
-
-
-#: Mixes a service's code into its events' id hashes, so one search finds repeats per service.
-_SERVICE_MIX = np.uint64(0x9E3779B97F4A7C15)
+    return dedup_chunk_summary(cols, codes, ["-"], watermark_ms, proc_ms, cfg).service(0)
 
 
 def dedup_summaries(
@@ -452,13 +356,31 @@ def dedup_summaries(
     proc_ms: int | None,
     cfg: ExecutorConfig,
 ) -> list[ServiceSummary]:
-    """`dedup_summary` of each service (`service_summaries`' arguments), the chunk at once.
+    """`dedup_summary` of each of `n` services (`service_summaries`' arguments)."""
+    names = [str(i) for i in range(n)]
+    return dedup_chunk_summary(cols, codes, names, watermark_ms, proc_ms, cfg).services()
+
+
+#: Mixes a service's code into its events' id hashes, so one search finds repeats per service.
+_SERVICE_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def dedup_chunk_summary(
+    cols: Columns,
+    codes: npt.NDArray[np.int64],
+    names: Sequence[str],
+    watermark_ms: int,
+    proc_ms: int | None,
+    cfg: ExecutorConfig,
+) -> ChunkSummary:
+    """`chunk_summary` without the chunk's repeated ids, with the ids it accepted.
 
     The first event of an id in Kafka order is kept, later ones of the same service within
-    their horizon are counted as duplicates (jobs/panes/dedup.py). Each summary carries its
-    kept events' ids and columns: the stateful step drops the ones it has seen in earlier
-    chunks or batches and summarises the rest again (`redo_summary`).
+    their horizon are counted as duplicates (jobs/panes/dedup.py). The summary carries the kept
+    events' id hashes and, for services with any, their rows: the stateful step drops the ones
+    it has seen in earlier chunks or batches and summarises the rest again (`redo_summary`).
     """
+    n = len(names)
     hashes = id_hashes(cols["event_id"])
     has_user = present(cols["user_id"])
     hz = horizons(cols["event_ms"], has_user, cfg.specs)
@@ -471,43 +393,49 @@ def dedup_summaries(
     dup = ~keep
     kept = take_rows(cols, keep) if dup.any() else cols
     kept_codes = codes[keep]
-    outs = service_summaries(kept, kept_codes, n, watermark_ms, proc_ms, cfg)
+    out = chunk_summary(kept, kept_codes, names, watermark_ms, proc_ms, cfg)
+    out.tables["services"] = _services_table(cols, codes, n)  # duplicates move the watermark
     if dup.any():
+        keys = {k: i for i, k in enumerate(out.specs)}
+        rows: list[tuple[int, int, int, int]] = []
         for i in np.unique(codes[dup]).tolist():
             mine = dup & (codes == i)
-            outs[i].duplicates = duplicate_windows(
+            found = duplicate_windows(
                 cols["event_ms"][mine], has_user[mine], cfg.specs, watermark_ms
             )
-            outs[i].duplicate_events = int(np.count_nonzero(mine))
+            rows += [(i, keys[k], start, c) for (k, start), c in sorted(found.items())]
+        out.tables["duplicates"] = {
+            c: np.array([r[j] for r in rows], np.int64)
+            for j, c in enumerate(("service", "spec", "start", "count"))
+        }
+        out.tables["services"]["duplicate_events"] = np.bincount(codes[dup], minlength=n)
     accepted = open_[keep]
-    ids, kept_hz = hashes[keep], hz[keep]
+    if not accepted.any():
+        return out
+    id_service = kept_codes[accepted]
+    out.tables["ids"] = {
+        "service": id_service,
+        "id": hashes[keep][accepted],
+        "horizon": hz[keep][accepted],
+    }
+    # The rows of services with ids, for the redo. The late events' columns
+    # (jobs/summary/late_events.py) are only read when `redo_summary` drops a late event, which
+    # only one still open for a larger window can be: ship them only if such an event exists
+    # (with one window: never), and event ids only of late events.
+    with_ids = np.bincount(id_service, minlength=n) > 0
+    mine = with_ids[kept_codes]
     late = _late(kept["event_ms"], watermark_ms, cfg)
-    bounds = np.searchsorted(kept_codes, np.arange(n + 1)).tolist()
-    for i, out in enumerate(outs):
-        lo, hi = bounds[i], bounds[i + 1]
-        mine = accepted[lo:hi]
-        out.ids, out.horizons = ids[lo:hi][mine], kept_hz[lo:hi][mine]
-        if not len(out.ids):
-            continue
-        rows = _slice(kept, lo, hi) if n > 1 else kept
-        # The late events' columns (jobs/summary/late_events.py) are only read when
-        # `redo_summary` drops a late event, which only one still open for a larger window can
-        # be: ship them only if the service has such an event (with one window: never), and
-        # event ids only of late events.
-        mine_late = late[lo:hi]
-        if (mine_late & mine).any():
-            event_ids = rows["event_id"]
-            payload = dict(
-                rows,
-                event_id=pc.if_else(
-                    pa.array(mine_late), event_ids, pa.scalar(None, event_ids.type)
-                ),
-            )
-        else:
-            payload = {k: v for k, v in rows.items() if k not in _LATE_ONLY}
-        # No id hashes: `redo_summary` finds the rows `out.ids` belong to from the rows.
-        out.rows = encode_columns(payload)
-    return outs
+    if (late & accepted).any():
+        event_ids = kept["event_id"]
+        payload = dict(
+            kept,
+            event_id=pc.if_else(pa.array(late), event_ids, pa.scalar(None, event_ids.type)),
+        )
+    else:
+        payload = {k: v for k, v in kept.items() if k not in _LATE_ONLY}
+    out.rows = take_rows(payload, mine) if not mine.all() else payload
+    out.tables["rows"] = {"service": kept_codes[mine]}
+    return out
 
 
 #: Columns only late events need (`late_columns`).
@@ -528,7 +456,7 @@ def redo_summary(
 
     Those were accepted before (jobs/panes/dedup.py) and count as duplicates now.
     """
-    cols = decode_columns(summary.rows)
+    cols = summary.rows
     has_user = present(cols["user_id"])
     hz = horizons(cols["event_ms"], has_user, cfg.specs)
     # `summary.ids` are the hashes of exactly the rows whose horizon is ahead of the watermark,
@@ -560,18 +488,23 @@ def redo_summary(
     return out
 
 
-def _by_service(services: pa.Array) -> tuple[list[str], npt.NDArray[np.int64]]:
-    """The chunk's service names, sorted, and each row's code in them (-1: no service)."""
+def _by_service(services: pa.Array, shards: int) -> tuple[list[str], npt.NDArray[np.int64]]:
+    """The chunk's service names by (state shard, name), and each row's code in them (-1: none).
+
+    Each shard's services are then one run of codes (jobs/summary/shards.py), which the read
+    task summarises into one `ChunkSummary`.
+    """
     encoded = services.dictionary_encode()
-    names = encoded.dictionary.to_pylist()
-    # Codes renumbered in sorted name order; -1 where the service is null.
+    names = [str(n) for n in encoded.dictionary.to_pylist()]
+    shard = np.array([shard_of(name, shards) for name in names], np.int64)
+    # Codes renumbered in (shard, name) order; -1 where the service is null.
+    order = np.lexsort((np.array(names, dtype=object), shard)) if names else np.empty(0, np.int64)
     rank = np.empty(len(names), dtype=np.int64)
-    rank[np.argsort(np.array(names, dtype=object), kind="stable")] = np.arange(len(names))
-    names.sort()
+    rank[order] = np.arange(len(names))
     codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     keep = codes >= 0
     codes[keep] = rank[codes[keep]]
-    return [str(n) for n in names], codes
+    return [names[i] for i in order.tolist()], codes
 
 
 def _row(cols: dict[str, list[Any]], **values: Any) -> None:
@@ -594,7 +527,7 @@ def summarise(
         if not bool(np.all((p[1:] > p[:-1]) | ((p[1:] == p[:-1]) & (o[1:] >= o[:-1])))):
             order = np.lexsort((o, p))  # Kafka order, stable
             events = take_rows(events, order)
-        names, codes = _by_service(events.pop("service"))
+        names, codes = _by_service(events.pop("service"), cfg.shards)
         if len(names) > 1 or not (codes >= 0).all():
             # Rows grouped by service, Kafka order within each; rows without one left out.
             # Small codes sort stably by radix (numpy, <= 16 bits): ~2.5x faster than int64.
@@ -602,21 +535,29 @@ def summarise(
             order = np.argsort(small, kind="stable")
             order = order[codes[order] >= 0]
             events, codes = take_rows(events, order), codes[order]
-        summarise_all = dedup_summaries if cfg.dedup else service_summaries
-        summaries = summarise_all(events, codes, len(names), watermark_ms, proc_ms, cfg)
-        bounds = np.searchsorted(codes, np.arange(len(names) + 1))
-        starts = bounds[:-1]
-        newest = np.maximum.reduceat(events["event_ms"], starts) if len(starts) else starts
-        for i, (service, one) in enumerate(zip(names, summaries, strict=True)):
-            first = int(starts[i])
+        summarise_shard = dedup_chunk_summary if cfg.dedup else chunk_summary
+        shard = np.array([shard_of(name, cfg.shards) for name in names], np.int64)
+        at = np.searchsorted(shard, np.arange(cfg.shards + 1)).tolist()  # names by shard
+        rows_at = np.searchsorted(codes, at).tolist()
+        for s in range(cfg.shards):
+            if at[s] == at[s + 1]:
+                continue
+            lo, hi = rows_at[s], rows_at[s + 1]
+            mine = _slice(events, lo, hi)
+            one = summarise_shard(
+                mine, codes[lo:hi] - at[s], names[at[s] : at[s + 1]], watermark_ms, proc_ms, cfg
+            )
+            one.shard, one.shards = s, cfg.shards
+            services = one.tables["services"]
+            first = np.lexsort((services["offset"], services["partition"]))[0]
             _row(
                 cols,
-                kind=SummaryKind.SERVICE,
-                service=service,
-                event_time=int(newest[i]),
-                partition=int(events["partition"][first]),
-                offset=int(events["offset"][first]),
-                count=int(bounds[i + 1] - first),
+                kind=SummaryKind.SHARD,
+                shard=s,
+                event_time=int(services["newest"].max()),
+                partition=int(services["partition"][first]),
+                offset=int(services["offset"][first]),
+                count=hi - lo,
                 blob=one.to_bytes(),
             )
     is_beat = kind == RecordKind.HEARTBEAT

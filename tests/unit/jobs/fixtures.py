@@ -230,7 +230,7 @@ def state_outputs(
     state.watermark_ms = watermark
     fn = make_state_fn(cfg)
     pdf = pd.concat(summaries, ignore_index=True)
-    event = pdf[pdf["kind"].isin([SummaryKind.SERVICE, RecordKind.HEARTBEAT])]
+    event = pdf[pdf["kind"].isin([SummaryKind.SHARD, RecordKind.HEARTBEAT])]
     out = list(fn((RecordKind.EVENT, 0), iter([event]), state))
     return pd.concat(out, ignore_index=True)
 

@@ -21,8 +21,8 @@ from jobs.panes.dedup import SeenIds
 from jobs.panes.sessions import Sessions
 from jobs.panes.windows import ServiceWindows
 from jobs.state.codec import ShardState
+from jobs.summary.chunk import ChunkSummary
 from jobs.summary.settings import ExecutorConfig
-from jobs.summary.summarise import ServiceSummary
 from sketches import preamble
 from sketches.hll import HyperLogLog
 from sketches.preamble import FORMATS, Format, identify
@@ -110,10 +110,10 @@ CODECS = [
         ServiceWindows.__module__,
     ),
     Codec(
-        preamble.SERVICE_SUMMARY,
-        lambda: ServiceSummary(10_000, None).to_bytes(),
-        ServiceSummary.from_bytes,
-        ServiceSummary.__module__,
+        preamble.CHUNK_SUMMARY,
+        lambda: ChunkSummary(10_000, None).to_bytes(),
+        ChunkSummary.from_bytes,
+        ChunkSummary.__module__,
     ),
     Codec(
         preamble.SHARD_STATE,
@@ -134,7 +134,7 @@ def test_every_format_is_declared_once_with_a_unique_magic() -> None:
     assert len(set(magics)) == len(magics) == 10
     assert len({f.name for f in FORMATS}) == len(FORMATS)
     assert sorted(m.decode() for m in magics) == sorted(
-        ["TDGT", "TGHL", "TGWA", "TGLA", "TGFT", "TGSD", "TGSW", "TGSS", "TGID", "TGSH"]
+        ["TDGT", "TGHL", "TGWA", "TGLA", "TGFT", "TGCS", "TGSW", "TGSS", "TGID", "TGSH"]
     )
 
 

@@ -23,11 +23,12 @@ import pytest
 from jobs.parse.columns import decode_columns
 from jobs.parse.parser import RecordKind
 from jobs.state.codec import ShardState
+from jobs.summary.chunk import ChunkSummary, ServiceSummary
 from jobs.summary.late_events import members
 from jobs.summary.schema import SummaryKind
 from jobs.summary.settings import ExecutorConfig
+from jobs.summary.shards import shard_of
 from jobs.summary.summarise import (
-    ServiceSummary,
     arrival_counts,
     summarise,
     summary_batch,
@@ -99,23 +100,36 @@ def test_any_chunking_in_any_order_gives_the_whole_batch_result(
         }
 
 
-def test_summary_rows_of_a_chunk() -> None:
+@pytest.mark.parametrize("shards", [1, 3])
+def test_summary_rows_of_a_chunk(shards: int) -> None:
     rng = np.random.default_rng(9)
     pdf = parsed(rng, 400, T, partitions=1)
-    cfg = ExecutorConfig((TUMBLING,))
+    cfg = ExecutorConfig((TUMBLING,), shards=shards)
     rows = summary_frame(summarise(pdf, 0, T, cfg))
     events = pdf[pdf["kind"] == RecordKind.EVENT]
-    deltas = rows[rows["kind"] == SummaryKind.SERVICE]
-    assert sorted(deltas["service"]) == sorted(events["service"].unique())
-    for r in deltas.to_dict("records"):
-        mine = events[events["service"] == r["service"]]
+    bundles = rows[rows["kind"] == SummaryKind.SHARD].to_dict("records")
+    # one row per state shard that has services in the chunk, each service in its own shard
+    seen = []
+    for r in bundles:
+        chunk = ChunkSummary.from_bytes(r["blob"])
+        assert (chunk.shard, chunk.shards) == (r["shard"], shards)
+        assert chunk.names == sorted(chunk.names)
+        assert all(shard_of(name, shards) == r["shard"] for name in chunk.names)
+        seen += chunk.names
+        mine = events[events["service"].isin(chunk.names)]
         # the newest event time, so Spark's watermark over these rows is its value over records
         assert r["event_time"] == pd.Timestamp(int(mine["event_ms"].max()), unit="ms", tz="UTC")
         assert (r["partition"], r["offset"]) == (0, int(mine["offset"].min()))
         assert r["count"] == len(mine)
-        delta = ServiceSummary.from_bytes(r["blob"])
-        panes = [WindowAgg.from_bytes(b) for b in delta.panes.values()]
-        assert sum(a.count for a in panes) == len(mine)  # W = 0: none late
+        for i, name in enumerate(chunk.names):
+            one = mine[mine["service"] == name]
+            first = chunk.tables["services"]
+            assert (first["partition"][i], first["offset"][i]) == (0, int(one["offset"].min()))
+            assert first["count"][i] == len(one)
+            panes = [WindowAgg.from_bytes(b) for b in chunk.service(i).panes.values()]
+            assert sum(a.count for a in panes) == len(one)  # W = 0: none late
+    assert sorted(seen) == sorted(events["service"].unique())
+    assert len(bundles) == len({shard_of(name, shards) for name in seen})
     [beat] = rows[rows["kind"] == RecordKind.HEARTBEAT].to_dict("records")
     beats = pdf[pdf["kind"] == RecordKind.HEARTBEAT]
     assert beat["count"] == len(beats)
@@ -128,15 +142,41 @@ def test_summary_rows_of_a_chunk() -> None:
     assert summary_batch(summarise(pdf.iloc[0:0], 0, T, cfg)).num_rows == 0
 
 
-def test_service_delta_round_trip() -> None:
+def _services(n: int) -> dict[str, np.ndarray]:
+    return {
+        "partition": np.arange(n, dtype=np.int64),
+        "offset": np.arange(n, dtype=np.int64) * 10,
+        "count": np.full(n, 3, np.int64),
+        "newest": np.full(n, T, np.int64),
+    }
+
+
+def _same(a: ServiceSummary, b: ServiceSummary) -> None:
+    for name in ("watermark_ms", "proc_ms", "panes", "late", "stragglers", "arrivals"):
+        assert getattr(a, name) == getattr(b, name), name
+    assert (a.duplicates, a.duplicate_events) == (b.duplicates, b.duplicate_events)
+    for name in ("event_ms", "lateness", "ids", "horizons"):
+        got, want = getattr(a, name), getattr(b, name)
+        assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True), name
+    assert a.users.tolist() == b.users.tolist()
+    for cols, other in ((a.late_events, b.late_events), (a.rows, b.rows)):
+        assert cols.keys() == other.keys()
+        for name, col in cols.items():
+            if isinstance(col, pa.Array):
+                assert other[name].to_pylist() == col.to_pylist()
+            else:
+                assert np.array_equal(other[name], col, equal_nan=True)
+
+
+def test_chunk_summary_round_trip() -> None:
     agg = WindowAgg()
     agg.add(np.array([1.0, 2.0]), np.array([200, 500]), np.array(["a", "b"], dtype=object))
     late = LateAgg()
     late.add(np.array([5.0, math.nan]), 3.0)
-    delta = ServiceSummary(
+    full = ServiceSummary(
         T,
         T + 1,
-        panes={T: agg.to_bytes()},
+        panes={T: agg.to_bytes(), T + 10 * S: agg.to_bytes()},
         late={("10000", T - 10 * S): late.to_bytes()},
         arrivals={("broker", T): (2, 1, 0), ("processing", T): (3, 1, 1)},
         late_events={
@@ -150,38 +190,46 @@ def test_service_delta_round_trip() -> None:
         users=np.array(["a", None, "ü"], dtype=object),
         event_ms=np.array([T, T + 1, T + 2], dtype=np.int64),
         lateness=np.array([1.0, math.nan, 3.0]),
+        ids=np.array([7, 2**64 - 1], dtype=np.uint64),
+        horizons=np.array([T + 10 * S, T + 20 * S], dtype=np.int64),
+        rows={"event_ms": np.array([T, T + 1]), "user_id": pa.array(["a", None])},
+        duplicate_events=2,
     )
-    delta.stragglers[("10000", T)] = 4
-    back = ServiceSummary.from_bytes(delta.to_bytes())
-    assert back.to_bytes() == delta.to_bytes()
-    assert WindowAgg.from_bytes(back.panes[T]) == agg
-    assert LateAgg.from_bytes(back.late[("10000", T - 10 * S)]) == late
-    assert back.late_events.keys() == delta.late_events.keys()
-    for name, col in delta.late_events.items():
-        got = back.late_events[name]
-        if isinstance(col, pa.Array):
-            assert got.to_pylist() == col.to_pylist()
-        else:
-            assert np.array_equal(got, col, equal_nan=True)
-    assert back.users.tolist() == ["a", None, "ü"]
-    assert np.array_equal(back.lateness, delta.lateness, equal_nan=True)
-    assert isinstance(WindowAgg.from_bytes(back.panes[T]).users, HyperLogLog)
-    for broken in (b"", b"TGSD", delta.to_bytes()[:-1], b"XXXX" + delta.to_bytes()[4:]):
+    full.stragglers[("10000", T)] = 4
+    full.duplicates[("10000", T)] = 2
+    sparse = ServiceSummary(T, T + 1, panes={T: agg.to_bytes()})
+    sparse.arrivals[("broker", T)] = (1, 0, 0)
+    names = ["api", "sérvice ✓", "web"]
+    chunk = ChunkSummary.of_services(
+        names, [full, sparse, full], _services(3), ("10000",), shard=2, shards=3
+    )
+    blob = chunk.to_bytes()
+    back = ChunkSummary.from_bytes(blob)
+    assert back.to_bytes() == blob
+    assert (back.names, back.shard, back.shards, back.specs) == (names, 2, 3, ("10000",))
+    for i, want in enumerate([full, sparse, full]):
+        _same(back.service(i), want)
+    assert WindowAgg.from_bytes(back.service(0).panes[T]) == agg
+    assert isinstance(WindowAgg.from_bytes(back.service(1).panes[T]).users, HyperLogLog)
+    assert LateAgg.from_bytes(back.service(2).late[("10000", T - 10 * S)]) == late
+    empty = ChunkSummary(T, None).to_bytes()
+    assert len(ChunkSummary.from_bytes(empty)) == 0
+    for broken in (b"", b"TGCS", blob[:-1], blob + b"x", b"XXXX" + blob[4:], blob[:40]):
         with pytest.raises(ValueError):
-            ServiceSummary.from_bytes(broken)
+            ChunkSummary.from_bytes(broken)
 
 
 @pytest.mark.parametrize("distinct", [1, 5, 256, 257, 70_000])
-def test_service_delta_keeps_ids_and_horizons_in_row_order(distinct: int) -> None:
+def test_chunk_summary_keeps_ids_and_horizons_in_row_order(distinct: int) -> None:
     rng = np.random.default_rng(distinct)
     n = max(distinct, 1_000)
-    delta = ServiceSummary(T, T, ids=rng.integers(0, 2**63, n, dtype=np.uint64))
-    delta.horizons = T + rng.permutation(np.arange(n) % distinct).astype(np.int64) * 10 * S
-    delta.rows = b"rows"
-    back = ServiceSummary.from_bytes(delta.to_bytes())
-    assert np.array_equal(back.ids, delta.ids) and back.ids.dtype == np.uint64
-    assert np.array_equal(back.horizons, delta.horizons) and back.horizons.dtype == np.int64
-    assert back.rows == b"rows"
+    one = ServiceSummary(T, T, ids=rng.integers(0, 2**63, n, dtype=np.uint64))
+    one.horizons = T + rng.permutation(np.arange(n) % distinct).astype(np.int64) * 10 * S
+    back = ChunkSummary.from_bytes(
+        ChunkSummary.of_services(["api"], [one], _services(1), ()).to_bytes()
+    ).service(0)
+    assert np.array_equal(back.ids, one.ids) and back.ids.dtype == np.uint64
+    assert np.array_equal(back.horizons, one.horizons) and back.horizons.dtype == np.int64
 
 
 def test_late_events_kept_are_the_newest_by_broker_time_however_chunked() -> None:
