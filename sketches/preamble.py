@@ -218,12 +218,12 @@ CHUNK_SUMMARY = Format(
 SHARD_STATE = Format(
     b"TGSH",
     "shard state",
-    writes=3,
-    reads=(1, 2, 3),
+    writes=4,
+    reads=(1, 2, 3, 4),
     owner="jobs.state.codec",
     description=(
-        "a state shard's window state per service, tracked names and id set (2: ids per "
-        "service; 1: no names)"
+        "a state shard's panes of every service as one table, sessions, tracked names and id "
+        "set (3: window state per service; 2: ids per service; 1: no names)"
     ),
 )
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -62,12 +63,12 @@ class Plan:
     def __post_init__(self) -> None:
         object.__setattr__(self, "specs", tuple(s for s in self.specs if s.kind != "session"))
 
-    @property
+    @cached_property
     def pane_ms(self) -> int:
         """The pane every window is made of (`pane_size`)."""
         return pane_size(self.specs)
 
-    @property
+    @cached_property
     def timeline_ms(self) -> int:
         """The resolution of the sliding windows' timeline (0: no sliding window)."""
         return math.gcd(*[s.resolution_ms for s in self.specs])

@@ -47,6 +47,28 @@ _NEW_CHECKPOINT = "use a new --checkpoint directory"
 _PANE = struct.Struct("<qI")  # pane start (ms), length of its WindowAgg bytes
 
 
+_Layout = tuple[Plan, tuple[WindowSpec, ...], int, int, WindowSpec | None]
+_LAYOUTS: dict[tuple[WindowSpec, ...], _Layout] = {}
+
+
+def _layout(specs: tuple[WindowSpec, ...]) -> _Layout:
+    """What `ServiceWindows` derives from its specs, once per specs (a shard holds thousands).
+
+    The plan, the window specs, the pane, the timeline's resolution (sliding windows count
+    their events on it; 0: none) and the session spec.
+    """
+    layout = _LAYOUTS.get(specs)
+    if layout is None:
+        sessions = [s for s in specs if s.kind == "session"]
+        if len(sessions) > 1:
+            raise ValueError("at most one --session-gap")
+        plan = Plan(specs)
+        session = sessions[0] if sessions else None
+        layout = (plan, plan.specs, plan.pane_ms, plan.timeline_ms, session)
+        _LAYOUTS[specs] = layout
+    return layout
+
+
 @dataclass
 class Added:
     """What one batch of one service did to its windows (see `ServiceWindows.add`)."""
@@ -81,17 +103,11 @@ class ServiceWindows:
     ids: SeenIds = field(default_factory=SeenIds)
 
     def __post_init__(self) -> None:
-        self.plan = Plan(self.specs)
-        self.window_specs = self.plan.specs
-        session_specs = [s for s in self.specs if s.kind == "session"]
-        if len(session_specs) > 1:
-            raise ValueError("at most one --session-gap")
-        if session_specs and self.sessions is None:
-            self.sessions = Sessions(session_specs[0])
-        self.pane_ms = self.plan.pane_ms
+        layout = _layout(self.specs)
+        self.plan, self.window_specs, self.pane_ms, self.timeline_ms, session = layout
+        if session is not None and self.sessions is None:
+            self.sessions = Sessions(session)
         self._sessions_touched: set[int] = set()
-        # Sliding windows count their events on a timeline of this resolution (0: none).
-        self.timeline_ms = self.plan.timeline_ms
 
     def pane(self, start: int) -> WindowAgg:
         """The aggregate of the pane starting at `start`."""

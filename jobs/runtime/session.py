@@ -134,10 +134,10 @@ def session_settings(
         # atomic on local disks and HDFS) instead of FileContext, which on a local disk without
         # Hadoop's native library forks `readlink` for every file: 3x less commit time per batch.
         "spark.sql.streaming.checkpointFileManagerClass": _FS_CHECKPOINTS,
-        # The JVM sees a few summary rows per state shard and chunk (jobs/summary/summarise.py), not a
-        # row per record, so whole-stage code generation has nothing to speed up; it did compile new
-        # code for every micro-batch (Janino, then the JIT): 25 % of the job's CPU at 200
-        # events/s, -15 % batch time (BENCHMARKS.md, "The fixed cost of a micro-batch").
+        # The JVM sees a few summary rows per state shard and chunk (jobs/summary/summarise.py),
+        # not a row per record, so whole-stage code generation has nothing to speed up; it did
+        # compile new code for every micro-batch (Janino, then the JIT): 25 % of the job's CPU
+        # at 200 events/s, -15 % batch time (BENCHMARKS.md, "The fixed cost of a micro-batch").
         "spark.sql.codegen.wholeStage": "false",
     }
     if checkpoint is not None and local_checkpoint(checkpoint):

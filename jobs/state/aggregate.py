@@ -26,7 +26,8 @@ processing-time and broker-time windows, the late events themselves (capped), an
 timestamps of its records, from which the sink measures freshness (tidegauge/core/freshness.py).
 
 This module is the state function; its parts are modules of their own: the chunk summaries
-(jobs/summary/summarise.py, jobs/summary/chunk.py), the batch's parts placed (jobs/state/batch.py), the panes of a service (jobs/panes/windows.py), the state codec
+(jobs/summary/summarise.py, jobs/summary/chunk.py), the batch's parts placed
+(jobs/state/batch.py), the panes of a service (jobs/panes/windows.py), the state codec
 (jobs/state/codec.py) and the output rows (jobs/state/rows.py).
 """
 
@@ -443,11 +444,7 @@ def _events(
     _window_rows(rows, shard.services, touched, watermark, Plan(cfg.specs))
     for name, values in others.items():
         rows[name] += values
-    for service in list(shard.services):
-        sw = shard.services[service]
-        sw.evict(watermark)
-        if sw.is_empty:
-            del shard.services[service]
+    shard.evict(watermark)
     # Every shard has its own overflow service: its window rows say which shard they are of
     # (in `partition`), and the sink merges the shards' parts (jobs/sink/redis_sink.py).
     for i, (kind, service) in enumerate(zip(rows["kind"], rows["service"], strict=True)):

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import math
+import struct
 
 import numpy as np
 import pytest
@@ -84,17 +85,52 @@ def test_shard_state_refuses_other_specs_old_state_and_broken_blobs() -> None:
         ShardState.from_bytes(newer, cfg)
 
 
-def test_shard_state_keeps_the_guards_names_and_reads_version_1() -> None:
-    cfg = ExecutorConfig((TUMBLING,))
+def _old_layout(shard: ShardState, version: int) -> bytes:
+    """`shard` as versions 1-3 wrote it: (name, ServiceWindows bytes) per service, then (2+)
+    the tracked names, then (3) the shard's id set."""
+    parts = [b"TGSH", bytes([version]), struct.pack("<II", shard.shards, len(shard.services))]
+    for name, sw in sorted(shard.services.items()):
+        raw, blob = name.encode(), sw.to_bytes()
+        parts += [struct.pack("<II", len(raw), len(blob)), raw, blob]
+    if version >= 2:
+        names = json.dumps(dict(sorted(shard.names.items())), separators=(",", ":")).encode()
+        parts += [struct.pack("<I", len(names)), names]
+    if version >= 3:
+        ids = shard.ids.to_bytes() if shard.ids.groups else b""
+        parts += [struct.pack("<I", len(ids)), ids]
+    return b"".join(parts)
+
+
+def _same_services(a: ShardState, b: ShardState) -> None:
+    assert sorted(a.services) == sorted(b.services)
+    for name, sw in a.services.items():
+        assert b.services[name].to_bytes() == sw.to_bytes()  # panes, sessions, ids
+
+
+@pytest.mark.parametrize("specs", [(TUMBLING,), (TUMBLING, HOPPING), (HOPPING, SESSION)])
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_shard_state_reads_what_older_versions_wrote(
+    specs: tuple[WindowSpec, ...], version: int
+) -> None:
+    cfg = ExecutorConfig(specs, shards=2)
+    shard = _shard(2, specs)
+    shard.names = {"api": T, "web": T + 5}
+    shard.ids.add(np.array([5, 9], np.uint64), np.array([T, T], np.int64))
+    old = ShardState.from_bytes(_old_layout(shard, version), cfg)
+    _same_services(old, shard)
+    assert old.names == (shard.names if version >= 2 else {})
+    assert (old.ids.groups.keys() == {T}) == (version >= 3)
+    # written again, it is the current version and reads back the same
+    again = ShardState.from_bytes(old.to_bytes(), cfg)
+    _same_services(again, old)
+    assert again.to_bytes() == old.to_bytes()
+
+
+def test_shard_state_keeps_the_guards_names() -> None:
     shard = _shard(2, (TUMBLING,))
     shard.names = {"api": T, "web": T + 5}
     back = ShardState.from_bytes(shard.to_bytes(), ExecutorConfig((TUMBLING,), shards=2))
     assert back.names == shard.names and set(back.services) == set(shard.services)
-    # version 1 (before the guard): the same layout without the names (and the id set)
-    v1 = dataclasses.replace(shard, names={}).to_bytes()
-    v1 = v1[:4] + bytes([1]) + v1[5 : -(4 + len(b"{}") + 4)]
-    old = ShardState.from_bytes(v1, dataclasses.replace(cfg, shards=2))
-    assert old.names == {} and set(old.services) == set(shard.services)
 
 
 def test_shard_state_keeps_one_id_set_and_gathers_version_2s_per_service_ids() -> None:
@@ -109,10 +145,21 @@ def test_shard_state_keeps_one_id_set_and_gathers_version_2s_per_service_ids() -
     old = _shard(2, (TUMBLING,))
     old.services["api"].ids.add(np.array([5, 9], np.uint64), np.array([T, T], np.int64))
     old.services["web"].ids.add(np.array([5], np.uint64), np.array([T + SIZE], np.int64))
-    v2 = old.to_bytes()
-    v2 = v2[:4] + bytes([2]) + v2[5:-4]
-    back = ShardState.from_bytes(v2, cfg)
+    back = ShardState.from_bytes(_old_layout(old, 2), cfg)
     api, web = service_keys(["api", "web"]).tolist()
     assert sorted(back.ids.groups[T].tolist()) == sorted([5 ^ api, 9 ^ api])
     assert back.ids.groups[T + SIZE].tolist() == [5 ^ web]
     assert all(not sw.ids.groups for sw in back.services.values())
+
+
+def test_shard_state_evicts_closed_panes_and_empty_services() -> None:
+    shard = _shard(1, (TUMBLING,))
+    before = {name: sorted(sw.panes) for name, sw in shard.services.items()}
+    everything = max(p for panes in before.values() for p in panes) + SIZE
+    newest = max(before["api"])
+    shard.evict(newest)  # W at the newest pane's start: only panes whose window ended go
+    for name, panes in before.items():
+        left = [p for p in panes if p + SIZE > newest]
+        assert sorted(shard.services[name].panes) == left if left else name not in shard.services
+    shard.evict(everything)
+    assert shard.services == {}
