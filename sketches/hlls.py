@@ -44,6 +44,10 @@ IntArray = npt.NDArray[np.int64]
 _VALUE_BITS = 6
 
 
+#: Sparse sketches among others from which `Hlls.decode` reads them at once.
+_MIXED_FROM = 16
+
+
 @dataclass(eq=False)
 class Hlls:
     """The HyperLogLog sketches of `len(self)` groups, precision `p`, as sparse columns."""
@@ -200,9 +204,44 @@ class Hlls:
 
     @classmethod
     def decode(cls, blobs: Sequence[bytes]) -> Hlls:
-        """Sketches of `HyperLogLog.to_bytes` blobs (any encoding); ValueError on bad ones."""
-        fast = cls.unpack(Packed(blobs)) if blobs else None
-        return fast if fast is not None else cls._decode_each(blobs)
+        """Sketches of `HyperLogLog.to_bytes` blobs (any encoding); ValueError on bad ones.
+
+        Sparse sketches are read all at once, others one by one: a few dense ones (a busy
+        window's users, the `*` of many services) do not slow down thousands of sparse ones.
+        """
+        if not blobs:
+            return cls.empty(0)
+        packed = Packed(blobs)
+        fast = cls.unpack(packed)
+        if fast is not None:
+            return fast
+        sparse = cls._sparse(packed)
+        if sparse.sum() < _MIXED_FROM:
+            return cls._decode_each(blobs)
+        at, rest = np.flatnonzero(sparse), np.flatnonzero(~sparse)
+        many = cls.unpack(Packed([blobs[i] for i in at.tolist()]))
+        few = cls._decode_each([blobs[i] for i in rest.tolist()])
+        if many is None or (len(few) and few.p != many.p):
+            return cls._decode_each(blobs)  # (names what is wrong)
+        order = np.empty(len(blobs), np.int64)
+        order[at] = np.arange(len(at))
+        order[rest] = len(at) + np.arange(len(rest))
+        return cls.concat([many, few]).take(order) if len(few) else many
+
+    @classmethod
+    def _sparse(cls, blobs: Packed) -> npt.NDArray[np.bool_]:
+        """Which blobs look like sparse sketches (`unpack` checks them fully)."""
+        starts, sizes = blobs.starts, blobs.sizes
+        head = HLL.size + _HEADER.size + _SPARSE_COUNT.size
+        out = sizes >= head
+        at = starts[out]
+        magic = np.frombuffer(HLL.preamble, np.uint8)
+        ok = (blobs.bytes_at(at, len(magic)) == magic).all(axis=1)
+        ok &= blobs.buf[at + HLL.size + 1] == _SPARSE
+        count = blobs.read(at + HLL.size + _HEADER.size, "<u4").astype(np.int64)
+        ok &= sizes[out] == head + count * _SPARSE_ENTRY.itemsize
+        out[out] = ok
+        return out
 
     @classmethod
     def unpack(cls, blobs: Packed) -> Hlls | None:

@@ -338,13 +338,11 @@ def _window_rows(
     starts = np.array([p for _, p in touched.keys] + [p for _, p in extra], np.int64)
     # A window that is exactly one pane (every window of a tumbling-only job) is that pane:
     # its bytes are the pane's, its metrics the pane's read out; the others are merged.
+    one_pane = [not plan.timeline_ms and spec.size_ms == plan.pane_ms for spec in plan.specs]
     whole = [
         i
         for i, (_, s, w, mine) in enumerate(windows)
-        if not plan.timeline_ms
-        and len(mine) == 1
-        and mine[0][1] == w
-        and plan.specs[s].size_ms == plan.pane_ms
+        if one_pane[s] and len(mine) == 1 and mine[0][1] == w
     ]
     single = set(whole)
     parts = [i for i in range(len(windows)) if i not in single]

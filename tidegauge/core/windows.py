@@ -28,6 +28,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -258,7 +259,7 @@ class WindowSpec:
             raise ValueError(f"{text!r}: only a sliding window has a resolution (SIZE/sliding@RES)")
         return cls(size_ms, parse_duration(slide) if slide else size_ms)
 
-    @property
+    @cached_property
     def kind(self) -> str:
         """Either "tumbling", "hopping", "sliding" or "session"."""
         if self.gap_ms:
@@ -267,7 +268,7 @@ class WindowSpec:
             return "sliding"
         return "tumbling" if self.slide_ms == self.size_ms else "hopping"
 
-    @property
+    @cached_property
     def reach_ms(self) -> int:
         """How far back from a row's end the events it depends on go.
 
@@ -276,7 +277,7 @@ class WindowSpec:
         """
         return self.size_ms + (self.slide_ms if self.resolution_ms else 0)
 
-    @property
+    @cached_property
     def key(self) -> str:
         """Redis identity: "10000" tumbling, "60000-10000" hopping, "s30000-10000" sessions.
 
@@ -336,7 +337,7 @@ class WindowSpec:
         """
         return since_ms - self.size_ms + 1
 
-    @property
+    @cached_property
     def anchor_ms(self) -> int:
         """Where this spec's windows start, modulo `slide_ms`.
 

@@ -59,3 +59,21 @@ def test_bad_blobs_are_refused() -> None:
         Hlls.of([HyperLogLog(10), HyperLogLog(12)])
     with pytest.raises(ValueError):
         Hlls.decode([b"nope" + blob[4:]])
+
+
+def test_many_sparse_sketches_among_dense_ones_decode_as_the_objects() -> None:
+    rng = np.random.default_rng(5)
+    sizes = [3] * 40 + [50_000, 5] * 3 + [0, 2]  # mostly sparse, a few dense, empty ones
+    expected = []
+    for size in sizes:
+        s = HyperLogLog()
+        s.update_hashes(rng.integers(0, 2**32, size, dtype=np.uint64).astype(np.uint32))
+        expected.append(s)
+    rng.shuffle(expected)  # type: ignore[arg-type]
+    blobs = [s.to_bytes() for s in expected]
+    assert len({b[6] for b in blobs}) > 1  # several encodings
+    decoded = Hlls.decode(blobs)
+    assert [decoded.sketch(i) for i in range(len(blobs))] == expected
+    assert decoded.encode() == blobs
+    with pytest.raises(ValueError):
+        Hlls.decode([*blobs[:30], blobs[30][:-2], *blobs[31:]])
