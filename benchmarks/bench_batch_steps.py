@@ -44,7 +44,7 @@ from cli.local.services import start_redis  # noqa: E402
 from jobs.parse.parser import RecordKind, parse_batches  # noqa: E402
 from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch  # noqa: E402
 from jobs.state.aggregate import make_state_fn  # noqa: E402
-from jobs.state.rows import decode_rows  # noqa: E402
+from jobs.state.rows import decode_table  # noqa: E402
 from jobs.summary.late_events import batch_members  # noqa: E402
 from jobs.summary.read_task import CHUNK, SUMMARY_RECORDS  # noqa: E402
 from jobs.summary.schema import SummaryKind
@@ -85,7 +85,7 @@ def state(summaries: pd.DataFrame, watermark: int, cfg: ExecutorConfig) -> pd.Da
 
 def sink(out: pa.Table, r: redis.Redis, cfg: ExecutorConfig) -> None:
     """The batch writer's work on the driver, as jobs/pipeline.py does it."""
-    rows = decode_rows(out.to_pylist(), 7)
+    rows = decode_table(out, 7)
     late = batch_members(rows.late_events, cfg.late_events_max, 7)
     write_batch(
         r,

@@ -40,7 +40,7 @@ from jobs.source.kafka_source import CLIENT_PREFIX, true_end_offsets
 from jobs.source.offset_log import clock_of
 from jobs.state.aggregate import StateGroup, make_state_fn
 from jobs.state.codec import STATE_SCHEMA
-from jobs.state.rows import OUTPUT_SCHEMA, decode_rows
+from jobs.state.rows import OUTPUT_SCHEMA, decode_table
 from jobs.summary.late_events import batch_members
 from jobs.summary.read_task import SummaryDataSource, summary_source_options
 from jobs.summary.schema import SUMMARY_SCHEMA, SummaryKind
@@ -167,7 +167,7 @@ class _BatchWriter:
         return self._client
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        rows = decode_rows(batch.toArrow().to_pylist(), batch_id)
+        rows = decode_table(batch.toArrow(), batch_id)
         clock = clock_of(self.cfg.checkpoint, batch_id)
         results = SinkBatch.of_rows(
             batch_id,

@@ -16,6 +16,8 @@ from enum import StrEnum
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from jobs.parse.columns import Columns, decode_columns
 from tidegauge.core.late_agg import LateAgg
@@ -31,6 +33,7 @@ __all__ = [
     "BatchRows",
     "append_row",
     "decode_rows",
+    "decode_table",
     "frame",
     "metrics_json",
     "new_rows",
@@ -322,6 +325,40 @@ def decode_rows(rows: Iterable[Mapping[str, Any]], batch_id: int) -> BatchRows:
         elif kind == RowKind.BROKER_TIMES:
             out.broker_times.append(row["agg"])
             out.records += int(row["count"] or 0)
+    return _merge_shards(out)
+
+
+def decode_table(table: pa.Table, batch_id: int) -> BatchRows:
+    """`decode_rows` of the output rows as an Arrow table (what the sink collects).
+
+    Window and arrival rows, thousands a batch with many services, are read column by column
+    instead of as a dict per row; the other kinds go through `decode_rows`.
+    """
+    kind = table.column("kind")
+    bulk = pc.is_in(kind, pa.array([RowKind.WINDOW.value, RowKind.ARRIVALS.value]))
+    out = decode_rows(table.filter(pc.invert(bulk)).to_pylist(), batch_id)
+    windows = table.filter(pc.equal(kind, RowKind.WINDOW.value))
+    out.windows = [
+        WindowUpdate(spec, start, service, metrics, agg, None if shard is None else int(shard))
+        for spec, start, service, metrics, agg, shard in zip(
+            *(
+                windows.column(c).to_pylist()
+                for c in ("spec", "window_start", "service", "metrics", "agg", "partition")
+            ),
+            strict=True,
+        )
+    ]
+    arrivals = table.filter(pc.equal(kind, RowKind.ARRIVALS.value))
+    out.arrivals = [
+        ArrivalUpdate(domain, start, service, count, _arrival_metrics_of(metrics))
+        for domain, start, service, count, metrics in zip(
+            *(
+                arrivals.column(c).to_pylist()
+                for c in ("spec", "window_start", "service", "count", "metrics")
+            ),
+            strict=True,
+        )
+    ]
     return _merge_shards(out)
 
 

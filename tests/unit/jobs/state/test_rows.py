@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from jobs.state.rows import (
@@ -14,7 +15,9 @@ from jobs.state.rows import (
     arrival_doc,
     arrival_metrics,
     decode_rows,
+    decode_table,
     extend_rows,
+    frame,
     metrics_json,
     new_rows,
 )
@@ -96,3 +99,57 @@ def test_arrival_rows_read_back_and_store_as_json_would(metrics: dict[str, Any])
     ).arrivals
     assert arrival.metrics == json.loads(text)
     assert arrival_doc(7, arrival.metrics) == metrics_json({**metrics, "events": 7})
+
+
+def test_decode_table_is_decode_rows_on_an_arrow_table() -> None:
+    rows = new_rows()
+    for i in range(5):
+        append_row(
+            rows,
+            kind="window",
+            spec="10000",
+            service=f"s{i}",
+            window_start=i * 10_000,
+            count=i,
+            metrics=metrics_json({"count": i}),
+            agg=b"w%d" % i,
+        )
+    for shard in (0, 1):  # the overflow service's parts of two shards
+        append_row(
+            rows,
+            kind="window",
+            spec="10000",
+            service="(other)",
+            window_start=0,
+            count=2,
+            metrics='{"count":2}',
+            agg=b"o",
+            partition=shard,
+        )
+        append_row(
+            rows,
+            kind="arrivals",
+            spec="broker",
+            service="(other)",
+            window_start=0,
+            count=3,
+            metrics=arrival_metrics(1, shard, 5),
+        )
+    append_row(
+        rows,
+        kind="arrivals",
+        spec="processing",
+        service="s1",
+        window_start=0,
+        count=4,
+        metrics=arrival_metrics(0, 0, None),
+    )
+    append_row(rows, kind="straggler", spec="10000", service="s2", window_start=0, count=6)
+    append_row(rows, kind="duplicate_events", service="s2", count=2)
+    append_row(rows, kind="broker_times", agg=b"t", count=9)
+    append_row(rows, kind="dead_count", reason="invalid_json", count=3)
+    table = pa.Table.from_pandas(frame(rows), preserve_index=False)
+    got, want = decode_table(table, 7), decode_rows(table.to_pylist(), 7)
+    assert got == want
+    assert len(got.windows) == 7 and len(got.arrivals) == 2  # (other)'s broker rows summed
+    assert {a.service: a.metrics["stragglers"] for a in got.arrivals} == {"(other)": 1, "s1": 0}
