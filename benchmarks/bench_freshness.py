@@ -29,7 +29,7 @@ latest`, a subprocess), and waits for the job's first status (a heartbeat per pa
 Freshness of a record = (commit of its micro-batch to Redis) - (its Kafka broker timestamp), as the
 job records it per batch (`freshness`: p50, p99, max by nearest rank). Per rate it prints:
   * producer: sent and acknowledged records, acked/s over the interval (did it offer the rate?);
-  * batches, rows/s, median and max batch duration, batches longer than the trigger (falling
+  * batches, rows/s, median, p95 and max batch duration, batches longer than the trigger (falling
     behind);
   * the job's freshness: median of the batch p50s, max of the batch p99s, max;
   * the pooled, record-weighted p50/p99/max over every record of those batches, recomputed here
@@ -524,8 +524,9 @@ def run_rate(
     )
     print(
         f"  job: {len(sel)} batches, {rows:,} rows ({rows / args.seconds:,.0f} rows/s); batch "
-        f"duration median {ms(float(np.median(durations)) if durations else None)}, max "
-        f"{ms(durations[-1] if durations else None)}; {over} of {len(sel)} longer than the "
+        f"duration median {ms(float(np.median(durations)) if durations else None)}, p95 "
+        f"{ms(_p95(durations))}, max {ms(durations[-1] if durations else None)}; {over} of "
+        f"{len(sel)} longer than the "
         f"{args.trigger} trigger"
     )
     parts = phase_medians(sel)
@@ -587,6 +588,7 @@ def run_rate(
         "batches": len(sel),
         "over": over,
         "dur_med": float(np.median(durations)) if durations else None,
+        "dur_p95": _p95(durations),
         "dur_max": durations[-1] if durations else None,
         "job_p50": job_p50,
         "job_p99": job_p99,
@@ -598,6 +600,14 @@ def run_rate(
     }
 
 
+def _p95(durations: list[float]) -> float | None:
+    """The 95th percentile of batch durations, by nearest rank (None: no batch)."""
+    if not durations:
+        return None
+    ranked = sorted(durations)
+    return float(ranked[max(0, math.ceil(0.95 * len(ranked)) - 1)])
+
+
 def summary_line(s: dict[str, Any]) -> str:
     def v(x: float | None) -> str:
         return "-" if x is None else f"{x:,.0f}"
@@ -605,7 +615,8 @@ def summary_line(s: dict[str, Any]) -> str:
     caught_up = "-" if s["drained_s"] is None else f"{s['drained_s']:.1f}s"
     return (
         f"rate {s['rate']:>6,}/s: acked {v(s['acked_rate'])}/s, {s['batches']} batches, "
-        f"{s['over']} over trigger, duration med/max {v(s['dur_med'])}/{v(s['dur_max'])} ms, "
+        f"{s['over']} over trigger, duration med/p95/max {v(s['dur_med'])}/{v(s['dur_p95'])}/"
+        f"{v(s['dur_max'])} ms, "
         f"freshness p50 {v(s['job_p50'])} p99 {v(s['job_p99'])} (pooled {v(s['pooled_p99'])}) "
         f"max {v(s['job_max'])} ms, lag {s['lag']:,}, caught up {caught_up}, cpu job "
         f"{cpu_text(s['cpu']['job'])}s producers {cpu_text(s['cpu']['producers'])}s"

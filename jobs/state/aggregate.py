@@ -346,13 +346,18 @@ def _window_rows(
     ]
     single = set(whole)
     parts = [i for i in range(len(windows)) if i not in single]
-    results: dict[int, tuple[dict[str, Any], bytes]] = {}
+    # (count, metrics as sorted, compact JSON: the sink adds the batch id without parsing it
+    # (jobs/sink); the window's bytes)
+    results: dict[int, tuple[int, str, bytes]] = {}
     if whole:
         rows_of = [row_of[windows[i][3][0]] for i in whole]
         sizes = np.array([plan.specs[windows[i][1]].size_ms for i in whole], np.int64)
-        for i, metrics in zip(whole, table.take(rows_of).results(sizes), strict=True):
+        taken = table.take(rows_of)
+        for i, count, text in zip(
+            whole, taken.ints["count"].tolist(), taken.results_json(sizes), strict=True
+        ):
             service, _, w, _ = windows[i]
-            results[i] = (metrics, services[service].panes[w])
+            results[i] = (count, text, services[service].panes[w])
     if parts:
         out = window_aggs(
             plan,
@@ -361,8 +366,10 @@ def _window_rows(
             [(windows[i][1], windows[i][2], [row_of[k] for k in windows[i][3]]) for i in parts],
         )
         sizes = np.array([plan.specs[windows[i][1]].size_ms for i in parts], np.int64)
-        for i, metrics, agg in zip(parts, out.results(sizes), out.encode(), strict=True):
-            results[i] = (metrics, agg)
+        for i, count, text, agg in zip(
+            parts, out.ints["count"].tolist(), out.results_json(sizes), out.encode(), strict=True
+        ):
+            results[i] = (count, text, agg)
     done = [results[i] for i in range(len(windows))]
     extend_rows(
         rows,
@@ -370,10 +377,9 @@ def _window_rows(
         spec=[plan.specs[s].key for _, s, _, _ in windows],
         service=[service for service, _, _, _ in windows],
         window_start=[w for _, _, w, _ in windows],
-        count=[metrics["count"] for metrics, _ in done],
-        # sorted and compact: the sink adds the batch id without parsing it (jobs/sink)
-        metrics=[metrics_json(metrics) for metrics, _ in done],
-        agg=[agg for _, agg in done],
+        count=[count for count, _, _ in done],
+        metrics=[text for _, text, _ in done],
+        agg=[agg for _, _, agg in done],
     )
 
 

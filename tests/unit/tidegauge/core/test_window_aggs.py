@@ -102,6 +102,10 @@ def built(e: dict[str, Any], n_groups: int) -> tuple[WindowAggs, list[WindowAgg]
 SHAPES = [(1, 3), (40, 400), (300, 6000), (5, 40_000)]
 
 
+def _compact(metrics: dict[str, object]) -> str:
+    return json.dumps(metrics, separators=(",", ":"), sort_keys=True)
+
+
 @pytest.mark.parametrize("timeline", [False, True])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_build_results_and_bytes_equal_the_objects(shape: tuple[int, int], timeline: bool) -> None:
@@ -112,6 +116,7 @@ def test_build_results_and_bytes_equal_the_objects(shape: tuple[int, int], timel
     assert [json.dumps(r) for r in cols.results(durations)] == [
         json.dumps(a.metrics(10_000)) for a in objs
     ]
+    assert cols.results_json(durations) == [_compact(a.metrics(10_000)) for a in objs]
     blobs = cols.encode()
     assert blobs == [a.to_bytes() for a in objs]
     assert [WindowAggs.decode(blobs).agg(i) for i in range(n_groups)] == objs
@@ -141,6 +146,7 @@ def test_a_plugins_metric_goes_through_its_own_functions() -> None:
     cols, objs = built(events(30, 900, 4, False, True), 30)
     assert [cols.agg(i) for i in range(30)] == objs
     assert cols.results(5_000) == [a.metrics(5_000) for a in objs]
+    assert cols.results_json(5_000) == [_compact(a.metrics(5_000)) for a in objs]
     assert cols.encode() == [a.to_bytes() for a in objs]
     merged = cols.combine(np.arange(30) % 4, 4)
     for key in range(4):
