@@ -71,7 +71,6 @@ __all__ = [
     "arrival_counts",
     "chunk_summary",
     "dedup_chunk_summary",
-    "dedup_summary",
     "redo_summary",
     "spec_keys",
     "summarise",
@@ -158,20 +157,6 @@ def service_summary(
     """
     codes = np.zeros(len(cols["event_ms"]), np.int64)
     return chunk_summary(cols, codes, ["-"], watermark_ms, proc_ms, cfg, late_events).service(0)
-
-
-def service_summaries(
-    cols: Columns,
-    codes: npt.NDArray[np.int64],
-    n: int,
-    watermark_ms: int,
-    proc_ms: int | None,
-    cfg: ExecutorConfig,
-    late_events: bool = True,
-) -> list[ServiceSummary]:
-    """`service_summary` of each of `n` services, whose events are `cols` (service `codes`)."""
-    names = [str(i) for i in range(n)]
-    return chunk_summary(cols, codes, names, watermark_ms, proc_ms, cfg, late_events).services()
 
 
 def chunk_summary(
@@ -340,27 +325,6 @@ def _panes(
     }
 
 
-def dedup_summary(
-    cols: Columns, watermark_ms: int, proc_ms: int | None, cfg: ExecutorConfig
-) -> ServiceSummary:
-    """`service_summary` of the chunk's events that are not duplicates within the chunk."""
-    codes = np.zeros(len(cols["event_ms"]), np.int64)
-    return dedup_chunk_summary(cols, codes, ["-"], watermark_ms, proc_ms, cfg).service(0)
-
-
-def dedup_summaries(
-    cols: Columns,
-    codes: npt.NDArray[np.int64],
-    n: int,
-    watermark_ms: int,
-    proc_ms: int | None,
-    cfg: ExecutorConfig,
-) -> list[ServiceSummary]:
-    """`dedup_summary` of each of `n` services (`service_summaries`' arguments)."""
-    names = [str(i) for i in range(n)]
-    return dedup_chunk_summary(cols, codes, names, watermark_ms, proc_ms, cfg).services()
-
-
 #: Mixes a service's code into its events' id hashes, so one search finds repeats per service.
 _SERVICE_MIX = np.uint64(0x9E3779B97F4A7C15)
 
@@ -460,7 +424,8 @@ def redo_summary(
     has_user = present(cols["user_id"])
     hz = horizons(cols["event_ms"], has_user, cfg.specs)
     # `summary.ids` are the hashes of exactly the rows whose horizon is ahead of the watermark,
-    # in row order (`dedup_summary`); the other rows are late for every window, never duplicates.
+    # in row order (`dedup_chunk_summary`); the other rows are late for every window, never
+    # duplicates.
     open_ = hz > summary.watermark_ms
     if np.count_nonzero(open_) != len(summary.ids):
         raise ValueError("a summary's ids do not match its rows")
@@ -472,7 +437,7 @@ def redo_summary(
     dup = hit & open_
     kept = take_rows(cols, ~dup)
     # Dropping no late event leaves the summary's late events as they are (and its rows may
-    # carry none of their columns, see `dedup_summary`).
+    # carry none of their columns, see `dedup_chunk_summary`).
     late_dropped = bool(_late(cols["event_ms"][dup], summary.watermark_ms, cfg).any())
     if late_dropped and "offset" not in cols:
         raise ValueError("a summary's rows lack the late events' columns")
