@@ -1,7 +1,7 @@
 """One micro-batch's Python work step by step, without Spark: read tasks, state groups, sink.
 
     .venv/bin/python benchmarks/bench_batch_steps.py [--records 500000] [--late 0.2] [--rounds 3]
-        [--services 0] [--rate 2000]
+        [--services 0] [--rate 2000] [--held]
 
 `bench_job.py` times whole batches, in which Spark's machinery and this VM's noise blur what our
 own code costs. This script runs the same code on one batch of the same stream (bench_job's
@@ -19,7 +19,10 @@ watermark the others set), and late events have their own costs. A warm-up round
 best and median milliseconds of `--rounds`, with the bytes the summaries hand to the shuffle.
 `--services N` spreads the events evenly over N services (0: the generator's default mix) and
 `--rate` sets the events per second of event time, so the (window, service) groups of the batch
-can be varied at a fixed number of records, as `bench_groups.py` does with Spark.
+can be varied at a fixed number of records, as `bench_groups.py` does with Spark. The state
+groups start empty, so the state step is the batch's own work; `--held` starts them with what
+an earlier batch of as many records left (the next ones of the same stream come after it), as a
+running job's groups hold it: decoding and writing that state back counts too.
 """
 
 from __future__ import annotations
@@ -72,14 +75,27 @@ def read(raw: list[pa.RecordBatch], watermark: int, cfg: ExecutorConfig) -> pd.D
     return pa.Table.from_batches(sums).to_pandas()
 
 
-def state(summaries: pd.DataFrame, watermark: int, cfg: ExecutorConfig) -> pd.DataFrame:
-    """The state function over every group's summaries (fresh state: the batch's own work)."""
+def state(
+    summaries: pd.DataFrame,
+    watermark: int,
+    cfg: ExecutorConfig,
+    held: dict[int, FakeGroupState] | None = None,
+) -> pd.DataFrame:
+    """The state function over every group's summaries.
+
+    Each group starts from `held[g]`'s state (left untouched) if given, else empty; `held`
+    groups absent from it are filled with the state the batch leaves.
+    """
     fn = make_state_fn(cfg)
     deltas = summaries[summaries["kind"] == SummaryKind.SHARD]
     outs = []
     for g in range(cfg.shards):
         mine = deltas[deltas["shard"] == g]
-        outs += list(fn((RecordKind.EVENT, g), iter([mine]), FakeGroupState(watermark)))
+        before = held.get(g) if held is not None else None
+        group = FakeGroupState(watermark, None if before is None else before.value)
+        outs += list(fn((RecordKind.EVENT, g), iter([mine]), group))
+        if held is not None and before is None:
+            held[g] = group
     return pd.concat(outs, ignore_index=True)
 
 
@@ -93,6 +109,16 @@ def sink(out: pa.Table, r: redis.Redis, cfg: ExecutorConfig) -> None:
         SinkBatch.of_rows(7, rows, late),
         SinkConfig(arrival_window_ms=10_000, late_events_max=cfg.late_events_max),
     )
+
+
+def _event_times(raw: list[pa.RecordBatch]) -> np.ndarray:
+    events = pa.Table.from_batches(list(parse_batches(iter(raw)))).column("event_ms")
+    return events.drop_null().to_numpy()
+
+
+def _watermark(raw: list[pa.RecordBatch], late: float) -> int:
+    """A watermark that puts `late` of the events behind it (their 10 s window ended)."""
+    return int(np.quantile(_event_times(raw), late)) // 10_000 * 10_000
 
 
 def timed(step: Callable[[], object], rounds: int) -> list[float]:
@@ -115,6 +141,11 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=JobConfig.state_shards)
     ap.add_argument("--services", type=int, default=0, help="N equal services (0: the default)")
     ap.add_argument("--rate", type=float, default=2000.0, help="events per s of event time")
+    ap.add_argument(
+        "--held",
+        action="store_true",
+        help="the state groups start with what an earlier batch of as many records left",
+    )
     args = ap.parse_args()
     print(describe(["pyarrow", "numpy", "redis"]))
     cfg = ExecutorConfig(  # the job's defaults
@@ -129,20 +160,26 @@ def main() -> None:
     gen = GeneratorConfig(
         seed=1,
         rate=args.rate,
-        count=args.records,
+        count=args.records * (2 if args.held else 1),
         pace="fast",
         start_time_ms=T0,
         out_of_order_fraction=0.05,
         heartbeat_interval_ms=1000,
         **services,
     )
-    raw = raw_chunks([r.value for r in generate(gen)][: args.records], T0)
-    events = pa.Table.from_batches(list(parse_batches(iter(raw)))).column("event_ms")
-    times = events.drop_null().to_numpy()
-    # late for the default 10 s window: its end at or before the watermark
-    watermark = int(np.quantile(times, args.late)) // 10_000 * 10_000
+    values = [r.value for r in generate(gen)]
+    held: dict[int, FakeGroupState] | None = None
+    if args.held:  # the first half's state, as a running job's groups hold it
+        earlier = raw_chunks(values[: args.records], T0)
+        held = {}
+        before_wm = _watermark(earlier, args.late)
+        state(read(earlier, before_wm, cfg), before_wm, cfg, held)
+        values = values[args.records :]
+    raw = raw_chunks(values[: args.records], T0 + (args.records if args.held else 0))
+    times = _event_times(raw)
+    watermark = _watermark(raw, args.late)
     summaries = read(raw, watermark, cfg)
-    out = pa.Table.from_pandas(state(summaries, watermark, cfg), preserve_index=False)
+    out = pa.Table.from_pandas(state(summaries, watermark, cfg, held), preserve_index=False)
     late = int(out.filter(pa.compute.equal(out["kind"], "late_events"))["count"].to_numpy().sum())
     groups = int(pa.compute.sum(pa.compute.equal(out["kind"], "window")).as_py())
     shipped = int(summaries.loc[summaries["kind"] == SummaryKind.SHARD, "blob"].map(len).sum())
@@ -160,7 +197,7 @@ def main() -> None:
         r = redis.Redis.from_url(f"redis://{redis_server.address}/0")
         steps = {
             "read (parse + summarise)": lambda: read(raw, watermark, cfg),
-            "state (every group)": lambda: state(summaries, watermark, cfg),
+            "state (every group)": lambda: state(summaries, watermark, cfg, held),
             "sink (decode + Redis)": lambda: sink(out, r, cfg),
         }
         for name, step in steps.items():
