@@ -313,7 +313,55 @@ class Digests:
     # --- bytes ------------------------------------------------------------------------------
 
     def encode(self) -> list[bytes]:
-        """`TDigest.to_bytes` of every digest."""
+        """`TDigest.to_bytes` of every digest.
+
+        Digests of whole weights (every digest built from events, and their merges) are laid
+        out in one buffer with a fixed number of numpy passes; others one by one.
+        """
+        n = len(self.count)
+        if not n or not _integer(self.weights):
+            return self._encode_each()
+        sizes = np.diff(self.offsets)
+        top = np.zeros(n)
+        some = sizes > 0
+        if some.any():
+            top[some] = np.maximum.reduceat(self.weights, self.offsets[:-1][some])
+        width = np.select([top < 256, top < 65536, top < 2.0**32], [1, 2, 4], 8).astype(np.int64)
+        head = np.empty(n, _HEADER_DTYPE)
+        head["compression"] = self.compression
+        head["count"] = self.count
+        head["nan"] = self.nan_count
+        head["sum"], head["min"], head["max"] = self.sum, self.min, self.max
+        head["n"] = sizes
+        pre = np.frombuffer(TDIGEST.preamble, np.uint8)
+        fixed = len(pre) + _HEADER.size
+        lengths = fixed + 9 * sizes + 1 + (width - 1) * sizes  # means 8, width byte, weights
+        starts = np.zeros(n, np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        buf = np.empty(int(lengths.sum()), np.uint8)
+        buf[starts[:, None] + np.arange(len(pre))] = pre
+        buf[(starts + len(pre))[:, None] + np.arange(_HEADER.size)] = head.view(np.uint8).reshape(
+            n, _HEADER.size
+        )
+        digest = np.repeat(np.arange(n), sizes)
+        rank = np.arange(len(digest)) - self.offsets[:-1][digest]
+        means_at = starts + fixed
+        means = self.means.astype("<f8").view(np.uint8).reshape(-1, 8)
+        buf[(means_at[digest] + 8 * rank)[:, None] + np.arange(8)] = means
+        width_at = means_at + 8 * sizes
+        buf[width_at] = width
+        for w in (1, 2, 4, 8):
+            mine = width[digest] == w
+            if mine.any():
+                raw = self.weights[mine].astype(_WIDTHS[w]).view(np.uint8).reshape(-1, w)
+                at = width_at[digest[mine]] + 1 + w * rank[mine]
+                buf[at[:, None] + np.arange(w)] = raw
+        data = buf.tobytes()
+        ends = (starts + lengths).tolist()
+        return [data[a:b] for a, b in zip(starts.tolist(), ends, strict=True)]
+
+    def _encode_each(self) -> list[bytes]:
+        """`encode`, one digest at a time (any weights)."""
         out = []
         pre = TDIGEST.preamble
         means, weights = self.means.astype("<f8"), self.weights

@@ -137,3 +137,20 @@ def test_a_key_of_many_rows_sums_them_in_row_order_as_the_objects() -> None:
     digests = objects(values, groups, n)
     assert got.digest(0) == TDigest.merged(digests[7:])
     assert got.digest(1) == TDigest.merged(digests[:7])
+
+
+@pytest.mark.parametrize("weight", [1.0, 300.0, 70_000.0, 2.0**33, 0.5])
+def test_encode_lays_out_every_weight_width_as_the_objects(weight: float) -> None:
+    # an empty digest, one of a value, one of 50 centroids of the given weight (0.5 is not
+    # whole: such digests are written one by one)
+    objs = [TDigest(), TDigest(), TDigest()]
+    objs[1].update(np.array([3.5]))
+    objs[2].update(np.arange(50.0))
+    digests = Digests.of(objs)
+    last = slice(int(digests.offsets[2]), int(digests.offsets[3]))
+    digests.weights[last] = weight
+    digests.count[2] = int(digests.weights[last].sum())
+    blobs = digests.encode()
+    assert blobs == digests._encode_each()
+    assert blobs == [digests.digest(i).to_bytes() for i in range(3)]
+    assert [Digests.decode(blobs).digest(i).to_bytes() for i in range(3)] == blobs
