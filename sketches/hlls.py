@@ -251,16 +251,14 @@ class Hlls:
         them one by one).
         """
         n = len(blobs.starts)
-        starts, sizes = blobs.starts, blobs.sizes
+        starts = blobs.starts
         head = HLL.size + _HEADER.size + _SPARSE_COUNT.size
-        if not n or (sizes < head).any() or not blobs.equal_at(starts, HLL.preamble):
+        if not n or not cls._sparse(blobs).all():
             return None
         p = blobs.buf[starts + HLL.size]
-        if not (p == p[0]).all() or not (blobs.buf[starts + HLL.size + 1] == _SPARSE).all():
+        if not (p == p[0]).all():
             return None
         count = blobs.read(starts + HLL.size + _HEADER.size, "<u4").astype(np.int64)
-        if (sizes != head + count * _SPARSE_ENTRY.itemsize).any():
-            return None
         raw = blobs.runs(starts + head, count * _SPARSE_ENTRY.itemsize, "u1").reshape(-1, 3)
         index = raw[:, 0].astype(np.int64) | (raw[:, 1].astype(np.int64) << 8)
         rank = raw[:, 2].astype(np.uint8)

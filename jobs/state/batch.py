@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from jobs.panes.dedup import SeenIds, first_occurrences, service_keys
 from jobs.parse.columns import Columns, take_rows
-from jobs.summary.chunk import ChunkSummary, Table, empty_table
+from jobs.summary.chunk import ChunkSummary, Table, concat_tables, empty_table
 from jobs.summary.late_events import concat
 from jobs.summary.settings import ExecutorConfig
 from jobs.summary.summarise import redo_summary
@@ -162,7 +162,7 @@ class ShardBatch:
                 **{k: v for k, v in empty.items() if k != "service"},
                 **{k: np.empty(0, np.int64) for k in ("service", "rank", "chunk", "part", "row")},
             }
-        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        return concat_tables(parts)
 
     def blobs(self, name: str, table: Table) -> list[bytes]:
         """The `panes` or `late` blobs of the rows of a gathered `table`."""

@@ -7,7 +7,6 @@ reads them back on the driver (`decode_rows`).
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -22,6 +21,7 @@ import pyarrow.compute as pc
 from jobs.parse.columns import Columns, decode_columns
 from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.store import DeadLetter
+from tidegauge.core.window_aggs import json_value
 
 __all__ = [
     "RowKind",
@@ -150,20 +150,7 @@ def metrics_json(metrics: Mapping[str, Any]) -> str:
     quoted = _QUOTED.get(names)
     if quoted is None:
         quoted = _QUOTED[names] = [(k, json.dumps(k) + ":") for k in sorted(names)]
-    parts = []
-    for key, head in quoted:
-        v = metrics[key]
-        t = type(v)
-        if v is None:
-            text = "null"
-        elif t is int:
-            text = int.__repr__(v)
-        elif t is float and math.isfinite(v):
-            text = float.__repr__(v)
-        else:
-            return json.dumps(metrics, separators=(",", ":"), sort_keys=True)
-        parts.append(head + text)
-    return "{" + ",".join(parts) + "}"
+    return "{" + ",".join([head + json_value(metrics[key]) for key, head in quoted]) + "}"
 
 
 #: Key sets seen by `metrics_json` -> their keys, sorted, with their quoted form.

@@ -29,7 +29,7 @@ from jobs.parse.columns import Columns, decode_columns, encode_columns, take_row
 from sketches.preamble import CHUNK_SUMMARY
 from tidegauge.core.windows import ARRIVAL_DOMAINS
 
-__all__ = ["ChunkSummary", "ServiceSummary", "Table"]
+__all__ = ["ChunkSummary", "ServiceSummary", "Table", "concat_tables", "empty_table", "take_table"]
 
 #: Column name -> equal-length numpy arrays (int64, or uint64 for ids, float64 for lateness).
 Table = dict[str, npt.NDArray[Any]]
@@ -74,11 +74,13 @@ def _empty_tables() -> dict[str, Table]:
     return {name: empty_table(name) for name in _TABLES}
 
 
-def _table_take(table: Table, rows: npt.NDArray[Any]) -> Table:
+def take_table(table: Table, rows: npt.NDArray[Any]) -> Table:
+    """The rows `rows` (positions or a mask) of every column."""
     return {c: v[rows] for c, v in table.items()}
 
 
-def _table_concat(tables: Sequence[Table]) -> Table:
+def concat_tables(tables: Sequence[Table]) -> Table:
+    """Tables of the same columns, one after another."""
     return {c: np.concatenate([t[c] for t in tables]) for c in tables[0]}
 
 

@@ -47,7 +47,14 @@ from jobs.parse.columns import (
     take_rows,
 )
 from jobs.parse.parser import RecordKind
-from jobs.summary.chunk import ChunkSummary, ServiceSummary, Table, empty_table
+from jobs.summary.chunk import (
+    ChunkSummary,
+    ServiceSummary,
+    Table,
+    concat_tables,
+    empty_table,
+    take_table,
+)
 from jobs.summary.late_events import concat, late_columns
 from jobs.summary.schema import SUMMARY_ARROW, SummaryKind
 from jobs.summary.settings import ExecutorConfig
@@ -202,8 +209,10 @@ def chunk_summary(
         broker = ARRIVAL_DOMAINS.index("broker")
         parts.append(_arrival_table(broker, codes[known], bucket, classes[known]))
     if parts:
-        arrivals = _concat_tables(parts)
-        out.tables["arrivals"] = _take(arrivals, np.argsort(arrivals["service"], kind="stable"))
+        arrivals = concat_tables(parts)
+        out.tables["arrivals"] = take_table(
+            arrivals, np.argsort(arrivals["service"], kind="stable")
+        )
     late = classes == LATE
     if late.any() and cfg.late_events_max and late_events:
         bounds = np.searchsorted(codes, np.arange(n + 1)).tolist()
@@ -268,14 +277,6 @@ def _arrival_table(
         "late": np.bincount(inverse, weights=kinds == LATE).astype(np.int64),
         "stragglers": np.bincount(inverse, weights=kinds == STRAGGLER).astype(np.int64),
     }
-
-
-def _take(table: Table, rows: npt.NDArray[Any]) -> Table:
-    return {c: v[rows] for c, v in table.items()}
-
-
-def _concat_tables(tables: Sequence[Table]) -> Table:
-    return {c: np.concatenate([t[c] for t in tables]) for c in tables[0]}
 
 
 def _slice(cols: Columns, lo: int, hi: int) -> Columns:

@@ -302,7 +302,7 @@ class WindowAggs:
         cells = []
         for name in sorted(columns):
             head = json.dumps(name) + ":"
-            cells.append([head + _json_value(v) for v in columns[name]])
+            cells.append([head + json_value(v) for v in columns[name]])
         return ["{" + ",".join(row) + "}" for row in zip(*cells, strict=True)]
 
     def _result_columns(self, duration_ms: npt.ArrayLike) -> dict[str, list[Any]]:
@@ -501,7 +501,7 @@ def _slices_of(part: Packed) -> list[bytes]:
     ]
 
 
-def _json_value(v: Any) -> str:
+def json_value(v: Any) -> str:
     """One value as `json.dumps` writes it inside compact, key-sorted JSON."""
     t = type(v)
     if v is None:
