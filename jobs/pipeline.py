@@ -45,6 +45,7 @@ from jobs.summary.late_events import batch_members
 from jobs.summary.read_task import SummaryDataSource, summary_source_options
 from jobs.summary.schema import SUMMARY_SCHEMA, SummaryKind
 from jobs.summary.settings import ExecutorConfig
+from jobs.summary.slots import record
 from tidegauge.core.config import JobConfig, KafkaSettings, redact_url
 from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.freshness import freshness, merge_times
@@ -76,6 +77,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         cfg.late_events_max,
         cfg.dedup,
         cfg.state_shards,
+        cfg.max_services,
     )
     reader = (
         spark.readStream.format(SummaryDataSource.name())
@@ -181,6 +183,8 @@ class _BatchWriter:
             budget_ms=self.cfg.sink_retry_ms,
             where=f"Redis at {redact_url(self.cfg.redis.url)}",
         )
+        if rows.slots:  # what the shards track: the next batch's quotas (jobs/summary/slots.py)
+            record(self.cfg.checkpoint, batch_id, self.cfg.state_shards, rows.slots)
         fresh = freshness(merge_times(rows.broker_times), round(time.time() * 1000), batch_id)
         self.committed[batch_id] = Committed(
             rows.records,

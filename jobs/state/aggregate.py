@@ -399,11 +399,12 @@ def _events(
     ]
     for chunk in chunks:
         check_chunk(chunk, watermark, shard_id, cfg.shards)
-    if cfg.shard_services is None:
+    budget = _slots(chunks, cfg, shard_id)
+    if budget is None:
         shard.names.clear()  # no limit: nothing to track
     elif not shard.names:  # a state from before the guard: its services hold the slots
         shard.names = {s: watermark for s in shard.services if s != OVERFLOW_SERVICE}
-    guard = Overflow(cfg.shard_services, shard.names, watermark)
+    guard = Overflow(budget, shard.names, watermark)
     guard.release_idle(cfg.service_idle_ms, shard.services)
 
     def route(name: str, seen_ms: int, events: int) -> str:
@@ -461,19 +462,34 @@ def _events(
         append_row(
             rows, kind=RowKind.LATE_EVENTS, count=len(kept["offset"]), agg=encode_columns(kept)
         )
-    if guard.names:
+    if budget is not None:  # what the shard tracks, for the next batch's quotas
+        report = {"names": len(guard.names), "shard": shard_id, "tracked": len(guard.tracked)}
         append_row(
             rows,
             kind=RowKind.OVERFLOW,
             service=OVERFLOW_SERVICE,
             count=guard.events,
-            metrics=json.dumps({"names": len(guard.names)}),
+            metrics=json.dumps(report),
         )
     if shard.services or shard.names or shard.ids.groups:
         state.update((shard.to_bytes(),))
     elif state.exists:
         state.remove()
     yield frame(rows)
+
+
+def _slots(chunks: list[ChunkSummary], cfg: ExecutorConfig, shard_id: int) -> int | None:
+    """The shard's quota of names in this batch: the one its chunks carry (jobs/summary/slots.py).
+
+    None without `--max-services`. Chunks without a quota (built without the planner) get an
+    even share; chunks of one batch that disagree are a bug, and raise.
+    """
+    if not cfg.max_services:
+        return None
+    given = {c.slots for c in chunks if c.slots is not None}
+    if len(given) > 1:
+        raise ValueError(f"state shard {shard_id}: chunks of one batch with slots {sorted(given)}")
+    return given.pop() if given else cfg.shard_slots(shard_id)
 
 
 def _take_list(values: list[Any], order: npt.NDArray[np.int64]) -> list[Any]:

@@ -126,8 +126,9 @@ class RowKind(StrEnum):
     #: records in this batch, from which the sink measures freshness, and how many records the
     #: chunk had (with or without a timestamp)
     BROKER_TIMES = "broker_times"
-    #: service (the overflow service), count (events), metrics (JSON: names): a shard's names
-    #: of this batch beyond `--max-services`, whose events count under the overflow service
+    #: service (the overflow service), count (events), metrics (JSON: names, shard, tracked):
+    #: with `--max-services`, each shard's names of this batch beyond its quota, whose events
+    #: count under the overflow service, and the names it tracks (jobs/summary/slots.py)
     OVERFLOW = "overflow"
 
 
@@ -247,6 +248,8 @@ class BatchRows:
     #: (distinct per state shard; shards hold disjoint names), and how many events those were.
     overflow_names: int = 0
     overflow_events: int = 0
+    #: With `--max-services`: shard -> (names it tracks, names over its quota in this batch).
+    slots: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 def decode_rows(rows: Iterable[Mapping[str, Any]], batch_id: int) -> BatchRows:
@@ -305,8 +308,10 @@ def decode_rows(rows: Iterable[Mapping[str, Any]], batch_id: int) -> BatchRows:
         elif kind == RowKind.DUPLICATE_EVENTS:
             out.duplicate_events += int(row["count"])
         elif kind == RowKind.OVERFLOW:
-            out.overflow_names += int(json.loads(row["metrics"])["names"])
+            report = json.loads(row["metrics"])
+            out.overflow_names += int(report["names"])
             out.overflow_events += int(row["count"])
+            out.slots[int(report["shard"])] = (int(report["tracked"]), int(report["names"]))
         elif kind == RowKind.DEAD_COUNT:
             out.dead_counts[row["reason"]] = row["count"]
         elif kind == RowKind.BROKER_TIMES:

@@ -137,6 +137,9 @@ class ChunkSummary:
     #: The state shard these services live in, and how many shards the job has.
     shard: int = 0
     shards: int = 1
+    #: The shard's quota of `--max-services` names in this batch (None: no limit;
+    #: jobs/summary/slots.py).
+    slots: int | None = None
     #: The services, sorted; every table's `service` column indexes this list.
     names: list[str] = field(default_factory=list)
     #: Window spec keys the `spec` columns index.
@@ -226,7 +229,7 @@ class ChunkSummary:
     ) -> ChunkSummary:
         """A chunk of the given services' summaries (`services`: their per-service table)."""
         first = summaries[0] if summaries else ServiceSummary(0, None)
-        out = cls(first.watermark_ms, first.proc_ms, shard, shards, list(names), specs)
+        out = cls(first.watermark_ms, first.proc_ms, shard, shards, None, list(names), specs)
         spec_of = {k: i for i, k in enumerate(specs)}
         domain_of = {d: i for i, d in enumerate(ARRIVAL_DOMAINS)}
         rows: dict[str, list[list[Any]]] = {name: [] for name in _TABLES}
@@ -280,6 +283,7 @@ class ChunkSummary:
                 "wm": self.watermark_ms,
                 "proc": self.proc_ms,
                 "shard": [self.shard, self.shards],
+                "slots": self.slots,
                 "names": self.names,
                 "specs": list(self.specs),
                 "sizes": {name: _rows_of(self.tables[name]) for name in _TABLES},
@@ -308,7 +312,15 @@ class ChunkSummary:
             pos = _HEAD_END + n_head
             head = json.loads(blob[_HEAD_END:pos])
             shard, shards = head["shard"]
-            out = cls(head["wm"], head["proc"], shard, shards, head["names"], tuple(head["specs"]))
+            out = cls(
+                head["wm"],
+                head["proc"],
+                shard,
+                shards,
+                head["slots"],
+                head["names"],
+                tuple(head["specs"]),
+            )
             sizes = head["sizes"]
             for name, columns in _TABLES.items():
                 table = {}

@@ -34,6 +34,7 @@ from jobs.source.kafka_source import KafkaDataSource, KafkaStreamReader, ranges_
 from jobs.source.offset_log import BatchClock, batch_clock
 from jobs.summary.schema import SUMMARY_SCHEMA
 from jobs.summary.settings import ExecutorConfig
+from jobs.summary.slots import slots_for
 from tidegauge.core.events import event_fields
 from tidegauge.core.plugins import ensure_plugins, load_plugins, loaded_plugins
 from tidegauge.core.registry import metrics
@@ -102,10 +103,12 @@ def summary_source_options(
     late_events_max: int,
     dedup: bool = True,
     shards: int = 1,
+    max_services: int = 0,
 ) -> dict[str, str]:
     """`event_source_options` plus the window settings the read tasks summarise with.
 
-    And the number of state shards they bundle services by (jobs/summary/shards.py).
+    And the number of state shards they bundle services by (jobs/summary/shards.py), and the
+    job's `--max-services`, which the planner shares out among them (jobs/summary/slots.py).
     """
     return {
         **event_source_options(correct_clock_skew),
@@ -114,6 +117,7 @@ def summary_source_options(
         "lateEventsMax": str(late_events_max),
         "dedup": "true" if dedup else "false",
         "stateShards": str(shards),
+        "maxServices": str(max_services),
     }
 
 
@@ -127,12 +131,15 @@ def _summary(
 
 
 class ClockedPartition(InputPartition):
-    """A task's offset ranges and the clock of its batch (picklable)."""
+    """A task's offset ranges, the clock of its batch and its shards' slots (picklable)."""
 
-    def __init__(self, ranges: InputPartition, clock: BatchClock) -> None:
+    def __init__(
+        self, ranges: InputPartition, clock: BatchClock, slots: tuple[int, ...] = ()
+    ) -> None:
         super().__init__(value=(ranges.value, clock.batch_id))
         self.ranges = ranges
         self.clock = clock
+        self.slots = slots
 
 
 class SummaryStreamReader(EventStreamReader):
@@ -145,14 +152,20 @@ class SummaryStreamReader(EventStreamReader):
         self.late_events_max = int(options.get("lateEventsMax", "1000"))
         self.dedup = options.get("dedup", "true") == "true"
         self.shards = int(options.get("stateShards", "1"))
+        self.max_services = int(options.get("maxServices", "0"))
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        """The Kafka source's tasks, each told the batch's watermark and timestamp."""
+        """The Kafka source's tasks, each told the batch's watermark, timestamp and slots."""
         parts = super().partitions(start, end)
         if not parts:
             return parts
         clock = batch_clock(self.checkpoint, end)
-        return [ClockedPartition(p, clock) for p in parts]
+        slots = (
+            slots_for(self.checkpoint, clock.batch_id, self.max_services, self.shards)
+            if self.max_services
+            else ()
+        )
+        return [ClockedPartition(p, clock, slots) for p in parts]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor side: the task's parsed records summarised (jobs/summary/summarise.py).
@@ -169,6 +182,8 @@ class SummaryStreamReader(EventStreamReader):
             self.late_events_max,
             shards=self.shards,
             dedup=self.dedup,
+            max_services=self.max_services,
+            slots=partition.slots,
         )
         clock = partition.clock
         pending: list[pa.RecordBatch] = []

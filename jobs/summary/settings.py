@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from jobs.summary.slots import even
 from tidegauge.core.events import EventField, event_fields
 from tidegauge.core.registry import metrics
 from tidegauge.core.windows import WindowSpec, primary_size
@@ -37,6 +38,9 @@ class ExecutorConfig:
     dedup: bool = True
     #: Services tracked at once by the whole job (0: no limit); each shard takes its share.
     max_services: int = 0
+    #: Read tasks: each shard's quota of `max_services` in this batch (jobs/summary/slots.py);
+    #: () when there is no limit.
+    slots: tuple[int, ...] = ()
     #: How long (event time, by the watermark) a tracked name without events keeps its slot.
     service_idle_ms: int = 3_600_000
 
@@ -50,10 +54,16 @@ class ExecutorConfig:
         if self.max_services < 0:
             raise ValueError("max_services must be >= 0")
 
-    @property
-    def shard_services(self) -> int | None:
-        """Services one shard tracks at once (None: no limit): its share of `max_services`."""
-        return max(1, self.max_services // self.shards) if self.max_services else None
+    def shard_slots(self, shard: int) -> int | None:
+        """Shard `shard`'s quota of names in this batch (None: no limit; jobs/summary/slots.py).
+
+        The read tasks' quotas when they have them, else `max_services` split evenly.
+        """
+        if not self.max_services:
+            return None
+        if self.slots:
+            return self.slots[shard]
+        return even(self.max_services, self.shards)[shard]
 
     @property
     def primary_ms(self) -> int:

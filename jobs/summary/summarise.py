@@ -514,6 +514,7 @@ def summarise(
                 mine, codes[lo:hi] - at[s], names[at[s] : at[s + 1]], watermark_ms, proc_ms, cfg
             )
             one.shard, one.shards = s, cfg.shards
+            one.slots = cfg.shard_slots(s)
             services = one.tables["services"]
             first = np.lexsort((services["offset"], services["partition"]))[0]
             _row(

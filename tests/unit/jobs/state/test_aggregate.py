@@ -15,6 +15,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -783,10 +784,15 @@ def test_state_fn_counts_events_late_for_their_session_as_late() -> None:
 
 
 def run_guarded(
-    frames: list[pd.DataFrame], state: FakeGroupState, max_services: int
+    frames: list[pd.DataFrame],
+    state: FakeGroupState,
+    max_services: int,
+    slots: tuple[int, ...] = (),
 ) -> pd.DataFrame:
+    """The state function on these frames; `slots`: the quotas the planner gave the read task."""
     cfg = ExecutorConfig((TUMBLING,), max_services=max_services)
-    rows = summaries(frames, state.watermark_ms, cfg)
+    read = ExecutorConfig((TUMBLING,), max_services=max_services, slots=slots)
+    rows = summaries(frames, state.watermark_ms, read)
     return pd.concat(list(make_state_fn(cfg)((RecordKind.EVENT, 0), iter(rows), state)))
 
 
@@ -809,7 +815,8 @@ def test_guard_tracks_the_first_names_and_counts_the_rest_under_overflow() -> No
     out = run_guarded(_named_frames(names, T + 100), state, max_services=3)
     assert _windows_by_service(out) == {"s0": 2, "s1": 2, "s2": 2, OVERFLOW_SERVICE: 8}
     (over,) = out[out["kind"] == "overflow"].to_dict("records")
-    assert over["count"] == 8 and json.loads(over["metrics"]) == {"names": 4}
+    assert over["count"] == 8
+    assert json.loads(over["metrics"]) == {"names": 4, "shard": 0, "tracked": 3}
     # the next batch: known names keep their rows, a new one still overflows
     out = run_guarded(_named_frames(["s1", "s9"], T + 200), state, max_services=3)
     assert _windows_by_service(out) == {"s1": 4, OVERFLOW_SERVICE: 10}
@@ -824,6 +831,37 @@ def test_guard_tracks_the_first_names_and_counts_the_rest_under_overflow() -> No
     assert _windows_by_service(out) == {"s8": 2, "s9": 2, OVERFLOW_SERVICE: 2}
     shard = ShardState.from_bytes(hour_later.get[0], ExecutorConfig((TUMBLING,)))
     assert set(shard.names) == {"s1", "s8", "s9"}
+
+
+def test_guard_takes_the_quota_the_read_tasks_carry() -> None:
+    # --max-services 3, but the planner gave this shard 5 slots (others left theirs free)
+    state = FakeGroupState(T)
+    names = [f"s{i}" for i in range(7)]
+    out = run_guarded(_named_frames(names, T + 100), state, max_services=3, slots=(5,))
+    assert _windows_by_service(out) == {**{f"s{i}": 2 for i in range(5)}, OVERFLOW_SERVICE: 4}
+    (over,) = out[out["kind"] == "overflow"].to_dict("records")
+    assert json.loads(over["metrics"]) == {"names": 2, "shard": 0, "tracked": 5}
+    # a smaller quota later admits no new name, and the tracked ones keep their slots
+    out = run_guarded(_named_frames(["s0", "s6"], T + 200), state, max_services=3, slots=(2,))
+    assert _windows_by_service(out) == {"s0": 4, OVERFLOW_SERVICE: 6}
+
+
+def test_guard_reports_what_it_tracks_in_a_batch_without_new_names() -> None:
+    state = FakeGroupState(T)
+    run_guarded(_named_frames(["a", "b"], T + 100), state, max_services=10)
+    out = run_guarded(_named_frames(["a"], T + 200), state, max_services=10)
+    (over,) = out[out["kind"] == "overflow"].to_dict("records")
+    assert over["count"] == 0
+    assert json.loads(over["metrics"]) == {"names": 0, "shard": 0, "tracked": 2}
+
+
+def test_chunks_of_one_batch_with_different_quotas_are_refused() -> None:
+    cfg = ExecutorConfig((TUMBLING,), max_services=4)
+    state = FakeGroupState(T)
+    rows = summaries(_named_frames(["a"], T + 100), T, replace(cfg, slots=(2,)))
+    rows += summaries(_named_frames(["b"], T + 100), T, replace(cfg, slots=(3,)))
+    with pytest.raises(ValueError, match=r"slots \[2, 3\]"):
+        list(make_state_fn(cfg)((RecordKind.EVENT, 0), iter(rows), state))
 
 
 def test_guard_off_tracks_every_name() -> None:

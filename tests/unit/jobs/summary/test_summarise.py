@@ -104,7 +104,8 @@ def test_any_chunking_in_any_order_gives_the_whole_batch_result(
 def test_summary_rows_of_a_chunk(shards: int) -> None:
     rng = np.random.default_rng(9)
     pdf = parsed(rng, 400, T, partitions=1)
-    cfg = ExecutorConfig((TUMBLING,), shards=shards)
+    slots = tuple(range(10, 10 + shards))  # the planner's quotas: each chunk carries its shard's
+    cfg = ExecutorConfig((TUMBLING,), shards=shards, max_services=sum(slots), slots=slots)
     rows = summary_frame(summarise(pdf, 0, T, cfg))
     events = pdf[pdf["kind"] == RecordKind.EVENT]
     bundles = rows[rows["kind"] == SummaryKind.SHARD].to_dict("records")
@@ -113,6 +114,7 @@ def test_summary_rows_of_a_chunk(shards: int) -> None:
     for r in bundles:
         chunk = ChunkSummary.from_bytes(r["blob"])
         assert (chunk.shard, chunk.shards) == (r["shard"], shards)
+        assert chunk.slots == slots[chunk.shard]
         assert chunk.names == sorted(chunk.names)
         assert all(shard_of(name, shards) == r["shard"] for name in chunk.names)
         seen += chunk.names
@@ -203,10 +205,12 @@ def test_chunk_summary_round_trip() -> None:
     chunk = ChunkSummary.of_services(
         names, [full, sparse, full], _services(3), ("10000",), shard=2, shards=3
     )
+    chunk.slots = 334
     blob = chunk.to_bytes()
     back = ChunkSummary.from_bytes(blob)
     assert back.to_bytes() == blob
     assert (back.names, back.shard, back.shards, back.specs) == (names, 2, 3, ("10000",))
+    assert back.slots == 334
     for i, want in enumerate([full, sparse, full]):
         _same(back.service(i), want)
     assert WindowAgg.from_bytes(back.service(0).panes[T]) == agg
