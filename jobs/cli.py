@@ -18,6 +18,7 @@ from jobs.runtime.session import build_session, check_executors, quiet_task_fail
 from jobs.sink.status import progress_summary
 from jobs.source.offset_log import next_watermark
 from tidegauge.core.config import (
+    DEFAULT_MAX_RECORDS_PER_TRIGGER,
     JobConfig,
     add_kafka_options,
     job_config_from_args,
@@ -63,7 +64,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="processing-time interval (default 1s) or available-now (drain the topic, exit)",
     )
     p.add_argument("--starting-offsets", choices=["earliest", "latest"], default="earliest")
-    p.add_argument("--max-records-per-trigger", type=int, default=None)
+    p.add_argument(
+        "--max-records-per-trigger",
+        type=int,
+        default=DEFAULT_MAX_RECORDS_PER_TRIGGER,
+        metavar="N",
+        help=f"records one batch reads at most (default {DEFAULT_MAX_RECORDS_PER_TRIGGER}; 0: "
+        "no limit): a backlog is taken in batches of this size, each committed and shown as it "
+        "ends, instead of in one batch (docs/deploy.md)",
+    )
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     p.add_argument(
         "--shuffle-partitions",

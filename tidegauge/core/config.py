@@ -22,6 +22,7 @@ from tidegauge.core.windows import SLIDING_NEEDS_STEP, WindowSpec, is_sliding_te
 
 __all__ = [
     "DEFAULT_BOOTSTRAP",
+    "DEFAULT_MAX_RECORDS_PER_TRIGGER",
     "DEFAULT_REDIS_URL",
     "DEFAULT_TOPIC",
     "ENV_BOOTSTRAP",
@@ -51,6 +52,10 @@ ENV_PLUGINS = "TIDEGAUGE_PLUGINS"
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_TOPIC = "events"
+#: Records one batch reads at most: a backlog is taken in batches of a few seconds each, every
+#: one committed and on the page as it ends (BENCHMARKS.md, catch-up), instead of in one batch
+#: that holds the page still for minutes.
+DEFAULT_MAX_RECORDS_PER_TRIGGER = 500_000
 
 
 def given(
@@ -176,7 +181,8 @@ class JobConfig:
     trigger: TriggerKind = "processing-time"
     trigger_interval_ms: int = 1_000
     starting_offsets: Literal["earliest", "latest"] = "earliest"
-    max_records_per_trigger: int | None = None
+    #: Records one batch reads at most (None: no limit): a backlog is taken in steps.
+    max_records_per_trigger: int | None = DEFAULT_MAX_RECORDS_PER_TRIGGER
     master: str = "local[*]"
     shuffle_partitions: int = 4
     dead_letter_max: int = 100_000
@@ -214,7 +220,9 @@ class JobConfig:
         if self.starting_offsets not in ("earliest", "latest"):
             raise ValueError("--starting-offsets is earliest or latest")
         if self.max_records_per_trigger is not None and self.max_records_per_trigger <= 0:
-            raise ValueError("--max-records-per-trigger must be positive")
+            raise ValueError(
+                "--max-records-per-trigger must be positive (0 on the command line: no limit)"
+            )
         if not self.checkpoint:
             raise ValueError(
                 "--checkpoint is required (a directory Spark keeps offsets and state in)"
@@ -374,7 +382,7 @@ def job_config_from_args(args: argparse.Namespace) -> JobConfig:
         trigger="available-now" if available_now else "processing-time",
         trigger_interval_ms=1000 if available_now else parse_duration(args.trigger),
         starting_offsets=args.starting_offsets,
-        max_records_per_trigger=args.max_records_per_trigger,
+        max_records_per_trigger=args.max_records_per_trigger or None,
         master=args.master,
         shuffle_partitions=default_shuffle_partitions(args.master)
         if args.shuffle_partitions is None

@@ -396,3 +396,25 @@ def test_bad_conf_is_refused(text: str, match: str) -> None:
 def test_conf_must_name_a_spark_setting() -> None:
     with pytest.raises(ValueError, match="start with 'spark.'"):
         job_config_from_args(_args("--conf", "ui.enabled=false"))
+
+
+def test_a_backlog_is_read_in_bounded_batches_unless_told_otherwise() -> None:
+    assert job_config_from_args(_args()).max_records_per_trigger == 500_000
+    assert (
+        job_config_from_args(_args("--max-records-per-trigger", "2000")).max_records_per_trigger
+        == 2000
+    )
+    assert (
+        job_config_from_args(_args("--max-records-per-trigger", "0")).max_records_per_trigger
+        is None
+    )
+    with pytest.raises(ValueError, match="--max-records-per-trigger must be positive"):
+        job_config_from_args(_args("--max-records-per-trigger", "-3"))
+
+
+def test_max_services_is_any_positive_limit_or_none() -> None:
+    # the limit is the job's: fewer names than state shards is fine (some start with no slot)
+    assert job_config_from_args(_args("--max-services", "2")).max_services == 2
+    assert job_config_from_args(_args("--max-services", "0")).max_services == 0
+    with pytest.raises(ValueError, match="--max-services must be 0"):
+        job_config_from_args(_args("--max-services", "-1"))
