@@ -43,7 +43,14 @@ import redis  # noqa: E402
 
 import jobs.pipeline  # noqa: E402
 from benchmarks.bench_curves import SinkTimer  # noqa: E402
-from benchmarks.bench_job import machine, records_of, run_baseline  # noqa: E402
+from benchmarks.bench_job import (  # noqa: E402
+    _batch_of,
+    _wall_s,
+    machine,
+    new_stages,
+    records_of,
+    run_baseline,
+)
 from cli.local.services import start_broker, start_redis  # noqa: E402
 from jobs.runtime.session import build_session  # noqa: E402
 from jobs.summary.read_task import EventDataSource  # noqa: E402
@@ -83,6 +90,18 @@ def parse_shapes(text: str) -> list[tuple[int, float]]:
 def steady(progress: list[Any]) -> list[Any]:
     """The batches with records, without the first (it starts the query's Python workers)."""
     return [p for p in progress if records_of(p)][1:]
+
+
+def stages_by_batch(stages: list[dict[str, Any]]) -> dict[int, str]:
+    """Per micro-batch: each Spark stage's wall and summed task time, "wall/tasks s"."""
+    out: dict[int, list[str]] = {}
+    for st in stages:
+        batch = _batch_of(st)
+        if batch is not None and st["numTasks"]:
+            out.setdefault(batch, []).append(
+                f"{st['numTasks']}x {_wall_s(st):.2f}/{st['executorRunTime'] / 1000:.2f}"
+            )
+    return {b: " + ".join(parts) for b, parts in out.items()}
 
 
 def measure(shape: str, name: str, progress: list[Any], groups_per_batch: list[int]) -> Run:
@@ -135,6 +154,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="tg-groups-"))
     broker, redis_server = start_broker(), start_redis()
     runs: list[Run] = []
+    seen: set[int] = set()  # Spark stages already reported (--phases)
     try:
         spark = build_session(args.master, shuffle_partitions=2)
         spark.dataSource.register(EventDataSource)
@@ -171,6 +191,7 @@ def main() -> None:
                     t = time.monotonic()
                     if name == "baseline":
                         rows: list[int] = []
+                        rows_ms: list[float] = []
                         progress = run_baseline(spark, kafka, args.per_trigger, ck, rows.append)
                     else:
                         url = f"redis://{redis_server.address}/{db % 16}"
@@ -191,14 +212,17 @@ def main() -> None:
                         with timer.installed():
                             progress = list(jobs.pipeline.run_job(cfg, spark=spark).recentProgress)
                         rows = [n for n, _ in timer.calls]
+                        rows_ms = [ms for n, ms in timer.calls if n]
                     run = measure(shape, name, progress, rows)
                     if args.phases:
-                        for p in steady(progress):
+                        stages = stages_by_batch(new_stages(spark, seen))
+                        for k, p in enumerate(steady(progress)):
                             phases = {k: v for k, v in p.durationMs.items() if v}
                             state = sum(op.memoryUsedBytes for op in p.stateOperators)
+                            sink = f", sink {rows_ms[k + 1]:.0f} ms" if k + 1 < len(rows_ms) else ""
                             print(
                                 f"    batch {p.batchId} {name}: {phases}, state "
-                                f"{state / 1e6:.1f} MB",
+                                f"{state / 1e6:.1f} MB; stages {stages.get(p.batchId, '-')}{sink}",
                                 flush=True,
                             )
                     runs.append(run)

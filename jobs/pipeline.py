@@ -157,6 +157,7 @@ class _BatchWriter:
             # the retention tiers and the spec they roll up (jobs/sink/rollup.py)
             retention=cfg.retention.for_source(source),
             source=None if source is None else WindowSpec.tumbling(source),
+            shards=cfg.state_shards,
         )
         self._client: redis.Redis | None = None
         #: Batch id -> its records and their freshness, measured when the batch is committed;

@@ -69,6 +69,9 @@ class SinkConfig:
     #: Retention tiers and the window spec they roll up; None keeps every window.
     retention: Retention | None = None
     source: WindowSpec | None = None
+    #: The job's state shards: a window's `*` is the merge of their `*` parts once every shard
+    #: has one (else of every service stored for it); None: always the latter.
+    shards: int | None = None
 
 
 @dataclass(frozen=True)
@@ -121,21 +124,26 @@ def write_batch(
     of closed periods up into the tiers and deletes what has aged out (jobs/sink/rollup.py); late
     rows of a window whose raw copy has gone go to the roll-ups only.
 
-    The `*` row of a window merges the aggregates (counts and sketches) of every service stored
-    for that window, read back from Redis before the transaction, so it stays right when only
-    some services changed. Late rows, stragglers and arrivals are per-batch facts: they are
-    stored under a field named "service|batch", so a replay overwrites instead of adding, and
-    a window's revision is the number of batches that brought it stragglers.
+    The `*` row of a window merges the aggregates (counts and sketches) of all its services. Each
+    state shard sends its own `*` (the merge of every event of its services in the window) as a
+    part: once every shard's part is stored, `*` is their merge; until then (a shard without
+    events in the window, a state from before the shards kept a `*`, windows written without
+    one) it is the merge of every service stored for that window, read back from Redis before
+    the transaction. Either way it stays right when only some services changed.
+
+    Late rows, stragglers and arrivals are per-batch facts: they are stored under a field
+    named "service|batch", so a replay overwrites instead of adding, and a window's revision
+    is the number of batches that brought it stragglers.
     """
     batch_id, windows, late, arrivals = batch.batch_id, batch.windows, batch.late, batch.arrivals
     stragglers, duplicates, at = batch.stragglers, batch.duplicates, batch.at
     arrival_window_ms, retention = config.arrival_window_ms, config.retention
-    named: list[str] = [x.service for x in windows]
+    named: list[str] = [x.service for x in windows if x.shard is None]
     named += [x.service for x in late] + [x.service for x in stragglers]
     named += [x.service for x in duplicates]
     named += [x.service for x in arrivals]
     if ALL_SERVICES in named:
-        raise ValueError("'*' is computed by the sink, not sent to it")
+        raise ValueError("'*' is computed by the sink (of the state shards' parts), not sent whole")
     if arrivals and not arrival_window_ms:
         raise ValueError("arrivals need arrival_window_ms")
     plan = None
@@ -145,33 +153,39 @@ def write_batch(
             size = arrival_window_ms
             arrivals = [a for a in arrivals if plan.keeps_arrival(a.domain, a.start_ms, size)]
         late = [lt for lt in late if plan.keeps_window(WindowSpec.from_key(lt.spec), lt.start_ms)]
-    windows, parts = _merge_parts(r, keys, windows)
+    windows, parts, complete = _merge_parts(r, keys, windows, config.shards)
     by_window: dict[tuple[str, int], dict[str, WindowUpdate]] = defaultdict(dict)
     for w in windows:
-        by_window[(w.spec, w.start_ms)][w.service] = w
+        if w.service != ALL_SERVICES or (w.spec, w.start_ms) in complete:
+            by_window[(w.spec, w.start_ms)][w.service] = w
+        else:
+            by_window[(w.spec, w.start_ms)]  # `*` from the services stored, below
 
     wins = sorted(by_window)
+    merge = [cell for cell in wins if ALL_SERVICES not in by_window[cell]]
     read = r.pipeline(transaction=False)
-    for spec, start in wins:
+    for spec, start in merge:
         read.hgetall(keys.window_aggs(spec, start))
-    stored = read.execute() if wins else []
-
-    totals, total_docs = _totals(wins, stored, by_window)
+    stored = read.execute() if merge else []
+    totals, total_docs = _totals(merge, stored, by_window)
+    for (spec, start), total, total_doc in zip(merge, totals, total_docs, strict=True):
+        by_window[(spec, start)][ALL_SERVICES] = WindowUpdate(
+            spec, start, ALL_SERVICES, total_doc, total
+        )
     tx = r.pipeline(transaction=True)
     for key, field_name, blob in parts:
         tx.hset(key, field_name, blob)
     services: set[str] = set()
-    for (spec, start), total, total_doc in zip(wins, totals, total_docs, strict=True):
+    for spec, start in wins:
         fresh = by_window[(spec, start)]
         docs: dict[Any, Any] = {s: _doc(w.metrics, batch_id) for s, w in fresh.items()}
-        docs[ALL_SERVICES] = _doc(total_doc, batch_id)
         blobs: dict[Any, Any] = {s: w.agg for s, w in fresh.items()}
-        blobs[ALL_SERVICES] = total
         tx.hset(keys.window(spec, start), mapping=docs)
         tx.hset(keys.window_aggs(spec, start), mapping=blobs)
         tx.zadd(keys.window_index(spec), {str(start): start})
         tx.sadd(keys.window_specs, spec)
         services.update(fresh)
+    services.discard(ALL_SERVICES)
     if services:
         tx.sadd(keys.services, *sorted(services))
         tx.zadd(keys.services_seen, services_seen(windows), gt=True)
@@ -248,17 +262,18 @@ def _totals(
 
 
 def _merge_parts(
-    r: redis.Redis, keys: Keys, windows: Sequence[WindowUpdate]
-) -> tuple[list[WindowUpdate], list[tuple[str, str, bytes]]]:
+    r: redis.Redis, keys: Keys, windows: Sequence[WindowUpdate], shards: int | None
+) -> tuple[list[WindowUpdate], list[tuple[str, str, bytes]], set[tuple[str, int]]]:
     """Windows with each service's shard parts replaced by one update: the merge of its parts.
 
-    Returns the updates and the parts to store ((key, field, WindowAgg bytes)): a part is the
-    absolute state of one shard, so the merge takes the other shards' stored parts too.
+    Returns the updates, the parts to store ((key, field, WindowAgg bytes)) and the windows
+    whose `*` has a part of each of the `shards`: a part is the absolute state of one shard,
+    so the merge takes the other shards' stored parts too.
     """
     whole = [w for w in windows if w.shard is None]
     split = [w for w in windows if w.shard is not None]
     if not split:
-        return whole, []
+        return whole, [], set()
     cells = sorted({(w.spec, w.start_ms) for w in split})
     read = r.pipeline(transaction=False)
     for spec, start in cells:
@@ -277,8 +292,11 @@ def _merge_parts(
         name = f"{w.service}|{w.shard}"
         have[name] = w.agg
         writes.append((keys.window_parts(w.spec, w.start_ms), name, w.agg))
+    complete: set[tuple[str, int]] = set()
     for (spec, start, service), blobs in sorted(by_service.items()):
         merged = WindowAgg.merged(WindowAgg.from_bytes(b) for _, b in sorted(blobs.items()))
         size = WindowSpec.from_key(spec).size_ms
         whole.append(WindowUpdate(spec, start, service, merged.metrics(size), merged.to_bytes()))
-    return whole, writes
+        if service == ALL_SERVICES and shards is not None and len(blobs) >= shards:
+            complete.add((spec, start))
+    return whole, writes, complete

@@ -62,7 +62,7 @@ from jobs.summary.late_events import newest, stored
 from jobs.summary.schema import SummaryKind
 from jobs.summary.settings import ExecutorConfig
 from jobs.summary.summarise import spec_keys
-from tidegauge.core.events import OVERFLOW_SERVICE
+from tidegauge.core.events import ALL_SERVICES, OVERFLOW_SERVICE
 from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.plugins import ensure_plugins
 from tidegauge.core.window_aggs import WindowAggs
@@ -403,7 +403,9 @@ def _events(
     if budget is None:
         shard.names.clear()  # no limit: nothing to track
     elif not shard.names:  # a state from before the guard: its services hold the slots
-        shard.names = {s: watermark for s in shard.services if s != OVERFLOW_SERVICE}
+        shard.names = {s: watermark for s in shard.services if s not in _RESERVED}
+    if ALL_SERVICES not in shard.services:  # a new state, or one from before the shard's `*`
+        shard.services[ALL_SERVICES] = _all_of(shard.services, cfg)
     guard = Overflow(budget, shard.names, watermark)
     guard.release_idle(cfg.service_idle_ms, shard.services)
 
@@ -432,6 +434,7 @@ def _events(
         strict=True,
     ):
         touched.add((batch.names[g], start), blob)
+        touched.add((ALL_SERVICES, start), blob)  # the shard's `*` takes every part too
     parts = batch.gather("late")
     order = np.lexsort(
         (parts["row"], parts["rank"], parts["start"], parts["spec"], parts["service"])
@@ -450,10 +453,11 @@ def _events(
     for name, values in others.items():
         rows[name] += values
     shard.evict(watermark)
-    # Every shard has its own overflow service: its window rows say which shard they are of
-    # (in `partition`), and the sink merges the shards' parts (jobs/sink/redis_sink.py).
+    # Every shard has its own overflow service and its own `*` (all its services): their
+    # window rows say which shard they are of (in `partition`), and the sink merges the
+    # shards' parts (jobs/sink/redis_sink.py).
     for i, (kind, service) in enumerate(zip(rows["kind"], rows["service"], strict=True)):
-        if kind == RowKind.WINDOW and service == OVERFLOW_SERVICE:
+        if kind == RowKind.WINDOW and service in _RESERVED:
             rows["partition"][i] = shard_id
     late_events = batch.late_events()
     if late_events and cfg.late_events_max:
@@ -476,6 +480,32 @@ def _events(
     elif state.exists:
         state.remove()
     yield frame(rows)
+
+
+#: The names a shard keeps beside its services, under the names readers know them by.
+_RESERVED = (OVERFLOW_SERVICE, ALL_SERVICES)
+
+
+def _all_of(services: dict[str, ServiceWindows], cfg: ExecutorConfig) -> ServiceWindows:
+    """The shard's `*`: every pane the merge of its services' panes of that start (name order).
+
+    Kept from then on like a service, with every part of every batch merged into it too, so
+    the sink merges one `*` per shard rather than every service stored for a window.
+    """
+    out = ServiceWindows(cfg.specs)
+    keys: list[int] = []
+    blobs: list[bytes] = []
+    index: dict[int, int] = {}
+    for name in sorted(services):
+        for start, blob in sorted(services[name].panes.items()):
+            keys.append(index.setdefault(start, len(index)))
+            blobs.append(blob)
+    if blobs:
+        key_of = np.array(keys, np.int64)
+        order = np.argsort(key_of, kind="stable")
+        merged = merge_panes([blobs[i] for i in order], key_of[order], len(index))
+        out.panes = dict(zip(index, merged.encode(), strict=True))
+    return out
 
 
 def _slots(chunks: list[ChunkSummary], cfg: ExecutorConfig, shard_id: int) -> int | None:

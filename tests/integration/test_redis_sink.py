@@ -22,7 +22,7 @@ from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch
 from jobs.sink.status import write_progress
 from jobs.state.rows import LateUpdate, WindowCount, WindowUpdate
 from tests.fixtures import S, T
-from tidegauge.core.events import OVERFLOW_SERVICE
+from tidegauge.core.events import ALL_SERVICES, OVERFLOW_SERVICE
 from tidegauge.core.metrics import PERCENTILES
 from tidegauge.core.store import (
     DeadLetter,
@@ -799,6 +799,46 @@ def test_range_result_to_dict_flattens_the_metrics(seeded: redis.Redis) -> None:
     }
     assert set(got.metrics) <= set(d)
     json.dumps(d, allow_nan=False)  # ready for `tidegauge query --json`
+
+
+def test_star_is_the_merge_of_the_shards_stars_once_every_shard_has_one(
+    redis_client: redis.Redis,
+) -> None:
+    """Each state shard sends its own `*`: with a part of every shard stored, the window's `*`
+    is their merge; until then it is the merge of every service stored, as without parts."""
+    r = redis_client
+    cfg = SinkConfig(shards=2)
+    a, b = agg_of(40, 1, range(30)), agg_of(60, 2, range(20, 70))
+
+    def star(agg: WindowAgg, shard: int) -> WindowUpdate:
+        return dataclasses.replace(update(TUMBLING, T, ALL_SERVICES, agg), shard=shard)
+
+    # shard 1 has no part yet: `*` is merged from the services stored, and shard 0's part kept
+    write_batch(r, KEYS, SinkBatch(1, [update(TUMBLING, T, "a", a), star(a, 0)]), cfg)
+    write_batch(r, KEYS, SinkBatch(2, [update(TUMBLING, T, "b", b), star(a, 0)]), cfg)
+    services = WindowAgg.merged([a, b])
+    assert stored_aggs(r, TUMBLING, T)["*"].to_bytes() == services.to_bytes()
+    assert set(r.hkeys(KEYS.window_parts(TUMBLING.key, T))) == {b"*|0"}
+    # shard 1's part arrives: `*` is the merge of the two parts (the same counts and users)
+    write_batch(r, KEYS, SinkBatch(3, [update(TUMBLING, T, "b", b), star(b, 1)]), cfg)
+    got = stored_aggs(r, TUMBLING, T)["*"]
+    assert got.to_bytes() == WindowAgg.merged([a, b]).to_bytes()
+    assert window_counts(r, TUMBLING, T) == {"a": 40, "b": 60, "*": 100}
+    assert stored_docs(r, TUMBLING, T)["*"]["distinct_users"] == distinct(
+        (40, 1, range(30)), (60, 2, range(20, 70))
+    )
+    assert ALL_SERVICES.encode() not in r.smembers(KEYS.services)
+    # a later batch touching one shard: its new part and the other's stored one
+    b_later = WindowAgg.merged([b, agg_of(5, 9)])
+    batch4 = [update(TUMBLING, T, "b", b_later), star(b_later, 1)]
+    write_batch(r, KEYS, SinkBatch(4, batch4), cfg)
+    before = snapshot(r)
+    write_batch(r, KEYS, SinkBatch(4, batch4), cfg)  # a replay
+    assert snapshot(r) == before
+    assert window_counts(r, TUMBLING, T)["*"] == 105
+    # a whole `*` is never sent
+    with pytest.raises(ValueError, match="'\\*' is computed by the sink"):
+        write_batch(r, KEYS, SinkBatch(5, [update(TUMBLING, T, ALL_SERVICES, a)]), cfg)
 
 
 def test_overflow_parts_of_every_shard_make_one_row(redis_client: redis.Redis) -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tidegauge.core.store.annotations import Annotation, write_annotation
-from tidegauge.core.store.keys import ControlFields
+from tidegauge.core.store.keys import ALL_SERVICES, ControlFields
 
 if TYPE_CHECKING:  # only names for annotations: importing this module stays cheap
     import redis
@@ -45,8 +45,6 @@ __all__ = [
     "start_incident",
 ]
 
-#: `incident_service` value meaning "every service".
-ALL_SERVICES = "*"
 
 # Field names of the control hash (docs/events.md, "Live commands"): the key layout owns them.
 _PAUSE_UNTIL = ControlFields.PAUSE_UNTIL

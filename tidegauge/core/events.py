@@ -29,6 +29,7 @@ __all__ = [
     "MAX_TIME_MS",
     "MIN_TIME_MS",
     "OVERFLOW_SERVICE",
+    "ALL_SERVICES",
     "Event",
     "EventValues",
     "Heartbeat",
@@ -54,8 +55,10 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 _INT32 = 2**31
 
+#: The pseudo-service that aggregates every service; reserved.
+ALL_SERVICES = "*"
 #: The service that counts the events of names beyond the job's `--max-services`; reserved, like
-#: "*" (every service), so no producer's name can be mistaken for it.
+#: ALL_SERVICES, so no producer's name can be mistaken for either.
 OVERFLOW_SERVICE = "(other)"
 
 #: How many bytes of a malformed record the dead-letter store keeps.
@@ -214,7 +217,7 @@ BUILT_IN_FIELDS: tuple[EventField, ...] = (
         "service",
         "string",
         required=True,
-        reserved=("*", OVERFLOW_SERVICE),
+        reserved=(ALL_SERVICES, OVERFLOW_SERVICE),
         max_length=128,
         doc="the key metrics group by",
     ),

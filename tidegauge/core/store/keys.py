@@ -12,11 +12,9 @@ from typing import TypeVar
 import redis
 
 from tidegauge.core.config import RedisSettings
+from tidegauge.core.events import ALL_SERVICES as ALL_SERVICES  # the `*` field of every hash
 
 T = TypeVar("T")
-
-#: The pseudo-service that aggregates every service.
-ALL_SERVICES = "*"
 
 
 @dataclass(frozen=True)

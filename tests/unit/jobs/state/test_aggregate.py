@@ -51,7 +51,7 @@ from tests.unit.jobs.fixtures import (
     state_outputs,
     windows_of,
 )
-from tidegauge.core.events import OVERFLOW_SERVICE
+from tidegauge.core.events import ALL_SERVICES, OVERFLOW_SERVICE
 from tidegauge.core.freshness import merge_times
 from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.window_agg import WindowAgg
@@ -151,7 +151,9 @@ def run(
     frames: list[pd.DataFrame],
     state: FakeGroupState,
     specs: tuple[WindowSpec, ...] = (TUMBLING,),
+    with_all: bool = False,
 ) -> pd.DataFrame:
+    """The state function's output rows; the shard's `*` window rows only `with_all`."""
     if key[0] == RecordKind.EVENT:
         key = (RecordKind.EVENT, 0)
     cfg = ExecutorConfig(specs)
@@ -161,7 +163,16 @@ def run(
         assert list(f.columns) == OUTPUT_COLUMNS
     if not out:
         return pd.DataFrame(columns=OUTPUT_COLUMNS)
-    return pd.concat(out, ignore_index=True)
+    return without_all(pd.concat(out, ignore_index=True), with_all)
+
+
+def without_all(out: pd.DataFrame, keep: bool = False) -> pd.DataFrame:
+    """`out` without the shard's `*` window rows (tested on their own), unless `keep`."""
+    if keep:
+        return out
+    return out[~((out["kind"] == "window") & (out["service"] == ALL_SERVICES))].reset_index(
+        drop=True
+    )
 
 
 def rows_of(out: pd.DataFrame, kind: str, *cols: str) -> set[tuple[Any, ...]]:
@@ -793,7 +804,9 @@ def run_guarded(
     cfg = ExecutorConfig((TUMBLING,), max_services=max_services)
     read = ExecutorConfig((TUMBLING,), max_services=max_services, slots=slots)
     rows = summaries(frames, state.watermark_ms, read)
-    return pd.concat(list(make_state_fn(cfg)((RecordKind.EVENT, 0), iter(rows), state)))
+    return without_all(
+        pd.concat(list(make_state_fn(cfg)((RecordKind.EVENT, 0), iter(rows), state)))
+    )
 
 
 def _named_frames(names: list[str], t: int) -> list[pd.DataFrame]:
@@ -867,3 +880,87 @@ def test_chunks_of_one_batch_with_different_quotas_are_refused() -> None:
 def test_guard_off_tracks_every_name() -> None:
     out = run_guarded(_named_frames([f"s{i}" for i in range(50)], T), FakeGroupState(0), 0)
     assert len(out[out["kind"] == "window"]) == 50
+
+
+# --- the shard's `*` ------------------------------------------------------------------------------
+
+
+def _service_frame(service: str, times: list[int], rng: np.random.Generator) -> pd.DataFrame:
+    n = len(times)
+    return event_frame(
+        service,
+        times,
+        latency=rng.lognormal(3.0, 0.8, n).tolist(),
+        status=rng.choice([200, 200, 200, 503], n).tolist(),
+        users=[f"u{u}" for u in rng.integers(0, 40, n)],
+    )
+
+
+def _all_rows(out: pd.DataFrame) -> dict[tuple[str, int], dict[str, Any]]:
+    sel = out[(out["kind"] == "window") & (out["service"] == ALL_SERVICES)]
+    return {(r["spec"], int(r["window_start"])): r for r in sel.to_dict("records")}
+
+
+def _services_merged(state: FakeGroupState, specs: tuple[WindowSpec, ...]) -> dict[Any, WindowAgg]:
+    """Each open window of every service the shard holds, merged over services (reference)."""
+    shard = ShardState.from_bytes(state.get[0], ExecutorConfig(specs))
+    out: dict[Any, list[WindowAgg]] = {}
+    for name, sw in shard.services.items():
+        if name == ALL_SERVICES:
+            continue
+        aggs = sw.pane_aggs()
+        for spec in specs:
+            for start in {p - p % spec.size_ms for p in aggs} if spec.kind == "tumbling" else ():
+                inside = [a for p, a in aggs.items() if start <= p < spec.end(start)]
+                out.setdefault((spec.key, start), []).append(WindowAgg.merged(inside))
+    return {k: WindowAgg.merged(v) for k, v in out.items()}
+
+
+def test_the_shard_keeps_a_star_of_all_its_services_including_untouched_ones() -> None:
+    rng = np.random.default_rng(3)
+    state = FakeGroupState(0)
+    first = [
+        _service_frame("a", [T + i * 97 for i in range(40)], rng),
+        _service_frame("b", [T + 500 + i * 131 for i in range(60)], rng),
+        _service_frame("c", [T + SIZE + i * 50 for i in range(30)], rng),
+    ]
+    out = run((RecordKind.EVENT, 0), first, state, with_all=True)
+    stars = _all_rows(out)
+    assert {k: r["count"] for k, r in stars.items()} == {(TK, T): 100, (TK, T + SIZE): 30}
+    # the next batch touches only "a" in the first window: `*` still holds b's events there
+    out = run(
+        (RecordKind.EVENT, 0),
+        [_service_frame("a", [T + 9_000, T + 9_500], rng)],
+        state,
+        with_all=True,
+    )
+    stars = _all_rows(out)
+    assert set(stars) == {(TK, T)}
+    star = stars[(TK, T)]
+    assert star["count"] == 102 and star["partition"] == 0  # the shard it is of
+    got = WindowAgg.from_bytes(star["agg"])
+    want = _services_merged(state, (TUMBLING,))[(TK, T)]
+    assert (got.count, got.errors) == (want.count, want.errors)
+    assert got.users.registers.tobytes() == want.users.registers.tobytes()  # the same union
+    assert got.latency.count == want.latency.count
+    for q in (0.5, 0.9, 0.99):  # digests merged in another grouping: within the rank error
+        assert got.latency.quantile(q) == pytest.approx(want.latency.quantile(q), rel=0.05)
+    assert json.loads(star["metrics"]) == got.metrics(SIZE)
+
+
+def test_a_state_from_before_the_star_builds_it_from_its_services() -> None:
+    rng = np.random.default_rng(4)
+    state = FakeGroupState(0)
+    run(
+        (RecordKind.EVENT, 0),
+        [
+            _service_frame(s, [T + 10 * i + k for i in range(20)], rng)
+            for k, s in enumerate(["a", "b", "c"])
+        ],
+        state,
+    )
+    shard = ShardState.from_bytes(state.get[0], ExecutorConfig((TUMBLING,)))
+    del shard.services[ALL_SERVICES]  # as a state written before shards kept a `*`
+    old = FakeGroupState(0, (shard.to_bytes(),))
+    out = run((RecordKind.EVENT, 0), [_service_frame("a", [T + 5_000], rng)], old, with_all=True)
+    assert _all_rows(out)[(TK, T)]["count"] == 61
