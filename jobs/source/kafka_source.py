@@ -79,23 +79,27 @@ ARROW_SCHEMA = pa.schema(
 
 
 def split_limit(start: Mapping[str, int], end: Mapping[str, int], limit: int) -> Offsets:
-    """Cap a batch at `limit` records in all, shared fairly between partitions.
+    """Cap a batch at `limit` records in all, shared between partitions by what each has.
 
-    Water-filling: visit partitions from the least available data to the most (ties: lower
-    partition first); each takes all it has or an equal share of what is left, whichever is
-    smaller, so the last ones visited absorb integer-division remainders. Pure and
-    deterministic, so a test can predict batch boundaries from the same inputs.
+    Each partition takes the same fraction of what it has available (largest remainders get
+    the records integer division leaves; ties: lower partition number first), as Spark's own
+    Kafka source shares `maxOffsetsPerTrigger`. A backlog's partitions hold the same span of
+    event time however unevenly keys spread records over them, so taking the same fraction of
+    each moves them through event time together: an equal share instead would run the
+    emptier partitions ahead, and the watermark they push would make the fuller ones' records
+    late. Pure and deterministic, so a test can predict batch boundaries from the same inputs.
     """
     avail = {p: max(0, end[p] - start.get(p, 0)) for p in end}
     out = {p: start.get(p, 0) for p in end}
-    remaining = limit
-    order = sorted(avail, key=lambda p: (avail[p], int(p)))
-    for i, p in enumerate(order):
-        share = remaining // (len(order) - i)
-        take = min(avail[p], share)
-        out[p] += take
-        remaining -= take
-    return out
+    total = sum(avail.values())
+    if total <= limit:
+        return {p: out[p] + avail[p] for p in end}
+    takes = {p: limit * avail[p] // total for p in end}
+    left = limit - sum(takes.values())
+    by_remainder = sorted(end, key=lambda p: (-(limit * avail[p] % total), int(p)))
+    for p in by_remainder[:left]:
+        takes[p] += 1
+    return {p: out[p] + takes[p] for p in end}
 
 
 def true_end_offsets(bootstrap: str, topic: str, options: ClientOptions = ()) -> Offsets:

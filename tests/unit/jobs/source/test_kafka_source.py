@@ -21,8 +21,8 @@ from jobs.source.kafka_source import (
 
 # --- split_limit: table ---------------------------------------------------------------------
 #
-# Water-filling, visiting partitions from the least available data to the most (ties: lower
-# partition number first); each takes min(what it has, remaining // partitions left).
+# Proportional: each partition takes limit * available / total, rounded down; the records that
+# leaves go to the largest remainders (ties: lower partition number first).
 
 
 @pytest.mark.parametrize(
@@ -47,37 +47,45 @@ from jobs.source.kafka_source import (
             {"0": 100, "1": 100, "2": 100},
             30,
             {"0": 10, "1": 10, "2": 10},
-            id="equal-shares",
+            id="equal-partitions-equal-shares",
         ),
         pytest.param(
-            # 10 // 3 = 3 for p0, 7 // 2 = 3 for p1, p2 (visited last) absorbs the remainder
+            # 10/3 each: 3 + 3 + 3, the one left to the lowest partition (equal remainders)
             {"0": 0, "1": 0, "2": 0},
             {"0": 100, "1": 100, "2": 100},
             10,
-            {"0": 3, "1": 3, "2": 4},
-            id="remainder-goes-to-the-last-visited",
+            {"0": 4, "1": 3, "2": 3},
+            id="remainder-to-the-lower-partition-on-ties",
         ),
         pytest.param(
-            # p0 has only 2: it takes them and its unused share goes to the others (14 + 14)
+            # a backlog keyed unevenly: 43 / 31 / 26 of it, each partition gives that share
+            {"0": 0, "1": 0, "2": 0},
+            {"0": 4300, "1": 3100, "2": 2600},
+            1000,
+            {"0": 430, "1": 310, "2": 260},
+            id="uneven-partitions-same-fraction-of-each",
+        ),
+        pytest.param(
+            # 30 * 2/102 = 0.59, 30 * 50/102 = 14.7 twice: 0 + 14 + 14, and the two left to
+            # the largest remainders, p1 and p2 (0.71) before p0 (0.59)
             {"0": 0, "1": 0, "2": 0},
             {"0": 2, "1": 50, "2": 50},
             30,
-            {"0": 2, "1": 14, "2": 14},
-            id="uneven-partitions",
+            {"0": 0, "1": 15, "2": 15},
+            id="small-partition-takes-its-fraction",
         ),
         pytest.param(
             {"0": 7, "1": 7, "2": 7},
             {"0": 7, "1": 57, "2": 107},
             40,
-            {"0": 7, "1": 27, "2": 27},
+            {"0": 7, "1": 20, "2": 34},
             id="partition-with-nothing-new",
         ),
         pytest.param(
-            # shares 1 // 3 = 0, 1 // 2 = 0, then the last partition visited takes the one record
             {"0": 0, "1": 0, "2": 0},
             {"0": 5, "1": 5, "2": 5},
             1,
-            {"0": 0, "1": 0, "2": 1},
+            {"0": 1, "1": 0, "2": 0},
             id="limit-1",
         ),
         pytest.param(
@@ -88,12 +96,12 @@ from jobs.source.kafka_source import (
             id="limit-0-stays-put",
         ),
         pytest.param(
-            # p2 appeared after `start` was taken: it starts at offset 0 with 4 records
-            # order: p2 (4 available) -> 9 // 3 = 3; p0 -> 6 // 2 = 3; p1 -> 3
+            # p2 appeared after `start` was taken: it starts at offset 0 with 4 records;
+            # 9 * 10/24 = 3.75 twice, 9 * 4/24 = 1.5: 3 + 3 + 1, the two left to p0 and p1
             {"0": 10, "1": 10},
             {"0": 20, "1": 20, "2": 4},
             9,
-            {"0": 13, "1": 13, "2": 3},
+            {"0": 14, "1": 14, "2": 1},
             id="new-partition-missing-in-start",
         ),
         pytest.param(
@@ -108,7 +116,7 @@ from jobs.source.kafka_source import (
             {"2": 0, "10": 0},
             {"2": 100, "10": 100},
             3,
-            {"2": 1, "10": 2},
+            {"2": 2, "10": 1},
             id="tie-break-numeric",
         ),
         pytest.param(
@@ -160,10 +168,11 @@ def test_split_limit_properties(seed: int) -> None:
         taken = {p: out[p] - base[p] for p in end}
         available = sum(end[p] - base[p] for p in end)
         assert sum(taken.values()) == min(limit, available)
-        # fair: a partition left with data took at least (largest take - 1)
-        for p in end:
-            if out[p] < end[p]:
-                assert taken[p] >= max(taken.values()) - 1, (start, end, limit, out)
+        # in proportion: within one record of its share of the limit
+        if available > limit:
+            for p in end:
+                share = limit * (end[p] - base[p]) / available
+                assert share - 1 < taken[p] < share + 1, (start, end, limit, out)
 
 
 @pytest.mark.parametrize("seed", range(10))
