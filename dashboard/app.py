@@ -28,7 +28,7 @@ from dashboard import chart, data, figures, panels, view_url
 from dashboard.copy_button import copy_button
 from dashboard.dead_letters import dead_counts_frame, dead_letters_frame
 from dashboard.health import job_starts
-from dashboard.job_status import catch_up, offsets_frame, offsets_summary
+from dashboard.job_status import CATCH_UP_WINDOW_MS, catch_up, offsets_frame, offsets_summary
 from dashboard.latency_range import cdf_frame, range_table
 from dashboard.lateness import digest_histogram, late_events_frame, what_if_frame
 from dashboard.marks import annotation_marks, clip, mark
@@ -497,7 +497,8 @@ def _health(snap: data.Snapshot, d: Derived) -> None:
     if behind is not None:
         pace = (
             f"{behind.processed_per_s:,.0f} records/s taken, "
-            f"{behind.arriving_per_s:,.0f} arriving, over the last minute"
+            f"{behind.arriving_per_s:,.0f} arriving, over the last "
+            f"{format_duration(CATCH_UP_WINDOW_MS)}"
         )
         if behind.eta_s is None:
             st.warning(

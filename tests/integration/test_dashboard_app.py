@@ -533,7 +533,7 @@ def test_a_job_behind_the_topic_shows_when_it_will_have_caught_up(
     monkeypatch: pytest.MonkeyPatch, redis_settings: RedisSettings, redis_client: redis.Redis
 ) -> None:
     now = now_ms()
-    seed(redis_client, now - 200_000)  # its batch is older than the minute the pace is taken over
+    seed(redis_client, now - 200_000)  # its batch is older than the span the pace is taken over
     # A capped job catching up: 100,000 records per 2 s batch against 10,000/s arriving.
     for i in range(3, 13):
         t = now - (13 - i) * 2_000

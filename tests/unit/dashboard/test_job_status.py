@@ -125,6 +125,16 @@ def test_catch_up_estimates_when_the_backlog_is_gone_at_the_current_pace() -> No
     assert behind.eta_s == pytest.approx(backlog / 20_000, rel=1e-3)
 
 
+def test_catch_up_follows_a_fresh_job_that_speeds_up() -> None:
+    # a fresh JVM: 2 s batches of 50,000 records (25,000/s) for 20 s, then of 100,000 (50,000/s)
+    history = _history(20, 50_000, 5_000, 9_000_000)
+    for b in history[10:]:
+        b["input_rows"] = 100_000
+    behind = catch_up(history)
+    assert behind is not None
+    assert behind.processed_per_s == pytest.approx(50_000)  # the pace now, not the average
+
+
 def test_catch_up_says_when_the_job_is_not_gaining_and_when_it_is_not_behind() -> None:
     losing = catch_up(_history(10, 10_000, 8_000, 1_000_000))  # 5,000/s taken, 8,000 arriving
     assert losing is not None and losing.eta_s is None
