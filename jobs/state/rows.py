@@ -12,13 +12,14 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.parse.columns import Columns, decode_columns
+from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.store import DeadLetter
 from tidegauge.core.window_aggs import json_value
@@ -359,10 +360,11 @@ def _merge_shards(out: BatchRows) -> BatchRows:
 
     The overflow service exists in every state shard, so its per-batch facts (late rows,
     stragglers, duplicates, arrivals) come from several shards and are summed here; every other
-    service lives in one shard and passes unchanged.
+    service lives in one shard and passes unchanged (and is not looked at: thousands a batch).
     """
+    kept, parts = _split_overflow(out.late)
     late: dict[tuple[str, int, str], LateUpdate] = {}
-    for u in out.late:
+    for u in parts:
         key = (u.spec, u.start_ms, u.service)
         have = late.get(key)
         if have is None:
@@ -371,14 +373,16 @@ def _merge_shards(out: BatchRows) -> BatchRows:
             merged = LateAgg.from_bytes(have.agg) if have.agg else LateAgg(have.count)
             merged.merge(LateAgg.from_bytes(u.agg) if u.agg else LateAgg(u.count))
             late[key] = LateUpdate(u.spec, u.start_ms, u.service, merged.count, merged.to_bytes())
-    out.late = list(late.values())
+    out.late = kept + list(late.values())
     for name in ("stragglers", "duplicates"):
+        kept_counts, count_parts = _split_overflow(getattr(out, name))
         counts: Counter[tuple[str, int, str]] = Counter()
-        for c in getattr(out, name):
+        for c in count_parts:
             counts[(c.spec, c.start_ms, c.service)] += c.count
-        setattr(out, name, [WindowCount(*key, n) for key, n in counts.items()])
+        setattr(out, name, kept_counts + [WindowCount(*key, n) for key, n in counts.items()])
+    kept_arrivals, arrival_parts = _split_overflow(out.arrivals)
     arrivals: dict[tuple[str, int, str], ArrivalUpdate] = {}
-    for a in out.arrivals:
+    for a in arrival_parts:
         key = (a.domain, a.start_ms, a.service)
         have_a = arrivals.get(key)
         if have_a is None:
@@ -392,5 +396,18 @@ def _merge_shards(out: BatchRows) -> BatchRows:
             arrivals[key] = ArrivalUpdate(
                 a.domain, a.start_ms, a.service, have_a.count + a.count, metrics
             )
-    out.arrivals = list(arrivals.values())
+    out.arrivals = kept_arrivals + list(arrivals.values())
     return out
+
+
+_Fact = TypeVar("_Fact", LateUpdate, WindowCount, ArrivalUpdate)
+
+
+def _split_overflow(facts: list[_Fact]) -> tuple[list[_Fact], list[_Fact]]:
+    """(the facts of services in one shard, those of the overflow service, kept by all)."""
+    if not any(f.service == OVERFLOW_SERVICE for f in facts):
+        return facts, []
+    return (
+        [f for f in facts if f.service != OVERFLOW_SERVICE],
+        [f for f in facts if f.service == OVERFLOW_SERVICE],
+    )
