@@ -109,6 +109,7 @@ from benchmarks.bench_freshness import (  # noqa: E402
     by_partition,
     cpu_snapshot,
     cpu_text,
+    job_argv,
     job_parts,
     ms,
     parts_text,
@@ -911,31 +912,16 @@ def main() -> None:
 
         live = LiveLoad(segment, segment_s)
         live.prepare()
-        argv = [
-            sys.executable,
-            "-m",
-            "cli.main",
-            "job",
-            "--bootstrap",
-            kafka.bootstrap,
-            "--topic",
-            kafka.topic,
-            "--redis",
+        argv = job_argv(
+            kafka,
             url,
-            "--redis-prefix",
-            PREFIX,
-            "--checkpoint",
-            str(tmp / "checkpoint"),
-            "--trigger",
+            tmp / "checkpoint",
             "1s",
-            "--master",
             args.master,
-            "--starting-offsets",
             "earliest",
-            # every service its own group: none counted under "(other)"
-            *(["--max-services", str(2 * args.services)] if args.services > 500 else []),
-            *args.job_arg,
-        ]
+            args.services,
+            args.job_arg,
+        )
         print(
             f"\nlive load: {args.rate:,} events/s ({args.client}, segments of {segment_s:.0f}s); "
             f"job: {' '.join(argv[1:])}",

@@ -249,6 +249,44 @@ class Job:
             self.proc.wait(5)
 
 
+def job_argv(
+    kafka: KafkaSettings,
+    url: str,
+    checkpoint: Path,
+    trigger: str,
+    master: str,
+    starting_offsets: str,
+    services: int,
+    extra: list[str],
+) -> list[str]:
+    """`tidegauge job` as a user starts it on this run's broker and Redis (a subprocess argv)."""
+    return [
+        sys.executable,
+        "-m",
+        "cli.main",
+        "job",
+        "--bootstrap",
+        kafka.bootstrap,
+        "--topic",
+        kafka.topic,
+        "--redis",
+        url,
+        "--redis-prefix",
+        PREFIX,
+        "--checkpoint",
+        str(checkpoint),
+        "--trigger",
+        trigger,
+        "--master",
+        master,
+        "--starting-offsets",
+        starting_offsets,
+        # every service its own group: none counted under "(other)"
+        *(["--max-services", str(2 * services)] if services > 500 else []),
+        *extra,
+    ]
+
+
 def start_job(argv: list[str], log_path: Path) -> Job:
     env = dict(os.environ)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -693,31 +731,16 @@ def main() -> None:
         ensure_topic(kafka, PARTITIONS)
         url = f"redis://{services['redis'].address}/0"
         r = connect(RedisSettings(url=url))
-        argv = [
-            sys.executable,
-            "-m",
-            "cli.main",
-            "job",
-            "--bootstrap",
-            kafka.bootstrap,
-            "--topic",
-            kafka.topic,
-            "--redis",
+        argv = job_argv(
+            kafka,
             url,
-            "--redis-prefix",
-            PREFIX,
-            "--checkpoint",
-            str(tmp / "checkpoint"),
-            "--trigger",
+            tmp / "checkpoint",
             args.trigger,
-            "--master",
             args.master,
-            "--starting-offsets",
             "latest",
-            # every service its own group: none counted under "(other)"
-            *(["--max-services", str(2 * args.services)] if args.services > 500 else []),
-            *args.job_arg,
-        ]
+            args.services,
+            args.job_arg,
+        )
         print(f"job: {' '.join(argv[1:])}", flush=True)
         t = time.monotonic()
         job = start_job(argv, tmp / "job.log")

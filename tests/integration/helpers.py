@@ -9,13 +9,14 @@ import re
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tidegauge.core.durations import to_iso
+from tidegauge.core.events import Event, encode_event
 from tidegauge.core.windows import WindowSpec
 
 WINDOW_MS = 10_000
@@ -39,6 +40,29 @@ def tidegauge(
             f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-5000:]}"
         )
     return proc
+
+
+def send_events(
+    bootstrap: str,
+    topic: str,
+    events: Sequence[Event],
+    partitions: int = 1,
+    partition_of: Callable[[int], int] | None = None,
+) -> None:
+    """Create `topic` and send `events` in order, each with its event time as Kafka timestamp.
+
+    `partition_of(i)`: the partition of event i (default: one partition, or the producer's
+    choice by key).
+    """
+    from kafka import KafkaProducer
+
+    tidegauge("topic", "--bootstrap", bootstrap, "--topic", topic, "--partitions", str(partitions))
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
+    for i, e in enumerate(events):
+        part = None if partition_of is None else partition_of(i)
+        producer.send(topic, encode_event(e), partition=part, timestamp_ms=e.event_time)
+    producer.flush()
+    producer.close()
 
 
 def load_truth(path: Path) -> list[dict[str, Any]]:

@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 import redis
-from kafka import KafkaProducer
 
-from tests.integration.helpers import tidegauge
-from tidegauge.core.events import Event, encode_event
+from tests.integration.helpers import send_events
+from tidegauge.core.events import Event
 from tidegauge.core.store import ALL_SERVICES, Keys, read_batches, read_late_counters, read_windows
 from tidegauge.core.windows import WindowSpec
 
@@ -39,18 +38,11 @@ def run(
     tmp = tmp_path_factory.mktemp("capped")
     topic = "uneven-backlog"
     url = module_redis_db().url
-    tidegauge("topic", "--bootstrap", broker.address, "--topic", topic, "--partitions", "3")
     events = [
         Event(f"e{i}", T0 + i * SPAN_MS // EVENTS, f"svc-{i % 7}", latency_ms=1.0)
         for i in range(EVENTS)
     ]
-    producer = KafkaProducer(bootstrap_servers=broker.address, linger_ms=20)
-    for i, e in enumerate(events):
-        producer.send(
-            topic, encode_event(e), partition=PARTITION[i % 10], timestamp_ms=e.event_time
-        )
-    producer.flush()
-    producer.close()
+    send_events(broker.address, topic, events, 3, lambda i: PARTITION[i % 10])
     job_in_process(
         topic,
         url,

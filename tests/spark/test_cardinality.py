@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 import redis
-from kafka import KafkaProducer
 
-from tests.integration.helpers import tidegauge
-from tidegauge.core.events import OVERFLOW_SERVICE, Event, encode_event
+from tests.integration.helpers import send_events, tidegauge
+from tidegauge.core.events import OVERFLOW_SERVICE, Event
 from tidegauge.core.store import ALL_SERVICES, Keys, read_batches, read_windows
 from tidegauge.core.windows import WindowSpec
 
@@ -47,13 +46,8 @@ def run(
     topic = "many-names"
     url = module_redis_db().url
     # one partition: the stream is in event-time order, so no event is late
-    tidegauge("topic", "--bootstrap", broker.address, "--topic", topic, "--partitions", "1")
     events = stream()
-    producer = KafkaProducer(bootstrap_servers=broker.address, linger_ms=20)
-    for e in events:
-        producer.send(topic, encode_event(e), timestamp_ms=e.event_time)
-    producer.flush()
-    producer.close()
+    send_events(broker.address, topic, events)
     job_in_process(
         topic,
         url,

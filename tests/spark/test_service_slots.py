@@ -20,11 +20,10 @@ from typing import Any
 
 import pytest
 import redis
-from kafka import KafkaProducer
 
 from jobs.summary.shards import shard_of
-from tests.integration.helpers import tidegauge
-from tidegauge.core.events import OVERFLOW_SERVICE, Event, encode_event
+from tests.integration.helpers import send_events
+from tidegauge.core.events import OVERFLOW_SERVICE, Event
 from tidegauge.core.store import ALL_SERVICES, Keys, read_batches, read_windows
 from tidegauge.core.windows import WindowSpec
 
@@ -64,12 +63,7 @@ def run(
     tmp = tmp_path_factory.mktemp("slots")
     topic = "exactly-the-limit"
     url = module_redis_db().url
-    tidegauge("topic", "--bootstrap", broker.address, "--topic", topic, "--partitions", "1")
-    producer = KafkaProducer(bootstrap_servers=broker.address, linger_ms=20)
-    for e in stream():
-        producer.send(topic, encode_event(e), timestamp_ms=e.event_time)
-    producer.flush()
-    producer.close()
+    send_events(broker.address, topic, stream())
     job_in_process(
         topic,
         url,
