@@ -107,7 +107,9 @@ def sink(out: pa.Table, r: redis.Redis, cfg: ExecutorConfig) -> None:
         r,
         Keys("bench"),
         SinkBatch.of_rows(7, rows, late),
-        SinkConfig(arrival_window_ms=10_000, late_events_max=cfg.late_events_max),
+        SinkConfig(
+            arrival_window_ms=10_000, late_events_max=cfg.late_events_max, shards=cfg.shards
+        ),
     )
 
 

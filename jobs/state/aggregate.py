@@ -305,7 +305,7 @@ def _window_rows(
     key_of = np.array(keys, np.int64)
     order = np.argsort(key_of, kind="stable")
     ordered = [inputs[i] for i in order]
-    merged = merge_panes(ordered, key_of[order], len(touched.keys))
+    merged = _decode_once(ordered).combine(key_of[order], len(touched.keys))
     # A pane of one input is that input, byte for byte: only merged ones are encoded again.
     counts = np.bincount(key_of, minlength=len(touched.keys))
     first = np.cumsum(counts) - counts  # each pane's first input in `ordered`
@@ -484,6 +484,24 @@ def _events(
 
 #: The names a shard keeps beside its services, under the names readers know them by.
 _RESERVED = (OVERFLOW_SERVICE, ALL_SERVICES)
+
+
+def _decode_once(blobs: list[bytes]) -> WindowAggs:
+    """`WindowAggs.decode(blobs)`, each distinct blob object decoded once.
+
+    Every part of a batch is merged into its service's pane and into the shard's `*` pane: the
+    same bytes twice, decoded once and taken twice.
+    """
+    first: dict[int, int] = {}
+    distinct: list[bytes] = []
+    rows = []
+    for blob in blobs:
+        j = first.setdefault(id(blob), len(distinct))
+        if j == len(distinct):
+            distinct.append(blob)
+        rows.append(j)
+    table = WindowAggs.decode(distinct)
+    return table if len(distinct) == len(blobs) else table.take(rows)
 
 
 def _all_of(services: dict[str, ServiceWindows], cfg: ExecutorConfig) -> ServiceWindows:
