@@ -461,8 +461,9 @@ def test_reader_resumes_from_the_checkpointed_offsets(
     try:
         base = {"0": 200, "1": 40, "2": 290}
         end = reader.latestOffset()
-        # available: 100, 260, 10 -> water-filling: p2 takes 10, then 45 and 45
-        assert end == {"0": 245, "1": 85, "2": 300}
+        # available: 100, 260, 10 (370) -> in proportion: 27.0, 70.3, 2.7, and the one left
+        # to the largest remainder (p2)
+        assert end == {"0": 227, "1": 110, "2": 293}
         assert total(base, end) == 100
     finally:
         reader.stop()
