@@ -153,13 +153,10 @@ def write_batch(
             size = arrival_window_ms
             arrivals = [a for a in arrivals if plan.keeps_arrival(a.domain, a.start_ms, size)]
         late = [lt for lt in late if plan.keeps_window(WindowSpec.from_key(lt.spec), lt.start_ms)]
-    windows, parts, complete = _merge_parts(r, keys, windows, config.shards)
+    windows, parts = _merge_parts(r, keys, windows, config.shards)
     by_window: dict[tuple[str, int], dict[str, WindowUpdate]] = defaultdict(dict)
-    for w in windows:
-        if w.service != ALL_SERVICES or (w.spec, w.start_ms) in complete:
-            by_window[(w.spec, w.start_ms)][w.service] = w
-        else:
-            by_window[(w.spec, w.start_ms)]  # `*` from the services stored, below
+    for w in windows:  # a window without its shards' `*` gets it from the services, below
+        by_window[(w.spec, w.start_ms)][w.service] = w
 
     wins = sorted(by_window)
     merge = [cell for cell in wins if ALL_SERVICES not in by_window[cell]]
@@ -263,17 +260,17 @@ def _totals(
 
 def _merge_parts(
     r: redis.Redis, keys: Keys, windows: Sequence[WindowUpdate], shards: int | None
-) -> tuple[list[WindowUpdate], list[tuple[str, str, bytes]], set[tuple[str, int]]]:
+) -> tuple[list[WindowUpdate], list[tuple[str, str, bytes]]]:
     """Windows with each service's shard parts replaced by one update: the merge of its parts.
 
-    Returns the updates, the parts to store ((key, field, WindowAgg bytes)) and the windows
-    whose `*` has a part of each of the `shards`: a part is the absolute state of one shard,
-    so the merge takes the other shards' stored parts too.
+    Returns the updates and the parts to store ((key, field, WindowAgg bytes)): a part is the
+    absolute state of one shard, so the merge takes the other shards' stored parts too. A
+    window's `*` gets an update only once each of the `shards` has a part.
     """
     whole = [w for w in windows if w.shard is None]
     split = [w for w in windows if w.shard is not None]
     if not split:
-        return whole, [], set()
+        return whole, []
     cells = sorted({(w.spec, w.start_ms) for w in split})
     read = r.pipeline(transaction=False)
     for spec, start in cells:
@@ -292,11 +289,10 @@ def _merge_parts(
         name = f"{w.service}|{w.shard}"
         have[name] = w.agg
         writes.append((keys.window_parts(w.spec, w.start_ms), name, w.agg))
-    complete: set[tuple[str, int]] = set()
     for (spec, start, service), blobs in sorted(by_service.items()):
+        if service == ALL_SERVICES and (shards is None or len(blobs) < shards):
+            continue  # not every shard's `*` yet: the sink merges the services instead
         merged = WindowAgg.merged(WindowAgg.from_bytes(b) for _, b in sorted(blobs.items()))
         size = WindowSpec.from_key(spec).size_ms
         whole.append(WindowUpdate(spec, start, service, merged.metrics(size), merged.to_bytes()))
-        if service == ALL_SERVICES and shards is not None and len(blobs) >= shards:
-            complete.add((spec, start))
-    return whole, writes, complete
+    return whole, writes
