@@ -70,7 +70,7 @@ def pool(n: int, events: int, seed: int = 1) -> list[WindowUpdate]:
         users = np.array([f"user-{u}" for u in rng.integers(0, 5_000, k)], dtype=object)
         agg = WindowAgg()
         agg.add(latency, status, users)
-        out.append(WindowUpdate(SPEC.key, 0, "", agg.metrics(W), agg.to_bytes()))
+        out.append(WindowUpdate(SPEC.key, 0, "", agg.to_bytes()))
     return out
 
 
@@ -124,7 +124,7 @@ def main() -> int:
                 for name in services:
                     u = aggs[i % len(aggs)]
                     i += 1
-                    windows.append(WindowUpdate(SPEC.key, start, name, u.metrics, u.agg))
+                    windows.append(WindowUpdate(SPEC.key, start, name, u.agg))
             for _ in range(2):  # late rows for windows 1 to 30 minutes old
                 start = t - M - int(rng.integers(6, 180)) * W
                 late.append(

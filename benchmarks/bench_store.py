@@ -484,19 +484,18 @@ class Run:
             reach = [p for p in order if end - SLIDING.reach_ms <= p < end]
             windows += [(1, end - SLIDING.size_ms, [row[p] + g for p in reach]) for g in groups]
         out = window_aggs(PLAN, table, pane_start, windows)
-        sizes = np.array([PLAN.specs[s].size_ms for s, _, _ in windows], np.int64)
         counts = out.ints["count"].tolist()
         updates = []
-        for k, (text, blob) in enumerate(zip(out.results_json(sizes), out.encode(), strict=True)):
+        for k, blob in enumerate(out.encode()):
             if not counts[k]:
                 continue
             s, w, _ = windows[k]
             g = groups[k % width]
             spec = PLAN.specs[s].key
             if g < n:
-                updates.append(WindowUpdate(spec, w, self.names[g], text, blob))
+                updates.append(WindowUpdate(spec, w, self.names[g], blob))
             else:
-                updates.append(WindowUpdate(spec, w, ALL_SERVICES, text, blob, shard=g - n))
+                updates.append(WindowUpdate(spec, w, ALL_SERVICES, blob, shard=g - n))
         return updates
 
 

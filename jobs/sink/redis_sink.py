@@ -8,7 +8,6 @@ increment, so replaying a batch after a crash leaves Redis byte-for-byte the sam
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,7 +25,6 @@ from jobs.state.rows import (
     WindowCount,
     WindowUpdate,
     arrival_doc,
-    metrics_json,
 )
 from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.retention import Retention
@@ -36,24 +34,6 @@ from tidegauge.core.window_aggs import WindowAggs
 from tidegauge.core.windows import WindowSpec
 
 __all__ = ["SinkBatch", "SinkConfig", "write_batch"]
-
-
-def _doc(metrics: Mapping[str, Any] | str, batch_id: int) -> str:
-    """A window's stored document: its metrics and the batch that wrote them, keys sorted.
-
-    Metrics given as sorted, compact JSON text (the state function's rows) whose first key
-    sorts after "batch" (every built-in field) get the batch spliced in without parsing.
-    """
-    if isinstance(metrics, str):
-        first = metrics[2 : metrics.find('"', 2)]
-        if metrics == "{}":
-            return f'{{"batch":{batch_id}}}'
-        if metrics.startswith('{"') and first > "batch" and "\\" not in first:
-            return f'{{"batch":{batch_id},{metrics[1:]}'
-        parsed: Mapping[str, Any] = json.loads(metrics)
-    else:
-        parsed = metrics
-    return metrics_json({**parsed, "batch": batch_id})
 
 
 @dataclass(frozen=True)
@@ -164,20 +144,16 @@ def write_batch(
     for spec, start in merge:
         read.hgetall(keys.window_aggs(spec, start))
     stored = read.execute() if merge else []
-    totals, total_docs = _totals(merge, stored, by_window)
-    for (spec, start), total, total_doc in zip(merge, totals, total_docs, strict=True):
-        by_window[(spec, start)][ALL_SERVICES] = WindowUpdate(
-            spec, start, ALL_SERVICES, total_doc, total
-        )
+    totals = _totals(merge, stored, by_window)
+    for (spec, start), total in zip(merge, totals, strict=True):
+        by_window[(spec, start)][ALL_SERVICES] = WindowUpdate(spec, start, ALL_SERVICES, total)
     tx = r.pipeline(transaction=True)
     for key, field_name, blob in parts:
         tx.hset(key, field_name, blob)
     services: set[str] = set()
     for spec, start in wins:
         fresh = by_window[(spec, start)]
-        docs: dict[Any, Any] = {s: _doc(w.metrics, batch_id) for s, w in fresh.items()}
         blobs: dict[Any, Any] = {s: w.agg for s, w in fresh.items()}
-        tx.hset(keys.window(spec, start), mapping=docs)
         tx.hset(keys.window_aggs(spec, start), mapping=blobs)
         tx.zadd(keys.window_index(spec), {str(start): start})
         tx.sadd(keys.window_specs, spec)
@@ -237,12 +213,12 @@ def _totals(
     wins: Sequence[tuple[str, int]],
     stored: Sequence[Mapping[bytes, bytes]],
     by_window: Mapping[tuple[str, int], Mapping[str, WindowUpdate]],
-) -> tuple[list[bytes], list[dict[str, Any]]]:
-    """Each window's `*` aggregate and its metrics: the merge of every service stored for it.
+) -> list[bytes]:
+    """Each window's `*` aggregate: the merge of every service stored for it.
 
     A service's new aggregate replaces its stored one; services merge in name order. Every
-    window of the batch at once (tidegauge/core/window_aggs.py): decoded, merged, read out
-    and encoded in a fixed number of passes, however many services and windows.
+    window of the batch at once (tidegauge/core/window_aggs.py): decoded, merged and encoded
+    in a fixed number of passes, however many services and windows.
     """
     blobs: list[bytes] = []
     keys: list[int] = []
@@ -253,9 +229,7 @@ def _totals(
         for _, blob in sorted(aggs.items()):
             blobs.append(blob)
             keys.append(k)
-    totals = WindowAggs.decode(blobs).combine(np.array(keys, np.int64), len(wins))
-    sizes = [WindowSpec.from_key(spec).size_ms for spec, _ in wins]
-    return totals.encode(), totals.results(np.array(sizes, np.int64))
+    return WindowAggs.decode(blobs).combine(np.array(keys, np.int64), len(wins)).encode()
 
 
 def _merge_parts(
@@ -293,6 +267,5 @@ def _merge_parts(
         if service == ALL_SERVICES and (shards is None or len(blobs) < shards):
             continue  # not every shard's `*` yet: the sink merges the services instead
         merged = WindowAgg.merged(WindowAgg.from_bytes(b) for _, b in sorted(blobs.items()))
-        size = WindowSpec.from_key(spec).size_ms
-        whole.append(WindowUpdate(spec, start, service, merged.metrics(size), merged.to_bytes()))
+        whole.append(WindowUpdate(spec, start, service, merged.to_bytes()))
     return whole, writes

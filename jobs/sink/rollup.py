@@ -7,10 +7,11 @@ the tiers and the rules; docs/redis.md "Retention" the key lifetimes):
 
 * **Roll-up.** Once the watermark has closed a period of a tier, the period's windows of the
   finer tier (the smallest tumbling spec for the first tier) are merged into one window of the
-  tier: aggregates per service and `*` (counts exact, sketches merged), stragglers and
-  duplicates summed per (service, batch), late rows merged per (service, batch). Closed
-  windows no longer change, except for late rows: those of batches before the build are folded
-  in, those of the build's batch and later are added to every rolled-up period directly.
+  tier: aggregates per service and `*` (counts exact, sketches merged); stragglers,
+  duplicates and late rows of the batches before the build folded into one field per service
+  ("service|-1": summed, merged; a roll-up's revision is the sum of its windows'). Closed
+  windows no longer change, except for late rows: those of the build's batch and later are
+  added to every rolled-up period directly, one field per batch.
 * **Expiry.** A window of a tier is deleted (every key of it) once `watermark - end >= TTL`;
   arrival series are kept for the raw TTL, each on its own clock: processing time against the
   batch's timestamp, broker time against the newest broker time seen; a service name goes when
@@ -29,11 +30,16 @@ import numpy as np
 import redis
 
 from jobs.panes.columnar import merge_late
-from jobs.state.rows import metrics_json
 from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.retention import Retention, Tier, expired
 from tidegauge.core.store import ALL_SERVICES, Keys, batch_field
-from tidegauge.core.store.keys import _s, split_batch_field
+from tidegauge.core.store.keys import (
+    FOLDED,
+    _s,
+    folded_stragglers,
+    split_batch_field,
+    straggler_value,
+)
 from tidegauge.core.window_aggs import WindowAggs
 from tidegauge.core.windows import ARRIVAL_DOMAINS, WindowSpec, tumbling_start
 
@@ -66,12 +72,9 @@ class RolledWindow:
     late: dict[str, bytes] = field(default_factory=dict)
     stragglers: dict[str, bytes] = field(default_factory=dict)
     duplicates: dict[str, bytes] = field(default_factory=dict)
-    docs: dict[str, str] = field(default_factory=dict)
 
 
-def roll_period(
-    windows: Sequence[tuple[int, RolledWindow]], size_ms: int, batch_id: int
-) -> RolledWindow:
+def roll_period(windows: Sequence[tuple[int, RolledWindow]], batch_id: int) -> RolledWindow:
     """The roll-up of one period from its finer windows (any order; merged by start).
 
     Late fields of `batch_id` and later are left out: the batch that builds the roll-up adds
@@ -87,29 +90,55 @@ def roll_period(
     merged = WindowAggs.decode([b for _, b in blobs]).combine(
         np.array([k for k, _ in blobs], np.int64), len(services)
     )
-    for svc, agg, metrics in zip(services, merged.encode(), merged.results(size_ms), strict=True):
-        out.aggs[svc] = agg
-        out.docs[svc] = metrics_json({**metrics, "batch": batch_id})
+    out.aggs = dict(zip(services, merged.encode(), strict=True))
+    # Facts of the batches before this one, folded into one field per service ("service|-1").
     fields: dict[str, int] = {}
     parts: list[tuple[int, bytes]] = []
     for w in ordered:
         for f, blob in sorted(w.late.items()):
             if split_batch_field(f)[1] < batch_id:
-                parts.append((fields.setdefault(f, len(fields)), blob))
+                folded = batch_field(split_batch_field(f)[0], FOLDED)
+                parts.append((fields.setdefault(folded, len(fields)), blob))
     parts.sort(key=lambda kb: kb[0])  # stable: each field's parts stay in window order
     late = merge_late([b for _, b in parts], np.array([k for k, _ in parts], np.int64), len(fields))
     out.late = dict(zip(fields, late, strict=True))
-    out.stragglers = _sums(w.stragglers for w in ordered)
-    out.duplicates = _sums(w.duplicates for w in ordered)
+    out.stragglers = _folded_stragglers(w.stragglers for w in ordered)
+    out.duplicates = _folded_counts(w.duplicates for w in ordered)
     return out
 
 
-def _sums(hashes: Iterable[dict[str, bytes]]) -> dict[str, bytes]:
+def _folded_stragglers(hashes: Iterable[dict[str, bytes]]) -> dict[str, bytes]:
+    """Each service's stragglers and revisions over the windows, and `*`'s revisions."""
+    counts: dict[str, int] = defaultdict(int)
+    revisions: dict[str, int] = defaultdict(int)
+    for h in hashes:
+        batches: set[int] = set()
+        for f, v in h.items():
+            svc, batch = split_batch_field(f)
+            n, rev = straggler_value(v)
+            if batch == FOLDED and svc == ALL_SERVICES:
+                revisions[svc] += rev  # a finer roll-up's `*` revisions
+                continue
+            counts[svc] += n
+            revisions[svc] += rev
+            if batch != FOLDED:
+                batches.add(batch)
+        if batches:  # a window's `*` revision: the batches that corrected any service of it
+            revisions[ALL_SERVICES] += len(batches)
+    if counts:
+        counts[ALL_SERVICES] = sum(counts.values())
+    return {
+        batch_field(svc, FOLDED): folded_stragglers(counts[svc], revisions[svc]).encode()
+        for svc in sorted(counts)
+    }
+
+
+def _folded_counts(hashes: Iterable[dict[str, bytes]]) -> dict[str, bytes]:
     total: dict[str, int] = defaultdict(int)
     for h in hashes:
         for f, v in h.items():
-            total[f] += int(v)
-    return {f: str(n).encode() for f, n in sorted(total.items())}
+            total[split_batch_field(f)[0]] += int(v)
+    return {batch_field(svc, FOLDED): str(n).encode() for svc, n in sorted(total.items())}
 
 
 @dataclass
@@ -165,7 +194,6 @@ class RetentionPlan:
         """Queue every write on `tx` (a MULTI pipeline), roll-ups before deletes."""
         for (spec, start), w in sorted(self.rolled.items()):
             if w.aggs:
-                tx.hset(keys.window(spec, start), mapping=w.docs)
                 tx.hset(keys.window_aggs(spec, start), mapping=w.aggs)
                 tx.zadd(keys.window_index(spec), {str(start): start})
             if w.late:
@@ -281,7 +309,7 @@ def _plan_rollups(
             for s, w in windows.items():
                 periods[tumbling_start(s, tier.size_ms)].append((s, w))
             for p, members in sorted(periods.items()):
-                built[p] = roll_period(members, tier.size_ms, at.batch_id)
+                built[p] = roll_period(members, at.batch_id)
         plan.meta[f"rolled:{tier.size_ms}"] = str(until)
         plan.rolled_until[finer.key] = until
         for p, w in built.items():

@@ -54,7 +54,6 @@ from jobs.state.rows import (
     arrival_metrics,
     extend_rows,
     frame,
-    metrics_json,
     new_rows,
 )
 from jobs.summary.chunk import ChunkSummary
@@ -171,7 +170,7 @@ def _sessions(
         users, event_ms, lateness = nothing if g is None else inputs.get(g, nothing)
         sw.add_sessions(added, users, event_ms, lateness, watermark, front)
         for (spec, start), agg in sorted(sw.session_windows().items(), key=lambda kv: kv[0][1]):
-            _window_row(rows, spec, service, start, agg.metrics(spec.size_ms), agg.to_bytes())
+            _window_row(rows, spec, service, start, agg.count, agg.to_bytes())
         for (key, start), session_late in added.late.items():
             late.add((service, key, start), session_late.to_bytes())
 
@@ -257,12 +256,7 @@ def _count_rows(
 
 
 def _window_row(
-    rows: dict[str, list[Any]],
-    spec: WindowSpec,
-    service: str,
-    start: int,
-    metrics: dict[str, Any],
-    agg: bytes,
+    rows: dict[str, list[Any]], spec: WindowSpec, service: str, start: int, count: int, agg: bytes
 ) -> None:
     append_row(
         rows,
@@ -270,9 +264,7 @@ def _window_row(
         spec=spec.key,
         service=service,
         window_start=start,
-        count=metrics["count"],
-        # sorted and compact: the sink adds the batch id without parsing it (jobs/sink)
-        metrics=metrics_json(metrics),
+        count=count,
         agg=agg,
     )
 
@@ -346,18 +338,15 @@ def _window_rows(
     ]
     single = set(whole)
     parts = [i for i in range(len(windows)) if i not in single]
-    # (count, metrics as sorted, compact JSON: the sink adds the batch id without parsing it
-    # (jobs/sink); the window's bytes)
-    results: dict[int, tuple[int, str, bytes]] = {}
+    # (count, the window's bytes): readers compute its figures from the bytes (one value per
+    # (window, service) in the store)
+    results: dict[int, tuple[int, bytes]] = {}
     if whole:
         rows_of = [row_of[windows[i][3][0]] for i in whole]
-        sizes = np.array([plan.specs[windows[i][1]].size_ms for i in whole], np.int64)
-        taken = table.take(rows_of)
-        for i, count, text in zip(
-            whole, taken.ints["count"].tolist(), taken.results_json(sizes), strict=True
-        ):
+        counts = table.ints["count"][rows_of].tolist()
+        for i, count in zip(whole, counts, strict=True):
             service, _, w, _ = windows[i]
-            results[i] = (count, text, services[service].panes[w])
+            results[i] = (count, services[service].panes[w])
     if parts:
         out = window_aggs(
             plan,
@@ -365,11 +354,8 @@ def _window_rows(
             starts,
             [(windows[i][1], windows[i][2], [row_of[k] for k in windows[i][3]]) for i in parts],
         )
-        sizes = np.array([plan.specs[windows[i][1]].size_ms for i in parts], np.int64)
-        for i, count, text, agg in zip(
-            parts, out.ints["count"].tolist(), out.results_json(sizes), out.encode(), strict=True
-        ):
-            results[i] = (count, text, agg)
+        for i, count, agg in zip(parts, out.ints["count"].tolist(), out.encode(), strict=True):
+            results[i] = (count, agg)
     done = [results[i] for i in range(len(windows))]
     extend_rows(
         rows,
@@ -377,9 +363,8 @@ def _window_rows(
         spec=[plan.specs[s].key for _, s, _, _ in windows],
         service=[service for service, _, _, _ in windows],
         window_start=[w for _, _, w, _ in windows],
-        count=[count for count, _, _ in done],
-        metrics=[text for _, text, _ in done],
-        agg=[agg for _, _, agg in done],
+        count=[count for count, _ in done],
+        agg=[agg for _, agg in done],
     )
 
 

@@ -46,15 +46,13 @@ class WindowUpdate:
     """The new absolute state of one (window, service) after a batch.
 
     `spec` is the window spec's key (tidegauge.core.windows.WindowSpec.key), `agg` the serialised
-    WindowAgg (sketches included), `metrics` the numbers computed from it on the executor: a
-    mapping, or the JSON text of one with sorted keys as the state function writes it (the
-    sink stores it without parsing it).
+    WindowAgg (sketches included): the one value the store keeps per (window, service), from
+    which readers compute its figures.
     """
 
     spec: str
     start_ms: int
     service: str
-    metrics: Mapping[str, Any] | str
     agg: bytes
     #: Set for a part of a service kept by several state shards (the overflow service): the
     #: shard it comes from. The sink stores the parts and writes their merge as the service.
@@ -103,7 +101,7 @@ class RowKind(StrEnum):
     Each kind's comment names the columns it fills; the others are null.
     """
 
-    #: spec, service, window_start, count, metrics (JSON), agg (WindowAgg bytes): absolute
+    #: spec, service, window_start, count, agg (WindowAgg bytes): absolute
     WINDOW = "window"
     #: spec, service, window_start, count, agg (LateAgg bytes): late rows of this batch
     LATE = "late"
@@ -264,7 +262,6 @@ def decode_rows(rows: Iterable[Mapping[str, Any]], batch_id: int) -> BatchRows:
                     row["spec"],
                     row["window_start"],
                     row["service"],
-                    row["metrics"],
                     row["agg"],
                     # the state shard of an overflow service's part (jobs/state/aggregate.py)
                     None if row.get("partition") is None else int(row["partition"]),
@@ -332,11 +329,11 @@ def decode_table(table: pa.Table, batch_id: int) -> BatchRows:
     out = decode_rows(table.filter(pc.invert(bulk)).to_pylist(), batch_id)
     windows = table.filter(pc.equal(kind, RowKind.WINDOW.value))
     out.windows = [
-        WindowUpdate(spec, start, service, metrics, agg, None if shard is None else int(shard))
-        for spec, start, service, metrics, agg, shard in zip(
+        WindowUpdate(spec, start, service, agg, None if shard is None else int(shard))
+        for spec, start, service, agg, shard in zip(
             *(
                 windows.column(c).to_pylist()
-                for c in ("spec", "window_start", "service", "metrics", "agg", "partition")
+                for c in ("spec", "window_start", "service", "agg", "partition")
             ),
             strict=True,
         )

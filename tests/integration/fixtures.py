@@ -192,7 +192,7 @@ def _stream(seed: int = 7) -> tuple[list[Batch], Truth]:
             lat, status, users = zip(*events[(start, svc)], strict=True)
             agg = WindowAgg()
             agg.add(np.array(lat), np.array(status), np.array(users, dtype=object))
-            windows.append(WindowUpdate(SRC.key, start, svc, agg.metrics(W), agg.to_bytes()))
+            windows.append(WindowUpdate(SRC.key, start, svc, agg.to_bytes()))
         proc = T + k * S  # processing time moves a second per batch, event time a minute
         arrivals = [
             ArrivalUpdate("processing", proc - proc % W, "api", 5, _arrival(proc)),

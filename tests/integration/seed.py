@@ -129,7 +129,7 @@ def seed_live(
             parts[(svc, start)] = (agg, Timeline().add(at // 100 * 100, status >= 500))
             truth_times.append(at)
             truth.latencies += latency.tolist()
-            updates.append(WindowUpdate(SPEC.key, start, svc, agg.metrics(W), agg.to_bytes()))
+            updates.append(WindowUpdate(SPEC.key, start, svc, agg.to_bytes()))
             truth.events[start] = truth.events.get(start, 0) + n
             if i % 7 == 3 and not paused:  # a few late events, 40-90 s late
                 late = LateAgg()
@@ -196,7 +196,7 @@ def seed_live(
             ),
             SinkConfig(arrival_window_ms=W),
         )
-        rows = sum(u.metrics["count"] for u in updates)
+        rows = sum(WindowAgg.from_bytes(u.agg).count for u in updates)
         seen = start + W - 1  # the batch's max event time; the watermark trails it
         write_progress(
             r, keys, _progress(batch_id, start + W + 300, seen, rows, seen - LATENESS_MS)
@@ -248,7 +248,7 @@ def _seed_sliding(
             timeline = Timeline.merged([parts[(svc, s)][1] for s in reach if (svc, s) in parts])
             agg.states["timeline"] = timeline.framed(frame_of(SLIDING, end - size))
             updates.append(
-                WindowUpdate(SLIDING.key, end - size, svc, agg.metrics(size), agg.to_bytes())
+                WindowUpdate(SLIDING.key, end - size, svc, agg.to_bytes())
             )
     write_batch(r, keys, SinkBatch(batch_id, updates))
     ts = np.sort(times)
@@ -312,7 +312,7 @@ def seeded_window(start: int, service: str) -> WindowUpdate:
     agg = WindowAgg()
     n = 50
     agg.add(np.full(n, 20.0), np.full(n, 200), np.array([f"u{i}" for i in range(n)]))
-    return WindowUpdate(SPEC.key, start, service, agg.metrics(W), agg.to_bytes())
+    return WindowUpdate(SPEC.key, start, service, agg.to_bytes())
 
 
 @contextlib.contextmanager

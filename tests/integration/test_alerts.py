@@ -81,7 +81,7 @@ def update(i: int, latencies: list[float]) -> WindowUpdate:
     lat = np.array(latencies, dtype=np.float64)
     users = np.array([f"u{k % 40}" for k in range(len(lat))], dtype=object)
     agg.add_hashed(lat, np.full(len(lat), 200, dtype=np.int64), hash32(users))
-    return WindowUpdate(SPEC.key, T0 + i * W, "api", agg.metrics(W), agg.to_bytes())
+    return WindowUpdate(SPEC.key, T0 + i * W, "api", agg.to_bytes())
 
 
 class Job:

@@ -93,7 +93,7 @@ def window(start: int, service: str, n: int, seed: int) -> WindowUpdate:
     rng = np.random.default_rng(seed)
     agg = WindowAgg()
     agg.add(rng.lognormal(3.0, 0.5, n), np.full(n, 200), rng.integers(0, 99, n).astype(str))
-    return WindowUpdate(SPEC.key, start, service, agg.metrics(W), agg.to_bytes())
+    return WindowUpdate(SPEC.key, start, service, agg.to_bytes())
 
 
 def progress(batch_id: int, watermark: int) -> dict[str, Any]:
@@ -178,7 +178,7 @@ def test_a_closed_window_is_not_read_again_an_open_one_is(
     assert closed + W <= seeded.watermark < still_open + W
     svc = seeded.services[0]
     # Redis changes under a closed window (no job would do this): the memo does not look
-    r.hset(KEYS.window(SPEC.key, closed), svc, b'{"count": 1}')
+    r.hset(KEYS.window_aggs(SPEC.key, closed), svc, WindowAgg(count=1).to_bytes())
     assert reads(r, seeded, memo)["windows"] == before["windows"]
     # an open window still changes, and the memo shows it
     write_batch(r, KEYS, SinkBatch(902, [window(still_open, svc, 5, 1)]))

@@ -58,7 +58,7 @@ def window(
     users = np.array([f"{service}-user-{u}" for u in rng.integers(0, 200, count)], dtype=object)
     agg = WindowAgg()
     agg.add(latency, status, users)
-    return WindowUpdate(spec.key, start, service, agg.metrics(spec.size_ms), agg.to_bytes())
+    return WindowUpdate(spec.key, start, service, agg.to_bytes())
 
 
 def seed(r: redis.Redis, batch_time: int) -> dict[str, int]:

@@ -27,6 +27,7 @@ from tests.integration.helpers import tidegauge
 from tidegauge.core import registry
 from tidegauge.core.events import unregister_field
 from tidegauge.core.store import Keys, read_dead_counts, read_windows
+from tidegauge.core.window_agg import WindowAgg
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = "tests.plugins.request_size"
@@ -106,11 +107,18 @@ def run(broker, module_redis_db, job, tmp_path_factory: pytest.TempPathFactory) 
 
 def test_the_job_stores_the_plugin_metric_per_window(run: dict[str, Any]) -> None:
     r, keys = run["client"], Keys(PREFIX)
-    stored = {}
-    for start in r.zrange(keys.window_index(str(WINDOW_MS)), 0, -1):
-        key = keys.window(str(WINDOW_MS), int(start))
-        for service, doc in r.hgetall(key).items():
-            stored[(int(start), service.decode())] = json.loads(doc)
+    module = importlib.import_module(PLUGIN)
+    try:
+        stored = {}
+        for start in r.zrange(keys.window_index(str(WINDOW_MS)), 0, -1):
+            key = keys.window_aggs(str(WINDOW_MS), int(start))
+            for service, blob in r.hgetall(key).items():
+                agg = WindowAgg.from_bytes(blob)
+                stored[(int(start), service.decode())] = agg.metrics(WINDOW_MS)
+    finally:
+        registry.unregister_metric(module.METRIC.name)
+        unregister_field(module.FIELD.name)
+        sys.modules.pop(PLUGIN, None)
     assert set(stored) >= set(run["expected"]) and len(run["expected"]) >= 12
     for key, sizes in run["expected"].items():
         doc = stored[key]

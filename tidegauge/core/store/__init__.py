@@ -30,6 +30,7 @@ from tidegauge.core.store.keys import (
     batch_field,
     connect,
     split_batch_field,
+    straggler_value,
 )
 from tidegauge.core.store.lateness import (
     LateCounters,
@@ -79,6 +80,7 @@ __all__ = [
     "ControlFields",
     "batch_field",
     "split_batch_field",
+    "straggler_value",
     "ALL_SERVICES",
     "TIME_DOMAINS",
     "ArrivalRow",

@@ -202,6 +202,26 @@ def split_batch_field(field_name: bytes | str) -> tuple[str, int]:
     return service, int(batch)
 
 
+#: The batch id of a roll-up's folded facts: "service|-1" holds what every batch before the
+#: roll-up was built brought to its windows, merged (batch ids are never negative).
+FOLDED = -1
+
+
+def straggler_value(value: bytes | str) -> tuple[int, int]:
+    """(stragglers, revisions) of a straggler field's value.
+
+    A batch's own field holds its count (one revision); a folded field "count/revisions",
+    the sums over the windows it folds (a roll-up's revision is its windows' revisions added).
+    """
+    count, _, revisions = _s(value).partition("/")
+    return int(count), int(revisions) if revisions else 1
+
+
+def folded_stragglers(count: int, revisions: int) -> str:
+    """The value of a folded straggler field (inverse of `straggler_value`)."""
+    return f"{count}/{revisions}"
+
+
 class ControlFields:
     """Field names of the control hash `Keys.control` (docs/events.md, "Live commands")."""
 

@@ -23,6 +23,7 @@ from tidegauge.core.store.status import read_batches
 from tidegauge.core.store.tiers import read_retention
 from tidegauge.core.store.windows import (
     _per_service,
+    _stragglers,
     _window_aggs,
     read_range_merged,
     read_window_specs,
@@ -185,7 +186,7 @@ def _lateness_of(
             spec.key,
             starts,
             partial(keys.window_stragglers, spec.key),
-            lambda _, fields: _per_service(fields, lambda v: int(v)),
+            lambda _, fields: _stragglers(fields),
         )
         dups += _stamped(
             r,

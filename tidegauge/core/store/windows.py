@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -15,10 +14,18 @@ from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.metrics import BUILT_IN_METRICS, TIMELINE_FIELDS, added_result_fields
 from tidegauge.core.retention import Layer, cover_by_spec, format_span, plan_reads
 from tidegauge.core.store.index import _reusable, _starts, _sync
-from tidegauge.core.store.keys import ALL_SERVICES, Keys, _s, split_batch_field
+from tidegauge.core.store.keys import (
+    ALL_SERVICES,
+    FOLDED,
+    Keys,
+    _s,
+    split_batch_field,
+    straggler_value,
+)
 from tidegauge.core.store.records import WindowRow
 from tidegauge.core.store.tiers import read_retention, resolution_text
 from tidegauge.core.window_agg import WindowAgg
+from tidegauge.core.window_aggs import WindowAggs
 from tidegauge.core.windows import WindowSpec, is_sliding_text, match_spec, tumbling_start
 
 
@@ -113,23 +120,38 @@ def read_windows(
     watermark = _sync(r, keys, cache)
     starts = _starts(r, keys, spec, since_ms, until_ms)
     known = {s: cache.get("rows", spec.key, s) for s in starts} if cache else {}
+    # A memo keeps every service of a window; without one, one service's reads only its own.
+    one = [service] if service is not None and cache is None else None
     pipe = r.pipeline(transaction=False)
     for start in starts:
         if known.get(start) is None:
-            pipe.hgetall(keys.window(spec.key, start))
+            if one is None:
+                pipe.hgetall(keys.window_aggs(spec.key, start))
+            else:
+                pipe.hmget(keys.window_aggs(spec.key, start), one)
         pipe.hgetall(keys.window_late(spec.key, start))
         if known.get(start) is None:
             pipe.hgetall(keys.window_stragglers(spec.key, start))
             pipe.hgetall(keys.window_duplicates(spec.key, start))
     got = iter(pipe.execute() if starts else [])
+    fetched: dict[int, tuple[dict[str, bytes], Any, Any, Any]] = {}
+    for start in starts:
+        if known.get(start) is None:
+            blobs, late_fields, strag_fields, dup_fields = (next(got) for _ in range(4))
+            pairs = blobs.items() if one is None else zip(one, blobs, strict=True)
+            aggs = {_s(k): v for k, v in pairs if v is not None}
+            fetched[start] = (aggs, late_fields, strag_fields, dup_fields)
+        else:
+            fetched[start] = ({}, next(got), None, None)
+    metrics = _window_metrics(spec, [fetched[s][0] for s in starts if known.get(s) is None])
     rows: list[WindowRow] = []
     for start in starts:
         closed = spec.is_closed(start, watermark)
         shown = known.get(start)
+        aggs, late_fields, strag_fields, dup_fields = fetched[start]
         if shown is None:
-            docs = {_s(k): json.loads(v) for k, v in next(got).items()}
-            late_fields, strag_fields, dup_fields = next(got), next(got), next(got)
-            strag = _per_service(strag_fields, lambda v: int(v))
+            docs = next(metrics)
+            strag = _stragglers(strag_fields)
             dups = _per_service(dup_fields, lambda v: int(v))
             revisions = _revisions(strag_fields)
             shown = {
@@ -148,8 +170,6 @@ def read_windows(
             }
             if cache is not None and _reusable(spec, start, watermark):
                 cache.put("rows", spec.key, start, shown)
-        else:
-            late_fields = next(got)
         late = _per_service(late_fields, LateAgg.count_of)
         for svc in sorted(set(shown) | set(late)):
             if service is not None and svc != service:
@@ -158,6 +178,20 @@ def read_windows(
             n = late.get(svc, 0)
             rows.append(row if row.late == n else replace(row, late=n))
     return rows
+
+
+def _window_metrics(
+    spec: WindowSpec, windows: Sequence[dict[str, bytes]]
+) -> Iterator[dict[str, dict[str, Any]]]:
+    """Each window's metrics by service, read out of its stored aggregates all at once.
+
+    A window's numbers are its aggregate's (`WindowAgg.metrics`): the store keeps one value
+    per (window, service), the aggregate, and every reader computes the same figures from it.
+    """
+    blobs = [blob for aggs in windows for blob in aggs.values()]
+    results = iter(WindowAggs.decode(blobs).results(spec.size_ms) if blobs else [])
+    for aggs in windows:
+        yield {svc: next(results) for svc in aggs}
 
 
 @dataclass(frozen=True)
@@ -218,24 +252,44 @@ def parts_text(parts: Sequence[tuple[WindowSpec, int, int]]) -> str:
 
 
 def _per_service(fields: dict[Any, Any], value: Any) -> dict[str, int]:
-    """Sum "service|batch" fields per service, and over all services as `*`."""
+    """Sum "service|batch" fields per service, and over all services as `*`.
+
+    A roll-up's folded `*` field (its revisions, `_revisions`) is not a service's: left out.
+    """
     out: dict[str, int] = {}
     for k, v in fields.items():
         svc = split_batch_field(k)[0]
-        out[svc] = out.get(svc, 0) + value(v)
+        if svc != ALL_SERVICES:
+            out[svc] = out.get(svc, 0) + value(v)
     if out:
         out[ALL_SERVICES] = sum(out.values())
     return out
 
 
+def _stragglers(fields: dict[Any, Any]) -> dict[str, int]:
+    """Stragglers per service and `*` (`_per_service` of straggler fields)."""
+    return _per_service(fields, lambda v: straggler_value(v)[0])
+
+
 def _revisions(fields: dict[Any, Any]) -> dict[str, int]:
-    """Batches that corrected each service's window; `*` counts distinct batches."""
-    pairs = [split_batch_field(k) for k in fields]
+    """Batches that corrected each service's window; `*` counts distinct batches.
+
+    A roll-up's folded fields carry the sums of its windows' revisions, `*`'s included.
+    """
     out: dict[str, int] = {}
-    for svc, _ in pairs:
-        out[svc] = out.get(svc, 0) + 1
-    if pairs:
-        out[ALL_SERVICES] = len({b for _, b in pairs})
+    batches: set[int] = set()
+    folded_all = 0
+    for k, v in fields.items():
+        svc, batch = split_batch_field(k)
+        revisions = straggler_value(v)[1] if batch == FOLDED else 1
+        if svc == ALL_SERVICES:
+            folded_all += revisions
+            continue
+        out[svc] = out.get(svc, 0) + revisions
+        if batch != FOLDED:
+            batches.add(batch)
+    if out:
+        out[ALL_SERVICES] = len(batches) + folded_all
     return out
 
 

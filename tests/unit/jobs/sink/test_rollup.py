@@ -35,13 +35,36 @@ def test_a_period_rolls_up_to_the_merge_of_its_windows() -> None:
                 ),
             )
         )
-    rolled = roll_period(list(reversed(windows)), M, batch_id=9)
+    rolled = roll_period(list(reversed(windows)), batch_id=9)
     got = {s: WindowAgg.from_bytes(b) for s, b in rolled.aggs.items()}
     want = WindowAgg.merged(WindowAgg.from_bytes(w.aggs["api"]) for _, w in windows)
     assert got["api"].to_bytes() == want.to_bytes()  # the same merge, in window order
     assert got["api"].metrics(M)["count"] == sum(40 + k for k in range(6))
     assert got["*"].metrics(M)["count"] == sum(47 + k for k in range(6))
     # the building batch's own late rows (9) are added directly, not folded from the windows
-    assert set(rolled.late) == {"api|3"} and LateAgg.count_of(rolled.late["api|3"]) == 12
-    assert rolled.stragglers == {"api|2": b"6", "api|3": b"12"}
-    assert rolled.duplicates == {"api|4": b"30"}
+    # the earlier batches' facts are folded into one field per service ("service|-1")
+    assert set(rolled.late) == {"api|-1"} and LateAgg.count_of(rolled.late["api|-1"]) == 12
+    # 18 stragglers brought by 2 batches to each of 6 windows: 12 revisions, `*`'s too
+    assert rolled.stragglers == {"api|-1": b"18/12", "*|-1": b"18/12"}
+    assert rolled.duplicates == {"api|-1": b"30"}
+
+
+def test_a_coarser_period_folds_the_folded_facts_of_its_roll_ups() -> None:
+    late = LateAgg()
+    late.add(np.array([5_000.0]), 1_000.0)
+    minutes = [
+        (
+            k * M,
+            RolledWindow(
+                aggs={"api": _agg(k, 30).to_bytes()},
+                late={"api|-1": late.to_bytes(), "api|40": late.to_bytes()},
+                stragglers={"api|-1": b"7/3", "web|-1": b"2/2", "*|-1": b"9/4"},
+                duplicates={"api|-1": b"2"},
+            ),
+        )
+        for k in range(3)
+    ]
+    hour = roll_period(minutes, batch_id=50)
+    assert LateAgg.count_of(hour.late["api|-1"]) == 6 and set(hour.late) == {"api|-1"}
+    assert hour.stragglers == {"*|-1": b"27/12", "api|-1": b"21/9", "web|-1": b"6/6"}
+    assert hour.duplicates == {"api|-1": b"6"}

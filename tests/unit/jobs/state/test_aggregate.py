@@ -195,9 +195,8 @@ def window_aggs(out: pd.DataFrame) -> dict[tuple[str, int], WindowAgg]:
     found = {}
     for r in out[out["kind"] == "window"].to_dict("records"):
         agg = WindowAgg.from_bytes(r["agg"])
-        size = WindowSpec.from_key(r["spec"]).size_ms
         assert r["count"] == agg.count
-        assert json.loads(r["metrics"]) == agg.metrics(size)  # metrics computed from the agg
+        assert r["metrics"] is None or pd.isna(r["metrics"])  # readers compute them from agg
         for c in ("partition", "offset", "reason", "raw"):
             assert r[c] is None or pd.isna(r[c])
         found[(r["spec"], int(r["window_start"]))] = agg
@@ -242,7 +241,7 @@ def test_state_fn_events_first_batch() -> None:
         (TK, T): _agg_of(frames, T, T + SIZE),
         (TK, T + SIZE): _agg_of(frames, T + SIZE, T + 2 * SIZE),
     }
-    m = json.loads(out[out["window_start"] == T]["metrics"].iloc[0])
+    m = aggs[(TK, T)].metrics(SIZE)
     assert (m["count"], m["errors"], m["latency_count"], m["distinct_users"]) == (3, 2, 2, 2)
     assert m["events_per_s"] == 0.3 and m["latency_mean"] == pytest.approx((12.5 + 7.25) / 2)
     assert state.updates == 1
@@ -945,7 +944,6 @@ def test_the_shard_keeps_a_star_of_all_its_services_including_untouched_ones() -
     assert got.latency.count == want.latency.count
     for q in (0.5, 0.9, 0.99):  # digests merged in another grouping: within the rank error
         assert got.latency.quantile(q) == pytest.approx(want.latency.quantile(q), rel=0.05)
-    assert json.loads(star["metrics"]) == got.metrics(SIZE)
 
 
 def test_a_state_from_before_the_star_builds_it_from_its_services() -> None:
