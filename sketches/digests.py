@@ -32,8 +32,12 @@ import numpy.typing as npt
 from sketches.packed import Packed, joined_offsets, ranges
 from sketches.preamble import TDIGEST
 from sketches.tdigest import (
+    _EXPONENTS,
     _HEADER,
+    _HEADER3,
+    _HEADER3_END,
     _HEADER_END,
+    _OFFSET_WIDTHS,
     _WIDTHS,
     DEFAULT_COMPRESSION,
     TDigest,
@@ -41,7 +45,8 @@ from sketches.tdigest import (
     _compress_values,
     _finish_means,
     _kappa,
-    _weight_width,
+    decode_means,
+    encode_digest,
 )
 
 __all__ = ["Digests"]
@@ -315,46 +320,69 @@ class Digests:
     def encode(self) -> list[bytes]:
         """`TDigest.to_bytes` of every digest.
 
-        Digests of whole weights (every digest built from events, and their merges) are laid
-        out in one buffer with a fixed number of numpy passes; others one by one.
+        Digests of whole weights (every digest built from events, and their merges) that
+        version 3 holds are laid out in one buffer with a fixed number of numpy passes; others
+        one by one.
         """
         n = len(self.count)
-        if not n or not _integer(self.weights):
-            return self._encode_each()
         sizes = np.diff(self.offsets)
-        top = np.zeros(n)
+        if (
+            not n
+            or not _integer(self.weights)
+            or float(np.float32(self.compression)) != self.compression
+            or int(self.count.max()) >= 2**32
+            or int(self.nan_count.max()) >= 2**32
+            or int(sizes.max()) >= 2**16
+        ):
+            return self._encode_each()
+        digest = np.repeat(np.arange(n), sizes)
+        rank = np.arange(len(digest)) - self.offsets[:-1][digest]
         some = sizes > 0
+        top = np.zeros(n)
+        low = np.ones(n)
         if some.any():
             top[some] = np.maximum.reduceat(self.weights, self.offsets[:-1][some])
-        width = np.select([top < 256, top < 65536, top < 2.0**32], [1, 2, 4], 8).astype(np.int64)
-        head = np.empty(n, _HEADER_DTYPE)
+            low[some] = np.minimum.reduceat(self.weights, self.offsets[:-1][some])
+        wide = np.select([top < 256, top < 65536, top < 2.0**32], [1, 2, 4], 8).astype(np.int64)
+        weight_width = np.where(some & (top == 1.0) & (low == 1.0), 0, wide)
+        weight_width[~some] = 0
+        mean_width, exponent, offsets = _scaled_means_many(
+            self.means, self.min, digest, sizes, self.offsets
+        )
+        head = np.empty(n, _HEADER3_DTYPE)
         head["compression"] = self.compression
         head["count"] = self.count
         head["nan"] = self.nan_count
-        head["sum"], head["min"], head["max"] = self.sum, self.min, self.max
         head["n"] = sizes
+        head["sum"], head["min"], head["max"] = self.sum, self.min, self.max
+        head["mean_width"], head["exponent"], head["weight_width"] = (
+            mean_width,
+            exponent,
+            weight_width,
+        )
         pre = np.frombuffer(TDIGEST.preamble, np.uint8)
-        fixed = len(pre) + _HEADER.size
-        lengths = fixed + 9 * sizes + 1 + (width - 1) * sizes  # means 8, width byte, weights
+        lengths = _HEADER3_END + (mean_width + weight_width) * sizes
         starts = np.zeros(n, np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
         buf = np.empty(int(lengths.sum()), np.uint8)
         buf[starts[:, None] + np.arange(len(pre))] = pre
-        buf[(starts + len(pre))[:, None] + np.arange(_HEADER.size)] = head.view(np.uint8).reshape(
-            n, _HEADER.size
+        buf[(starts + len(pre))[:, None] + np.arange(_HEADER3.size)] = head.view(np.uint8).reshape(
+            n, _HEADER3.size
         )
-        digest = np.repeat(np.arange(n), sizes)
-        rank = np.arange(len(digest)) - self.offsets[:-1][digest]
-        means_at = starts + fixed
-        means = self.means.astype("<f8").view(np.uint8).reshape(-1, 8)
-        buf[(means_at[digest] + 8 * rank)[:, None] + np.arange(8)] = means
-        width_at = means_at + 8 * sizes
-        buf[width_at] = width
+        means_at = starts + _HEADER3_END
         for w in (1, 2, 4, 8):
-            mine = width[digest] == w
+            mine = mean_width[digest] == w
+            if mine.any():
+                values = self.means[mine] if w == 8 else offsets[mine]
+                raw = values.astype(_STORED_WIDTHS[w]).view(np.uint8).reshape(-1, w)
+                at = means_at[digest[mine]] + w * rank[mine]
+                buf[at[:, None] + np.arange(w)] = raw
+        weights_at = means_at + mean_width * sizes
+        for w in (1, 2, 4, 8):
+            mine = weight_width[digest] == w
             if mine.any():
                 raw = self.weights[mine].astype(_WIDTHS[w]).view(np.uint8).reshape(-1, w)
-                at = width_at[digest[mine]] + 1 + w * rank[mine]
+                at = weights_at[digest[mine]] + w * rank[mine]
                 buf[at[:, None] + np.arange(w)] = raw
         data = buf.tobytes()
         ends = (starts + lengths).tolist()
@@ -362,38 +390,19 @@ class Digests:
 
     def _encode_each(self) -> list[bytes]:
         """`encode`, one digest at a time (any weights)."""
-        out = []
-        pre = TDIGEST.preamble
-        means, weights = self.means.astype("<f8"), self.weights
-        integer = _integer(weights)
-        for i, (lo, hi) in enumerate(itertools.pairwise(self.offsets.tolist())):
-            w = weights[lo:hi]
-            if integer:
-                top = float(w.max()) if hi > lo else 0.0
-                width = 1 if top < 256 else 2 if top < 65536 else 4 if top < 2**32 else 8
-            else:
-                width, _ = _weight_width(w)
-            header = _HEADER.pack(
+        return [
+            encode_digest(
                 self.compression,
                 int(self.count[i]),
                 int(self.nan_count[i]),
                 float(self.sum[i]),
                 float(self.min[i]),
                 float(self.max[i]),
-                hi - lo,
+                self.means[lo:hi],
+                self.weights[lo:hi],
             )
-            out.append(
-                b"".join(
-                    (
-                        pre,
-                        header,
-                        means[lo:hi].tobytes(),
-                        bytes((width,)),
-                        w.astype(_WIDTHS[width]).tobytes(),
-                    )
-                )
-            )
-        return out
+            for i, (lo, hi) in enumerate(itertools.pairwise(self.offsets.tolist()))
+        ]
 
     @classmethod
     def decode(cls, blobs: Sequence[bytes]) -> Digests:
@@ -406,14 +415,102 @@ class Digests:
 
     @classmethod
     def unpack(cls, blobs: Packed) -> Digests | None:
-        """`decode` of blobs of the version written, all fields read at once (sketches/packed.py).
+        """`decode` of blobs of versions 2 and 3, all fields read at once (sketches/packed.py).
 
         None when some blob is of another version or layout: `decode` then reads them one by
         one and names what is wrong.
         """
         n = len(blobs.starts)
         starts, sizes = blobs.starts, blobs.sizes
-        if not n or (sizes < _HEADER_END + 1).any() or not blobs.equal_at(starts, TDIGEST.preamble):
+        magic = TDIGEST.magic
+        if not n or (sizes < TDIGEST.size).any() or not blobs.equal_at(starts, magic):
+            return None
+        version = blobs.buf[starts + len(magic)]
+        if (version == 3).all():
+            return cls._unpack_v3(blobs)
+        if (version == 2).all():
+            return cls._unpack_v2(blobs)
+        if not np.isin(version, (2, 3)).all():
+            return None
+        parts, order = [], []
+        for v, unpack in ((2, cls._unpack_v2), (3, cls._unpack_v3)):
+            sel = np.flatnonzero(version == v)
+            got = unpack(Packed.of(blobs.buf, starts[sel], sizes[sel]))
+            if got is None:
+                return None
+            parts.append(got)
+            order.append(sel)
+        if parts[0].compression != parts[1].compression:
+            return None
+        where = np.empty(n, np.int64)
+        where[np.concatenate(order)] = np.arange(n)
+        return cls.concat(parts).take(where)
+
+    @classmethod
+    def _unpack_v3(cls, blobs: Packed) -> Digests | None:
+        starts, sizes = blobs.starts, blobs.sizes
+        n = len(starts)
+        if (sizes < _HEADER3_END).any():
+            return None
+        head = np.ascontiguousarray(blobs.bytes_at(starts + TDIGEST.size, _HEADER3.size))
+        fields = head.view(_HEADER3_DTYPE).reshape(-1)
+        compression = fields["compression"]
+        if not (compression == compression[0]).all():
+            return None
+        size = fields["n"].astype(np.int64)
+        mean_width = fields["mean_width"].astype(np.int64)
+        weight_width = fields["weight_width"].astype(np.int64)
+        exponent = fields["exponent"].astype(np.int64)
+        if (
+            not np.isin(mean_width, (1, 2, 4, 8)).all()
+            or not np.isin(weight_width, (0, 1, 2, 4, 8)).all()
+            or (exponent < 0).any()
+            or (exponent > _EXPONENTS[-1]).any()
+            or (sizes != _HEADER3_END + (mean_width + weight_width) * size).any()
+        ):
+            return None
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(size, out=offsets[1:])
+        total = int(offsets[-1])
+        lo = fields["min"].astype(np.float64)
+        means_at = starts + _HEADER3_END
+        means = np.empty(total)
+        for w in np.unique(mean_width).tolist():
+            sel = mean_width == w
+            values = blobs.runs(means_at[sel], size[sel], _STORED_WIDTHS[w])
+            at = _ranges(offsets[:-1][sel], size[sel])
+            if w == 8:
+                means[at] = values
+            else:
+                digest = np.repeat(np.flatnonzero(sel), size[sel])
+                means[at] = decode_means(values, lo[digest], exponent[digest])
+        weights = np.ones(total)
+        weights_at = means_at + mean_width * size
+        for w in np.unique(weight_width).tolist():
+            if w:
+                sel = weight_width == w
+                values = blobs.runs(weights_at[sel], size[sel], _WIDTHS[w])
+                weights[_ranges(offsets[:-1][sel], size[sel])] = values
+        out = cls(
+            float(compression[0]),
+            offsets,
+            means,
+            weights,
+            fields["count"].astype(np.int64),
+            fields["nan"].astype(np.int64),
+            fields["sum"].astype(np.float64),
+            lo,
+            fields["max"].astype(np.float64),
+        )
+        TDigest(out.compression)  # validates the compression
+        out._check()
+        return out
+
+    @classmethod
+    def _unpack_v2(cls, blobs: Packed) -> Digests | None:
+        n = len(blobs.starts)
+        starts, sizes = blobs.starts, blobs.sizes
+        if (sizes < _HEADER_END + 1).any():
             return None
         head = np.ascontiguousarray(blobs.bytes_at(starts + TDIGEST.size, _HEADER.size))
         fields = head.view(_HEADER_DTYPE).reshape(-1)
@@ -464,8 +561,8 @@ class Digests:
         weights: list[FloatArray] = []
         compression = DEFAULT_COMPRESSION
         for i, blob in enumerate(blobs):
-            if TDIGEST.check(blob) < 2 or len(blob) < _HEADER_END:
-                d = TDigest.from_bytes(blob)  # older versions and short blobs: the object's way
+            if TDIGEST.check(blob) != 2 or len(blob) < _HEADER_END:
+                d = TDigest.from_bytes(blob)  # other versions and short blobs: the object's way
                 comp, count, nan, total, lo, hi, size = (
                     d.compression,
                     d.count,
@@ -554,6 +651,68 @@ _HEADER_DTYPE = np.dtype(
     ]
 )
 assert _HEADER_DTYPE.itemsize == _HEADER.size
+
+#: `_HEADER3` (version 3) as a numpy record.
+_HEADER3_DTYPE = np.dtype(
+    [
+        ("compression", "<f4"),
+        ("count", "<u4"),
+        ("nan", "<u4"),
+        ("n", "<u2"),
+        ("sum", "<f8"),
+        ("min", "<f8"),
+        ("max", "<f8"),
+        ("mean_width", "u1"),
+        ("exponent", "i1"),
+        ("weight_width", "u1"),
+    ]
+)
+assert _HEADER3_DTYPE.itemsize == _HEADER3.size
+
+#: Widths of version 3's means: integer offsets (1, 2, 4 bytes) or f64.
+_STORED_WIDTHS = {**_OFFSET_WIDTHS, 8: "<f8"}
+
+
+def _scaled_means_many(
+    means: FloatArray, lo: FloatArray, digest: IntArray, sizes: IntArray, offsets: IntArray
+) -> tuple[IntArray, IntArray, FloatArray]:
+    """`sketches.tdigest._scaled_means` of every digest: widths, exponents and offsets.
+
+    A mean exact at 10^e is exact at every larger exponent too (while the numbers stay below
+    2^53), so a digest that fails at the largest exponent with room to spare is f64 at once:
+    the merged centroids of busy windows cost one pass, not one per exponent.
+    """
+    n = len(sizes)
+    exponent = np.full(n, -1, np.int64)
+    stored = np.zeros(len(means))
+    first = True
+    for e in (_EXPONENTS[-1], *_EXPONENTS):
+        open_ = exponent == -1
+        if not open_.any():
+            break
+        scale = 10.0**e
+        base = np.rint(lo * scale)
+        with np.errstate(invalid="ignore", over="ignore"):
+            q = np.rint(means * scale) - base[digest]
+            exact = (base[digest] + q) / scale == means
+        if first:  # not exact at the largest exponent: at none (numbers far below 2^53)
+            exponent[np.bincount(digest[~exact], minlength=n) > 0] = -2
+            first = False
+            continue
+        ok = exact & (q >= 0) & (q < 2.0**32)
+        bad = np.bincount(digest[~ok], minlength=n) > 0
+        won = open_ & ~bad
+        exponent[won] = e
+        take = won[digest]
+        stored[take] = q[take]
+    top = np.zeros(n)
+    some = sizes > 0
+    if some.any():
+        top[some] = np.maximum.reduceat(stored, offsets[:-1][some])
+    width = np.select([top < 256, top < 65536], [1, 2], 4).astype(np.int64)
+    width[exponent < 0] = 8
+    exponent[exponent < 0] = 0
+    return width, exponent, stored
 
 
 def _integer(weights: FloatArray) -> bool:

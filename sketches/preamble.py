@@ -142,8 +142,8 @@ def _message(text: str, foreign: str, advice: str) -> str:
 TDIGEST = Format(
     b"TDGT",
     "t-digest",
-    writes=2,
-    reads=(1, 2),
+    writes=3,
+    reads=(1, 2, 3),
     owner="sketches.tdigest",
     description="quantile sketch: compression, exact statistics, centroid means and weights",
 )

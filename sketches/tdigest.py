@@ -61,7 +61,7 @@ __all__ = ["DEFAULT_COMPRESSION", "FORMAT_VERSION", "TDigest"]
 DEFAULT_COMPRESSION: float = 200.0
 """Default compression (the t-digest delta).
 
-200 gives about 100 centroids (at most 201; about 1.6 kB serialised) and, on 10^6 values from
+200 gives about 100 centroids (at most 201; about 1 kB serialised) and, on 10^6 values from
 uniform, exponential, lognormal and Pareto data, worst rank errors 5 to 9 times below our
 targets (0.01 / 0.002 / 0.0005 at p50 / p99 / p99.9), both for one digest fed in batches and for
 100 merged digests; see ``tests/accuracy/test_tdigest_accuracy.py`` and ``docs/sketches.md``.
@@ -93,6 +93,99 @@ FloatArray = npt.NDArray[np.float64]
 
 #: Weight widths of format version 2: bytes -> numpy dtype (8: f64, for non-integer weights).
 _WIDTHS = {1: "<u1", 2: "<u2", 4: "<u4", 8: "<f8"}
+
+# Version 3, after the preamble: compression f32, count u32, nan_count u32, n_centroids u16,
+# sum f64, min f64, max f64, then the width of the means (1, 2, 4: unsigned offsets of the
+# means from the min, in units of 10^-exponent; 8: f64), the exponent i8 and the width of the
+# weights (0: all 1; 1, 2, 4: unsigned integers; 8: f64). Then the means and the weights.
+# A digest whose numbers do not fit (count >= 2^32, more than 65,535 centroids, a compression
+# f32 does not hold) is written as version 2.
+_HEADER3 = struct.Struct("<fIIHdddBbB")
+_HEADER3_END = TDIGEST.size + _HEADER3.size  # 46 bytes
+_V2_PREAMBLE = TDIGEST.magic + bytes([2])
+#: Exponents tried for the means, smallest first: a latency in whole ms is stored at 10^0, one
+#: to the microsecond (OpenTelemetry, the generator) at 10^3.
+_EXPONENTS = tuple(range(7))
+_OFFSET_WIDTHS = {1: "<u1", 2: "<u2", 4: "<u4"}
+
+
+def _scaled_means(means: FloatArray, lo: float) -> tuple[int, int, npt.NDArray[np.float64] | None]:
+    """(width, exponent, offsets) of means stored as integers: `(rint(lo*10^e) + u) / 10^e`.
+
+    The smallest exponent at which every mean comes back bit for bit, and the narrowest width
+    holding the offsets; (8, 0, None) when none does (the means are then stored as f64).
+    """
+    if not len(means):
+        return 1, 0, means
+    # Exact at 10^e means exact at every larger exponent (numbers below 2^53): one test at the
+    # largest rules out the merged centroids of a busy digest (sketches/digests.py alike).
+    scale = 10.0 ** _EXPONENTS[-1]
+    with np.errstate(over="ignore", invalid="ignore"):
+        base = np.rint(lo * scale)
+        if not np.array_equal((base + (np.rint(means * scale) - base)) / scale, means):
+            return 8, 0, None
+    for e in _EXPONENTS:
+        scale = 10.0**e
+        with np.errstate(over="ignore", invalid="ignore"):  # huge values: no scale holds them
+            base = np.rint(lo * scale)
+            offsets = np.rint(means * scale) - base
+        top = float(offsets.max())
+        if float(offsets.min()) < 0 or not top < 2.0**32:
+            break
+        if np.array_equal((base + offsets) / scale, means):
+            width = 1 if top < 256 else 2 if top < 65536 else 4
+            return width, e, offsets
+    return 8, 0, None
+
+
+def _v3_fits(compression: float, count: int, nan_count: int, n: int) -> bool:
+    return (
+        count < 2**32
+        and nan_count < 2**32
+        and n < 2**16
+        and float(np.float32(compression)) == compression
+    )
+
+
+def encode_digest(
+    compression: float,
+    count: int,
+    nan_count: int,
+    total: float,
+    lo: float,
+    hi: float,
+    means: FloatArray,
+    weights: FloatArray,
+) -> bytes:
+    """The bytes of one digest: version 3, or 2 when its numbers do not fit version 3."""
+    n = len(means)
+    if not _v3_fits(compression, count, nan_count, n):
+        width, kind = _weight_width(weights)
+        head = _HEADER.pack(compression, count, nan_count, total, lo, hi, n)
+        tail = (bytes([width]), weights.astype(kind).tobytes())
+        return b"".join((_V2_PREAMBLE, head, means.astype("<f8").tobytes(), *tail))
+    mean_width, exponent, offsets = _scaled_means(means, lo)
+    if n and np.all(weights == 1.0):
+        weight_width, stored = 0, b""
+    else:
+        weight_width, kind = _weight_width(weights) if n else (0, "<u1")
+        stored = weights.astype(kind).tobytes() if n else b""
+    head = _HEADER3.pack(
+        compression, count, nan_count, n, total, lo, hi, mean_width, exponent, weight_width
+    )
+    if offsets is None:
+        packed = means.astype("<f8").tobytes()
+    else:
+        packed = offsets.astype(_OFFSET_WIDTHS[mean_width]).tobytes()
+    return b"".join((TDIGEST.preamble, head, packed, stored))
+
+
+def decode_means(
+    stored: npt.NDArray[np.generic], lo: float | FloatArray, exponent: int | npt.NDArray[Any]
+) -> FloatArray:
+    """Means from their stored integer offsets (`_scaled_means`): exactly what was encoded."""
+    scale = 10.0 ** np.asarray(exponent, np.float64)
+    return (np.rint(np.asarray(lo) * scale) + stored.astype(np.float64)) / scale
 
 
 def _weight_width(weights: FloatArray) -> tuple[int, str]:
@@ -561,31 +654,27 @@ class TDigest:
     def to_bytes(self) -> bytes:
         """Compact, versioned little-endian encoding; :meth:`from_bytes` restores it exactly.
 
-        Layout (version 2): magic ``b"TDGT"``, version byte, compression f64, count u64,
-        nan_count u64, sum f64, min f64, max f64, centroid count u32, then all means as f64,
-        a byte giving the width of the weights (1, 2 or 4: unsigned integers; 8: f64), and
-        all weights in it. Weights are counts, so they fit the smallest unsigned width that
-        holds the largest: 58 + 9 * len(self) bytes for a window of a few hundred events,
-        58 + 12 * len(self) for a busy hour. Version 1 (weights as f64, no width byte) is
-        still read.
+        Version 3: magic ``b"TDGT"``, version byte, a 41-byte header (compression f32, count
+        u32, nan_count u32, centroid count u16, sum, min and max f64, the widths of means and
+        weights and the means' decimal exponent), then the means and the weights, each in the
+        narrowest form that gives them back bit for bit. Means are the data's own values in a
+        small digest; values recorded to the ms or µs (every real producer's) are stored as
+        integer offsets from the min at that decimal scale (1, 2 or 4 bytes), others as f64.
+        Weights are counts: nothing when every weight is 1, else the narrowest unsigned width.
+        A window of 30 latencies in µs takes 46 + 4 * 30 bytes, 30 latenesses in ms 46 + 2 * 30.
+        A digest too large for the header's fields is written as version 2 (compression f64,
+        count, nan_count u64, sum, min, max f64, centroid count u32, means f64, a weight-width
+        byte and the weights). Versions 1 and 2 are still read.
         """
-        header = TDIGEST.preamble + _HEADER.pack(
+        return encode_digest(
             self._compression,
             self._count,
             self._nan_count,
             self._sum,
             self._min,
             self._max,
-            self._means.shape[0],
-        )
-        width, kind = _weight_width(self._weights)
-        return b"".join(
-            (
-                header,
-                self._means.astype("<f8").tobytes(),
-                bytes([width]),
-                self._weights.astype(kind).tobytes(),
-            )
+            self._means,
+            self._weights,
         )
 
     @classmethod
@@ -593,6 +682,8 @@ class TDigest:
         """Decode :meth:`to_bytes` output; ``ValueError`` names what is wrong with bad input."""
         buf = bytes(data)
         version = TDIGEST.check(buf)
+        if version == 3:
+            return cls._from_v3(buf)
         if len(buf) < _HEADER_END:
             raise ValueError(
                 f"TDigest.from_bytes: {len(buf)} bytes is shorter than the "
@@ -619,6 +710,52 @@ class TDigest:
             )
         means = np.frombuffer(buf, dtype="<f8", count=n, offset=_HEADER_END).astype(np.float64)
         weights = np.frombuffer(buf, dtype=kind, count=n, offset=at).astype(np.float64)
+        return cls._restored(compression, count, nan_count, total, lo, hi, means, weights)
+
+    @classmethod
+    def _from_v3(cls, buf: bytes) -> TDigest:
+        if len(buf) < _HEADER3_END:
+            raise ValueError(
+                f"TDigest.from_bytes: {len(buf)} bytes is shorter than the "
+                f"{_HEADER3_END}-byte header"
+            )
+        fields = _HEADER3.unpack_from(buf, TDIGEST.size)
+        compression, count, nan_count, n, total, lo, hi, mean_width, exponent, weight_width = fields
+        if mean_width not in (1, 2, 4, 8) or weight_width not in (0, 1, 2, 4, 8):
+            raise ValueError(f"TDigest.from_bytes: bad widths {mean_width}, {weight_width}")
+        if not 0 <= exponent <= _EXPONENTS[-1]:
+            raise ValueError(f"TDigest.from_bytes: bad exponent {exponent}")
+        expected = _HEADER3_END + (mean_width + weight_width) * n
+        if len(buf) != expected:
+            raise ValueError(
+                f"TDigest.from_bytes: {len(buf)} bytes, expected {expected} for {n} centroids"
+            )
+        at = _HEADER3_END + mean_width * n
+        if mean_width == 8:
+            means = np.frombuffer(buf, "<f8", n, _HEADER3_END).astype(np.float64)
+        else:
+            offsets = np.frombuffer(buf, _OFFSET_WIDTHS[mean_width], n, _HEADER3_END)
+            means = decode_means(offsets, lo, exponent)
+        if weight_width:
+            weights = np.frombuffer(buf, _WIDTHS[weight_width], n, at).astype(np.float64)
+        else:
+            weights = np.ones(n)
+        return cls._restored(float(compression), count, nan_count, total, lo, hi, means, weights)
+
+    @classmethod
+    def _restored(
+        cls,
+        compression: float,
+        count: int,
+        nan_count: int,
+        total: float,
+        lo: float,
+        hi: float,
+        means: FloatArray,
+        weights: FloatArray,
+    ) -> TDigest:
+        """A digest of decoded fields, after `from_bytes`'s consistency checks."""
+        n = len(means)
         digest = cls(compression)  # validates compression
         if not (
             np.all(np.isfinite(means))

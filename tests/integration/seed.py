@@ -247,9 +247,7 @@ def _seed_sliding(
             agg = WindowAgg.merged(rolling)
             timeline = Timeline.merged([parts[(svc, s)][1] for s in reach if (svc, s) in parts])
             agg.states["timeline"] = timeline.framed(frame_of(SLIDING, end - size))
-            updates.append(
-                WindowUpdate(SLIDING.key, end - size, svc, agg.to_bytes())
-            )
+            updates.append(WindowUpdate(SLIDING.key, end - size, svc, agg.to_bytes()))
     write_batch(r, keys, SinkBatch(batch_id, updates))
     ts = np.sort(times)
     best = (-1, 0)

@@ -105,10 +105,11 @@ def test_bad_input_is_refused_with_the_objects_errors() -> None:
     with pytest.raises(ValueError, match="inf"):
         Digests.build(np.array([1.0, np.inf]), np.array([0, 1]), 2)
     blob = Digests.build(np.arange(10.0), np.zeros(10, int), 1).encode()[0]
-    with pytest.raises(ValueError, match="bad length"):
+    with pytest.raises(ValueError, match="expected 56"):
         Digests.decode([blob[:-1]])
     tampered = bytearray(blob)
-    tampered[-1] = 9  # a weight no longer adds up to the count
+    tampered[9] = 11  # the count (after the preamble and the f32 compression) is not the weights'
+
     with pytest.raises(ValueError, match="inconsistent"):
         Digests.decode([bytes(tampered)])
     with pytest.raises(ValueError, match="compressions"):

@@ -224,9 +224,64 @@ def test_to_bytes_round_trip_is_exact() -> None:
     np.testing.assert_array_equal(back.centroids[0], d.centroids[0])
     np.testing.assert_array_equal(back.centroids[1], d.centroids[1])
     width = next(w for w in (1, 2, 4) if d.centroids[1].max() < 256**w)  # weights are counts
-    assert len(data) == 58 + (8 + width) * len(d)
-    assert data[:4] == b"TDGT" and data[4] == FORMAT_VERSION
+    assert len(data) == 46 + (8 + width) * len(d)  # means of merged values: f64
+    assert data[:4] == b"TDGT" and data[4] == FORMAT_VERSION == 3
     assert back.to_bytes() == data
+
+
+@pytest.mark.parametrize(
+    ("values", "size"),
+    [
+        # 30 latencies to the µs (the generator's, OpenTelemetry's): 4-byte offsets, unit weights
+        (np.round(np.random.default_rng(1).lognormal(4, 0.6, 30), 3), 46 + 4 * 30),
+        # 30 latenesses in whole ms up to 5 s: 2-byte offsets from the min
+        (np.random.default_rng(2).integers(-20, 5_000, 30).astype(float), 46 + 2 * 30),
+        # within 255 ms of each other: 1 byte each
+        (np.random.default_rng(3).integers(1_000, 1_200, 30).astype(float), 46 + 30),
+        # no decimal scale holds them: f64
+        (np.random.default_rng(4).lognormal(4, 0.6, 30), 46 + 8 * 30),
+        ([], 46),
+    ],
+)
+def test_a_small_digest_takes_the_bytes_its_values_need(values: list[float], size: int) -> None:
+    d = digest_of(values)
+    data = d.to_bytes()
+    assert len(data) == size
+    back = TDigest.from_bytes(data)
+    assert back == d and back.to_bytes() == data
+    np.testing.assert_array_equal(back.centroids[0], d.centroids[0])  # bit for bit
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_merged_digests_of_rounded_values_round_trip_exactly(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    parts = [digest_of(np.round(rng.lognormal(4, 1, rng.integers(1, 400)), 3)) for _ in range(6)]
+    parts.append(digest_of(-np.round(rng.exponential(1e6, 50))))  # negatives, large values
+    d = TDigest.merged(parts)
+    back = TDigest.from_bytes(d.to_bytes())
+    assert back == d
+    np.testing.assert_array_equal(back.centroids[0], d.centroids[0])
+
+
+def _v2_bytes(d: TDigest) -> bytes:
+    """`d` in format version 2 (f64 means, u8 weight width), as stores written before hold."""
+    means, weights = d.centroids
+    head = struct.pack("<4sBdQQdddI", b"TDGT", 2, d.compression, d.count, d.nan_count, d.sum,
+                       d._min, d._max, len(means))  # fmt: skip
+    return head + means.astype("<f8").tobytes() + b"\x04" + weights.astype("<u4").tobytes()
+
+
+def test_version_2_is_still_read() -> None:
+    d = digest_of(np.random.default_rng(6).normal(size=3_000))
+    assert TDigest.from_bytes(_v2_bytes(d)) == d
+    assert TDigest.from_bytes(_v2_bytes(TDigest())) == TDigest()
+
+
+def test_a_digest_too_large_for_version_3_is_written_as_version_2() -> None:
+    d = digest_of([1.0, 2.0])
+    d._count, d._weights = 2**32 + 1, np.array([1.0, 2.0**32])
+    data = d.to_bytes()
+    assert data[4] == 2 and TDigest.from_bytes(data) == d
 
 
 def test_empty_round_trip() -> None:
@@ -241,8 +296,9 @@ def _valid() -> bytes:
 def _with_header(**fields: float) -> bytes:
     """A valid encoding of [1, 2, 3] with some header fields replaced."""
     data = _valid()
-    names = ("magic", "version", "compression", "count", "nan_count", "sum", "min", "max", "n")
-    header = struct.Struct("<4sBdQQdddI")
+    names = ("magic", "version", "compression", "count", "nan_count", "n", "sum", "min", "max")
+    names += ("mean_width", "exponent", "weight_width")
+    header = struct.Struct("<4sBfIIHdddBbB")
     values = dict(zip(names, header.unpack_from(data), strict=True))
     values.update(fields)
     return header.pack(*values.values()) + data[header.size :]
@@ -259,7 +315,9 @@ def _with_header(**fields: float) -> bytes:
         (_valid()[:-1], "expected"),
         (_valid() + b"\x00", "expected"),
         (_with_header(n=4), "expected"),
-        (_valid()[:-4] + b"\x03" + _valid()[-3:], "bad weight width 3"),
+        (_with_header(weight_width=3), "bad widths"),
+        (_with_header(mean_width=3), "bad widths"),
+        (_with_header(exponent=9), "bad exponent"),
         (_with_header(count=4), "inconsistent"),
         (_with_header(min=1.5), "inconsistent"),
         (_with_header(compression=1.0), "compression"),
@@ -579,10 +637,10 @@ def test_version_1_encodings_are_still_read() -> None:
     d = TDigest(150)
     d.update(np.random.default_rng(5).lognormal(3, 1, size=20_000))
     means, weights = d.centroids
-    v2 = d.to_bytes()
+    v2 = _v2_bytes(d)
     header = struct.Struct("<4sBdQQdddI")
     fields = list(header.unpack_from(v2))
     fields[1] = 1
     v1 = header.pack(*fields) + means.astype("<f8").tobytes() + weights.astype("<f8").tobytes()
     assert TDigest.from_bytes(v1) == d
-    assert len(v2) < 0.8 * len(v1)
+    assert len(d.to_bytes()) < 0.8 * len(v1)
