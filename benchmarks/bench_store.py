@@ -618,7 +618,7 @@ def measure(
         if what == "tier":
             spec, family = detail.split("|")
             tiers.setdefault(spec, Tier(spec)).bytes[family] += used
-            if family == "win":
+            if family == "agg":
                 starts[spec].add(int(name.rsplit(":", 1)[1]))
         elif what == "arr" and int(name.rsplit(":", 1)[1]) >= until:
             other["arr (after the last event time)"] += used  # only late events arrive then
