@@ -24,11 +24,11 @@ from jobs.state.rows import (
     LateUpdate,
     WindowCount,
     WindowUpdate,
-    arrival_doc,
 )
 from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.retention import Retention
 from tidegauge.core.store import ALL_SERVICES, DeadLetter, Keys, batch_field
+from tidegauge.core.store.arrivals import batch_arrivals
 from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.window_aggs import WindowAggs
 from tidegauge.core.windows import WindowSpec
@@ -112,8 +112,9 @@ def write_batch(
     the transaction. Either way it stays right when only some services changed.
 
     Late rows, stragglers and arrivals are per-batch facts: they are stored under a field
-    named "service|batch", so a replay overwrites instead of adding, and a window's revision
-    is the number of batches that brought it stragglers.
+    named "service|batch" (arrivals: "batch", every service's counts in one), so a replay
+    overwrites instead of adding, and a window's revision is the number of batches that
+    brought it stragglers.
     """
     batch_id, windows, late, arrivals = batch.batch_id, batch.windows, batch.late, batch.arrivals
     stragglers, duplicates, at = batch.stragglers, batch.duplicates, batch.at
@@ -181,11 +182,15 @@ def write_batch(
         assert arrival_window_ms is not None
         size = arrival_window_ms
         tx.sadd(keys.arrival_sizes, str(size))
+        counted: dict[str, dict[str, tuple[int, int, int]]] = defaultdict(dict)
         for a in arrivals:
-            doc = arrival_doc(a.count, a.metrics)
             key = keys.arrivals(a.domain, size, a.start_ms)
-            fields[key][batch_field(a.service, batch_id)] = doc
+            have = counted[key].get(a.service, (0, 0, 0))
+            n_late, n_strag = int(a.metrics["late"]), int(a.metrics["stragglers"])
+            counted[key][a.service] = (have[0] + a.count, have[1] + n_late, have[2] + n_strag)
             indexed[keys.arrivals_index(a.domain, size)][str(a.start_ms)] = a.start_ms
+        for key, counts in counted.items():
+            fields[key][str(batch_id)] = batch_arrivals(counts)
     for key, mapping in fields.items():
         tx.hset(key, mapping=mapping)
     for key, members in indexed.items():

@@ -198,16 +198,6 @@ def arrival_metrics(late: int, stragglers: int, proc_ms: int | None) -> str:
     return f'{{"late":{late},"proc_ms":{proc},"stragglers":{stragglers}}}'
 
 
-def arrival_doc(events: int, metrics: Mapping[str, Any]) -> str:
-    """`metrics_json` of an arrival's metrics with its `events`: the document the sink stores."""
-    late, stragglers, proc = metrics.get("late"), metrics.get("stragglers"), metrics.get("proc_ms")
-    if len(metrics) == 3 and type(late) is int and type(stragglers) is int:
-        if proc is None or type(proc) is int:
-            text = "null" if proc is None else int.__repr__(proc)
-            return f'{{"events":{events},"late":{late},"proc_ms":{text},"stragglers":{stragglers}}}'
-    return metrics_json({**metrics, "events": events})
-
-
 def _arrival_metrics_of(text: str) -> dict[str, Any]:
     """Inverse of `arrival_metrics` (any other JSON object through `json.loads`)."""
     m = _ARRIVAL.fullmatch(text)

@@ -7,7 +7,6 @@ writes batch by batch as the job would, which the dashboard's roll-up test reads
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -41,13 +40,6 @@ MAX_PER_TRIGGER = 400
 EXCLUDED = {"tg:status", "tg:batches", "tg:epoch"}
 
 
-def _without_wall_clock(key: str, fields: dict[bytes, bytes]) -> list[tuple[bytes, Any]]:
-    """A hash's fields, minus the processing time of arrival rows (the batch's wall clock)."""
-    if not key.startswith("tg:arr:"):
-        return sorted(fields.items())
-    return sorted((k, {**json.loads(v), "proc_ms": None}) for k, v in fields.items())
-
-
 def snapshot(r: redis.Redis) -> dict[str, Any]:
     """Every key's full content, type-aware, except what records wall-clock times.
 
@@ -62,7 +54,7 @@ def snapshot(r: redis.Redis) -> dict[str, Any]:
             continue
         kind = r.type(key).decode()
         if kind == "hash":
-            out[key] = _without_wall_clock(key, r.hgetall(key))
+            out[key] = sorted(r.hgetall(key).items())
         elif kind == "zset":
             out[key] = r.zrange(key, 0, -1, withscores=True)
         elif kind == "set":

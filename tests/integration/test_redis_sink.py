@@ -20,7 +20,7 @@ import redis
 import jobs.sink.status as status_writes
 from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch
 from jobs.sink.status import write_progress
-from jobs.state.rows import LateUpdate, WindowCount, WindowUpdate
+from jobs.state.rows import ArrivalUpdate, LateUpdate, WindowCount, WindowUpdate
 from tests.fixtures import S, T
 from tidegauge.core.events import ALL_SERVICES, OVERFLOW_SERVICE
 from tidegauge.core.metrics import PERCENTILES
@@ -29,6 +29,7 @@ from tidegauge.core.store import (
     Keys,
     RangeResult,
     WindowRow,
+    read_arrivals,
     read_batches,
     read_dead_counts,
     read_dead_letters,
@@ -358,6 +359,36 @@ def test_duplicates_replay_safe_but_add_across_batches(redis_client: redis.Redis
         "api": (3, 3),
         "web": (1, 4),
         "*": (4, 7),
+    }
+
+
+def test_arrivals_are_one_field_per_batch_replay_safe_and_old_fields_still_count(
+    redis_client: redis.Redis,
+) -> None:
+    r = redis_client
+
+    def arrivals(*rows: tuple[str, int, int, int]) -> list[ArrivalUpdate]:
+        return [
+            ArrivalUpdate("broker", T, svc, n, {"late": late, "stragglers": st, "proc_ms": T})
+            for svc, n, late, st in rows
+        ]
+
+    config = SinkConfig(arrival_window_ms=W)
+    b7 = arrivals(("api", 5, 1, 0), ("web", 3, 0, 2), ("db", 1, 0, 0))
+    write_batch(r, KEYS, SinkBatch(7, arrivals=b7), config)
+    write_batch(r, KEYS, SinkBatch(7, arrivals=b7), config)  # a replay of batch 7
+    write_batch(r, KEYS, SinkBatch(8, arrivals=arrivals(("api", 2, 0, 1))), config)
+    key = KEYS.arrivals("broker", W, T)
+    assert sorted(r.hkeys(key)) == [b"7", b"8"]  # a field per batch, every service in it
+    # a field as stores written before hold it: one per (service, batch)
+    old = {"events": 4, "late": 2, "proc_ms": T, "stragglers": 0}
+    r.hset(key, "web|6", json.dumps(old))
+    got = {a.service: (a.events, a.late, a.stragglers) for a in read_arrivals(r, KEYS, "broker")}
+    assert got == {
+        "api": (7, 1, 1),
+        "db": (1, 0, 0),
+        "web": (7, 2, 2),
+        "*": (15, 3, 3),
     }
 
 

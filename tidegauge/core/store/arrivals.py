@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -87,8 +87,8 @@ def read_arrivals(
     primary size, so the series can be drawn on one axis. "event" is read from the windows
     (count + late of the primary tumbling spec); the other two from the arrival series.
     With `cache`, a window is re-read only when its number of fields changed: each batch adds
-    its own "service|batch" field and a replayed batch rewrites its field unchanged, so the
-    count is a version stamp (broker-time windows can still grow long after their end).
+    its own field and a replayed batch rewrites its field unchanged, so the count is a version
+    stamp (broker-time windows can still grow long after their end).
     """
     if domain not in TIME_DOMAINS:
         raise ValueError(f"domain must be one of {', '.join(TIME_DOMAINS)}, got {domain!r}")
@@ -118,17 +118,39 @@ def read_arrivals(
     return [row for rows in per_window for row in rows if service in (None, row.service)]
 
 
+def batch_arrivals(counts: Mapping[str, tuple[int, int, int]]) -> str:
+    """A batch's field of one arrival window: service -> [events, late, stragglers], as JSON.
+
+    One field per batch holds every service's counts (the field is the batch id, so a replayed
+    batch rewrites it): a busy window then costs a few bytes per service and batch, not a field.
+    """
+    return json.dumps({svc: list(counts[svc]) for svc in sorted(counts)}, separators=(",", ":"))
+
+
+def arrival_counts(field_name: bytes | str, value: bytes | str) -> tuple[int, dict[str, list[int]]]:
+    """(batch id, service -> [events, late, stragglers]) of one field of an arrival window.
+
+    Reads both layouts: a batch's field (`batch_arrivals`) and, in stores written before,
+    one field per service and batch ("service|batch" -> {"events", "late", "stragglers", ...}).
+    """
+    name = _s(field_name)
+    doc = json.loads(value)
+    if "|" not in name:
+        return int(name), {svc: [int(x) for x in v] for svc, v in doc.items()}
+    svc, batch = split_batch_field(name)
+    return batch, {svc: [int(doc["events"]), int(doc["late"]), int(doc["stragglers"])]}
+
+
 def _arrival_rows(domain: str, start: int, size: int, fields: dict[Any, Any]) -> list[ArrivalRow]:
-    """One window's "service|batch" fields summed per service and over all (`*`), by service."""
+    """One window's batch fields summed per service and over all (`*`), by service."""
     sums: dict[str, list[int]] = {}
     for k, v in fields.items():
-        svc = split_batch_field(k)[0]
-        doc = json.loads(v)
-        for name in (svc, ALL_SERVICES):
-            acc = sums.setdefault(name, [0, 0, 0])
-            acc[0] += int(doc["events"])
-            acc[1] += int(doc["late"])
-            acc[2] += int(doc["stragglers"])
+        for svc, counts in arrival_counts(k, v)[1].items():
+            for name in (svc, ALL_SERVICES):
+                acc = sums.setdefault(name, [0, 0, 0])
+                acc[0] += counts[0]
+                acc[1] += counts[1]
+                acc[2] += counts[2]
     return [ArrivalRow(domain, start, start + size, svc, *sums[svc]) for svc in sorted(sums)]
 
 

@@ -16,7 +16,7 @@ from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.metrics import fraction_at_least
 from tidegauge.core.retention import Layer, cover_by_spec
-from tidegauge.core.store.arrivals import read_arrival_size
+from tidegauge.core.store.arrivals import arrival_counts, read_arrival_size
 from tidegauge.core.store.index import _stamped, _starts
 from tidegauge.core.store.keys import ALL_SERVICES, Keys, _s, split_batch_field
 from tidegauge.core.store.status import read_batches
@@ -255,8 +255,9 @@ def read_late_counters(r: redis.Redis, keys: Keys) -> LateCounters:
             pipe.hgetall(keys.arrivals("processing", size, int(_s(start))))
         for fields in pipe.execute() if members else []:
             for k, v in fields.items():
-                if split_batch_field(k)[1] in ids:
-                    ours += int(json.loads(v)["late"])
+                batch, counts = arrival_counts(k, v)
+                if batch in ids:
+                    ours += sum(c[1] for c in counts.values())
     return LateCounters(min(ids), max(ids), ours, spark)
 
 

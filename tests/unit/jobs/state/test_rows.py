@@ -12,7 +12,6 @@ import pytest
 
 from jobs.state.rows import (
     append_row,
-    arrival_doc,
     arrival_metrics,
     decode_rows,
     decode_table,
@@ -98,7 +97,6 @@ def test_arrival_rows_read_back_and_store_as_json_would(metrics: dict[str, Any])
         [dict(zip(rows, values, strict=True)) for values in zip(*rows.values(), strict=True)], 1
     ).arrivals
     assert arrival.metrics == json.loads(text)
-    assert arrival_doc(7, arrival.metrics) == metrics_json({**metrics, "events": 7})
 
 
 def test_decode_table_is_decode_rows_on_an_arrow_table() -> None:
