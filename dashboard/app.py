@@ -49,6 +49,7 @@ from tidegauge.core.durations import format_duration, to_iso
 from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.plugins import PluginError, load_plugins
 from tidegauge.core.store import ALL_SERVICES, Keys, overflow_summary, read_services
+from tidegauge.core.store.ranking import RANK_BY
 
 st.set_page_config(page_title="Tidegauge", page_icon="🌊", layout="wide")
 try:  # the same plugin metrics as the job and `tidegauge query` (TIDEGAUGE_PLUGINS)
@@ -63,6 +64,9 @@ RANGES_MS = dict(data.RANGES_MS)
 #: Top-row figures per line: the stream's six, then the job's three under them. Nine in one
 #: line would cut labels ("Watermark d…") at 1600 px with the sidebar open.
 HEADLINES_PER_ROW = 6
+
+#: How many services the sidebar offers to draw when none are chosen (0: every service).
+TOP_CHOICES = (5, 10, 20, 50, 0)
 
 
 def _own_argv() -> list[str]:
@@ -119,6 +123,7 @@ def _current_view() -> view_url.View:
     state, link = st.session_state, _link()
     range_ms = RANGES_MS.get(state.get("range", ""), link.range_ms or settings.window_range_ms)
     latency = data.LATENCY_RANGES_MS.get(state.get("latency_range", ""), link.latency_range_ms)
+    top = state.get("top", data.DEFAULT_TOP if link.top is None else link.top)
     return view_url.View(
         services=tuple(state.get("services", link.services)),
         kind=state.get("kind", link.kind),
@@ -128,6 +133,8 @@ def _current_view() -> view_url.View:
         show_broker=bool(state.get("show_broker", link.show_broker)),
         show_total=bool(state.get("show_total", link.show_total)),
         wall=bool(state.get("wall", link.wall)),
+        top=None if top == data.DEFAULT_TOP else top,
+        rank_by=state.get("rank_by", link.rank_by),
     )
 
 
@@ -172,8 +179,27 @@ def _sidebar() -> data.Filters:
         known,
         default=[x for x in _link().services if x in known],  # a link's, if the store has them
         key="services",
-        placeholder="all services",
-        help="Lines and counts of these services only; empty = all services.",
+        placeholder="all services (type to search)",
+        help="Lines and counts of these services only; empty = the busiest ones below.",
+    )
+    linked_top = data.DEFAULT_TOP if _link().top is None else _link().top
+    tops = list(dict.fromkeys([*TOP_CHOICES, linked_top]))
+    top = st.sidebar.selectbox(
+        "Draw",
+        tops,
+        index=tops.index(linked_top),
+        key="top",
+        format_func=lambda n: "every service" if n == 0 else f"the top {n}",
+        help="With no services chosen, the page reads and draws only the busiest services and "
+        "the rest as one line, so it stays fast with thousands of services.",
+    )
+    rank_by = st.sidebar.radio(
+        "ranked by",
+        RANK_BY,
+        index=RANK_BY.index(_link().rank_by),
+        key="rank_by",
+        horizontal=True,
+        help="Events or errors over the time range (exact sums of the windows).",
     )
     kind = st.sidebar.radio(
         "Window kind",
@@ -215,7 +241,11 @@ def _sidebar() -> data.Filters:
     if settings.demo_controls:
         _demo_controls(known)
     return data.Filters(
-        services=tuple(chosen), kind=kind or "tumbling", range_ms=RANGES_MS[range_label]
+        services=tuple(chosen),
+        kind=kind or "tumbling",
+        range_ms=RANGES_MS[range_label],
+        top=int(top if top is not None else data.DEFAULT_TOP),
+        rank_by=rank_by or "events",
     )
 
 
@@ -336,7 +366,9 @@ def _events_chart(snap: data.Snapshot, d: Derived, f: data.Filters, windows: pd.
     show_total = st.toggle(
         "Show the all-services total (*)", value=_link().show_total, key="show_total"
     )
-    frame = d.get("windows_shown", lambda: panels.only_shown(windows, f))
+    frame = d.get(
+        "windows_shown", lambda: panels.with_others(panels.only_shown(windows, f), snap, f)
+    )
     order = _order(d, "windows_shown", frame, f)
     _chart(
         d,
@@ -365,7 +397,7 @@ def _order(d: Derived, name: str, frame: pd.DataFrame, f: data.Filters) -> list[
 
 def _latency(snap: data.Snapshot, d: Derived, f: data.Filters, metrics: pd.DataFrame) -> None:
     st.subheader("Latency")
-    shown = f.selected(snap.services)
+    shown = snap.drawn
     left, right = st.columns([1, 1])
     with left:
         options = [ALL_SERVICES, *shown]

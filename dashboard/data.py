@@ -51,10 +51,18 @@ from tidegauge.core.store import (
     read_windows_tiered,
 )
 from tidegauge.core.store.annotations import Annotation, read_annotations
+from tidegauge.core.store.ranking import (
+    RANK_BY,
+    ServiceTotals,
+    rank_services,
+    ranked_parts,
+    read_service_totals,
+)
 from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import WindowSpec
 
 __all__ = [
+    "DEFAULT_TOP",
     "LATENCY_RANGES_MS",
     "RANGES_MS",
     "WINDOW_KINDS",
@@ -92,9 +100,18 @@ MAX_BATCHES = 2_000
 MAX_CHART_WINDOWS = 2_160
 
 
+#: Services drawn when none are chosen: the busiest this many (by `Filters.rank_by`), the rest
+#: as one line. With fewer stored services every one is drawn.
+DEFAULT_TOP = 10
+
+
 @dataclass(frozen=True)
 class Filters:
-    """What the user picked: services (empty = all), window kind, ranges (ms of event time)."""
+    """What the user picked: services, window kind, ranges (ms of event time).
+
+    With no services chosen the page draws the `top` ones by `rank_by` (`RANK_BY`; `top` 0:
+    every service).
+    """
 
     services: tuple[str, ...] = ()
     kind: str = "tumbling"
@@ -102,12 +119,18 @@ class Filters:
     latency_range_ms: int = 15 * 60_000
     dead_letter_limit: int = 5
     late_event_limit: int = 5
+    top: int = DEFAULT_TOP
+    rank_by: str = "events"
 
     def __post_init__(self) -> None:
         if self.kind not in WINDOW_KINDS:
             raise ValueError(f"window kind must be one of {', '.join(WINDOW_KINDS)}")
         if self.range_ms <= 0 or self.latency_range_ms <= 0:
             raise ValueError("ranges must be positive")
+        if self.top < 0:
+            raise ValueError("top must be 0 (every service) or more")
+        if self.rank_by not in RANK_BY:
+            raise ValueError(f"rank services by one of {', '.join(RANK_BY)}")
 
     def selected(self, known: list[str]) -> list[str]:
         """The services to draw: the chosen ones that exist, else every known service."""
@@ -158,6 +181,16 @@ class Snapshot:
     #: service and `*`): the busiest-interval figure and the rolling percentile line.
     sliding_spec: WindowSpec | None = None
     sliding: list[WindowRow] = field(default_factory=list)
+    #: The services the page draws and read (the chosen ones, else the top ones), and when
+    #: they are the top of more: every service's events and errors over the range.
+    drawn: list[str] = field(default_factory=list)
+    totals: dict[str, ServiceTotals] = field(default_factory=dict)
+
+    @property
+    def others(self) -> list[str]:
+        """Services stored but not drawn (their sum is `*` minus the drawn ones)."""
+        shown = set(self.drawn)
+        return [s for s in self.services if s not in shown]
 
     @property
     def is_empty(self) -> bool:
@@ -202,21 +235,35 @@ def read_snapshot(
     status = read_status(r, keys)
     specs = read_window_specs(r, keys)
     spec = pick_spec(specs, f.kind)
+    services = read_services(r, keys)
     windows: list[WindowRow] = []
     newest = None
     resolution = None
+    drawn, totals = f.selected(services), {}
+    read_only: list[str] | None = None  # None: every service
     if spec is not None:
         newest = read_newest_window_start(r, keys, spec)
         if newest is not None:
             since, until = spec.end(newest) - f.range_ms, spec.end(newest)
+            min_size = f.range_ms // MAX_CHART_WINDOWS
+            if f.services and drawn != services:
+                read_only = [ALL_SERVICES, *drawn]
+            elif f.top and len(services) > f.top:
+                parts = ranked_parts(r, keys, spec, since, until, min_size)
+                totals = read_service_totals(r, keys, parts, cache)
+                drawn = rank_services(totals, f.rank_by, f.top)
+                read_only = [ALL_SERVICES, *drawn]
             tiered = None
             if spec.kind == "tumbling":  # the smallest tumbling spec is the one rolled up
-                min_size = f.range_ms // MAX_CHART_WINDOWS
-                tiered = read_windows_tiered(r, keys, since, until, None, min_size, cache)
+                tiered = read_windows_tiered(
+                    r, keys, since, until, None, min_size, cache, services=read_only
+                )
             if tiered is not None:
                 windows, resolution = tiered.rows, tiered.resolution
             else:
-                windows = read_windows(r, keys, spec, since_ms=since, cache=cache)
+                windows = read_windows(
+                    r, keys, spec, since_ms=since, cache=cache, services=read_only
+                )
     arrivals = {}
     size = read_arrival_size(r, keys)
     for domain in TIME_DOMAINS:
@@ -238,7 +285,7 @@ def read_snapshot(
         if t_newest is not None:
             until = tumbling.end(t_newest)
             since = until - f.latency_range_ms
-            merged = read_range_merged(r, keys, since, until, tumbling, cache=cache)
+            merged = read_range_merged(r, keys, since, until, tumbling, read_only, cache=cache)
             snap_range = {
                 "range_aggs": merged.aggs,
                 "range_from_ms": since,
@@ -251,7 +298,9 @@ def read_snapshot(
     sliding: list[WindowRow] = []
     if sliding_spec is not None:
         sliding = (
-            windows if sliding_spec == spec else _sliding_rows(r, keys, sliding_spec, f, cache)
+            windows
+            if sliding_spec == spec
+            else _sliding_rows(r, keys, sliding_spec, f, cache, read_only)
         )
     limit = MAX_BATCHES
     if status is not None and status.report_interval_ms:
@@ -266,7 +315,9 @@ def read_snapshot(
         spec=spec,
         newest_start_ms=newest,
         specs=specs,
-        services=read_services(r, keys),
+        services=services,
+        drawn=drawn,
+        totals=totals,
         arrivals=arrivals,
         batches=read_batches(r, keys, limit),
         late_events=read_late_events(r, keys, limit=f.late_event_limit),
@@ -292,14 +343,19 @@ def read_snapshot(
 
 
 def _sliding_rows(
-    r: redis.Redis, keys: Keys, spec: WindowSpec, f: Filters, cache: ClosedWindows | None = None
+    r: redis.Redis,
+    keys: Keys,
+    spec: WindowSpec,
+    f: Filters,
+    cache: ClosedWindows | None = None,
+    services: list[str] | None = None,
 ) -> list[WindowRow]:
     """The sliding spec's rows ending inside the last `range_ms` before its newest one."""
     newest = read_newest_window_start(r, keys, spec)
     if newest is None:
         return []
     until = spec.end(newest)
-    rows = read_windows(r, keys, spec, since_ms=until - f.range_ms, cache=cache)
+    rows = read_windows(r, keys, spec, since_ms=until - f.range_ms, cache=cache, services=services)
     return [w for w in rows if w.window_end > until - f.range_ms]
 
 

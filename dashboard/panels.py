@@ -105,6 +105,31 @@ def shown_services(f: data.Filters) -> list[str] | None:
     return list(f.services) if f.services else None
 
 
+def with_others(frame: pd.DataFrame, snap: data.Snapshot, f: data.Filters) -> pd.DataFrame:
+    """`frame` (windows of `*` and the drawn services) plus one line for the services not drawn.
+
+    Their events per window are `*`'s less the drawn services' (exact: counts add up), under
+    the name "N others". Nothing is added when every service is drawn or some are chosen.
+    """
+    others = snap.others
+    if f.services or not others or frame.empty:
+        return frame
+    total = frame[frame["service"] == ALL_SERVICES].set_index("window_start")
+    drawn = frame[frame["service"] != ALL_SERVICES].groupby("window_start")[["count"]].sum()
+    rest = total[["window_end", "count"]].copy()
+    rest["count"] = (rest["count"] - drawn["count"].reindex(rest.index, fill_value=0)).clip(0)
+    sizes = (rest["window_end"] - rest.index).dt.total_seconds()
+    rest["events_per_s"] = rest["count"] / sizes
+    rest["service"] = others_name(len(others))
+    rest = rest.reset_index()[list(frame.columns)]
+    return pd.concat([frame, rest], ignore_index=True)
+
+
+def others_name(n: int) -> str:
+    """The name of the line of the services not drawn."""
+    return f"{n:,} other{'s' if n != 1 else ''}"
+
+
 def only_shown(frame: pd.DataFrame, f: data.Filters) -> pd.DataFrame:
     """Rows of the chosen services and the `*` total (all rows when none are chosen)."""
     if not f.services:

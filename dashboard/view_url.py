@@ -8,6 +8,7 @@ service) is left out and named in `View.problems`: the page shows the rest of th
 what it ignored, instead of failing.
 
     ?svc=checkout,search&kind=hopping&range=1h&lrange=5m&lsvc=checkout&broker=1&total=0&wall=1
+    ?top=20&by=errors     (with no services chosen: the 20 with the most errors; top=all: every one)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from tidegauge.core.durations import format_duration, parse_duration
+from tidegauge.core.store.ranking import RANK_BY
 
 __all__ = ["WALL_PAGE", "View", "from_params", "link", "to_params", "wall_link"]
 
@@ -36,6 +38,9 @@ class View:
     show_broker: bool = False
     show_total: bool = True
     wall: bool = False
+    #: With no services chosen, how many to draw (0: all; None: the page's default), by what.
+    top: int | None = None
+    rank_by: str = "events"
     #: Parameters that could not be read, as "name=value: why".
     problems: tuple[str, ...] = field(default=(), compare=False)
 
@@ -62,6 +67,10 @@ def to_params(v: View) -> dict[str, str]:
         out["total"] = "0"
     if v.wall:
         out["wall"] = "1"
+    if v.top is not None:
+        out["top"] = str(v.top) if v.top else "all"
+    if v.rank_by != _DEFAULT.rank_by:
+        out["by"] = v.rank_by
     return out
 
 
@@ -118,6 +127,18 @@ def from_params(
         v = replace(v, latency_range_ms=duration("lrange", r, latency_ranges_ms))
     if (s := get("lsvc")) is not None and s:
         v = replace(v, latency_service=s)
+    if (t := get("top")) is not None:
+        if t == "all":
+            v = replace(v, top=0)
+        elif t.isdigit() and int(t) > 0:
+            v = replace(v, top=int(t))
+        else:
+            problems.append(f"top={t}: not a number of services or 'all'")
+    if (by := get("by")) is not None:
+        if by in RANK_BY:
+            v = replace(v, rank_by=by)
+        else:
+            problems.append(f"by={by}: not one of {', '.join(RANK_BY)}")
     toggles = {}
     for name, attr in (("broker", "show_broker"), ("total", "show_total"), ("wall", "wall")):
         if (x := get(name)) is not None and (b := flag(name, x)) is not None:

@@ -63,6 +63,8 @@ def filters_of(
         kind=v.kind,
         range_ms=v.range_ms or window_range_ms,
         latency_range_ms=v.latency_range_ms or 15 * 60_000,
+        top=data.DEFAULT_TOP if v.top is None else v.top,
+        rank_by=v.rank_by,
     )
     return f, v
 
@@ -95,7 +97,9 @@ def document(
     out["headline"] = [{"label": h.label, "value": h.value, "help": h.help} for h in heads]
     windows = d.get("windows", lambda: windows_frame(snap.windows))
     metrics = d.get("metrics", lambda: metrics_frame(snap.windows))
-    shown = d.get("windows_shown", lambda: panels.only_shown(windows, f))
+    shown = d.get(
+        "windows_shown", lambda: panels.with_others(panels.only_shown(windows, f), snap, f)
+    )
     order = [
         s
         for s in d.get(("services_in", "windows_shown"), lambda: services_in(shown))

@@ -19,6 +19,8 @@ from tidegauge.core.durations import format_duration, parse_duration, parse_inst
 from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.metrics import added_result_fields, field_label
 from tidegauge.core.store import ALL_SERVICES
+from tidegauge.core.store.ranking import RANK_BY, rank_services, ranked_parts, read_service_totals
+from tidegauge.core.windows import WindowSpec
 
 __all__ = ["add_arguments", "format_freshness", "run"]
 
@@ -50,6 +52,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="without --window: use retention tiers of at least this size where they hold the "
         "range (e.g. 1h for a month); finer windows only for the newest part",
     )
+    w.add_argument(
+        "--top",
+        type=int,
+        metavar="N",
+        help="only the N services with the most events (or --by errors) over the range, and *",
+    )
+    w.add_argument("--by", choices=RANK_BY, default="events", help="what --top ranks by")
 
     g = sub.add_parser("range", help="metrics of a time range, merged from its windows' sketches")
     common(g)
@@ -158,6 +167,8 @@ def _windows(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: in
     until = parse_instant(args.until, now) if args.until else None
     if args.resolution and args.window:
         raise ValueError("--resolution picks among the retention tiers: leave out --window")
+    spec = store.stored_spec(r, keys, args.window) if args.window else None
+    only, ranked = _top_services(r, keys, args, spec, since, until)
     tiered = None
     if not args.window:
         tiered = store.read_windows_tiered(
@@ -167,6 +178,7 @@ def _windows(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: in
             2**62 if until is None else until,
             args.service,
             parse_duration(args.resolution) if args.resolution else 0,
+            services=only,
         )
     if tiered is not None:
         rows = tiered.rows
@@ -174,10 +186,11 @@ def _windows(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: in
         rows = store.read_windows(
             r,
             keys,
-            spec=store.stored_spec(r, keys, args.window) if args.window else None,
+            spec=spec,
             service=args.service,
             since_ms=since,
             until_ms=until,
+            services=only,
         )
     if args.json:
         json.dump([row.to_dict() for row in rows], sys.stdout)
@@ -209,7 +222,40 @@ def _windows(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: in
         print("(no windows stored yet)")
     elif tiered is not None:  # after the table: its first line stays the header
         print(f"resolution: {tiered.resolution}")
+    if ranked is not None:
+        print(ranked)
     return 0
+
+
+def _top_services(
+    r: redis.Redis,
+    keys: store.Keys,
+    args: argparse.Namespace,
+    spec: WindowSpec | None,
+    since: int | None,
+    until: int | None,
+) -> tuple[list[str] | None, str | None]:
+    """With --top N: `*` and the N services ranked first over the range, and a line saying so."""
+    if args.top is None:
+        return None, None
+    if args.top < 1:
+        raise ValueError("--top takes a number of services, 1 or more")
+    if args.service:
+        raise ValueError("--top ranks the services: leave out --service")
+    if spec is None:
+        specs = store.read_window_specs(r, keys)
+        if not specs:
+            return None, None
+        spec = specs[0]
+    lo, hi = 0 if since is None else since, 2**62 if until is None else until
+    size = parse_duration(args.resolution) if args.resolution else 0
+    totals = read_service_totals(r, keys, ranked_parts(r, keys, spec, lo, hi, size))
+    top = rank_services(totals, args.by, args.top)
+    rest = len(totals) - len(top)
+    line = f"top {len(top)} of {len(totals)} services by {args.by}" + (
+        f"; {rest} others in * only" if rest else ""
+    )
+    return [ALL_SERVICES, *top], line
 
 
 def _range(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int) -> int:

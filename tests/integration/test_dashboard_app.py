@@ -289,6 +289,36 @@ def test_snapshot_keeps_to_the_smallest_tumbling_spec(redis_client: redis.Redis)
     assert all(r.p99 is not None and r.distinct_users > 0 for r in snap.windows)
 
 
+def test_with_many_services_the_page_reads_the_top_ones_and_star_only(
+    redis_client: redis.Redis,
+) -> None:
+    now = now_ms()
+    newest = now - now % W - W
+    starts = [newest - i * W for i in range(6)]
+    counts = {f"svc-{i:02d}": 10 + (i * 37) % 60 for i in range(40)}  # distinct sums
+    updates = [window(s, svc, n + k) for k, s in enumerate(starts) for svc, n in counts.items()]
+    write_batch(redis_client, KEYS, SinkBatch(1, updates))
+    sums = {svc: sum(n + k for k in range(6)) for svc, n in counts.items()}
+    errors = {svc: 0 for svc in counts}
+    for u in updates:
+        errors[u.service] += WindowAgg.from_bytes(u.agg).errors
+    for by, truth in (("events", sums), ("errors", errors)):
+        f = data.Filters(range_ms=60_000, top=5, rank_by=by)
+        snap = data.read_snapshot(redis_client, KEYS, 60_000, now, filters=f)
+        top = sorted(truth, key=lambda s: (-truth[s], s))[:5]
+        assert snap.drawn == top
+        assert {r.service for r in snap.windows} == {"*", *top}  # nothing else read
+        assert set(snap.range_aggs) == {"*", *top}
+        assert len(snap.others) == 35 and snap.totals[top[0]].value(by) == truth[top[0]]
+        total = {r.window_start: r.count for r in snap.windows if r.service == "*"}
+        assert total == {s: sum(counts.values()) + k * 40 for k, s in enumerate(starts)}
+    every = data.read_snapshot(redis_client, KEYS, 60_000, now, filters=data.Filters(top=0))
+    assert len({r.service for r in every.windows}) == 41 and every.others == []
+    chosen = data.Filters(services=("svc-03", "nope"), range_ms=60_000)
+    picked = data.read_snapshot(redis_client, KEYS, 60_000, now, filters=chosen)
+    assert picked.drawn == ["svc-03"] and {r.service for r in picked.windows} == {"*", "svc-03"}
+
+
 def test_total_line_can_be_switched_off(
     monkeypatch: pytest.MonkeyPatch, redis_settings: RedisSettings, redis_client: redis.Redis
 ) -> None:

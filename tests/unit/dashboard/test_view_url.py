@@ -29,6 +29,8 @@ def test_the_default_view_is_the_plain_url() -> None:
         View(kind="hopping", range_ms=3_600_000),
         View(latency_range_ms=300_000, latency_service="checkout"),
         View(show_broker=True, show_total=False, wall=True),
+        View(top=20, rank_by="errors"),
+        View(top=0),
         View(("a b", "ü"), "session", 86_400_000, 3_600_000, "a b", True, False, True),
     ],
 )
@@ -59,3 +61,9 @@ def test_the_wall_link_shows_the_same_view_on_the_wall_page() -> None:
     url = wall_link("http://dash.example:8501/?svc=old&wall=1#top", v)
     assert url == "http://dash.example:8501/tidegauge/wall?svc=checkout,search&range=1h"
     assert wall_link("http://h:8501/", View()) == "http://h:8501/tidegauge/wall"
+
+
+def test_how_many_services_are_drawn_and_by_what_read_as_written() -> None:
+    assert to_params(View(top=0, rank_by="errors")) == {"top": "all", "by": "errors"}
+    v = from_params({"top": "0", "by": "p75"}, KINDS, RANGES, LATENCY)
+    assert v == View() and [p.split(":")[0] for p in v.problems] == ["top=0", "by=p75"]

@@ -104,13 +104,17 @@ def read_windows(
     since_ms: int | None = None,
     until_ms: int | None = None,
     cache: ClosedWindows | None = None,
+    *,
+    services: Sequence[str] | None = None,
 ) -> list[WindowRow]:
     """Stored windows of one spec, ordered by start then service.
 
     `spec` defaults to the first stored spec (the smallest tumbling one); `since_ms`/`until_ms`
     select windows that end after `since_ms` and start before `until_ms`; `service` = `*`
-    selects the all-services rows. With `cache`, closed windows read before are not read
-    again (only their late counts, which still change).
+    selects the all-services rows, `services` the rows of these names only (`*` among them
+    if wanted): only their aggregates are read, however many services a window holds. With
+    `cache`, closed windows read before are not read again (only their late counts, which
+    still change).
     """
     if spec is None:
         specs = read_window_specs(r, keys)
@@ -119,9 +123,12 @@ def read_windows(
         spec = specs[0]
     watermark = _sync(r, keys, cache)
     starts = _starts(r, keys, spec, since_ms, until_ms)
-    known = {s: cache.get("rows", spec.key, s) for s in starts} if cache else {}
-    # A memo keeps every service of a window; without one, one service's reads only its own.
-    one = [service] if service is not None and cache is None else None
+    wanted = [service] if service is not None else services
+    one = None if wanted is None else sorted(set(wanted))
+    if one == []:
+        return []
+    kind = "rows" if one is None else "rows|" + "\x1f".join(one)  # the memo of these names
+    known = {s: cache.get(kind, spec.key, s) for s in starts} if cache else {}
     pipe = r.pipeline(transaction=False)
     for start in starts:
         if known.get(start) is None:
@@ -169,10 +176,10 @@ def read_windows(
                 for svc, doc in docs.items()
             }
             if cache is not None and _reusable(spec, start, watermark):
-                cache.put("rows", spec.key, start, shown)
+                cache.put(kind, spec.key, start, shown)
         late = _per_service(late_fields, LateAgg.count_of)
         for svc in sorted(set(shown) | set(late)):
-            if service is not None and svc != service:
+            if one is not None and svc not in one:
                 continue
             row = shown.get(svc) or _row(spec, start, svc, {}, 0, closed=closed)
             n = late.get(svc, 0)
@@ -221,6 +228,8 @@ def read_windows_tiered(
     service: str | None = None,
     min_size_ms: int = 0,
     cache: ClosedWindows | None = None,
+    *,
+    services: Sequence[str] | None = None,
 ) -> TieredWindows | None:
     """The windows of [since, until), each part from the finest tier that still holds it.
 
@@ -235,7 +244,9 @@ def read_windows_tiered(
     rows: list[WindowRow] = []
     counts = []
     for spec, lo, hi in parts:
-        got = read_windows(r, keys, spec, service, since_ms=lo, until_ms=hi, cache=cache)
+        got = read_windows(
+            r, keys, spec, service, since_ms=lo, until_ms=hi, cache=cache, services=services
+        )
         inside = [w for w in got if lo <= w.window_start < hi]
         rows += inside
         counts.append(len(inside))
@@ -484,6 +495,8 @@ def read_range_merged(
         for s in _starts(r, keys, spec, since_ms, until_ms, with_late=False)
         if spec.lies_within(s, since_ms, until_ms)
     ]
+    # A memo's entries hold every service, or the services asked for (named in their kind).
+    subset = "" if services is None else "|" + "\x1f".join(sorted(set(services)))
     # (aggregate by service, windows merged into it by service): blocks, then single windows
     parts: list[tuple[dict[str, WindowAgg], dict[str, int]]] = []
     loose = starts
@@ -499,10 +512,10 @@ def read_range_merged(
             if not (whole and _reusable(block_spec, first, watermark)):
                 loose += members
                 continue
-            block = cache.get("blocks", spec.key, first)
+            block = cache.get("blocks" + subset, spec.key, first)
             if block is None:
-                block = _merge_block(r, keys, spec, members)
-                cache.put("blocks", spec.key, first, block)
+                block = _merge_block(r, keys, spec, members, services)
+                cache.put("blocks" + subset, spec.key, first, block)
             parts.append(block)
     aggs = _window_aggs(r, keys, spec, loose, services, with_lateness, cache, watermark)
     parts += [(a, dict.fromkeys(a, 1)) for a in aggs]
@@ -518,14 +531,19 @@ def read_range_merged(
 
 
 def _merge_block(
-    r: redis.Redis, keys: Keys, spec: WindowSpec, starts: list[int]
+    r: redis.Redis,
+    keys: Keys,
+    spec: WindowSpec,
+    starts: list[int],
+    services: Sequence[str] | None = None,
 ) -> tuple[dict[str, WindowAgg], dict[str, int]]:
     """Closed windows merged per service (lateness included), with each service's window count.
 
-    The windows are decoded for this merge only, not kept one by one: once merged, the block
-    stands for them (keeping both would hold an hour of decoded HyperLogLogs twice).
+    Of `services` (None: every service). The windows are decoded for this merge only, not kept
+    one by one: once merged, the block stands for them (keeping both would hold an hour of
+    decoded HyperLogLogs twice).
     """
-    aggs = _window_aggs(r, keys, spec, starts, None, True, None, None)
+    aggs = _window_aggs(r, keys, spec, starts, services, True, None, None)
     services = sorted({s for a in aggs for s in a})
     merged = {s: WindowAgg.merged(a[s] for a in aggs if s in a) for s in services}
     return merged, {s: sum(s in a for a in aggs) for s in services}
@@ -542,9 +560,10 @@ def _window_aggs(
     watermark: int | None,
 ) -> list[dict[str, WindowAgg]]:
     """Each window's aggregates by service; closed ones decoded once when there is a memo."""
-    known = {s: cache.get("aggs", spec.key, s) for s in starts} if cache else {}
+    kind = "aggs" if services is None else "aggs|" + "\x1f".join(sorted(set(services)))
+    known = {s: cache.get(kind, spec.key, s) for s in starts} if cache else {}
     misses = [s for s in starts if known.get(s) is None]
-    whole = services is None or cache is not None  # a memo keeps every service of a window
+    whole = services is None
     pipe = r.pipeline(transaction=False)
     for start in misses:
         if whole:
@@ -565,7 +584,7 @@ def _window_aggs(
                 if blob is not None
             }
             if cache is not None and reuse:
-                cache.put("aggs", spec.key, start, aggs)
+                cache.put(kind, spec.key, start, aggs)
         out.append(aggs if services is None else {s: aggs[s] for s in services if s in aggs})
     return out
 

@@ -1,0 +1,111 @@
+"""Services ranked by events and errors, counted inside a real redis-server.
+
+`tidegauge/core/store/ranking.py` reads each aggregate's count and errors with a read-only Lua
+script; the totals must be the sums of what the windows hold, for both stored layouts of an
+aggregate (version 3, and version 2 of stores written before), with and without the reader's
+memo, and the same when the Redis user may not run scripts.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter
+
+import numpy as np
+import redis
+
+from jobs.sink.redis_sink import SinkBatch, write_batch
+from jobs.state.rows import WindowUpdate
+from tests.fixtures import S, T
+from tidegauge.core.closed_windows import ClosedWindows
+from tidegauge.core.store import Keys
+from tidegauge.core.store.ranking import rank_services, read_service_totals
+from tidegauge.core.window_agg import WindowAgg
+from tidegauge.core.windows import WindowSpec
+
+KEYS = Keys("tg")
+W = 10 * S
+SPEC = WindowSpec.tumbling(W)
+
+
+def _agg(rng: np.random.Generator, n: int) -> WindowAgg:
+    agg = WindowAgg()
+    status = rng.choice([200, 200, 200, 503], n)
+    users = np.array([f"u{u}" for u in rng.integers(0, 40, n)], dtype=object)
+    agg.add(np.round(rng.lognormal(3, 0.5, n), 3), status, users)
+    return agg
+
+
+def _v2_bytes(agg: WindowAgg) -> bytes:
+    """`agg` as a version 2 (fixed layout) aggregate, as stores written before hold them."""
+    blobs = [agg.latency.to_bytes(), agg.users.to_bytes()]
+    blobs += [agg.lateness.to_bytes(), agg.overdue.to_bytes()]
+    head = struct.pack("<4sBqqIIII", b"TGWA", 2, agg.count, agg.errors, *map(len, blobs))
+    return head + b"".join(blobs)
+
+
+def _seed(r: redis.Redis) -> tuple[Counter[str], Counter[str], list[int]]:
+    rng = np.random.default_rng(3)
+    events: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    starts = [T + k * W for k in range(4)]
+    for batch, start in enumerate(starts):
+        updates = []
+        for svc in ("api", "web", "db", "(other)"):
+            agg = _agg(rng, int(rng.integers(1, 60)))
+            events[svc] += agg.count
+            errors[svc] += agg.errors
+            updates.append(WindowUpdate(SPEC.key, start, svc, agg.to_bytes()))
+        write_batch(r, KEYS, SinkBatch(batch, updates))
+    old = _agg(rng, 25)  # a window of a store written before: version 2 bytes
+    r.hset(KEYS.window_aggs(SPEC.key, starts[0]), "legacy", _v2_bytes(old))
+    events["legacy"] += old.count
+    errors["legacy"] += old.errors
+    return events, errors, starts
+
+
+def test_totals_are_the_windows_sums_in_both_layouts(redis_client: redis.Redis) -> None:
+    events, errors, starts = _seed(redis_client)
+    assert WindowAgg.from_bytes(_v2_bytes(WindowAgg(count=3, errors=1))).count == 3
+    memo = ClosedWindows()
+    for cache in (None, memo, memo):  # the memo's second read takes closed windows from it
+        totals = read_service_totals(redis_client, KEYS, [(SPEC, starts)], cache)
+        assert {s: t.events for s, t in totals.items()} == dict(events)
+        assert {s: t.errors for s, t in totals.items()} == dict(errors)
+        assert "*" not in totals
+    by_events = sorted(events, key=lambda s: (-events[s], s))
+    assert rank_services(totals, "events", 2) == by_events[:2]
+    assert rank_services(totals, "errors", 9) == sorted(errors, key=lambda s: (-errors[s], s))
+
+
+def test_a_user_without_scripts_gets_the_same_totals(redis_client: redis.Redis) -> None:
+    events, errors, starts = _seed(redis_client)
+    redis_client.acl_setuser(
+        "no-scripts",
+        enabled=True,
+        passwords=["+pw"],
+        keys=["*"],
+        commands=["-@all", "+@read", "+@connection"],
+    )
+    try:
+        kwargs = redis_client.connection_pool.connection_kwargs
+        viewer = redis.Redis(
+            host=kwargs["host"],
+            port=kwargs["port"],
+            db=kwargs.get("db", 0),
+            username="no-scripts",
+            password="pw",
+        )
+        try:
+            viewer.eval_ro("return 1", 0)
+        except redis.exceptions.NoPermissionError:
+            pass
+        else:
+            raise AssertionError("the user should not be allowed to run scripts")
+        totals = read_service_totals(viewer, KEYS, [(SPEC, starts)])
+        assert {s: (t.events, t.errors) for s, t in totals.items()} == {
+            s: (events[s], errors[s]) for s in events
+        }
+        viewer.close()
+    finally:
+        redis_client.acl_deluser("no-scripts")
