@@ -8,6 +8,7 @@ memo, and the same when the Redis user may not run scripts.
 
 from __future__ import annotations
 
+import json
 import struct
 from collections import Counter
 
@@ -17,7 +18,9 @@ import redis
 from jobs.sink.redis_sink import SinkBatch, write_batch
 from jobs.state.rows import WindowUpdate
 from tests.fixtures import S, T
+from tests.integration.helpers import tidegauge
 from tidegauge.core.closed_windows import ClosedWindows
+from tidegauge.core.config import RedisSettings
 from tidegauge.core.store import Keys
 from tidegauge.core.store.ranking import rank_services, read_service_totals
 from tidegauge.core.window_agg import WindowAgg
@@ -109,3 +112,24 @@ def test_a_user_without_scripts_gets_the_same_totals(redis_client: redis.Redis) 
         viewer.close()
     finally:
         redis_client.acl_deluser("no-scripts")
+
+
+def test_query_windows_top_lists_the_busiest_services_and_star(
+    redis_settings: RedisSettings,
+) -> None:
+    r = redis.Redis.from_url(redis_settings.url)
+    events, errors, starts = _seed(r)
+    common = ["--redis", redis_settings.url, "--since", str(starts[0]), "--until", str(T + 9 * W)]
+    got = json.loads(tidegauge("query", "windows", *common, "--top", "2", "--json").stdout)
+    top = sorted(events, key=lambda s: (-events[s], s))[:2]
+    assert {row["service"] for row in got} == {"*", *top}
+    assert sum(row["count"] for row in got if row["service"] == top[0]) == events[top[0]]
+    table = tidegauge("query", "windows", *common, "--top", "1", "--by", "errors").stdout
+    worst = sorted(errors, key=lambda s: (-errors[s], s))[0]
+    assert (
+        table.splitlines()[-1] == f"top 1 of {len(errors)} services by errors; 4 others in * only"
+    )
+    assert worst in table
+    bad = tidegauge("query", "windows", *common, "--top", "2", "--service", "api", check=False)
+    assert bad.returncode != 0 and "leave out --service" in bad.stderr
+    r.close()
