@@ -100,6 +100,10 @@ MAX_BATCHES = 2_000
 MAX_CHART_WINDOWS = 2_160
 
 
+#: Services are ranked from retention tiers of at least this size where they hold the range
+#: (counts add up exactly): an hour is ~60 one-minute roll-ups to count, not 360 windows.
+RANK_FROM_MS = 60_000
+
 #: Services drawn when none are chosen: the busiest this many (by `Filters.rank_by`), the rest
 #: as one line. With fewer stored services every one is drawn.
 DEFAULT_TOP = 10
@@ -249,7 +253,7 @@ def read_snapshot(
             if f.services and drawn != services:
                 read_only = [ALL_SERVICES, *drawn]
             elif f.top and len(services) > f.top:
-                parts = ranked_parts(r, keys, spec, since, until, min_size)
+                parts = ranked_parts(r, keys, spec, since, until, max(min_size, RANK_FROM_MS))
                 totals = read_service_totals(r, keys, parts, cache)
                 drawn = rank_services(totals, f.rank_by, f.top)
                 read_only = [ALL_SERVICES, *drawn]
@@ -276,7 +280,9 @@ def read_snapshot(
         arrivals[domain] = (
             []
             if end is None
-            else read_arrivals(r, keys, domain, end - f.range_ms, end, cache=cache)
+            else read_arrivals(
+                r, keys, domain, end - f.range_ms, end, cache=cache, services=read_only
+            )
         )
     snap_range: dict[str, Any] = {}
     tumbling = next((s for s in specs if s.kind == "tumbling"), None)

@@ -10,6 +10,7 @@ stored by the sink, read by the read API.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +54,15 @@ class LateAgg:
         self.count += other.count
         self.lateness.merge(other.lateness)
         self.overdue.merge(other.overdue)
+
+    @classmethod
+    def merged(cls, aggs: Sequence[LateAgg]) -> LateAgg:
+        """One aggregate of many (each digest merged in one pass)."""
+        return cls(
+            sum(a.count for a in aggs),
+            TDigest.merged([a.lateness for a in aggs]),
+            TDigest.merged([a.overdue for a in aggs]),
+        )
 
     def to_bytes(self) -> bytes:
         """Versioned binary: preamble, header, then both digests."""

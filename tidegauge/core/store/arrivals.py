@@ -80,12 +80,15 @@ def read_arrivals(
     until_ms: int | None = None,
     service: str | None = None,
     cache: ClosedWindows | None = None,
+    *,
+    services: Sequence[str] | None = None,
 ) -> list[ArrivalRow]:
     """Events per window by event time, processing time or broker time, ordered by start.
 
     All three count every event once (late ones included) in tumbling windows of the job's
     primary size, so the series can be drawn on one axis. "event" is read from the windows
     (count + late of the primary tumbling spec); the other two from the arrival series.
+    `service` keeps one service's rows (`*`: the totals), `services` those of several.
     With `cache`, a window is re-read only when its number of fields changed: each batch adds
     its own field and a replayed batch rewrites its field unchanged, so the count is a version
     stamp (broker-time windows can still grow long after their end).
@@ -97,7 +100,9 @@ def read_arrivals(
         spec = event_spec(read_window_specs(r, keys), size)
         if spec is None:
             return []
-        return event_arrivals(read_windows(r, keys, spec, service, since_ms, until_ms, cache))
+        return event_arrivals(
+            read_windows(r, keys, spec, service, since_ms, until_ms, cache, services=services)
+        )
     if size is None:
         return []
     if cache is not None:
@@ -115,7 +120,10 @@ def read_arrivals(
         lambda s: keys.arrivals(domain, size, s),
         lambda s, fields: _arrival_rows(domain, s, size, fields),
     )
-    return [row for rows in per_window for row in rows if service in (None, row.service)]
+    wanted = {service} if service is not None else None if services is None else set(services)
+    if wanted is None:
+        return [row for rows in per_window for row in rows]
+    return [row for rows in per_window for row in rows if row.service in wanted]
 
 
 def batch_arrivals(counts: Mapping[str, tuple[int, int, int]]) -> str:

@@ -166,7 +166,7 @@ def _lateness_of(
 ) -> LatenessResult:
     """Late rows, stragglers and duplicates of the windows in `parts`, with the accepted ones."""
     accepted = WindowAgg.merged(accepted_aggs) if len(accepted_aggs) != 1 else accepted_aggs[0]
-    lates: list[list[tuple[str, LateAgg]]] = []
+    lates: list[dict[str, LateAgg]] = []
     strags: list[dict[str, int]] = []
     dups: list[dict[str, int]] = []
     for spec, starts in parts:
@@ -197,7 +197,7 @@ def _lateness_of(
             partial(keys.window_duplicates, spec.key),
             lambda _, fields: _per_service(fields, lambda v: int(v)),
         )
-    picked = [a for per in lates for svc, a in per if service in (ALL_SERVICES, svc)]
+    picked = [per[service] for per in lates if service in per]
     late = sum(x.count for x in picked)
     return LatenessResult(
         service=service,
@@ -214,9 +214,19 @@ def _lateness_of(
     )
 
 
-def _late_aggs(fields: dict[Any, Any]) -> list[tuple[str, LateAgg]]:
-    """A late hash's "service|batch" fields as (service, decoded LateAgg)."""
-    return [(split_batch_field(k)[0], LateAgg.from_bytes(v)) for k, v in fields.items()]
+def _late_aggs(fields: dict[Any, Any]) -> dict[str, LateAgg]:
+    """A late hash's "service|batch" fields merged per service, and over all of them as `*`.
+
+    Memoised per window by the readers (`_stamped`): a refresh then merges one aggregate per
+    window, not one per (window, service, batch).
+    """
+    by_service: dict[str, list[LateAgg]] = {}
+    for k, v in sorted(fields.items()):
+        by_service.setdefault(split_batch_field(k)[0], []).append(LateAgg.from_bytes(v))
+    out = {svc: LateAgg.merged(aggs) for svc, aggs in sorted(by_service.items())}
+    if out:
+        out[ALL_SERVICES] = LateAgg.merged(list(out.values()))
+    return out
 
 
 @dataclass(frozen=True)
