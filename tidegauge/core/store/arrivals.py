@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import orjson
 import redis
 
 from tidegauge.core.closed_windows import ClosedWindows
@@ -111,16 +112,17 @@ def read_arrivals(
     hi = "+inf" if until_ms is None else until_ms - 1
     members: Any = r.zrangebyscore(keys.arrivals_index(domain, size), lo, hi)
     starts = sorted(int(_s(v)) for v in members)
+    wanted = {service} if service is not None else None if services is None else set(services)
+    subset = "" if wanted is None else "|" + "\x1f".join(sorted(wanted))
     per_window = _stamped(
         r,
         cache,
-        f"arrivals:{domain}",
+        f"arrivals:{domain}{subset}",
         str(size),
         starts,
         lambda s: keys.arrivals(domain, size, s),
-        lambda s, fields: _arrival_rows(domain, s, size, fields),
+        lambda s, fields: _arrival_rows(domain, s, size, fields, wanted),
     )
-    wanted = {service} if service is not None else None if services is None else set(services)
     if wanted is None:
         return [row for rows in per_window for row in rows]
     return [row for rows in per_window for row in rows if row.service in wanted]
@@ -131,34 +133,49 @@ def batch_arrivals(counts: Mapping[str, tuple[int, int, int]]) -> str:
 
     One field per batch holds every service's counts (the field is the batch id, so a replayed
     batch rewrites it): a busy window then costs a few bytes per service and batch, not a field.
+    `*` holds the batch's totals, so a reader of the totals looks up one entry.
     """
-    return json.dumps({svc: list(counts[svc]) for svc in sorted(counts)}, separators=(",", ":"))
+    total = [sum(c[i] for c in counts.values()) for i in range(3)]
+    doc = {ALL_SERVICES: total, **{svc: list(counts[svc]) for svc in sorted(counts)}}
+    return json.dumps(doc, separators=(",", ":"))
 
 
-def arrival_counts(field_name: bytes | str, value: bytes | str) -> tuple[int, dict[str, list[int]]]:
-    """(batch id, service -> [events, late, stragglers]) of one field of an arrival window.
+def arrival_counts(
+    field_name: bytes | str, value: bytes | str
+) -> tuple[int, dict[str, list[int]], list[int]]:
+    """(batch id, service -> [events, late, stragglers], the totals) of one arrival field.
 
     Reads both layouts: a batch's field (`batch_arrivals`) and, in stores written before,
     one field per service and batch ("service|batch" -> {"events", "late", "stragglers", ...}).
     """
     name = _s(field_name)
-    doc = json.loads(value)
+    doc = orjson.loads(value)
     if "|" not in name:
-        return int(name), {svc: [int(x) for x in v] for svc, v in doc.items()}
+        total = doc.pop(ALL_SERVICES, None)
+        if total is None:
+            total = [sum(c[i] for c in doc.values()) for i in range(3)]
+        return int(name), doc, total
     svc, batch = split_batch_field(name)
-    return batch, {svc: [int(doc["events"]), int(doc["late"]), int(doc["stragglers"])]}
+    counts = [int(doc["events"]), int(doc["late"]), int(doc["stragglers"])]
+    return batch, {svc: counts}, counts
 
 
-def _arrival_rows(domain: str, start: int, size: int, fields: dict[Any, Any]) -> list[ArrivalRow]:
-    """One window's batch fields summed per service and over all (`*`), by service."""
-    sums: dict[str, list[int]] = {}
+def _arrival_rows(
+    domain: str, start: int, size: int, fields: dict[Any, Any], wanted: set[str] | None
+) -> list[ArrivalRow]:
+    """One window's batch fields summed per service (of `wanted`; None: all) and as `*`."""
+    sums: dict[str, list[int]] = {ALL_SERVICES: [0, 0, 0]}
     for k, v in fields.items():
-        for svc, counts in arrival_counts(k, v)[1].items():
-            for name in (svc, ALL_SERVICES):
-                acc = sums.setdefault(name, [0, 0, 0])
-                acc[0] += counts[0]
-                acc[1] += counts[1]
-                acc[2] += counts[2]
+        _, counts, total = arrival_counts(k, v)
+        acc = sums[ALL_SERVICES]
+        acc[0], acc[1], acc[2] = acc[0] + total[0], acc[1] + total[1], acc[2] + total[2]
+        mine = counts.keys() if wanted is None else wanted & counts.keys()
+        for svc in mine:
+            c = counts[svc]
+            acc = sums.setdefault(svc, [0, 0, 0])
+            acc[0], acc[1], acc[2] = acc[0] + c[0], acc[1] + c[1], acc[2] + c[2]
+    if not fields:
+        return []
     return [ArrivalRow(domain, start, start + size, svc, *sums[svc]) for svc in sorted(sums)]
 
 

@@ -265,9 +265,9 @@ def read_late_counters(r: redis.Redis, keys: Keys) -> LateCounters:
             pipe.hgetall(keys.arrivals("processing", size, int(_s(start))))
         for fields in pipe.execute() if members else []:
             for k, v in fields.items():
-                batch, counts = arrival_counts(k, v)
+                batch, _, total = arrival_counts(k, v)
                 if batch in ids:
-                    ours += sum(c[1] for c in counts.values())
+                    ours += total[1]
     return LateCounters(min(ids), max(ids), ours, spark)
 
 
