@@ -30,9 +30,12 @@ StoreIdentity = tuple[str, str]
 class ClosedWindows:
     """Values (rows, decoded aggregates) per (kind, window spec, window start), for one store."""
 
-    def __init__(self, max_windows: int = 20_000) -> None:
+    def __init__(self, max_windows: int = 20_000, max_kinds: int = 48) -> None:
         #: Entries kept per kind; the oldest windows go first (ranges end at the newest).
         self.max_windows = max_windows
+        #: Kinds kept (a reader of a few services memoises them under a kind of their own, so
+        #: a page whose top services change makes new ones): the least recently used go first.
+        self.max_kinds = max_kinds
         self._lock = threading.Lock()
         self._identity: StoreIdentity | None = None
         self._watermark = -1
@@ -59,12 +62,23 @@ class ClosedWindows:
 
     def get(self, kind: str, spec: str, start: int) -> Any | None:
         """The value stored for this closed window, or None."""
-        return self._entries.get(kind, {}).get((spec, start))
+        entries = self._entries.get(kind)
+        if entries is None:
+            return None
+        with self._lock:  # this kind was used last
+            if kind in self._entries:
+                self._entries[kind] = self._entries.pop(kind)
+        return entries.get((spec, start))
 
     def put(self, kind: str, spec: str, start: int, value: Any) -> None:
         """Remember `value` of a window the watermark (as returned by `sync`) has passed."""
         with self._lock:
-            entries = self._entries.setdefault(kind, {})
+            entries = self._entries.pop(kind, None)
+            if entries is None:
+                entries = {}
+                while len(self._entries) >= self.max_kinds:  # the least recently used kind
+                    del self._entries[next(iter(self._entries))]
+            self._entries[kind] = entries
             entries[(spec, start)] = value
             if len(entries) > self.max_windows:  # drop the oldest tenth, not one per put
                 keep = self.max_windows * 9 // 10

@@ -50,3 +50,18 @@ def test_the_oldest_windows_go_first_when_full() -> None:
     assert memo.size("rows") == 9  # down to 90 % at once, not one per put
     assert memo.get("rows", "10000", 0) is None and memo.get("rows", "10000", 10_000) is None
     assert memo.get("rows", "10000", 100_000) == 10
+
+
+def test_the_least_recently_used_kinds_go_first_when_there_are_too_many() -> None:
+    memo = ClosedWindows(max_kinds=3)
+    memo.sync(("epoch", "query"), 1_000)
+    for kind in ("rows", "rows|a", "rows|b"):
+        memo.put(kind, "10000", 0, kind)
+    assert memo.get("rows", "10000", 0) == "rows"  # used: now the most recent
+    memo.put("rows|c", "10000", 0, "c")  # a fourth kind: the least recently used goes
+    assert memo.get("rows|a", "10000", 0) is None
+    assert [memo.get(k, "10000", 0) for k in ("rows", "rows|b", "rows|c")] == [
+        "rows",
+        "rows|b",
+        "c",
+    ]
