@@ -52,9 +52,10 @@ rows too (the job adds them there); the first minute's sliding rows (less than a
 data) are not written. 10,000 named services need the job's `--max-services 10000` (the default
 1,000 counts the others as `(other)`).
 
-Then every key's `MEMORY USAGE` (samples=0), by family: `tg:win:` (JSON docs: only in stores written before
-the aggregate became the one value), `tg:agg:` (sketches), `tg:late:`, `tg:strag:`, `tg:dup:`, `tg:part:` (shard parts), `tg:arr:` (arrivals),
-indexes (`...:idx`, `tg:win:specs`, `tg:services`, ...) and other; and by tier: the raw specs
+Then every key's `MEMORY USAGE` (samples=0), by family: `tg:win:` (JSON docs: only in stores
+written before the aggregate became the one value), `tg:agg:` (sketches), `tg:late:`,
+`tg:strag:`, `tg:dup:`, `tg:part:` (shard parts), `tg:arr:` (arrivals), indexes (`...:idx`,
+`tg:win:specs`, `tg:services`, ...) and other; and by tier: the raw specs
 `10000` and `sl60000-10000-100`, the roll-ups `r60000` and `r3600000`.
 
 How to read the first table, a row per N and tier: `windows` stored; `B/(win,grp)` = the bytes
@@ -63,9 +64,9 @@ of each family in it; `*/win` the `*` field's doc and aggregate (bytes per windo
 the mean length of one service's value (HSTRLEN): set beside `B/(win,grp)` x the JSON and
 sketch shares, what Redis adds to a value (field name, hash entry, allocator size class).
 Arrival rows give bytes per (10 s window, service) of each domain, the fields per window and
-service (one field per batch, holding every service) and a field's length. Then one service's aggregate
-by metric (mean bytes of each metric's encoding, "(entries)" the framing), and the retention's
-total for N services:
+service (one field per batch, holding every service) and a field's length. Then one service's
+aggregate by metric (mean bytes of each metric's encoding, "(entries)" the framing), and the
+retention's total for N services:
 
     raw     B(10000) x 6h/10s + B(sliding) x 6h/10s          (2,160 windows of each)
   + tiers   B(r60000) x 7d/1m + B(r3600000) x 90d/1h          (10,080 and 2,160 windows)

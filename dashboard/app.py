@@ -199,7 +199,8 @@ def _sidebar() -> data.Filters:
         index=RANK_BY.index(_link().rank_by),
         key="rank_by",
         horizontal=True,
-        help="Events or errors over the time range (exact sums of the windows).",
+        help="Events or errors over the time range (exact sums of the windows), or p99 "
+        "latency (the windows' t-digests merged per service).",
     )
     kind = st.sidebar.radio(
         "Window kind",

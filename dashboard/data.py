@@ -254,7 +254,7 @@ def read_snapshot(
                 read_only = [ALL_SERVICES, *drawn]
             elif f.top and len(services) > f.top:
                 parts = ranked_parts(r, keys, spec, since, until, max(min_size, RANK_FROM_MS))
-                totals = read_service_totals(r, keys, parts, cache)
+                totals = read_service_totals(r, keys, parts, cache, with_p99=f.rank_by == "p99")
                 drawn = rank_services(totals, f.rank_by, f.top)
                 read_only = [ALL_SERVICES, *drawn]
             tiered = None

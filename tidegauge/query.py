@@ -56,7 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--top",
         type=int,
         metavar="N",
-        help="only the N services with the most events (or --by errors) over the range, and *",
+        help="only the N services with the most events (or --by errors, the highest --by p99) "
+        "over the range, and *",
     )
     w.add_argument("--by", choices=RANK_BY, default="events", help="what --top ranks by")
 
@@ -249,7 +250,8 @@ def _top_services(
         spec = specs[0]
     lo, hi = 0 if since is None else since, 2**62 if until is None else until
     size = parse_duration(args.resolution) if args.resolution else 0
-    totals = read_service_totals(r, keys, ranked_parts(r, keys, spec, lo, hi, size))
+    parts = ranked_parts(r, keys, spec, lo, hi, size)
+    totals = read_service_totals(r, keys, parts, with_p99=args.by == "p99")
     top = rank_services(totals, args.by, args.top)
     rest = len(totals) - len(top)
     line = f"top {len(top)} of {len(totals)} services by {args.by}" + (

@@ -312,6 +312,10 @@ def test_with_many_services_the_page_reads_the_top_ones_and_star_only(
         assert len(snap.others) == 35 and snap.totals[top[0]].value(by) == truth[top[0]]
         total = {r.window_start: r.count for r in snap.windows if r.service == "*"}
         assert total == {s: sum(counts.values()) + k * 40 for k, s in enumerate(starts)}
+    f = data.Filters(range_ms=60_000, top=5, rank_by="p99")
+    snap = data.read_snapshot(redis_client, KEYS, 60_000, now, filters=f)
+    p99 = {s: t.p99 for s, t in snap.totals.items()}
+    assert None not in p99.values() and snap.drawn == sorted(p99, key=lambda s: -(p99[s] or 0))[:5]
     every = data.read_snapshot(redis_client, KEYS, 60_000, now, filters=data.Filters(top=0))
     assert len({r.service for r in every.windows}) == 41 and every.others == []
     chosen = data.Filters(services=("svc-03", "nope"), range_ms=60_000)

@@ -13,6 +13,7 @@ import struct
 from collections import Counter
 
 import numpy as np
+import pytest
 import redis
 
 from jobs.sink.redis_sink import SinkBatch, write_batch
@@ -31,11 +32,18 @@ W = 10 * S
 SPEC = WindowSpec.tumbling(W)
 
 
-def _agg(rng: np.random.Generator, n: int) -> WindowAgg:
+#: Every latency written, by service: the ground truth of the p99 ranking.
+LATENCIES: dict[str, list[float]] = {}
+
+
+def _agg(rng: np.random.Generator, n: int, service: str = "") -> WindowAgg:
     agg = WindowAgg()
     status = rng.choice([200, 200, 200, 503], n)
     users = np.array([f"u{u}" for u in rng.integers(0, 40, n)], dtype=object)
-    agg.add(np.round(rng.lognormal(3, 0.5, n), 3), status, users)
+    scale = 3 + 0.3 * len(service)  # services differ in latency, names by length
+    latency = np.round(rng.lognormal(scale, 0.5, n), 3)
+    LATENCIES.setdefault(service, []).extend(latency.tolist())
+    agg.add(latency, status, users)
     return agg
 
 
@@ -49,18 +57,19 @@ def _v2_bytes(agg: WindowAgg) -> bytes:
 
 def _seed(r: redis.Redis) -> tuple[Counter[str], Counter[str], list[int]]:
     rng = np.random.default_rng(3)
+    LATENCIES.clear()
     events: Counter[str] = Counter()
     errors: Counter[str] = Counter()
     starts = [T + k * W for k in range(4)]
     for batch, start in enumerate(starts):
         updates = []
         for svc in ("api", "web", "db", "(other)"):
-            agg = _agg(rng, int(rng.integers(1, 60)))
+            agg = _agg(rng, int(rng.integers(1, 60)), svc)
             events[svc] += agg.count
             errors[svc] += agg.errors
             updates.append(WindowUpdate(SPEC.key, start, svc, agg.to_bytes()))
         write_batch(r, KEYS, SinkBatch(batch, updates))
-    old = _agg(rng, 25)  # a window of a store written before: version 2 bytes
+    old = _agg(rng, 25, "legacy")  # a window of a store written before: version 2 bytes
     r.hset(KEYS.window_aggs(SPEC.key, starts[0]), "legacy", _v2_bytes(old))
     events["legacy"] += old.count
     errors["legacy"] += old.errors
@@ -105,10 +114,14 @@ def test_a_user_without_scripts_gets_the_same_totals(redis_client: redis.Redis) 
             pass
         else:
             raise AssertionError("the user should not be allowed to run scripts")
-        totals = read_service_totals(viewer, KEYS, [(SPEC, starts)])
+        totals = read_service_totals(viewer, KEYS, [(SPEC, starts)], with_p99=True)
         assert {s: (t.events, t.errors) for s, t in totals.items()} == {
             s: (events[s], errors[s]) for s in events
         }
+        scripted = read_service_totals(redis_client, KEYS, [(SPEC, starts)], with_p99=True)
+        assert {s: t.p99 for s, t in totals.items()} == pytest.approx(
+            {s: t.p99 for s, t in scripted.items()}, rel=1e-12
+        )
         viewer.close()
     finally:
         redis_client.acl_deluser("no-scripts")
@@ -133,3 +146,27 @@ def test_query_windows_top_lists_the_busiest_services_and_star(
     bad = tidegauge("query", "windows", *common, "--top", "2", "--service", "api", check=False)
     assert bad.returncode != 0 and "leave out --service" in bad.stderr
     r.close()
+
+
+def _rank_error(values: list[float], estimate: float, q: float) -> float:
+    data = np.sort(np.asarray(values))
+    lo = np.searchsorted(data, estimate, side="left") / len(data)
+    hi = np.searchsorted(data, estimate, side="right") / len(data)
+    return 0.0 if lo <= q <= hi else min(abs(lo - q), abs(hi - q))
+
+
+def test_p99_of_each_service_is_its_merged_latencies_and_ranks_them(
+    redis_client: redis.Redis,
+) -> None:
+    _, _, starts = _seed(redis_client)
+    memo = ClosedWindows()
+    for cache in (None, memo, memo):
+        totals = read_service_totals(redis_client, KEYS, [(SPEC, starts)], cache, with_p99=True)
+        assert set(totals) == set(LATENCIES)
+        for svc, t in totals.items():
+            assert t.p99 is not None
+            assert _rank_error(LATENCIES[svc], t.p99, 0.99) <= 0.01 + 1 / len(LATENCIES[svc])
+    truth = {s: float(np.quantile(v, 0.99)) for s, v in LATENCIES.items()}
+    assert rank_services(totals, "p99", 2) == sorted(truth, key=lambda s: -truth[s])[:2]
+    plain = read_service_totals(redis_client, KEYS, [(SPEC, starts)])
+    assert all(t.p99 is None for t in plain.values())  # read only when asked

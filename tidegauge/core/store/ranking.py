@@ -1,10 +1,11 @@
-"""Services ranked over a range by events or errors, counted inside Redis.
+"""Services ranked over a range by events, errors or p99 latency, read inside Redis.
 
 A page that draws the busiest services of a thousand must not fetch a thousand aggregates per
 window to find them. The count and the errors of an aggregate sit at known places in its bytes
 (`WindowAgg.to_bytes`, versions 2 and 3), so a read-only Lua script (`EVAL_RO`) reads them
-where the windows are and returns a few numbers per (window, service). Closed windows are
-counted once per reader (`ClosedWindows`); a refresh counts only the windows still open.
+where the windows are and returns a few numbers per (window, service); for p99 it returns
+each aggregate's latency t-digest only, which are merged per service here. Closed windows are
+read once per reader (`ClosedWindows`); a refresh reads only the windows still open.
 A Redis user without `EVAL_RO` gets the same numbers read in Python (every aggregate fetched).
 """
 
@@ -14,8 +15,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import redis
 
+from sketches.digests import Digests
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.events import ALL_SERVICES
 from tidegauge.core.retention import plan_reads
@@ -33,8 +36,8 @@ __all__ = [
     "read_service_totals",
 ]
 
-#: What services can be ranked by.
-RANK_BY = ("events", "errors")
+#: What services can be ranked by: events and errors summed, p99 of the merged latency digests.
+RANK_BY = ("events", "errors", "p99")
 
 #: For each window key: a flat list service, count, errors (`*` left out).
 _COUNTS = """
@@ -76,22 +79,64 @@ end
 return out
 """
 
+#: For each window key: a flat list service, latency digest bytes (`*` and aggregates without
+#: a latency entry left out).
+_LATENCY = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  local flat = redis.call('HGETALL', key)
+  local res = {}
+  for j = 1, #flat, 2 do
+    local svc, blob = flat[j], flat[j + 1]
+    if svc ~= '*' and string.sub(blob, 1, 5) == 'TGWA\2' then
+      local size = struct.unpack('<I4', blob, 22)
+      res[#res + 1] = svc
+      res[#res + 1] = string.sub(blob, 38, 37 + size)
+    elseif svc ~= '*' and string.sub(blob, 1, 5) == 'TGWA\3' then
+      local n = struct.unpack('<I2', blob, 6)
+      local pos = 8
+      for _ = 1, n do
+        local k = string.byte(blob, pos)
+        local name = string.sub(blob, pos + 1, pos + k)
+        local size = struct.unpack('<I4', blob, pos + 1 + k)
+        local at = pos + 5 + k
+        if name == 'latency' then
+          res[#res + 1] = svc
+          res[#res + 1] = string.sub(blob, at, at + size - 1)
+          break
+        end
+        pos = at + size
+      end
+    end
+  end
+  out[i] = res
+end
+return out
+"""
+
 #: Window keys counted per script call (one round trip each).
 _KEYS_PER_CALL = 200
 
 
 @dataclass(frozen=True)
 class ServiceTotals:
-    """One service's events and errors over a range (exact: summed window counts)."""
+    """One service's figures over a range.
+
+    Events and errors are exact (summed window counts); p99 latency (ms) is that of its
+    windows' t-digests merged (None when not read, or without latencies).
+    """
 
     service: str
     events: int
     errors: int
+    p99: float | None = None
 
-    def value(self, by: str) -> int:
+    def value(self, by: str) -> float:
         """The figure services are ranked by (`RANK_BY`)."""
         if by not in RANK_BY:
             raise ValueError(f"rank by one of {', '.join(RANK_BY)}, not {by!r}")
+        if by == "p99":
+            return -1.0 if self.p99 is None else self.p99
         return self.events if by == "events" else self.errors
 
 
@@ -100,11 +145,15 @@ def read_service_totals(
     keys: Keys,
     parts: Iterable[tuple[WindowSpec, Sequence[int]]],
     cache: ClosedWindows | None = None,
+    *,
+    with_p99: bool = False,
 ) -> dict[str, ServiceTotals]:
-    """Events and errors per service (without `*`) over the windows of `parts`, (spec, starts).
+    """Each service's figures (without `*`) over the windows of `parts`, (spec, starts).
 
-    Each window is counted inside Redis; with `cache`, closed windows only once.
+    Events and errors always, p99 latency with `with_p99`. Each window is read inside Redis;
+    with `cache`, closed windows only once.
     """
+    parts = [(spec, list(starts)) for spec, starts in parts]
     watermark = _sync(r, keys, cache) if cache is not None else None
     per_window: list[dict[str, tuple[int, int]]] = []
     missing: list[tuple[WindowSpec, int]] = []
@@ -128,7 +177,66 @@ def read_service_totals(
         for svc, (n, e) in counts.items():
             events[svc] = events.get(svc, 0) + n
             errors[svc] = errors.get(svc, 0) + e
-    return {s: ServiceTotals(s, events[s], errors[s]) for s in sorted(events)}
+    p99 = _p99s(r, keys, parts, cache, watermark) if with_p99 else {}
+    return {s: ServiceTotals(s, events[s], errors[s], p99.get(s)) for s in sorted(events)}
+
+
+def _p99s(
+    r: redis.Redis,
+    keys: Keys,
+    parts: Sequence[tuple[WindowSpec, Sequence[int]]],
+    cache: ClosedWindows | None,
+    watermark: int | None,
+) -> dict[str, float]:
+    """p99 latency per service of its windows' latency digests merged (closed ones memoised)."""
+    windows: list[tuple[list[str], Digests]] = []
+    missing: list[tuple[WindowSpec, int]] = []
+    for spec, starts in parts:
+        for start in starts:
+            known = cache.get("latency", spec.key, start) if cache is not None else None
+            if known is None:
+                missing.append((spec, start))
+            else:
+                windows.append(known)
+    for at in range(0, len(missing), _KEYS_PER_CALL):
+        chunk = missing[at : at + _KEYS_PER_CALL]
+        for (spec, start), digests in zip(
+            chunk, _latencies(r, [keys.window_aggs(sp.key, st) for sp, st in chunk]), strict=True
+        ):
+            if cache is not None and _reusable(spec, start, watermark):
+                cache.put("latency", spec.key, start, digests)
+            windows.append(digests)
+    names = sorted({svc for svcs, _ in windows for svc in svcs})
+    if not names:
+        return {}
+    code = {svc: i for i, svc in enumerate(names)}
+    rows = [d for _, d in windows if len(d)]
+    keys_of = [code[svc] for svcs, d in windows if len(d) for svc in svcs]
+    merged = Digests.concat(rows).combine(np.array(keys_of, np.int64), len(names))
+    q = merged.quantiles([0.99])[:, 0]
+    return {svc: float(q[i]) for i, svc in enumerate(names) if merged.count[i] > 0}
+
+
+def _latencies(r: redis.Redis, window_keys: list[str]) -> list[tuple[list[str], Digests]]:
+    """Each window's services and their latency digests (read inside Redis if allowed)."""
+    out = []
+    try:
+        got: Any = r.eval_ro(_LATENCY, len(window_keys), *window_keys)
+    except redis.exceptions.NoPermissionError:
+        pipe = r.pipeline(transaction=False)
+        for key in window_keys:
+            pipe.hgetall(key)
+        for fields in pipe.execute():
+            named = {_s(k): v for k, v in fields.items() if _s(k) != ALL_SERVICES}
+            aggs = WindowAggs.decode(list(named.values())) if named else None
+            digests = aggs.digests["latency"] if aggs is not None else Digests.empty(0)
+            out.append((list(named), digests))
+        return out
+    for flat in got:
+        svcs = [_s(x) for x in flat[0::2]]
+        blobs = [bytes(x) for x in flat[1::2]]
+        out.append((svcs, Digests.decode(blobs) if blobs else Digests.empty(0)))
+    return out
 
 
 def ranked_parts(
