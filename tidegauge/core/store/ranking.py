@@ -11,9 +11,9 @@ A Redis user without `EVAL_RO` gets the same numbers read in Python (every aggre
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import redis
@@ -36,63 +36,33 @@ __all__ = [
     "read_service_totals",
 ]
 
+T = TypeVar("T")
+
 #: What services can be ranked by: events and errors summed, p99 of the merged latency digests.
 RANK_BY = ("events", "errors", "p99")
 
-#: For each window key: a flat list service, count, errors (`*` left out).
-_COUNTS = """
+#: For each window key, a flat list per service (`*` left out): with ARGV[1] = "counts" its
+#: count and errors, with "latency" its latency t-digest's bytes. Aggregates of version 2
+#: (fixed layout) and 3 (entries: name length u8, name, payload length u32, payload).
+_READ = """
+local mode = ARGV[1]
 local out = {}
 for i, key in ipairs(KEYS) do
   local flat = redis.call('HGETALL', key)
   local res = {}
   for j = 1, #flat, 2 do
     local svc, blob = flat[j], flat[j + 1]
-    if svc ~= '*' and string.sub(blob, 1, 4) == 'TGWA' then
-      local count, errors = 0, 0
-      local version = string.byte(blob, 5)
-      if version == 3 then
-        local n = struct.unpack('<I2', blob, 6)
-        local pos = 8
-        for _ = 1, n do
-          local k = string.byte(blob, pos)
-          local name = string.sub(blob, pos + 1, pos + k)
-          local size = struct.unpack('<I4', blob, pos + 1 + k)
-          local at = pos + 5 + k
-          if name == 'count' then
-            count = struct.unpack('<i8', blob, at)
-          elseif name == 'errors' then
-            errors = struct.unpack('<i8', blob, at)
-          end
-          pos = at + size
-        end
-      elseif version == 2 then
-        count = struct.unpack('<i8', blob, 6)
-        errors = struct.unpack('<i8', blob, 14)
+    local version = string.sub(blob, 1, 4) == 'TGWA' and string.byte(blob, 5) or 0
+    if svc ~= '*' and version == 2 then
+      res[#res + 1] = svc
+      if mode == 'counts' then
+        res[#res + 1] = struct.unpack('<i8', blob, 6)
+        res[#res + 1] = struct.unpack('<i8', blob, 14)
+      else
+        res[#res + 1] = string.sub(blob, 38, 37 + struct.unpack('<I4', blob, 22))
       end
-      res[#res + 1] = svc
-      res[#res + 1] = count
-      res[#res + 1] = errors
-    end
-  end
-  out[i] = res
-end
-return out
-"""
-
-#: For each window key: a flat list service, latency digest bytes (`*` and aggregates without
-#: a latency entry left out).
-_LATENCY = """
-local out = {}
-for i, key in ipairs(KEYS) do
-  local flat = redis.call('HGETALL', key)
-  local res = {}
-  for j = 1, #flat, 2 do
-    local svc, blob = flat[j], flat[j + 1]
-    if svc ~= '*' and string.sub(blob, 1, 5) == 'TGWA\2' then
-      local size = struct.unpack('<I4', blob, 22)
-      res[#res + 1] = svc
-      res[#res + 1] = string.sub(blob, 38, 37 + size)
-    elseif svc ~= '*' and string.sub(blob, 1, 5) == 'TGWA\3' then
+    elseif svc ~= '*' and version == 3 then
+      local found = {count = 0, errors = 0}
       local n = struct.unpack('<I2', blob, 6)
       local pos = 8
       for _ = 1, n do
@@ -100,12 +70,20 @@ for i, key in ipairs(KEYS) do
         local name = string.sub(blob, pos + 1, pos + k)
         local size = struct.unpack('<I4', blob, pos + 1 + k)
         local at = pos + 5 + k
-        if name == 'latency' then
-          res[#res + 1] = svc
-          res[#res + 1] = string.sub(blob, at, at + size - 1)
-          break
+        if mode == 'counts' and (name == 'count' or name == 'errors') then
+          found[name] = struct.unpack('<i8', blob, at)
+        elseif mode == 'latency' and name == 'latency' then
+          found.latency = string.sub(blob, at, at + size - 1)
         end
         pos = at + size
+      end
+      if mode == 'counts' then
+        res[#res + 1] = svc
+        res[#res + 1] = found.count
+        res[#res + 1] = found.errors
+      elseif found.latency then
+        res[#res + 1] = svc
+        res[#res + 1] = found.latency
       end
     end
   end
@@ -155,22 +133,7 @@ def read_service_totals(
     """
     parts = [(spec, list(starts)) for spec, starts in parts]
     watermark = _sync(r, keys, cache) if cache is not None else None
-    per_window: list[dict[str, tuple[int, int]]] = []
-    missing: list[tuple[WindowSpec, int]] = []
-    for spec, starts in parts:
-        for start in starts:
-            known = cache.get("totals", spec.key, start) if cache is not None else None
-            if known is None:
-                missing.append((spec, start))
-            else:
-                per_window.append(known)
-    for at in range(0, len(missing), _KEYS_PER_CALL):
-        chunk = missing[at : at + _KEYS_PER_CALL]
-        counted = _count(r, [keys.window_aggs(spec.key, start) for spec, start in chunk])
-        for (spec, start), counts in zip(chunk, counted, strict=True):
-            if cache is not None and _reusable(spec, start, watermark):
-                cache.put("totals", spec.key, start, counts)
-            per_window.append(counts)
+    per_window = _memoised(r, keys, parts, cache, watermark, "totals", _count)
     events: dict[str, int] = {}
     errors: dict[str, int] = {}
     for counts in per_window:
@@ -181,6 +144,35 @@ def read_service_totals(
     return {s: ServiceTotals(s, events[s], errors[s], p99.get(s)) for s in sorted(events)}
 
 
+def _memoised(
+    r: redis.Redis,
+    keys: Keys,
+    parts: Sequence[tuple[WindowSpec, Sequence[int]]],
+    cache: ClosedWindows | None,
+    watermark: int | None,
+    kind: str,
+    read: Callable[[redis.Redis, list[str]], list[T]],
+) -> list[T]:
+    """`read` of every window of `parts` (in order), closed windows from `cache` if there."""
+    got: dict[tuple[str, int], T] = {}
+    missing: list[tuple[WindowSpec, int]] = []
+    for spec, starts in parts:
+        for start in starts:
+            known = cache.get(kind, spec.key, start) if cache is not None else None
+            if known is None:
+                missing.append((spec, start))
+            else:
+                got[(spec.key, start)] = known
+    for at in range(0, len(missing), _KEYS_PER_CALL):
+        chunk = missing[at : at + _KEYS_PER_CALL]
+        values = read(r, [keys.window_aggs(spec.key, start) for spec, start in chunk])
+        for (spec, start), value in zip(chunk, values, strict=True):
+            if cache is not None and _reusable(spec, start, watermark):
+                cache.put(kind, spec.key, start, value)
+            got[(spec.key, start)] = value
+    return [got[(spec.key, start)] for spec, starts in parts for start in starts]
+
+
 def _p99s(
     r: redis.Redis,
     keys: Keys,
@@ -189,23 +181,7 @@ def _p99s(
     watermark: int | None,
 ) -> dict[str, float]:
     """p99 latency per service of its windows' latency digests merged (closed ones memoised)."""
-    windows: list[tuple[list[str], Digests]] = []
-    missing: list[tuple[WindowSpec, int]] = []
-    for spec, starts in parts:
-        for start in starts:
-            known = cache.get("latency", spec.key, start) if cache is not None else None
-            if known is None:
-                missing.append((spec, start))
-            else:
-                windows.append(known)
-    for at in range(0, len(missing), _KEYS_PER_CALL):
-        chunk = missing[at : at + _KEYS_PER_CALL]
-        for (spec, start), digests in zip(
-            chunk, _latencies(r, [keys.window_aggs(sp.key, st) for sp, st in chunk]), strict=True
-        ):
-            if cache is not None and _reusable(spec, start, watermark):
-                cache.put("latency", spec.key, start, digests)
-            windows.append(digests)
+    windows = _memoised(r, keys, parts, cache, watermark, "latency", _latencies)
     names = sorted({svc for svcs, _ in windows for svc in svcs})
     if not names:
         return {}
@@ -221,7 +197,7 @@ def _latencies(r: redis.Redis, window_keys: list[str]) -> list[tuple[list[str], 
     """Each window's services and their latency digests (read inside Redis if allowed)."""
     out = []
     try:
-        got: Any = r.eval_ro(_LATENCY, len(window_keys), *window_keys)
+        got: Any = r.eval_ro(_READ, len(window_keys), *window_keys, "latency")
     except redis.exceptions.NoPermissionError:
         pipe = r.pipeline(transaction=False)
         for key in window_keys:
@@ -267,7 +243,7 @@ def rank_services(totals: dict[str, ServiceTotals], by: str, n: int) -> list[str
 def _count(r: redis.Redis, window_keys: list[str]) -> list[dict[str, tuple[int, int]]]:
     """(count, errors) per service of each window, counted by the script if Redis lets us."""
     try:
-        got: Any = r.eval_ro(_COUNTS, len(window_keys), *window_keys)
+        got: Any = r.eval_ro(_READ, len(window_keys), *window_keys, "counts")
     except redis.exceptions.NoPermissionError:
         return _count_here(r, window_keys)
     out = []
