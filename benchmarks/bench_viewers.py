@@ -1,6 +1,7 @@
 """Many viewers of one dashboard server: refresh latency and server CPU per viewer.
 
     .venv/bin/python benchmarks/bench_viewers.py [--viewers 1,10,50] [--seconds 30] [--wall]
+        [--services 10] [--minutes 60] [--range 15m]
 
 Starts its own redis-server, seeded with an hour of 10 services through the job's sink code
 (tests/integration/seed.py), and one `tidegauge dashboard` process. Then, for each count, connects
@@ -165,6 +166,7 @@ def main() -> None:
     p.add_argument("--services", type=int, default=10)
     p.add_argument("--minutes", type=int, default=60)
     p.add_argument("--wall", action="store_true", help="screens of the wall page, not sessions")
+    p.add_argument("--range", default="15m", help="the page's time range (--window-range)")
     args = p.parse_args()
     print(describe(("redis", "streamlit", "websockets", "plotly")))
     svc = start_redis()
@@ -178,14 +180,17 @@ def main() -> None:
         )
         dash = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "dashboard", "--redis", url]
-            + ["--port", str(port), "--address", "127.0.0.1"],
+            + ["--port", str(port), "--address", "127.0.0.1", "--window-range", args.range],
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
         wait_for_port("127.0.0.1", port, timeout_s=60, proc=dash)
         urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=30).read()
-        print(f"seeded {args.services} services x {args.minutes} min; dashboard on port {port}")
+        print(
+            f"seeded {args.services} services x {args.minutes} min; dashboard on port {port}, "
+            f"showing {args.range}"
+        )
         for n in [int(x) for x in args.viewers.split(",")]:
             cpu0, cmd0, t0, mine0 = None, None, None, 0.0
 
