@@ -896,3 +896,21 @@ def test_overflow_parts_of_every_shard_make_one_row(redis_client: redis.Redis) -
     want = WindowAgg.merged([a0_later, a1])
     assert aggs[other].to_bytes() == want.to_bytes()
     assert stored_docs(r, TUMBLING, T)[other]["count"] == 170
+
+
+def test_roll_ups_read_folded_and_per_batch_fields_alike(redis_client: redis.Redis) -> None:
+    """A store written before folding keeps per-batch fields in its roll-ups: both count."""
+    r, spec = redis_client, WindowSpec.from_key("r60000")
+    agg = agg_of(30, 0)
+    r.hset(KEYS.window_aggs(spec.key, T), mapping={"api": agg.to_bytes(), "*": agg.to_bytes()})
+    r.hset(KEYS.window(spec.key, T), "api", '{"count": 999}')  # an old JSON document: not read
+    r.zadd(KEYS.window_index(spec.key), {str(T): T})
+    r.hset(
+        KEYS.window_stragglers(spec.key, T),
+        mapping={"api|5": "2", "api|7": "1", "api|-1": "4/3", "*|-1": "4/2"},
+    )
+    r.hset(KEYS.window_duplicates(spec.key, T), mapping={"api|5": "1", "api|-1": "2"})
+    rows = {w.service: w for w in read_windows(r, KEYS, spec)}
+    assert (rows["api"].count, rows["api"].stragglers, rows["api"].revision) == (30, 7, 5)
+    assert rows["api"].duplicates == 3
+    assert (rows["*"].stragglers, rows["*"].revision) == (7, 4)  # batches 5 and 7, and 2 folded
