@@ -104,6 +104,9 @@ MAX_CHART_WINDOWS = 2_160
 #: (counts add up exactly): an hour is ~60 one-minute roll-ups to count, not 360 windows.
 RANK_FROM_MS = 60_000
 
+#: How often a dashboard process ranks the services of one view again (ms).
+RANK_EVERY_MS = 10_000
+
 #: Services drawn when none are chosen: the busiest this many (by `Filters.rank_by`), the rest
 #: as one line. With fewer stored services every one is drawn.
 DEFAULT_TOP = 10
@@ -243,7 +246,8 @@ def read_snapshot(
     windows: list[WindowRow] = []
     newest = None
     resolution = None
-    drawn, totals = f.selected(services), {}
+    drawn = f.selected(services)
+    totals: dict[str, ServiceTotals] = {}
     read_only: list[str] | None = None  # None: every service
     if spec is not None:
         newest = read_newest_window_start(r, keys, spec)
@@ -253,9 +257,7 @@ def read_snapshot(
             if f.services and drawn != services:
                 read_only = [ALL_SERVICES, *drawn]
             elif f.top and len(services) > f.top:
-                parts = ranked_parts(r, keys, spec, since, until, max(min_size, RANK_FROM_MS))
-                totals = read_service_totals(r, keys, parts, cache, with_p99=f.rank_by == "p99")
-                drawn = rank_services(totals, f.rank_by, f.top)
+                drawn, totals = _ranking(r, keys, f, spec, since, until, min_size, cache, now_ms)
                 read_only = [ALL_SERVICES, *drawn]
             tiered = None
             if spec.kind == "tumbling":  # the smallest tumbling spec is the one rolled up
@@ -346,6 +348,41 @@ def read_snapshot(
         else [],
         **snap_range,
     )
+
+
+#: A process's rankings (with a closed-window memo): (store, view) -> (when, drawn, totals).
+_RANKINGS: dict[tuple[Any, ...], tuple[int, list[str], dict[str, ServiceTotals]]] = {}
+
+
+def _ranking(
+    r: redis.Redis,
+    keys: Keys,
+    f: Filters,
+    spec: WindowSpec,
+    since: int,
+    until: int,
+    min_size: int,
+    cache: ClosedWindows | None,
+    now_ms: int,
+) -> tuple[list[str], dict[str, ServiceTotals]]:
+    """The top services of the range, and every service's totals.
+
+    A dashboard process (with a closed-window memo) ranks each view at most every
+    `RANK_EVERY_MS`: lines do not change places every second, and the windows still open are
+    not read for the ranking on every refresh.
+    """
+    key = (keys.prefix, id(cache), spec.key, f.range_ms, f.rank_by, f.top)
+    known = _RANKINGS.get(key) if cache is not None else None
+    if known is not None and 0 <= now_ms - known[0] < RANK_EVERY_MS:
+        return known[1], known[2]
+    parts = ranked_parts(r, keys, spec, since, until, max(min_size, RANK_FROM_MS))
+    totals = read_service_totals(r, keys, parts, cache, with_p99=f.rank_by == "p99")
+    drawn = rank_services(totals, f.rank_by, f.top)
+    if cache is not None:
+        if len(_RANKINGS) > 256:
+            _RANKINGS.clear()
+        _RANKINGS[key] = (now_ms, drawn, totals)
+    return drawn, totals
 
 
 def _sliding_rows(

@@ -323,6 +323,26 @@ def test_with_many_services_the_page_reads_the_top_ones_and_star_only(
     assert picked.drawn == ["svc-03"] and {r.service for r in picked.windows} == {"*", "svc-03"}
 
 
+def test_a_dashboard_process_ranks_a_view_again_every_ten_seconds(
+    redis_client: redis.Redis,
+) -> None:
+    from tidegauge.core.closed_windows import ClosedWindows
+
+    now = now_ms()
+    newest = now - now % W - W
+    counts = {f"svc-{i:02d}": 10 + i for i in range(12)}
+    write_batch(redis_client, KEYS, SinkBatch(1, [window(newest, s, n) for s, n in counts.items()]))
+    f, memo = data.Filters(range_ms=60_000, top=3), ClosedWindows()
+    first = data.read_snapshot(redis_client, KEYS, 60_000, now, filters=f, cache=memo)
+    assert first.drawn == ["svc-11", "svc-10", "svc-09"]
+    write_batch(redis_client, KEYS, SinkBatch(2, [window(newest, "svc-00", 500)]))
+    soon = data.read_snapshot(redis_client, KEYS, 60_000, now + 9_000, filters=f, cache=memo)
+    assert soon.drawn == first.drawn  # ranked 9 s ago: kept
+    later = data.read_snapshot(redis_client, KEYS, 60_000, now + 10_000, filters=f, cache=memo)
+    assert later.drawn == ["svc-00", "svc-11", "svc-10"]
+    assert {r.service for r in later.windows} == {"*", *later.drawn}
+
+
 def test_total_line_can_be_switched_off(
     monkeypatch: pytest.MonkeyPatch, redis_settings: RedisSettings, redis_client: redis.Redis
 ) -> None:
