@@ -45,7 +45,6 @@ __all__ = [
     "Plan",
     "add_events",
     "encode_late",
-    "merge_late",
     "merge_panes",
     "unique_rows",
     "window_aggs",
@@ -248,19 +247,6 @@ def encode_late(batch: PaneBatch) -> list[bytes]:
         LateAgg.pack(c, a, b)
         for c, a, b in zip(batch.late_count.tolist(), lateness, overdue, strict=True)
     ]
-
-
-def merge_late(parts: Sequence[bytes], keys: IntArray, n: int) -> list[bytes]:
-    """Late aggregate k: the `LateAgg` bytes of the parts whose key is k, merged in order."""
-    unpacked = [LateAgg.unpack(blob) for blob in parts]
-    counts = [c for c, _, _ in unpacked]
-    lateness = [a for _, a, _ in unpacked]
-    overdue = [b for _, _, b in unpacked]
-    total = np.zeros(n, np.int64)
-    np.add.at(total, keys, np.array(counts, np.int64))
-    a_all = Digests.decode(lateness).combine(keys, n).encode()
-    b_all = Digests.decode(overdue).combine(keys, n).encode()
-    return [LateAgg.pack(c, a, b) for c, a, b in zip(total.tolist(), a_all, b_all, strict=True)]
 
 
 def merge_panes(parts: Sequence[bytes], keys: IntArray, n: int) -> WindowAggs:

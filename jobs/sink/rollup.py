@@ -29,8 +29,7 @@ from typing import Any
 import numpy as np
 import redis
 
-from jobs.panes.columnar import merge_late
-from tidegauge.core.late_agg import LateAgg
+from tidegauge.core.late_agg import LateAgg, merge_late
 from tidegauge.core.retention import Retention, Tier, expired
 from tidegauge.core.store import ALL_SERVICES, Keys, batch_field
 from tidegauge.core.store.keys import (

@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from jobs.panes.columnar import Plan, merge_late, merge_panes, unique_rows, window_aggs
+from jobs.panes.columnar import Plan, merge_panes, unique_rows, window_aggs
 from jobs.panes.windows import Added, ServiceWindows
 from jobs.parse.columns import encode_columns
 from jobs.state.batch import ShardBatch, check_chunk
@@ -62,7 +62,7 @@ from jobs.summary.schema import SummaryKind
 from jobs.summary.settings import ExecutorConfig
 from jobs.summary.summarise import spec_keys
 from tidegauge.core.events import ALL_SERVICES, OVERFLOW_SERVICE
-from tidegauge.core.late_agg import LateAgg
+from tidegauge.core.late_agg import LateAgg, merge_late
 from tidegauge.core.plugins import ensure_plugins
 from tidegauge.core.window_aggs import WindowAggs
 from tidegauge.core.windows import ARRIVAL_DOMAINS, WindowSpec, frontier

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from sketches.digests import Digests
 from sketches.preamble import LATE_AGG
 from sketches.tdigest import TDigest
 
-__all__ = ["LateAgg"]
+__all__ = ["LateAgg", "merge_late"]
 
 #: After the preamble (magic b"TGLA", version: sketches/preamble.py): count, the lengths of the
 #: lateness and overdue digests; then both digests.
@@ -54,15 +55,6 @@ class LateAgg:
         self.count += other.count
         self.lateness.merge(other.lateness)
         self.overdue.merge(other.overdue)
-
-    @classmethod
-    def merged(cls, aggs: Sequence[LateAgg]) -> LateAgg:
-        """One aggregate of many (each digest merged in one pass)."""
-        return cls(
-            sum(a.count for a in aggs),
-            TDigest.merged([a.lateness for a in aggs]),
-            TDigest.merged([a.overdue for a in aggs]),
-        )
 
     def to_bytes(self) -> bytes:
         """Versioned binary: preamble, header, then both digests."""
@@ -103,3 +95,18 @@ class LateAgg:
         if len(data) < _HEADER_END:
             raise ValueError("late aggregate: too short")
         return int(_HEADER.unpack_from(data, LATE_AGG.size)[0])
+
+
+def merge_late(parts: Sequence[bytes], keys: npt.ArrayLike, n: int) -> list[bytes]:
+    """Late aggregate k: the `LateAgg` bytes of the parts whose key is k, merged in order.
+
+    Every part at once, as columns (sketches/digests.py): the sink's roll-ups and the readers
+    merge thousands of them.
+    """
+    k = np.asarray(keys, np.int64)
+    unpacked = [LateAgg.unpack(blob) for blob in parts]
+    total = np.zeros(n, np.int64)
+    np.add.at(total, k, np.array([c for c, _, _ in unpacked], np.int64))
+    a_all = Digests.decode([a for _, a, _ in unpacked]).combine(k, n).encode()
+    b_all = Digests.decode([b for _, _, b in unpacked]).combine(k, n).encode()
+    return [LateAgg.pack(c, a, b) for c, a, b in zip(total.tolist(), a_all, b_all, strict=True)]

@@ -13,7 +13,7 @@ import redis
 
 from sketches.tdigest import TDigest
 from tidegauge.core.closed_windows import ClosedWindows
-from tidegauge.core.late_agg import LateAgg
+from tidegauge.core.late_agg import LateAgg, merge_late
 from tidegauge.core.metrics import fraction_at_least
 from tidegauge.core.retention import Layer, cover_by_spec
 from tidegauge.core.store.arrivals import arrival_counts, read_arrival_size
@@ -166,7 +166,7 @@ def _lateness_of(
 ) -> LatenessResult:
     """Late rows, stragglers and duplicates of the windows in `parts`, with the accepted ones."""
     accepted = WindowAgg.merged(accepted_aggs) if len(accepted_aggs) != 1 else accepted_aggs[0]
-    lates: list[dict[str, LateAgg]] = []
+    lates: list[dict[str, bytes]] = []
     strags: list[dict[str, int]] = []
     dups: list[dict[str, int]] = []
     for spec, starts in parts:
@@ -197,7 +197,7 @@ def _lateness_of(
             partial(keys.window_duplicates, spec.key),
             lambda _, fields: _per_service(fields, lambda v: int(v)),
         )
-    picked = [per[service] for per in lates if service in per]
+    picked = [LateAgg.from_bytes(per[service]) for per in lates if service in per]
     late = sum(x.count for x in picked)
     return LatenessResult(
         service=service,
@@ -214,18 +214,21 @@ def _lateness_of(
     )
 
 
-def _late_aggs(fields: dict[Any, Any]) -> dict[str, LateAgg]:
+def _late_aggs(fields: dict[Any, Any]) -> dict[str, bytes]:
     """A late hash's "service|batch" fields merged per service, and over all of them as `*`.
 
-    Memoised per window by the readers (`_stamped`): a refresh then merges one aggregate per
+    Merged as columns and kept encoded (decoded only for the service a reader picks), and
+    memoised per window by the readers (`_stamped`): a refresh then decodes one aggregate per
     window, not one per (window, service, batch).
     """
-    by_service: dict[str, list[LateAgg]] = {}
-    for k, v in sorted(fields.items()):
-        by_service.setdefault(split_batch_field(k)[0], []).append(LateAgg.from_bytes(v))
-    out = {svc: LateAgg.merged(aggs) for svc, aggs in sorted(by_service.items())}
-    if out:
-        out[ALL_SERVICES] = LateAgg.merged(list(out.values()))
+    items = sorted((split_batch_field(k)[0], v) for k, v in fields.items())
+    if not items:
+        return {}
+    services = sorted({svc for svc, _ in items})
+    code = {svc: i for i, svc in enumerate(services)}
+    merged = merge_late([v for _, v in items], [code[svc] for svc, _ in items], len(services))
+    out = dict(zip(services, merged, strict=True))
+    out[ALL_SERVICES] = merge_late(merged, np.zeros(len(merged), np.int64), 1)[0]
     return out
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from jobs.panes.columnar import Plan, add_events, encode_late, merge_late, unique_rows
+from jobs.panes.columnar import Plan, add_events, encode_late, unique_rows
 from sketches.tdigest import TDigest
 from sketches.tg64 import hash32
 from tests.fixtures import S, T
 from tests.unit.jobs.fixtures import HOPPING, TUMBLING
-from tidegauge.core.late_agg import LateAgg
+from tidegauge.core.late_agg import LateAgg, merge_late
 
 
 def test_unique_rows_are_numpys_unique_rows() -> None:
