@@ -166,18 +166,18 @@ def _lateness_of(
 ) -> LatenessResult:
     """Late rows, stragglers and duplicates of the windows in `parts`, with the accepted ones."""
     accepted = WindowAgg.merged(accepted_aggs) if len(accepted_aggs) != 1 else accepted_aggs[0]
-    lates: list[dict[str, bytes]] = []
+    lates: list[bytes | None] = []
     strags: list[dict[str, int]] = []
     dups: list[dict[str, int]] = []
     for spec, starts in parts:
         lates += _stamped(
             r,
             cache,
-            "late",
+            f"late|{service}",
             spec.key,
             starts,
             partial(keys.window_late, spec.key),
-            lambda _, fields: _late_aggs(fields),
+            lambda _, fields: _late_of(fields, service),
         )
         strags += _stamped(
             r,
@@ -197,7 +197,7 @@ def _lateness_of(
             partial(keys.window_duplicates, spec.key),
             lambda _, fields: _per_service(fields, lambda v: int(v)),
         )
-    picked = [LateAgg.from_bytes(per[service]) for per in lates if service in per]
+    picked = [LateAgg.from_bytes(blob) for blob in lates if blob is not None]
     late = sum(x.count for x in picked)
     return LatenessResult(
         service=service,
@@ -214,22 +214,18 @@ def _lateness_of(
     )
 
 
-def _late_aggs(fields: dict[Any, Any]) -> dict[str, bytes]:
-    """A late hash's "service|batch" fields merged per service, and over all of them as `*`.
+def _late_of(fields: dict[Any, Any], service: str) -> bytes | None:
+    """A late hash's "service|batch" fields of `service` (`*`: all of them) merged, encoded.
 
-    Merged as columns and kept encoded (decoded only for the service a reader picks), and
-    memoised per window by the readers (`_stamped`): a refresh then decodes one aggregate per
-    window, not one per (window, service, batch).
+    Merged as columns, and memoised per window and service by the readers (`_stamped`): a
+    refresh then decodes one aggregate per window, not one per (window, service, batch).
     """
-    items = sorted((split_batch_field(k)[0], v) for k, v in fields.items())
-    if not items:
-        return {}
-    services = sorted({svc for svc, _ in items})
-    code = {svc: i for i, svc in enumerate(services)}
-    merged = merge_late([v for _, v in items], [code[svc] for svc, _ in items], len(services))
-    out = dict(zip(services, merged, strict=True))
-    out[ALL_SERVICES] = merge_late(merged, np.zeros(len(merged), np.int64), 1)[0]
-    return out
+    blobs = [
+        v for k, v in sorted(fields.items()) if service in (ALL_SERVICES, split_batch_field(k)[0])
+    ]
+    if not blobs:
+        return None
+    return merge_late(blobs, np.zeros(len(blobs), np.int64), 1)[0]
 
 
 @dataclass(frozen=True)
