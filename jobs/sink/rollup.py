@@ -37,7 +37,8 @@ from tidegauge.core.store.keys import (
     _s,
     folded_stragglers,
     split_batch_field,
-    straggler_value,
+    straggler_counts,
+    straggler_revisions,
 )
 from tidegauge.core.window_aggs import WindowAggs
 from tidegauge.core.windows import ARRIVAL_DOMAINS, WindowSpec, tumbling_start
@@ -107,25 +108,14 @@ def roll_period(windows: Sequence[tuple[int, RolledWindow]], batch_id: int) -> R
 
 
 def _folded_stragglers(hashes: Iterable[dict[str, bytes]]) -> dict[str, bytes]:
-    """Each service's stragglers and revisions over the windows, and `*`'s revisions."""
+    """Each service's and `*`'s stragglers and revisions, summed over the windows."""
     counts: dict[str, int] = defaultdict(int)
     revisions: dict[str, int] = defaultdict(int)
     for h in hashes:
-        batches: set[int] = set()
-        for f, v in h.items():
-            svc, batch = split_batch_field(f)
-            n, rev = straggler_value(v)
-            if batch == FOLDED and svc == ALL_SERVICES:
-                revisions[svc] += rev  # a finer roll-up's `*` revisions
-                continue
+        for svc, n in straggler_counts(h).items():
             counts[svc] += n
+        for svc, rev in straggler_revisions(h).items():
             revisions[svc] += rev
-            if batch != FOLDED:
-                batches.add(batch)
-        if batches:  # a window's `*` revision: the batches that corrected any service of it
-            revisions[ALL_SERVICES] += len(batches)
-    if counts:
-        counts[ALL_SERVICES] = sum(counts.values())
     return {
         batch_field(svc, FOLDED): folded_stragglers(counts[svc], revisions[svc]).encode()
         for svc in sorted(counts)

@@ -7,7 +7,7 @@ helpers here, the read API reads through them (docs/redis.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import redis
 
@@ -220,6 +220,49 @@ def straggler_value(value: bytes | str) -> tuple[int, int]:
 def folded_stragglers(count: int, revisions: int) -> str:
     """The value of a folded straggler field (inverse of `straggler_value`)."""
     return f"{count}/{revisions}"
+
+
+def per_service(fields: dict[Any, Any], value: Any) -> dict[str, int]:
+    """Sum "service|batch" fields per service, and over all services as `*`.
+
+    A roll-up's folded `*` field (its revisions, `straggler_revisions`) is not a service's:
+    left out.
+    """
+    out: dict[str, int] = {}
+    for k, v in fields.items():
+        svc = split_batch_field(k)[0]
+        if svc != ALL_SERVICES:
+            out[svc] = out.get(svc, 0) + value(v)
+    if out:
+        out[ALL_SERVICES] = sum(out.values())
+    return out
+
+
+def straggler_counts(fields: dict[Any, Any]) -> dict[str, int]:
+    """Stragglers per service and `*` (`per_service` of straggler fields)."""
+    return per_service(fields, lambda v: straggler_value(v)[0])
+
+
+def straggler_revisions(fields: dict[Any, Any]) -> dict[str, int]:
+    """Batches that corrected each service's window; `*` counts distinct batches.
+
+    A roll-up's folded fields carry the sums of its windows' revisions, `*`'s included.
+    """
+    out: dict[str, int] = {}
+    batches: set[int] = set()
+    folded_all = 0
+    for k, v in fields.items():
+        svc, batch = split_batch_field(k)
+        revisions = straggler_value(v)[1] if batch == FOLDED else 1
+        if svc == ALL_SERVICES:
+            folded_all += revisions
+            continue
+        out[svc] = out.get(svc, 0) + revisions
+        if batch != FOLDED:
+            batches.add(batch)
+    if out:
+        out[ALL_SERVICES] = len(batches) + folded_all
+    return out
 
 
 class ControlFields:

@@ -18,12 +18,17 @@ from tidegauge.core.metrics import fraction_at_least
 from tidegauge.core.retention import Layer, cover_by_spec
 from tidegauge.core.store.arrivals import arrival_counts, read_arrival_size
 from tidegauge.core.store.index import _stamped, _starts
-from tidegauge.core.store.keys import ALL_SERVICES, Keys, _s, split_batch_field
+from tidegauge.core.store.keys import (
+    ALL_SERVICES,
+    Keys,
+    _s,
+    per_service,
+    split_batch_field,
+    straggler_counts,
+)
 from tidegauge.core.store.status import read_batches
 from tidegauge.core.store.tiers import read_retention
 from tidegauge.core.store.windows import (
-    _per_service,
-    _stragglers,
     _window_aggs,
     read_range_merged,
     read_window_specs,
@@ -186,7 +191,7 @@ def _lateness_of(
             spec.key,
             starts,
             partial(keys.window_stragglers, spec.key),
-            lambda _, fields: _stragglers(fields),
+            lambda _, fields: straggler_counts(fields),
         )
         dups += _stamped(
             r,
@@ -195,7 +200,7 @@ def _lateness_of(
             spec.key,
             starts,
             partial(keys.window_duplicates, spec.key),
-            lambda _, fields: _per_service(fields, lambda v: int(v)),
+            lambda _, fields: per_service(fields, lambda v: int(v)),
         )
     picked = [LateAgg.from_bytes(blob) for blob in lates if blob is not None]
     late = sum(x.count for x in picked)

@@ -16,11 +16,11 @@ from tidegauge.core.retention import Layer, cover_by_spec, format_span, plan_rea
 from tidegauge.core.store.index import _reusable, _starts, _sync
 from tidegauge.core.store.keys import (
     ALL_SERVICES,
-    FOLDED,
     Keys,
     _s,
-    split_batch_field,
-    straggler_value,
+    per_service,
+    straggler_counts,
+    straggler_revisions,
 )
 from tidegauge.core.store.records import WindowRow
 from tidegauge.core.store.tiers import read_retention, resolution_text
@@ -158,9 +158,9 @@ def read_windows(
         aggs, late_fields, strag_fields, dup_fields = fetched[start]
         if shown is None:
             docs = next(metrics)
-            strag = _stragglers(strag_fields)
-            dups = _per_service(dup_fields, lambda v: int(v))
-            revisions = _revisions(strag_fields)
+            strag = straggler_counts(strag_fields)
+            dups = per_service(dup_fields, lambda v: int(v))
+            revisions = straggler_revisions(strag_fields)
             shown = {
                 svc: _row(
                     spec,
@@ -177,7 +177,7 @@ def read_windows(
             }
             if cache is not None and _reusable(spec, start, watermark):
                 cache.put(kind, spec.key, start, shown)
-        late = _per_service(late_fields, LateAgg.count_of)
+        late = per_service(late_fields, LateAgg.count_of)
         for svc in sorted(set(shown) | set(late)):
             if one is not None and svc not in one:
                 continue
@@ -260,48 +260,6 @@ def parts_text(parts: Sequence[tuple[WindowSpec, int, int]]) -> str:
         what = f"{format_span(spec.size_ms)} {'roll-ups' if spec.rollup else 'windows'}"
         out.append(what if i == len(parts) - 1 else f"{what} to {to_iso(hi)}")
     return ", then ".join(out) if out else "no windows"
-
-
-def _per_service(fields: dict[Any, Any], value: Any) -> dict[str, int]:
-    """Sum "service|batch" fields per service, and over all services as `*`.
-
-    A roll-up's folded `*` field (its revisions, `_revisions`) is not a service's: left out.
-    """
-    out: dict[str, int] = {}
-    for k, v in fields.items():
-        svc = split_batch_field(k)[0]
-        if svc != ALL_SERVICES:
-            out[svc] = out.get(svc, 0) + value(v)
-    if out:
-        out[ALL_SERVICES] = sum(out.values())
-    return out
-
-
-def _stragglers(fields: dict[Any, Any]) -> dict[str, int]:
-    """Stragglers per service and `*` (`_per_service` of straggler fields)."""
-    return _per_service(fields, lambda v: straggler_value(v)[0])
-
-
-def _revisions(fields: dict[Any, Any]) -> dict[str, int]:
-    """Batches that corrected each service's window; `*` counts distinct batches.
-
-    A roll-up's folded fields carry the sums of its windows' revisions, `*`'s included.
-    """
-    out: dict[str, int] = {}
-    batches: set[int] = set()
-    folded_all = 0
-    for k, v in fields.items():
-        svc, batch = split_batch_field(k)
-        revisions = straggler_value(v)[1] if batch == FOLDED else 1
-        if svc == ALL_SERVICES:
-            folded_all += revisions
-            continue
-        out[svc] = out.get(svc, 0) + revisions
-        if batch != FOLDED:
-            batches.add(batch)
-    if out:
-        out[ALL_SERVICES] = len(batches) + folded_all
-    return out
 
 
 #: Built-in window metrics beyond count and events/s, as stored and shown: the result fields of
