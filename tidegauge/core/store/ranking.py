@@ -199,15 +199,10 @@ def _latencies(r: redis.Redis, window_keys: list[str]) -> list[tuple[list[str], 
     try:
         got: Any = r.eval_ro(_READ, len(window_keys), *window_keys, "latency")
     except redis.exceptions.NoPermissionError:
-        pipe = r.pipeline(transaction=False)
-        for key in window_keys:
-            pipe.hgetall(key)
-        for fields in pipe.execute():
-            named = {_s(k): v for k, v in fields.items() if _s(k) != ALL_SERVICES}
-            aggs = WindowAggs.decode(list(named.values())) if named else None
-            digests = aggs.digests["latency"] if aggs is not None else Digests.empty(0)
-            out.append((list(named), digests))
-        return out
+        return [
+            (names, Digests.empty(0) if aggs is None else aggs.digests["latency"])
+            for names, aggs in _aggs_here(r, window_keys)
+        ]
     for flat in got:
         svcs = [_s(x) for x in flat[0::2]]
         blobs = [bytes(x) for x in flat[1::2]]
@@ -255,14 +250,21 @@ def _count(r: redis.Redis, window_keys: list[str]) -> list[dict[str, tuple[int, 
 
 def _count_here(r: redis.Redis, window_keys: list[str]) -> list[dict[str, tuple[int, int]]]:
     """`_count` without scripting: every aggregate fetched and decoded here."""
+    out = []
+    for names, aggs in _aggs_here(r, window_keys):
+        counts = aggs.ints["count"].tolist() if aggs is not None else []
+        errors = aggs.ints["errors"].tolist() if aggs is not None else []
+        out.append(dict(zip(names, zip(counts, errors, strict=True), strict=True)))
+    return out
+
+
+def _aggs_here(r: redis.Redis, window_keys: list[str]) -> list[tuple[list[str], WindowAggs | None]]:
+    """Each window's services (without `*`) and their aggregates, fetched and decoded here."""
     pipe = r.pipeline(transaction=False)
     for key in window_keys:
         pipe.hgetall(key)
     out = []
     for fields in pipe.execute():
         named = {_s(k): v for k, v in fields.items() if _s(k) != ALL_SERVICES}
-        aggs = WindowAggs.decode(list(named.values())) if named else None
-        counts = aggs.ints["count"].tolist() if aggs is not None else []
-        errors = aggs.ints["errors"].tolist() if aggs is not None else []
-        out.append(dict(zip(named, zip(counts, errors, strict=True), strict=True)))
+        out.append((list(named), WindowAggs.decode(list(named.values())) if named else None))
     return out
