@@ -18,6 +18,7 @@ data they vouch for) and calls `sync` first. Thread-safe: one memo serves every 
 
 from __future__ import annotations
 
+import itertools
 import threading
 from typing import Any
 
@@ -40,6 +41,9 @@ class ClosedWindows:
         self._identity: StoreIdentity | None = None
         self._watermark = -1
         self._entries: dict[str, dict[tuple[str, int], Any]] = {}
+        #: kind -> when it was last used (a counter), for dropping the least recently used.
+        self._used: dict[str, int] = {}
+        self._clock = itertools.count(1)
 
     def sync(self, identity: StoreIdentity | None, watermark: int | None) -> int | None:
         """Begin a read: forget everything if the store changed; return the watermark to trust.
@@ -65,20 +69,20 @@ class ClosedWindows:
         entries = self._entries.get(kind)
         if entries is None:
             return None
-        with self._lock:  # this kind was used last
-            if kind in self._entries:
-                self._entries[kind] = self._entries.pop(kind)
+        self._used[kind] = next(self._clock)  # one dict store: no lock on the read path
         return entries.get((spec, start))
 
     def put(self, kind: str, spec: str, start: int, value: Any) -> None:
         """Remember `value` of a window the watermark (as returned by `sync`) has passed."""
         with self._lock:
-            entries = self._entries.pop(kind, None)
+            entries = self._entries.get(kind)
             if entries is None:
-                entries = {}
                 while len(self._entries) >= self.max_kinds:  # the least recently used kind
-                    del self._entries[next(iter(self._entries))]
-            self._entries[kind] = entries
+                    oldest = min(self._entries, key=lambda k: self._used.get(k, 0))
+                    del self._entries[oldest]
+                    self._used.pop(oldest, None)
+                entries = self._entries[kind] = {}
+            self._used[kind] = next(self._clock)
             entries[(spec, start)] = value
             if len(entries) > self.max_windows:  # drop the oldest tenth, not one per put
                 keep = self.max_windows * 9 // 10
@@ -93,3 +97,4 @@ class ClosedWindows:
         self._identity = identity
         self._watermark = watermark
         self._entries = {}
+        self._used = {}
