@@ -153,7 +153,7 @@ class LocalCluster:
                     )
             try:
                 alive = alive_workers(master_state(self.webui))
-            except OSError:
+            except (OSError, ValueError):  # not listening yet, or an empty page while starting
                 alive = []
             if len(alive) >= n:
                 return alive
