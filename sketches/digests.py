@@ -118,7 +118,7 @@ class Digests:
             v, g = v[~nan], g[~nan]
         if v.size and not np.isfinite(v).all():
             raise ValueError("TDigest.update: +/-inf values are not allowed")
-        order = np.lexsort((v, g))
+        order = _by_group_then_value(v, g)
         v, g = v[order], g[order]
         count = np.bincount(g, minlength=n).astype(np.int64)
         offsets = np.zeros(n + 1, np.int64)
@@ -268,7 +268,7 @@ class Digests:
         # Centroids: a key's rows' runs in row order, sorted stably by mean, then compressed
         # (a key of one row keeps its digest as it is, as TDigest.merged does).
         point_key = np.repeat(key, rows.sizes)
-        by_mean = np.lexsort((rows.means, point_key))
+        by_mean = _by_group_then_value(rows.means, point_key)
         means, weights = rows.means[by_mean], rows.weights[by_mean]
         offsets = np.zeros(n + 1, np.int64)
         np.cumsum(np.bincount(point_key, minlength=n), out=offsets[1:])
@@ -713,6 +713,18 @@ def _scaled_means_many(
     width[exponent < 0] = 8
     exponent[exponent < 0] = 0
     return width, exponent, stored
+
+
+def _by_group_then_value(values: FloatArray, groups: IntArray) -> IntArray:
+    """`np.lexsort((values, groups))`: by group, then value, ties in input order.
+
+    About twice as fast: each value replaced by its rank among the distinct values, one
+    integer key per point sorts in one stable pass instead of lexsort's two.
+    """
+    if values.size < 2:
+        return np.arange(values.size, dtype=np.int64)
+    distinct, rank = np.unique(values, return_inverse=True)
+    return np.argsort(groups.astype(np.int64) * distinct.size + rank, kind="stable")
 
 
 def _integer(weights: FloatArray) -> bool:

@@ -29,7 +29,6 @@ from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.retention import Retention
 from tidegauge.core.store import ALL_SERVICES, DeadLetter, Keys, batch_field
 from tidegauge.core.store.arrivals import batch_arrivals
-from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.window_aggs import WindowAggs
 from tidegauge.core.windows import WindowSpec
 
@@ -268,9 +267,18 @@ def _merge_parts(
         name = f"{w.service}|{w.shard}"
         have[name] = w.agg
         writes.append((keys.window_parts(w.spec, w.start_ms), name, w.agg))
+    cells_out: list[tuple[str, int, str]] = []
+    inputs: list[bytes] = []
+    key_of: list[int] = []
     for (spec, start, service), blobs in sorted(by_service.items()):
         if service == ALL_SERVICES and (shards is None or len(blobs) < shards):
             continue  # not every shard's `*` yet: the sink merges the services instead
-        merged = WindowAgg.merged(WindowAgg.from_bytes(b) for _, b in sorted(blobs.items()))
-        whole.append(WindowUpdate(spec, start, service, merged.to_bytes()))
+        for _, blob in sorted(blobs.items()):  # parts in shard-name order
+            inputs.append(blob)
+            key_of.append(len(cells_out))
+        cells_out.append((spec, start, service))
+    if cells_out:  # every (window, service) at once: one decode, merge and encode
+        merged = WindowAggs.decode(inputs).combine(np.array(key_of, np.int64), len(cells_out))
+        for (spec, start, service), agg in zip(cells_out, merged.encode(), strict=True):
+            whole.append(WindowUpdate(spec, start, service, agg))
     return whole, writes

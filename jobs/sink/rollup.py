@@ -22,7 +22,7 @@ the tiers and the rules; docs/redis.md "Retention" the key lifetimes):
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +43,14 @@ from tidegauge.core.store.keys import (
 from tidegauge.core.window_aggs import WindowAggs
 from tidegauge.core.windows import ARRIVAL_DOMAINS, WindowSpec, tumbling_start
 
-__all__ = ["BatchTime", "RetentionPlan", "RolledWindow", "plan_retention", "roll_period"]
+__all__ = [
+    "BatchTime",
+    "RetentionPlan",
+    "RolledWindow",
+    "plan_retention",
+    "roll_period",
+    "roll_periods",
+]
 
 #: Windows (per spec) one batch deletes at most; the rest go with the next batches, so a store
 #: that grew before retention was on is trimmed without one huge transaction.
@@ -80,30 +87,57 @@ def roll_period(windows: Sequence[tuple[int, RolledWindow]], batch_id: int) -> R
     Late fields of `batch_id` and later are left out: the batch that builds the roll-up adds
     its own late rows directly (`late_rows`), so a replay of it writes the same fields.
     """
-    ordered = [w for _, w in sorted(windows, key=lambda p: p[0])]
-    out = RolledWindow()
-    services = sorted({s for w in ordered for s in w.aggs})
-    code = {s: i for i, s in enumerate(services)}
-    # Every service's windows merged at once (tidegauge/core/window_aggs.py), in window order.
-    blobs = [(code[s], blob) for w in ordered for s, blob in w.aggs.items()]
-    blobs.sort(key=lambda kb: kb[0])  # stable: each service's windows stay in order
-    merged = WindowAggs.decode([b for _, b in blobs]).combine(
-        np.array([k for k, _ in blobs], np.int64), len(services)
-    )
-    out.aggs = dict(zip(services, merged.encode(), strict=True))
-    # Facts of the batches before this one, folded into one field per service ("service|-1").
-    fields: dict[str, int] = {}
-    parts: list[tuple[int, bytes]] = []
-    for w in ordered:
-        for f, blob in sorted(w.late.items()):
-            if split_batch_field(f)[1] < batch_id:
-                folded = batch_field(split_batch_field(f)[0], FOLDED)
-                parts.append((fields.setdefault(folded, len(fields)), blob))
-    parts.sort(key=lambda kb: kb[0])  # stable: each field's parts stay in window order
-    late = merge_late([b for _, b in parts], np.array([k for k, _ in parts], np.int64), len(fields))
-    out.late = dict(zip(fields, late, strict=True))
-    out.stragglers = _folded_stragglers(w.stragglers for w in ordered)
-    out.duplicates = _folded_counts(w.duplicates for w in ordered)
+    return roll_periods({0: windows}, batch_id)[0]
+
+
+def roll_periods(
+    periods: Mapping[int, Sequence[tuple[int, RolledWindow]]], batch_id: int
+) -> dict[int, RolledWindow]:
+    """`roll_period` of each period, all of them at once.
+
+    One decode, merge and encode of every (period, service) aggregate and one of every late
+    field (tidegauge/core/window_aggs.py): a batch that closes many periods (catching up)
+    pays the fixed costs once, not per period.
+    """
+    out: dict[int, RolledWindow] = {}
+    agg_cells: list[tuple[int, str]] = []
+    agg_parts: list[tuple[int, bytes]] = []
+    late_cells: list[tuple[int, str]] = []
+    late_parts: list[tuple[int, bytes]] = []
+    for p, windows in sorted(periods.items()):
+        ordered = [w for _, w in sorted(windows, key=lambda sw: sw[0])]
+        rolled = out[p] = RolledWindow()
+        code: dict[str, int] = {}
+        for s in sorted({s for w in ordered for s in w.aggs}):
+            code[s] = len(agg_cells)
+            agg_cells.append((p, s))
+        agg_parts += [(code[s], blob) for w in ordered for s, blob in w.aggs.items()]
+        # Facts of the batches before this one, folded into one field per service ("svc|-1").
+        fields: dict[str, int] = {}
+        for w in ordered:
+            for f, blob in sorted(w.late.items()):
+                service, batch = split_batch_field(f)
+                if batch < batch_id:
+                    folded = batch_field(service, FOLDED)
+                    if folded not in fields:
+                        fields[folded] = len(late_cells)
+                        late_cells.append((p, folded))
+                    late_parts.append((fields[folded], blob))
+        rolled.stragglers = _folded_stragglers(w.stragglers for w in ordered)
+        rolled.duplicates = _folded_counts(w.duplicates for w in ordered)
+    # stable sorts: each (period, service)'s windows stay in window order
+    agg_parts.sort(key=lambda kb: kb[0])
+    late_parts.sort(key=lambda kb: kb[0])
+    if agg_parts:
+        merged = WindowAggs.decode([b for _, b in agg_parts]).combine(
+            np.array([k for k, _ in agg_parts], np.int64), len(agg_cells)
+        )
+        for (p, s), blob in zip(agg_cells, merged.encode(), strict=True):
+            out[p].aggs[s] = blob
+    keys = np.array([k for k, _ in late_parts], np.int64)
+    late = merge_late([b for _, b in late_parts], keys, len(late_cells))
+    for (p, f), blob in zip(late_cells, late, strict=True):
+        out[p].late[f] = blob
     return out
 
 
@@ -297,8 +331,7 @@ def _plan_rollups(
             periods: dict[int, list[tuple[int, RolledWindow]]] = defaultdict(list)
             for s, w in windows.items():
                 periods[tumbling_start(s, tier.size_ms)].append((s, w))
-            for p, members in sorted(periods.items()):
-                built[p] = roll_period(members, at.batch_id)
+            built = roll_periods(periods, at.batch_id)
         plan.meta[f"rolled:{tier.size_ms}"] = str(until)
         plan.rolled_until[finer.key] = until
         for p, w in built.items():

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from sketches import TDigest
-from sketches.digests import Digests
+from sketches.digests import Digests, _by_group_then_value
 
 Dist = Callable[[np.random.Generator, int], np.ndarray]
 
@@ -155,3 +155,17 @@ def test_encode_lays_out_every_weight_width_as_the_objects(weight: float) -> Non
     assert blobs == digests._encode_each()
     assert blobs == [digests.digest(i).to_bytes() for i in range(3)]
     assert [Digests.decode(blobs).digest(i).to_bytes() for i in range(3)] == blobs
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_group_then_value_order_is_lexsorts(seed: int) -> None:
+    """The sort under `of` and `combine`: by group, then value, equal values in input order
+    (which point of a tie goes first decides which centroid a weight joins)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 400))
+    values = np.round(rng.normal(0, 3, n), int(rng.integers(0, 2)))  # many ties
+    values[rng.random(n) < 0.05] = -0.0
+    values[rng.random(n) < 0.02] = np.nan
+    groups = rng.integers(0, int(rng.integers(1, 30)), n)
+    want = np.lexsort((values, groups))
+    assert _by_group_then_value(values, groups).tolist() == want.tolist()

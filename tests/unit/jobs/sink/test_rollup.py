@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jobs.sink.rollup import RolledWindow, roll_period
+from jobs.sink.rollup import RolledWindow, roll_period, roll_periods
 from tests.fixtures import M, S
 from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.window_agg import WindowAgg
@@ -68,3 +68,40 @@ def test_a_coarser_period_folds_the_folded_facts_of_its_roll_ups() -> None:
     assert LateAgg.count_of(hour.late["api|-1"]) == 6 and set(hour.late) == {"api|-1"}
     assert hour.stragglers == {"*|-1": b"27/12", "api|-1": b"21/9", "web|-1": b"6/6"}
     assert hour.duplicates == {"api|-1": b"6"}
+
+
+def test_many_periods_at_once_equal_each_rolled_alone() -> None:
+    """A catching-up batch closes many periods in one pass: the same bytes as one at a time."""
+    late = LateAgg()
+    late.add(np.array([5_000.0, 7_000.0]), 1_000.0)
+    periods: dict[int, list[tuple[int, RolledWindow]]] = {}
+    for p in range(4):
+        windows = []
+        for k in range(6):
+            names = ["api", "web"] if (p + k) % 3 else ["web"]  # services come and go
+            windows.append(
+                (
+                    p * M + k * 10 * S,
+                    RolledWindow(
+                        aggs={
+                            s: _agg(100 * p + 10 * k + i, 5 + k).to_bytes()
+                            for i, s in enumerate(names)
+                        },
+                        late={"web|3": late.to_bytes()} if k % 2 else {},
+                        stragglers={"web|2": b"1"},
+                        duplicates={"api|4": b"2"} if p else {},
+                    ),
+                )
+            )
+        periods[p * M] = windows[::-1]
+    together = roll_periods(periods, batch_id=9)
+    assert list(together) == sorted(periods)
+    for p, windows in periods.items():
+        assert together[p] == roll_period(windows, batch_id=9)
+        in_order = [w for _, w in sorted(windows, key=lambda sw: sw[0])]
+        for service in ("api", "web"):
+            want = WindowAgg.merged(
+                WindowAgg.from_bytes(w.aggs[service]) for w in in_order if service in w.aggs
+            )  # the scalar merge, window order
+            assert together[p].aggs[service] == want.to_bytes()
+        assert LateAgg.count_of(together[p].late["web|-1"]) == 6
