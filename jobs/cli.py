@@ -25,6 +25,7 @@ from tidegauge.core.config import (
     redact_url,
 )
 from tidegauge.core.durations import format_duration, to_iso
+from tidegauge.core.field_map import FORMATS
 from tidegauge.core.kafka_options import redacted
 from tidegauge.core.retention import DEFAULT_RETENTION
 from tidegauge.core.store import connect
@@ -96,6 +97,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="estimate each device's clock offset (broker receive time - sent_time) and move "
         "event times onto the broker's clock before windowing (off by default; docs/time.md)",
+    )
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="tidegauge",
+        help="what the topic's records are: tidegauge (the event contract's JSON, default) or "
+        "access-log (JSON access logs, nginx or Envoy, read through --field entries; "
+        "docs/events.md)",
+    )
+    p.add_argument(
+        "--field",
+        action="append",
+        metavar="TARGET=SOURCE[:UNIT]",
+        help="with --format access-log: where a contract field comes from, e.g. "
+        "event_time=msec:s service=host latency_ms=request_time:s status=status "
+        "user_id=remote_user event_id=request_id (repeat it; docs/events.md)",
     )
     p.add_argument(
         "--no-dedup",
@@ -216,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
         f"{format_duration(cfg.allowed_lateness_ms)}, trigger "
         f"{_trigger_text(cfg)}"
         f"{', clock-skew correction on' if cfg.correct_clock_skew else ''}"
+        f"{'' if cfg.field_map is None else ', access log: ' + ' '.join(cfg.field_map.texts())}"
         f"{'' if cfg.dedup else ', de-duplication off'}"
         f", retention {cfg.retention.for_source(cfg.rollup_source_ms).text()}"
         f"{'; kafka ' + redacted(cfg.kafka.options) if cfg.kafka.options else ''}",

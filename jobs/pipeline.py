@@ -78,6 +78,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         cfg.dedup,
         cfg.state_shards,
         cfg.max_services,
+        cfg.field_map.to_json() if cfg.field_map is not None else None,
     )
     reader = (
         spark.readStream.format(SummaryDataSource.name())

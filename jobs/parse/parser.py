@@ -19,15 +19,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+import tidegauge.core.metrics  # noqa: F401  (registers the built-in metrics `make_parser` lists)
 from jobs.parse.bulk import vouch
 from tidegauge.core.events import (
     BUILT_IN_FIELDS,
     DEAD_LETTER_RAW_CAP,
     EventField,
+    EventValues,
     Heartbeat,
+    Rejected,
     event_fields,
     parse_values,
 )
+from tidegauge.core.field_map import FieldMap
 from tidegauge.core.plugins import ensure_plugins
 from tidegauge.core.registry import metrics
 
@@ -128,16 +132,24 @@ def _parse_batch(
     schema: pa.Schema = _ARROW,
     fields: Sequence[EventField] = BUILT_IN_FIELDS,
     bulk_from: int = BULK_FROM,
+    judge: Judge | None = None,
 ) -> pa.RecordBatch:
     """One chunk of raw records -> parsed rows, one per record.
 
     Arrow's decoder takes the records it can vouch for (jobs/parse/bulk.py); the contract's own
-    judge (`parse_values`) takes every other one, one by one, as before.
+    judge (`parse_values`) takes every other one, one by one, as before. Another format's
+    `judge` (an access log's field map, tidegauge/core/field_map.py) takes every record.
     """
     n = batch.num_rows
     values = batch.column("value")
-    fast = vouch(values if n >= bulk_from else values.slice(0, 0), fields, n)
+    bulk = judge is None and n >= bulk_from
+    fast = vouch(values if bulk else values.slice(0, 0), fields, n)
     slow = np.flatnonzero(~fast.ok)
+    positions: Iterator[tuple[int, int]] = iter(())
+    if judge is not None:
+        positions = zip(
+            batch.column("partition").to_pylist(), batch.column("offset").to_pylist(), strict=True
+        )
     # the records left to Python, one list per column, in `slow` order
     m = len(slow)
     names = [f.column for f in fields]
@@ -146,7 +158,7 @@ def _parse_batch(
     reason, detail, raw, raw_size = cols["reason"], cols["detail"], cols["raw"], cols["raw_size"]
     field_cols = [cols[c] for c in names]  # check order, as `parse_values` gives them
     for i, value in enumerate(values.take(pa.array(slow, pa.int64())).to_pylist()):
-        got = parse_values(value)
+        got = parse_values(value) if judge is None else judge(value, *next(positions))
         if isinstance(got, list):
             kind[i] = RecordKind.EVENT
             for col, v in zip(field_cols, got, strict=True):
@@ -213,6 +225,10 @@ def _correct_clocks(out: dict[str, pa.Array]) -> None:
     out["sent_ms"] = pa.array(sent, pa.int64())
 
 
+#: A format's judge of one record: (value, partition, offset) -> checked values or why not.
+Judge = Callable[[bytes | None, int, int], EventValues | Rejected]
+
+
 def parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """`mapInArrow` function: raw source batches in, parsed batches (PARSED_SCHEMA) out."""
     for batch in batches:
@@ -221,7 +237,7 @@ def parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
 
 
 def make_parser(
-    correct_clock_skew: bool = False, plugins: Sequence[str] = ()
+    correct_clock_skew: bool = False, plugins: Sequence[str] = (), field_map: str | None = None
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The `mapInArrow` function for the contract now; fixes device clocks when asked.
 
@@ -232,11 +248,13 @@ def make_parser(
     before anything looks at event time, watermark included. Each Arrow batch holds records of
     one Kafka partition (the source reads per partition, and the key, the user, picks the
     partition), so a device's offset is estimated from its own records of that batch,
-    deterministically for a given offset range.
+    deterministically for a given offset range. `field_map` (`FieldMap.to_json`) reads JSON
+    access logs instead of the contract's own records (tidegauge/core/field_map.py).
     """
     snapshot = event_fields()
     _, schema = parsed_schema(snapshot)
-    if not correct_clock_skew and len(snapshot) == len(BUILT_IN_FIELDS):
+    plain = field_map is None and not correct_clock_skew
+    if plain and len(snapshot) == len(BUILT_IN_FIELDS):
         return parse_batches
     field_names = [f.name for f in snapshot]
     metric_names = [m.name for m in metrics()]
@@ -244,8 +262,9 @@ def make_parser(
 
     def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         ensure_plugins(names, metric_names, field_names)
+        judge = None if field_map is None else FieldMap.from_json(field_map).judge()
         for batch in batches:
             if batch.num_rows:
-                yield _parse_batch(batch, correct_clock_skew, schema, snapshot)
+                yield _parse_batch(batch, correct_clock_skew, schema, snapshot, judge=judge)
 
     return parse

@@ -518,6 +518,18 @@ def _judge(
         return Rejected(e.reason, e.detail)
 
 
+def check_values(obj: dict[str, Any]) -> EventValues | Rejected:
+    """The contract's judgement of an object already decoded: checked values, or why not.
+
+    No heartbeats. Inputs that map their own records onto the contract
+    (tidegauge/core/field_map.py) end here, so every format obeys the same rules.
+    """
+    try:
+        return _checked(obj, _FAST_CHECKERS)
+    except ContractError as e:
+        return Rejected(e.reason, e.detail)
+
+
 def encode_event(event: Event) -> bytes:
     """Serialise an event the way the contract expects (optional fields left out when None)."""
     obj: dict[str, Any] = {

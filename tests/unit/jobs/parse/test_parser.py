@@ -32,6 +32,7 @@ from tidegauge.core.events import (
     Rejected,
     parse_record,
 )
+from tidegauge.core.field_map import FieldMap
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -622,3 +623,41 @@ def test_every_record_becomes_exactly_one_row(records: list[tuple[bytes | None, 
                 got.service,
                 got.event_time,
             )
+
+
+# --- JSON access logs through a field map (tidegauge/core/field_map.py) -----------------------
+
+
+def test_access_log_lines_become_rows_and_their_dead_letters_keep_the_line() -> None:
+    """Every line one row; an event's values are the map's, a dead letter keeps its own bytes."""
+    fmap = FieldMap.parse(
+        ["event_time=msec:s", "service=host", "latency_ms=request_time:s", "status=status"]
+    )
+    lines: list[tuple[bytes | None, int | None]] = [
+        (js({"msec": 1_764_201_600.5, "host": "api", "request_time": 0.012, "status": 200}), T),
+        (js({"msec": 1_764_201_601.25, "host": "web", "request_time": "-", "status": 200}), T),
+        (b"127.0.0.1 - - [27/Nov/2025] GET /", T),
+        (None, T),
+        (js({"msec": "1764201602", "host": "api", "status": "503"}), T),
+    ]
+    (out,) = make_parser(field_map=fmap.to_json())(iter([source_batch(lines, 3, 40)]))
+    rows = out.to_pylist()
+    assert [r["kind"] for r in rows] == ["event", "dead", "dead", "dead", "event"]
+    assert [r["offset"] for r in rows] == [40, 41, 42, 43, 44]
+    first, last = rows[0], rows[4]
+    assert (first["event_id"], first["service"], first["event_ms"]) == (
+        "3/40",
+        "api",
+        1_764_201_600_500,
+    )
+    assert (first["latency_ms"], first["status"]) == (12.0, 200)
+    assert (last["event_id"], last["event_ms"], last["status"]) == ("3/44", 1_764_201_602_000, 503)
+    assert last["latency_ms"] is None
+    bad = rows[1]
+    assert bad["reason"] == "wrong_type" and "log field 'request_time'" in bad["detail"]
+    assert bad["raw"] == lines[1][0] and bad["raw_size"] == len(lines[1][0] or b"")
+    assert rows[2]["reason"] == "invalid_json" and rows[2]["raw"] == lines[2][0]
+    assert rows[3]["reason"] == "empty"
+    # the same lines through the contract's own parser are all dead letters: the map is used
+    plain = list(parse_batches(iter([source_batch(lines, 3, 40)])))[0].to_pylist()
+    assert {r["kind"] for r in plain} == {"dead"}

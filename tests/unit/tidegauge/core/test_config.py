@@ -418,3 +418,16 @@ def test_max_services_is_any_positive_limit_or_none() -> None:
     assert job_config_from_args(_args("--max-services", "0")).max_services == 0
     with pytest.raises(ValueError, match="--max-services must be 0"):
         job_config_from_args(_args("--max-services", "-1"))
+
+
+def test_access_logs_take_a_field_map_and_the_contract_none() -> None:
+    cfg = job_config_from_args(
+        _args("--format", "access-log", "--field", "event_time=msec:s", "--field", "service=host")
+    )
+    assert cfg.field_map is not None
+    assert cfg.field_map.texts() == ["event_time=msec:s", "service=host"]
+    assert job_config_from_args(_args()).field_map is None  # the contract's own records
+    with pytest.raises(ValueError, match="needs --format access-log"):
+        job_config_from_args(_args("--field", "service=host"))
+    with pytest.raises(ValueError, match="needs --field event_time=SOURCE"):
+        job_config_from_args(_args("--format", "access-log", "--field", "service=host"))
