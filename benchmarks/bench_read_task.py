@@ -10,11 +10,17 @@ from the project's generator: "offered" (what `benchmarks/offered_load.py` sends
 malformed records) and "generator" (its defaults: 10 % ISO-8601 times, plus 1 % malformed
 records of every kind). Prints the best and median of `--rounds` per step. Uses only functions
 that older commits have too, so the same script measures before and after.
+
+A third row, "nginx log", is the offered traffic written as nginx's JSON access log lines
+(README's `log_format`) and parsed with `--format access-log` and the README's field map
+(tidegauge/core/field_map.py): the price of reading logs as they are. Left out where the code
+has no field map.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -80,6 +86,40 @@ def _parse_all(raw: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
     return list(parse_batches(iter(raw)))
 
 
+#: The README's field map for nginx's log_format.
+NGINX_MAP = (
+    "event_time=msec:s",
+    "service=host",
+    "latency_ms=request_time:s",
+    "status=status",
+    "user_id=remote_user",
+    "event_id=request_id",
+)
+
+
+def nginx_lines(values: list[bytes]) -> list[bytes]:
+    """The contract's events as nginx's JSON access log lines of the same requests."""
+    out = []
+    for v in values:
+        e = json.loads(v)
+        if e.get("heartbeat"):
+            continue  # access logs have no heartbeats
+        line = {
+            "msec": f"{e['event_time'] / 1000:.3f}",
+            "host": e["service"],
+            "request_time": f"{e.get('latency_ms', 0) / 1000:.3f}",
+            "status": e.get("status", 200),
+            "remote_user": e.get("user_id", ""),
+            "request_id": e["event_id"],
+            "uri": "/api/items",
+        }
+        text = json.dumps(line, separators=(",", ":"))
+        # nginx writes $msec and $request_time unquoted: numbers
+        text = text.replace(f'"{line["msec"]}"', line["msec"])
+        out.append(text.replace(f'"{line["request_time"]}"', line["request_time"]).encode())
+    return out
+
+
 def timed(step: Callable[[], object], rounds: int) -> list[float]:
     out = []
     for _ in range(rounds):
@@ -108,6 +148,24 @@ def main() -> None:
         fmt = "{:.2f} / {:.2f}"
         print(
             f"{name:<10} {fmt.format(min(p) / n * 1e6, statistics.median(p) / n * 1e6):>18}"
+            f" {fmt.format(min(s) / n * 1e6, statistics.median(s) / n * 1e6):>22}"
+        )
+        if name != "offered":
+            continue
+        try:
+            from jobs.parse.parser import make_parser
+            from tidegauge.core.field_map import FieldMap
+        except ImportError:
+            continue
+        parse_log = make_parser(field_map=FieldMap.parse(NGINX_MAP).to_json())
+        logs = raw_chunks(nginx_lines([v for b in raw for v in b.column("value").to_pylist()]), T0)
+        n = sum(b.num_rows for b in logs)
+        parsed = list(parse_log(iter(logs)))
+        assert all(set(b.column("kind").to_pylist()) == {"event"} for b in parsed)
+        p = timed(lambda: list(parse_log(iter(logs))), args.rounds)  # noqa: B023 (used at once)
+        s = timed(partial(_summary, parsed, clock, cfg), args.rounds)
+        print(
+            f"{'nginx log':<10} {fmt.format(min(p) / n * 1e6, statistics.median(p) / n * 1e6):>18}"
             f" {fmt.format(min(s) / n * 1e6, statistics.median(s) / n * 1e6):>22}"
         )
 

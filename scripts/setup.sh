@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything Tidegauge needs on a fresh Debian/Ubuntu machine, idempotently:
-# system packages (redis-server, chromium, a Java 17+ runtime when none is present, python3-venv),
+# system packages (redis-server, chromium, nginx, a Java 17+ runtime when none is present,
+# python3-venv),
 # then a virtualenv in .venv with the project and its dev/broker extras, and the class archive
 # that makes Spark start faster.
 # Used by `make setup` (and so by `make demo`, `make test` and CI).
@@ -39,6 +40,8 @@ command -v redis-server >/dev/null || pkgs+=(redis-server)
 command -v chromium >/dev/null || pkgs+=(chromium)
 # openssl makes the certificates of the Redis-over-TLS test.
 command -v openssl >/dev/null || pkgs+=(openssl)
+# nginx writes the real JSON access log the access-log test reads (it is started by the test).
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || pkgs+=(nginx)
 "$PYTHON" -c "import venv, ensurepip" 2>/dev/null || pkgs+=(python3-venv)
 if [ ${#pkgs[@]} -gt 0 ]; then
   echo "setup: installing system packages: ${pkgs[*]}"

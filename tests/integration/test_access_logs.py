@@ -1,0 +1,272 @@
+"""A real nginx's JSON access log, tailed into the broker, read by the job as it is.
+
+nginx (Debian's package) proxies a load of requests to a small backend that answers with the
+status and after the delay each request asks for; its access log is written in the
+`log_format` docs/events.md gives, and `tail -F` into a librdkafka producer ships each line
+to the topic as one record, as `tail -F | kcat -P` does. (kcat itself cannot be used here:
+Debian's kcat is built on librdkafka 2.0.2, which cannot read the test broker's ApiVersions v3
+answer; the librdkafka 2.16 of confluent-kafka can.) A line that is not JSON joins the log on
+the way. The job
+reads the topic with `--format access-log` and the README's field map; Redis must then hold,
+per (10 s window, service), exactly the requests and errors a count over nginx's own log file
+gives, latency percentiles close to the logged ones, and the bad line as one dead letter.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from collections import defaultdict
+from collections.abc import Iterator
+from decimal import Decimal
+from http.client import HTTPConnection
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import redis
+
+from cli.local.services import free_port, wait_for_port
+from tests.integration.helpers import tidegauge
+from tests.procs import wait_until
+from tidegauge.core.store import Keys, read_dead_counts, read_dead_letters, read_windows
+
+TOPIC = "nginx-access"
+WINDOW_MS = 10_000
+SERVICES = ("checkout", "search", "login")
+FIELDS = (
+    "event_time=msec:s",
+    "service=host",
+    "latency_ms=request_time:s",
+    "status=status",
+    "user_id=remote_user",
+    "event_id=request_id",
+)
+LOG_FORMAT = (
+    "log_format tidegauge escape=json\n"
+    """  '{"msec":$msec,"host":"$host","request_time":$request_time,"status":$status,'\n"""
+    """  '"remote_user":"$remote_user","request_id":"$request_id","uri":"$uri"}';"""
+)
+BAD_LINE = "nginx: log rotated by a cron job at 03:00"
+
+
+def _binary(name: str) -> str:
+    path = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin")
+    if path is None:
+        pytest.fail(f"{name} is not installed: run `make setup` (scripts/setup.sh installs it)")
+    return path
+
+
+class _Backend(BaseHTTPRequestHandler):
+    """Answers GET /anything?ms=N&status=S with status S after N ms."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        time.sleep(int(query.get("ms", ["0"])[0]) / 1000)
+        body = b"ok\n"
+        self.send_response(int(query.get("status", ["200"])[0]))
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
+    """nginx on a free port, proxying to the backend, its JSON access log in a temp dir."""
+    backend = ThreadingHTTPServer(("127.0.0.1", 0), _Backend)
+    threading.Thread(target=backend.serve_forever, daemon=True).start()
+    root = tmp_path_factory.mktemp("nginx")
+    port = free_port()
+    log = root / "access.json"
+    temp = " ".join(
+        f"{kind}_temp_path {root / kind};" for kind in ("proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    (root / "nginx.conf").write_text(
+        f"""
+worker_processes 1;
+error_log {root / "error.log"};
+pid {root / "nginx.pid"};
+events {{ worker_connections 256; }}
+http {{
+  access_log off;
+  client_body_temp_path {root / "body"}; {temp}
+  {LOG_FORMAT}
+  server {{
+    listen 127.0.0.1:{port};
+    access_log {log} tidegauge;
+    location / {{ proxy_pass http://127.0.0.1:{backend.server_port}; }}
+  }}
+}}
+"""
+    )
+    proc = subprocess.Popen(
+        [_binary("nginx"), "-p", str(root), "-c", str(root / "nginx.conf"), "-g", "daemon off;"],
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for_port("127.0.0.1", port, timeout_s=20)
+        yield port, log
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        backend.shutdown()
+
+
+def _load(port: int, n: int, seed: int) -> None:
+    """`n` requests from 4 threads: three services, three users or none, 2xx/4xx/5xx, 0-30 ms."""
+    rng = np.random.default_rng(seed)
+    plan = [
+        (
+            SERVICES[int(rng.integers(len(SERVICES)))],
+            int(rng.choice([200, 200, 200, 201, 404, 500, 503])),
+            int(rng.integers(0, 30)),
+            [None, "alice", "bob", "carol"][int(rng.integers(4))],
+        )
+        for _ in range(n)
+    ]
+
+    def worker(part: list[tuple[str, int, int, str | None]]) -> None:
+        conn = HTTPConnection("127.0.0.1", port, timeout=10)
+        for host, status, ms, user in part:
+            headers = {"Host": host}
+            if user:
+                headers["Authorization"] = (
+                    "Basic " + base64.b64encode(f"{user}:pw".encode()).decode()
+                )
+            conn.request("GET", f"/api/items?ms={ms}&status={status}", headers=headers)
+            resp = conn.getresponse()
+            resp.read()
+            assert resp.status == status
+        conn.close()
+
+    threads = [threading.Thread(target=worker, args=(plan[i::4],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+#: `kcat -P`'s behaviour with librdkafka: each line of stdin one record, no key, delivered
+#: before it exits at the end of its input.
+SHIPPER = """
+import sys
+from confluent_kafka import Producer
+p = Producer({"bootstrap.servers": sys.argv[1], "linger.ms": 20})
+for line in sys.stdin.buffer:
+    p.produce(sys.argv[2], line.rstrip(b"\\n"))
+    p.poll(0)
+sys.exit(1 if p.flush(30) else 0)
+"""
+
+
+def _records(broker: str) -> int:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False)
+    try:
+        parts = [TopicPartition(TOPIC, p) for p in range(3)]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        n, idle = 0, 0
+        while idle < 3:
+            got = consumer.poll(timeout_ms=300)
+            idle = 0 if got else idle + 1
+            n += sum(len(v) for v in got.values())
+        return n
+    finally:
+        consumer.close()
+
+
+@pytest.fixture(scope="module")
+def shipped(broker, nginx: tuple[int, Path]) -> Path:  # type: ignore[no-untyped-def]
+    """The load served and every line of nginx's log (and the bad one) on the topic."""
+    port, log = nginx
+    tidegauge("topic", "--bootstrap", broker.address, "--topic", TOPIC, "--partitions", "3")
+    log.touch()
+    tail = subprocess.Popen(["tail", "-n", "+1", "-F", str(log)], stdout=subprocess.PIPE)
+    ship = subprocess.Popen(
+        [sys.executable, "-c", SHIPPER, broker.address, TOPIC],
+        stdin=tail.stdout,
+        stderr=subprocess.PIPE,
+    )
+    assert tail.stdout is not None
+    tail.stdout.close()  # the shipper holds the pipe now
+    try:
+        _load(port, 300, seed=7)
+        with log.open("a") as f:  # something else writes into the log on the way
+            f.write(BAD_LINE + "\n")
+        _load(port, 300, seed=8)
+        lines = len(log.read_text().splitlines())
+        wait_until(lambda: _records(broker.address) >= lines, 60, f"all {lines} lines shipped")
+    finally:
+        tail.terminate()  # the shipper sees the end of its input, flushes and exits
+        tail.wait(10)
+        _, err = ship.communicate(timeout=60)
+    assert ship.returncode == 0, err.decode()[-2000:]
+    assert _records(broker.address) == lines  # each line once
+    return log
+
+
+def _truth(log: Path) -> tuple[dict[tuple[int, str], dict[str, Any]], int]:
+    """Per (window, service) from nginx's own log: requests, errors, latencies, users."""
+    out: dict[tuple[int, str], dict[str, Any]] = defaultdict(
+        lambda: {"count": 0, "errors": 0, "latency": [], "users": set()}
+    )
+    bad = 0
+    for line in log.read_text().splitlines():
+        try:
+            obj = json.loads(line, parse_float=Decimal)
+        except json.JSONDecodeError:
+            bad += 1
+            continue
+        ms = int(obj["msec"] * 1000)  # exact: nginx logs milliseconds
+        cell = out[(ms - ms % WINDOW_MS, obj["host"])]
+        cell["count"] += 1
+        cell["errors"] += obj["status"] >= 500
+        cell["latency"].append(float(obj["request_time"] * 1000))
+        if obj["remote_user"]:
+            cell["users"].add(obj["remote_user"])
+    return dict(out), bad
+
+
+def test_an_nginx_access_log_counts_as_the_log_file_says(
+    job, shipped: Path, redis_settings, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    proc = job(
+        TOPIC,
+        redis_settings.url,
+        tmp_path / "checkpoint",
+        format="access-log",
+        field=list(FIELDS),
+        window="10s",
+        allowed_lateness="1h",  # the whole log counts: four threads finish out of order
+    )
+    assert "access log: event_time=msec:s service=host" in proc.stdout
+    truth, bad = _truth(shipped)
+    assert bad == 1 and sum(c["count"] for c in truth.values()) == 600
+    r = redis.Redis.from_url(redis_settings.url)
+    rows = {(w.window_start, w.service): w for w in read_windows(r, Keys()) if w.service != "*"}
+    assert set(rows) == set(truth)
+    for key, want in truth.items():
+        got = rows[key]
+        assert (got.count, got.errors, got.late) == (want["count"], want["errors"], 0), key
+        assert got.distinct_users == len(want["users"])  # a handful: the sketch is exact
+        lat = np.array(want["latency"])
+        if len(lat) >= 20:  # t-digest quantiles of the logged latencies, within their bounds
+            assert got.p50 == pytest.approx(np.quantile(lat, 0.5), abs=2.0)
+            assert got.p99 == pytest.approx(np.quantile(lat, 0.99), abs=3.0)
+        assert got.p50 is not None and 0 <= got.p50 < 1_000
+    assert read_dead_counts(r, Keys()) == {"invalid_json": 1}
+    (letter,) = read_dead_letters(r, Keys())
+    assert letter.raw == BAD_LINE.encode() and "not a JSON log line" in letter.detail
