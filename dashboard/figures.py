@@ -327,6 +327,11 @@ def latency_percentiles(
     ]
     if rolling is not None and rolling_size_ms:
         roll = rolling[rolling["service"] == service] if not rolling.empty else rolling
+        if not roll.empty:
+            # A sliding window's point is drawn at its end: the windows that hold the newest
+            # event end up to a window's length after it. Only the points up to the newest
+            # window start (where the data is) are figures of the past, not the future.
+            roll = roll[roll["window_end"] <= roll["window_start"].max()]
         size = format_duration(rolling_size_ms)
         data.append(
             {

@@ -20,7 +20,7 @@ from dashboard.lateness import digest_histogram, lateness_frame, what_if_frame
 from dashboard.time_domains import arrivals_frame, watermark_frame
 from dashboard.windows import metrics_frame, users_band, windows_frame
 from sketches.tdigest import TDigest
-from tests.unit.dashboard.fixtures import T0, T, W, rows_for
+from tests.unit.dashboard.fixtures import T0, T, W, rows_for, sketched_row
 from tests.unit.dashboard.fixtures import plain_row as row
 from tidegauge.core.store import ArrivalRow, LatenessResult
 from tidegauge.core.window_agg import WindowAgg
@@ -280,3 +280,28 @@ def test_panel_figures_render_data_and_say_when_there_is_none() -> None:
         built(figures.latency_cdf, cdf_frame({}, ["*"])),
     ):
         assert not empty.data and empty.layout.annotations
+
+
+def test_the_rolling_p99_stops_at_the_newest_data_not_a_window_later() -> None:
+    """Sliding 60 s windows every 10 s: those holding the newest event (at T0 + 95 s) end up to
+    a minute later. The dashed line is drawn at window ends, so only up to the newest start."""
+    rows = rows_for({"web": [40] * 10})  # tumbling windows T0 .. T0 + 100 s
+    sliding = [
+        sketched_row(start, "web", 60, size=60_000) for start in range(T0 - 50_000, T0 + 100_000, W)
+    ]
+    fig = built(
+        figures.latency_percentiles,
+        metrics_frame(rows),
+        "web",
+        window_size_ms=W,
+        rolling=metrics_frame(sliding),
+        rolling_size_ms=60_000,
+    )
+    rolling = fig.data[3]
+    ends = [pd.Timestamp(x).value // 1_000_000 for x in rolling.x]
+    newest_start = T0 + 90_000
+    assert max(ends) == newest_start  # the last rolling point: the minute before the newest start
+    assert ends == [
+        s + 60_000 for s in range(T0 - 50_000, T0 + 100_000, W) if s + 60_000 <= newest_start
+    ]
+    assert max(pd.Timestamp(x).value // 1_000_000 for x in fig.data[0].x) == newest_start
