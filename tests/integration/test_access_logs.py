@@ -10,6 +10,9 @@ the way. The job
 reads the topic with `--format access-log` and the README's field map; Redis must then hold,
 per (10 s window, service), exactly the requests and errors a count over nginx's own log file
 gives, latency percentiles close to the logged ones, and the bad line as one dead letter.
+
+Then the generator's own stream as nginx lines (`produce --format access-log`): the same time
+rules and de-duplication as the contract's records, against an independent replay.
 """
 
 from __future__ import annotations
@@ -35,9 +38,22 @@ import pytest
 import redis
 
 from cli.local.services import free_port, wait_for_port
-from tests.integration.helpers import tidegauge
+from tests.integration.helpers import (
+    batch_rows,
+    deduplicated,
+    expected_windows,
+    load_truth,
+    tidegauge,
+)
 from tests.procs import wait_until
-from tidegauge.core.store import Keys, read_dead_counts, read_dead_letters, read_windows
+from tidegauge.core.store import (
+    Keys,
+    read_batches,
+    read_dead_counts,
+    read_dead_letters,
+    read_windows,
+)
+from tidegauge.core.windows import WindowSpec
 
 TOPIC = "nginx-access"
 WINDOW_MS = 10_000
@@ -270,3 +286,52 @@ def test_an_nginx_access_log_counts_as_the_log_file_says(
     assert read_dead_counts(r, Keys()) == {"invalid_json": 1}
     (letter,) = read_dead_letters(r, Keys())
     assert letter.raw == BAD_LINE.encode() and "not a JSON log line" in letter.detail
+
+
+def test_generated_access_logs_obey_the_same_time_rules_and_de_duplication(
+    broker, produce, job, redis_settings, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """`produce --format access-log` writes the generator's stream as nginx lines (no
+    heartbeats): out of order, late and retried requests, read through the README's map in
+    several batches. Windows, late counts and duplicates equal an independent replay of the
+    watermark and de-duplication rules over the ground truth."""
+    topic, truth_path, lateness_ms = "nginx-generated", tmp_path / "truth.jsonl", 20_000
+    tidegauge("topic", "--bootstrap", broker.address, "--topic", topic, "--partitions", "3")
+    produce(
+        topic,
+        format="access-log",
+        start_time="2026-01-01T00:00:00Z",
+        count="4000",
+        rate="100",
+        seed="11",
+        out_of_order_fraction="0.1",
+        max_delay="8s",
+        late_fraction="0.03",
+        lateness="20s",
+        duplicate_fraction="0.03",
+        truth=str(truth_path),
+    )
+    job(
+        topic,
+        redis_settings.url,
+        tmp_path / "checkpoint",
+        format="access-log",
+        field=list(FIELDS),
+        window="10s",
+        allowed_lateness="20s",
+        max_records_per_trigger="700",
+    )
+    truth = load_truth(truth_path)
+    assert not [t for t in truth if t["kind"] == "heartbeat"]
+    r = redis.Redis.from_url(redis_settings.url)
+    kept, dups = deduplicated(
+        batch_rows(truth, read_batches(r, Keys())), [WindowSpec.tumbling(10_000)], lateness_ms
+    )
+    accepted, late = expected_windows(kept, 10_000, lateness_ms)
+    assert sum(late.values()) > 20 and sum(dups.values()) > 20  # the stream tests what it claims
+    rows = read_windows(r, Keys())
+    assert {(w.window_start, w.service): w.count for w in rows if w.count} == dict(accepted)
+    assert {(w.window_start, w.service): w.late for w in rows if w.late} == dict(late)
+    got_dups = {(w.window_start, w.service): w.duplicates for w in rows if w.duplicates}
+    assert got_dups == {(s, svc): n for (_, s, svc), n in dups.items()}
+    assert read_dead_counts(r, Keys()) == {}

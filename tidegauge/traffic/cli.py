@@ -72,6 +72,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="none",
         help="compress record batches with this codec, as production producers do (default none)",
     )
+    p.add_argument(
+        "--format",
+        choices=("tidegauge", "access-log"),
+        default="tidegauge",
+        help="what each event is written as: tidegauge (the event contract's JSON, default) or "
+        "access-log (nginx's JSON access log line, the README's log_format; no heartbeats, "
+        "for tidegauge job --format access-log)",
+    )
     g = p.add_argument_group("volume and pace")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     g.add_argument(
@@ -215,9 +223,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--heartbeat-interval",
         type=d,
-        default=parse_duration("1s"),
+        default=None,
         metavar="DURATION",
-        help="event time between heartbeat rounds to every partition; 0 disables",
+        help="event time between heartbeat rounds to every partition; 0 disables (default 1s; "
+        "none with --format access-log)",
     )
     g.add_argument(
         "--heartbeat-tail",
@@ -347,7 +356,9 @@ def config_from_args(args: argparse.Namespace, now_ms: int | None = None) -> Gen
         malformed_fraction=args.malformed_fraction,
         fuzz=args.fuzz,
         iso_fraction=args.iso_fraction,
-        heartbeat_interval_ms=args.heartbeat_interval,
+        heartbeat_interval_ms=_given(
+            args.heartbeat_interval, 0 if args.format == "access-log" else ONE_SECOND
+        ),
         heartbeat_tail_ms=args.heartbeat_tail,
         network_delay_ms=args.network_delay,
         scenarios=scenarios,
@@ -357,7 +368,11 @@ def config_from_args(args: argparse.Namespace, now_ms: int | None = None) -> Gen
         backlog_at_ms=args.backlog_at,
         backlog_pause_ms=_given(args.backlog_pause, defaults.backlog_pause_ms),
         live_commands=args.live_commands,
+        record_format=args.format,
     )
+
+
+ONE_SECOND = 1_000
 
 
 def _given(value: _T | None, default: _T) -> _T:

@@ -108,6 +108,9 @@ class GeneratorConfig:
     backlog_pause_ms: int = 30_000
     live_commands: bool = False
     source: str = field(default=HEARTBEAT_SOURCE)
+    #: How events are written: the contract's JSON, or nginx's JSON access log lines
+    #: (`--format access-log`, read by `tidegauge job --format access-log`).
+    record_format: str = "tidegauge"
 
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
@@ -189,6 +192,23 @@ class GeneratorConfig:
         if self.network_delay_ms < 0:
             raise ValueError(f"--network-delay must be >= 0, got {self.network_delay_ms} ms")
         self._check_scenarios()
+        self._check_format()
+
+    def _check_format(self) -> None:
+        if self.record_format not in ("tidegauge", "access-log"):
+            raise ValueError(f"--format is tidegauge or access-log, got {self.record_format!r}")
+        if self.record_format == "tidegauge":
+            return
+        # An access log holds requests only: what else the generator can send has no line.
+        for flag, on in (
+            ("--heartbeat-interval (heartbeats)", self.heartbeat_interval_ms > 0),
+            ("--malformed-fraction", self.malformed_fraction > 0),
+            ("--scenario backlog (control records)", "backlog" in self.scenarios),
+        ):
+            if on:
+                raise ValueError(
+                    f"--format access-log: {flag} has no access log line; leave it off"
+                )
 
     def _check_scenarios(self) -> None:
         for name in self.scenarios:

@@ -132,7 +132,7 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
 
     names = [name for name, _ in cfg.services]
     name_keys = [name.encode("utf-8") for name in names]
-    encoder = ValueEncoder(names, cfg.source)
+    encoder = ValueEncoder(names, cfg.source, cfg.record_format)
     service_cdf = _cdf(np.array([w for _, w in cfg.services], dtype=np.float64))
     medians = np.array([cfg.latency_of(n)[0] for n in names], dtype=np.float64)
     sigmas = np.array([cfg.latency_of(n)[1] for n in names], dtype=np.float64)

@@ -22,6 +22,7 @@ from tests.unit.tidegauge.traffic.fixtures import T0, parse_cli
 from tidegauge.core.control import DemoCommands, Incident, LateBurstRequest
 from tidegauge.core.durations import to_iso
 from tidegauge.core.events import Event, Heartbeat, Rejected, encode_event, parse_record
+from tidegauge.core.field_map import FieldMap
 from tidegauge.traffic.cli import config_from_args
 from tidegauge.traffic.config import (
     DEFAULT_SERVICES,
@@ -1054,3 +1055,66 @@ def test_live_commands_config() -> None:
         GeneratorConfig(live_commands=True, users=100)
     with pytest.raises(ValueError, match="config.live_commands is off"):
         generate(replace(LIVE, live_commands=False), T0, LiveCommands())
+
+
+# --- nginx access log lines (--format access-log) ------------------------------------------
+
+
+def test_access_log_lines_read_back_through_the_readme_map_as_the_events() -> None:
+    """Every event as nginx's line: the README's field map gives the same event back (its
+    latency at nginx's millisecond), and nothing else is sent (no heartbeats)."""
+    judge = FieldMap.parse(
+        [
+            "event_time=msec:s",
+            "service=host",
+            "latency_ms=request_time:s",
+            "status=status",
+            "user_id=remote_user",
+            "event_id=request_id",
+        ]
+    ).judge()
+    cfg = GeneratorConfig(
+        seed=3,
+        rate=500,
+        count=2_000,
+        pace="fast",
+        start_time_ms=T0 + 7,
+        record_format="access-log",
+        heartbeat_interval_ms=0,
+        duplicate_fraction=0.05,
+        out_of_order_fraction=0.1,
+    )
+    records = list(generate(cfg))
+    assert {r.kind for r in records} <= {"event", "duplicate"} and len(records) >= 2_000
+    for r in records:
+        got = judge(r.value, 0, 0)
+        assert isinstance(got, list), (r, got)
+        event_id, event_ms, service, user_id, _, latency, status = got
+        assert (event_id, event_ms, service, user_id, status) == (
+            r.event_id,
+            r.event_time,
+            r.service,
+            r.user_id,
+            r.status,
+        )
+        assert r.latency_ms is not None and latency == pytest.approx(r.latency_ms, abs=0.5)
+
+
+@pytest.mark.parametrize(
+    ("change", "flag"),
+    [
+        ({"heartbeat_interval_ms": 1_000}, "--heartbeat-interval"),
+        ({"malformed_fraction": 0.1}, "--malformed-fraction"),
+        ({"scenarios": ("backlog",)}, "--scenario backlog"),
+    ],
+)
+def test_access_logs_refuse_what_has_no_line(change: dict[str, Any], flag: str) -> None:
+    base = {"record_format": "access-log", "heartbeat_interval_ms": 0}
+    with pytest.raises(ValueError, match=f"--format access-log: {flag}"):
+        GeneratorConfig(**{**base, **change})
+
+
+def test_the_cli_turns_heartbeats_off_for_access_logs() -> None:
+    cfg = config_from_args(parse_cli("--format", "access-log", "--pace", "fast"), now_ms=T0)
+    assert (cfg.record_format, cfg.heartbeat_interval_ms) == ("access-log", 0)
+    assert config_from_args(parse_cli(), now_ms=T0).heartbeat_interval_ms == 1_000
