@@ -154,10 +154,10 @@ def main() -> None:
             continue
         try:
             from jobs.parse.parser import make_parser
-            from tidegauge.core.field_map import FieldMap
+            from tidegauge.core.formats import RecordFormat
         except ImportError:
             continue
-        parse_log = make_parser(field_map=FieldMap.parse(NGINX_MAP).to_json())
+        parse_log = make_parser(record_format=RecordFormat.parse("access-log", NGINX_MAP).to_json())
         logs = raw_chunks(nginx_lines([v for b in raw for v in b.column("value").to_pylist()]), T0)
         n = sum(b.num_rows for b in logs)
         parsed = list(parse_log(iter(logs)))

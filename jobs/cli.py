@@ -25,7 +25,7 @@ from tidegauge.core.config import (
     redact_url,
 )
 from tidegauge.core.durations import format_duration, to_iso
-from tidegauge.core.field_map import FORMATS
+from tidegauge.core.formats import FORMATS, SPAN_KINDS
 from tidegauge.core.kafka_options import redacted
 from tidegauge.core.retention import DEFAULT_RETENTION
 from tidegauge.core.store import connect
@@ -102,9 +102,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--format",
         choices=FORMATS,
         default="tidegauge",
-        help="what the topic's records are: tidegauge (the event contract's JSON, default) or "
-        "access-log (JSON access logs, nginx or Envoy, read through --field entries; "
-        "docs/events.md)",
+        help="what the topic's records are: tidegauge (the event contract's JSON, default), "
+        "access-log (JSON access logs, nginx or Envoy, read through --field entries) or "
+        "otlp_proto / otlp_json (OpenTelemetry spans as the Collector's Kafka exporter writes "
+        "them); docs/events.md",
+    )
+    p.add_argument(
+        "--span-kind",
+        action="append",
+        choices=tuple(SPAN_KINDS),
+        help="with --format otlp_*: the spans that are requests (repeat it; default server and "
+        "consumer)",
     )
     p.add_argument(
         "--field",
@@ -233,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
         f"{format_duration(cfg.allowed_lateness_ms)}, trigger "
         f"{_trigger_text(cfg)}"
         f"{', clock-skew correction on' if cfg.correct_clock_skew else ''}"
-        f"{'' if cfg.field_map is None else ', access log: ' + ' '.join(cfg.field_map.texts())}"
+        f"{', ' + cfg.record_format.describe() if not cfg.record_format.own else ''}"
         f"{'' if cfg.dedup else ', de-duplication off'}"
         f", retention {cfg.retention.for_source(cfg.rollup_source_ms).text()}"
         f"{'; kafka ' + redacted(cfg.kafka.options) if cfg.kafka.options else ''}",

@@ -78,7 +78,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         cfg.dedup,
         cfg.state_shards,
         cfg.max_services,
-        cfg.field_map.to_json() if cfg.field_map is not None else None,
+        None if cfg.record_format.own else cfg.record_format.to_json(),
     )
     reader = (
         spark.readStream.format(SummaryDataSource.name())

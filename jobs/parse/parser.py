@@ -25,13 +25,12 @@ from tidegauge.core.events import (
     BUILT_IN_FIELDS,
     DEAD_LETTER_RAW_CAP,
     EventField,
-    EventValues,
     Heartbeat,
     Rejected,
     event_fields,
     parse_values,
 )
-from tidegauge.core.field_map import FieldMap
+from tidegauge.core.formats import Decoder, RecordFormat
 from tidegauge.core.plugins import ensure_plugins
 from tidegauge.core.registry import metrics
 
@@ -132,24 +131,16 @@ def _parse_batch(
     schema: pa.Schema = _ARROW,
     fields: Sequence[EventField] = BUILT_IN_FIELDS,
     bulk_from: int = BULK_FROM,
-    judge: Judge | None = None,
 ) -> pa.RecordBatch:
     """One chunk of raw records -> parsed rows, one per record.
 
     Arrow's decoder takes the records it can vouch for (jobs/parse/bulk.py); the contract's own
-    judge (`parse_values`) takes every other one, one by one, as before. Another format's
-    `judge` (an access log's field map, tidegauge/core/field_map.py) takes every record.
+    judge (`parse_values`) takes every other one, one by one, as before.
     """
     n = batch.num_rows
     values = batch.column("value")
-    bulk = judge is None and n >= bulk_from
-    fast = vouch(values if bulk else values.slice(0, 0), fields, n)
+    fast = vouch(values if n >= bulk_from else values.slice(0, 0), fields, n)
     slow = np.flatnonzero(~fast.ok)
-    positions: Iterator[tuple[int, int]] = iter(())
-    if judge is not None:
-        positions = zip(
-            batch.column("partition").to_pylist(), batch.column("offset").to_pylist(), strict=True
-        )
     # the records left to Python, one list per column, in `slow` order
     m = len(slow)
     names = [f.column for f in fields]
@@ -158,7 +149,7 @@ def _parse_batch(
     reason, detail, raw, raw_size = cols["reason"], cols["detail"], cols["raw"], cols["raw_size"]
     field_cols = [cols[c] for c in names]  # check order, as `parse_values` gives them
     for i, value in enumerate(values.take(pa.array(slow, pa.int64())).to_pylist()):
-        got = parse_values(value) if judge is None else judge(value, *next(positions))
+        got = parse_values(value)
         if isinstance(got, list):
             kind[i] = RecordKind.EVENT
             for col, v in zip(field_cols, got, strict=True):
@@ -225,8 +216,51 @@ def _correct_clocks(out: dict[str, pa.Array]) -> None:
     out["sent_ms"] = pa.array(sent, pa.int64())
 
 
-#: A format's judge of one record: (value, partition, offset) -> checked values or why not.
-Judge = Callable[[bytes | None, int, int], EventValues | Rejected]
+def _parse_decoded(
+    batch: pa.RecordBatch, decode: Decoder, schema: pa.Schema, fields: Sequence[EventField]
+) -> pa.RecordBatch:
+    """One chunk of another format's records -> parsed rows, in record order.
+
+    Each event or dead letter the decoder gives for a record (an access log line one, an OTLP
+    message one per span) is a row at that record's position. A dead letter keeps the
+    record's bytes.
+    """
+    names = [f.column for f in fields]
+    cols: dict[str, list[Any]] = {c: [] for c in ["partition", "offset", "kafka_ms", *names]}
+    for c in _SLOW_ONLY:
+        cols[c] = []
+    field_cols = [cols[c] for c in names]
+    ts = batch.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds
+    for value, partition, offset, t in zip(
+        batch.column("value").to_pylist(),
+        batch.column("partition").to_pylist(),
+        batch.column("offset").to_pylist(),
+        ts,
+        strict=True,
+    ):
+        for got in decode(value, partition, offset):
+            cols["partition"].append(partition)
+            cols["offset"].append(offset)
+            cols["kafka_ms"].append(None if t is None else t // 1000)
+            if isinstance(got, Rejected):
+                body = value or b""
+                dead = (RecordKind.DEAD, got.reason.value, got.detail, body[:DEAD_LETTER_RAW_CAP])
+                for col in field_cols:
+                    col.append(None)
+                for c, v in zip(("kind", "reason", "detail", "raw"), dead, strict=True):
+                    cols[c].append(v)
+                cols["raw_size"].append(len(body))
+            else:
+                for col, v in zip(field_cols, got, strict=True):
+                    col.append(v)
+                cols["kind"].append(RecordKind.EVENT)
+                for c in ("reason", "detail", "raw", "raw_size"):
+                    cols[c].append(None)
+    n = len(cols["offset"])
+    out = {c: pa.array(v, schema.field(c).type) for c, v in cols.items() if c in schema.names}
+    out["clock_offset_ms"] = pa.nulls(n, pa.int64())
+    out["event_time"] = pc.multiply(out["event_ms"], 1000).cast(schema.field("event_time").type)
+    return pa.RecordBatch.from_arrays([out[f.name] for f in schema], schema=schema)
 
 
 def parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -237,7 +271,7 @@ def parse_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
 
 
 def make_parser(
-    correct_clock_skew: bool = False, plugins: Sequence[str] = (), field_map: str | None = None
+    correct_clock_skew: bool = False, plugins: Sequence[str] = (), record_format: str | None = None
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The `mapInArrow` function for the contract now; fixes device clocks when asked.
 
@@ -248,13 +282,14 @@ def make_parser(
     before anything looks at event time, watermark included. Each Arrow batch holds records of
     one Kafka partition (the source reads per partition, and the key, the user, picks the
     partition), so a device's offset is estimated from its own records of that batch,
-    deterministically for a given offset range. `field_map` (`FieldMap.to_json`) reads JSON
-    access logs instead of the contract's own records (tidegauge/core/field_map.py).
+    deterministically for a given offset range. `record_format` (`RecordFormat.to_json`) reads
+    another format than the contract's own records: access logs, OTLP spans
+    (tidegauge/core/formats.py); there is no device clock to correct in those.
     """
     snapshot = event_fields()
     _, schema = parsed_schema(snapshot)
-    plain = field_map is None and not correct_clock_skew
-    if plain and len(snapshot) == len(BUILT_IN_FIELDS):
+    fmt = RecordFormat() if record_format is None else RecordFormat.from_json(record_format)
+    if fmt.own and not correct_clock_skew and len(snapshot) == len(BUILT_IN_FIELDS):
         return parse_batches
     field_names = [f.name for f in snapshot]
     metric_names = [m.name for m in metrics()]
@@ -262,9 +297,13 @@ def make_parser(
 
     def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         ensure_plugins(names, metric_names, field_names)
-        judge = None if field_map is None else FieldMap.from_json(field_map).judge()
+        decode = None if fmt.own else fmt.decoder()
         for batch in batches:
-            if batch.num_rows:
-                yield _parse_batch(batch, correct_clock_skew, schema, snapshot, judge=judge)
+            if not batch.num_rows:
+                continue
+            if decode is None:
+                yield _parse_batch(batch, correct_clock_skew, schema, snapshot)
+            else:
+                yield _parse_decoded(batch, decode, schema, snapshot)
 
     return parse

@@ -63,13 +63,16 @@ CHUNK = 10_000
 SUMMARY_RECORDS = 100_000
 
 
-def event_source_options(correct_clock_skew: bool, field_map: str | None = None) -> dict[str, str]:
+def event_source_options(
+    correct_clock_skew: bool, record_format: str | None = None
+) -> dict[str, str]:
     """The options that make executors parse with this process's contract (plugins included).
 
-    `field_map` (`FieldMap.to_json`): the records are JSON access logs read through it.
+    `record_format` (`RecordFormat.to_json`): what the records are, when not the contract's
+    own JSON (access logs, OTLP spans; tidegauge/core/formats.py).
     """
     return {
-        **({"fieldMap": field_map} if field_map is not None else {}),
+        **({"recordFormat": record_format} if record_format is not None else {}),
         "correctClockSkew": "true" if correct_clock_skew else "false",
         "plugins": json.dumps(list(loaded_plugins())),
         "metricNames": json.dumps([m.name for m in metrics()]),
@@ -83,7 +86,7 @@ class EventStreamReader(KafkaStreamReader):
     def __init__(self, options: Mapping[str, str]) -> None:
         super().__init__(options)
         self.correct_clock_skew = options.get("correctClockSkew", "false") == "true"
-        self.field_map = options.get("fieldMap")
+        self.record_format = options.get("recordFormat")
         self.plugins = tuple(json.loads(options.get("plugins", "[]")))
         self.metric_names = tuple(json.loads(options.get("metricNames", "null")) or ())
         self.field_names = tuple(json.loads(options.get("fieldNames", "null")) or ())
@@ -93,7 +96,7 @@ class EventStreamReader(KafkaStreamReader):
 
         if self.metric_names or self.field_names:
             ensure_plugins(self.plugins, self.metric_names, self.field_names)
-        return make_parser(self.correct_clock_skew, field_map=self.field_map)
+        return make_parser(self.correct_clock_skew, record_format=self.record_format)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor side: the parsed records of one range, or of several one after another."""
@@ -109,7 +112,7 @@ def summary_source_options(
     dedup: bool = True,
     shards: int = 1,
     max_services: int = 0,
-    field_map: str | None = None,
+    record_format: str | None = None,
 ) -> dict[str, str]:
     """`event_source_options` plus the window settings the read tasks summarise with.
 
@@ -117,7 +120,7 @@ def summary_source_options(
     job's `--max-services`, which the planner shares out among them (jobs/summary/slots.py).
     """
     return {
-        **event_source_options(correct_clock_skew, field_map),
+        **event_source_options(correct_clock_skew, record_format),
         "windows": json.dumps([s.key for s in specs]),
         "allowedLatenessMs": str(allowed_lateness_ms),
         "lateEventsMax": str(late_events_max),

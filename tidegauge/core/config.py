@@ -16,7 +16,7 @@ from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tidegauge.core.durations import format_duration, parse_duration
-from tidegauge.core.field_map import FieldMap
+from tidegauge.core.formats import RecordFormat
 from tidegauge.core.kafka_options import ClientKind, client_config, parse_kafka_options
 from tidegauge.core.retention import DEFAULT_RETENTION, Retention
 from tidegauge.core.windows import SLIDING_NEEDS_STEP, WindowSpec, is_sliding_text
@@ -189,9 +189,9 @@ class JobConfig:
     dead_letter_max: int = 100_000
     #: Move device times onto the broker's clock (receive - sent) before windowing.
     correct_clock_skew: bool = False
-    #: How records map onto the event contract: None for the contract's own JSON, a field map
-    #: for JSON access logs (`--format access-log --field ...`, tidegauge/core/field_map.py).
-    field_map: FieldMap | None = None
+    #: What the records are: the contract's own JSON, access logs through a field map or
+    #: OTLP spans (`--format`, `--field`, `--span-kind`; tidegauge/core/formats.py).
+    record_format: RecordFormat = field(default_factory=RecordFormat)
     #: Late events kept in the late store (newest by broker time).
     late_events_max: int = 10_000
     #: Event-state groups: services are hashed onto this many; fixed for a checkpoint.
@@ -369,15 +369,12 @@ def parse_conf(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
-def _field_map(fmt: str | None, fields: Sequence[str] | None) -> FieldMap | None:
-    """`--format` and its `--field` entries: None for the contract's own records."""
-    if (fmt or "tidegauge") == "tidegauge":
-        if fields:
-            raise ValueError("--field maps a log's fields: it needs --format access-log")
-        return None
-    if fmt != "access-log":
-        raise ValueError(f"--format {fmt!r}: one of tidegauge, access-log")
-    return FieldMap.parse(fields or ())
+def _record_format(args: argparse.Namespace) -> RecordFormat:
+    """`--format` with its `--field` entries and `--span-kind`s."""
+    fmt = RecordFormat.parse(args.format or "tidegauge", args.field or (), args.span_kind or ())
+    if not fmt.own and args.correct_clock_skew:
+        raise ValueError("--correct-clock-skew needs the contract's sent_time: --format tidegauge")
+    return fmt
 
 
 def job_config_from_args(args: argparse.Namespace) -> JobConfig:
@@ -404,7 +401,7 @@ def job_config_from_args(args: argparse.Namespace) -> JobConfig:
         else args.shuffle_partitions,
         dead_letter_max=args.dead_letter_max,
         correct_clock_skew=args.correct_clock_skew,
-        field_map=_field_map(args.format, args.field),
+        record_format=_record_format(args),
         late_events_max=args.late_events_max,
         state_shards=args.state_shards,
         dedup=not args.no_dedup,

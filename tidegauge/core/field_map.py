@@ -42,10 +42,7 @@ from tidegauge.core.events import (
     event_fields,
 )
 
-__all__ = ["FORMATS", "FieldMap", "MapEntry", "UNITS"]
-
-#: The record formats `tidegauge job --format` reads.
-FORMATS = ("tidegauge", "access-log")
+__all__ = ["FieldMap", "MapEntry", "UNITS"]
 
 #: A unit's factor to milliseconds, for times (epoch) and durations alike.
 _TO_MS = {"s": 1_000.0, "ms": 1.0, "us": 1e-3, "ns": 1e-6}

@@ -32,7 +32,7 @@ from tidegauge.core.events import (
     Rejected,
     parse_record,
 )
-from tidegauge.core.field_map import FieldMap
+from tidegauge.core.formats import RecordFormat
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -630,8 +630,9 @@ def test_every_record_becomes_exactly_one_row(records: list[tuple[bytes | None, 
 
 def test_access_log_lines_become_rows_and_their_dead_letters_keep_the_line() -> None:
     """Every line one row; an event's values are the map's, a dead letter keeps its own bytes."""
-    fmap = FieldMap.parse(
-        ["event_time=msec:s", "service=host", "latency_ms=request_time:s", "status=status"]
+    fmt = RecordFormat.parse(
+        "access-log",
+        ["event_time=msec:s", "service=host", "latency_ms=request_time:s", "status=status"],
     )
     lines: list[tuple[bytes | None, int | None]] = [
         (js({"msec": 1_764_201_600.5, "host": "api", "request_time": 0.012, "status": 200}), T),
@@ -640,7 +641,7 @@ def test_access_log_lines_become_rows_and_their_dead_letters_keep_the_line() -> 
         (None, T),
         (js({"msec": "1764201602", "host": "api", "status": "503"}), T),
     ]
-    (out,) = make_parser(field_map=fmap.to_json())(iter([source_batch(lines, 3, 40)]))
+    (out,) = make_parser(record_format=fmt.to_json())(iter([source_batch(lines, 3, 40)]))
     rows = out.to_pylist()
     assert [r["kind"] for r in rows] == ["event", "dead", "dead", "dead", "event"]
     assert [r["offset"] for r in rows] == [40, 41, 42, 43, 44]

@@ -424,10 +424,26 @@ def test_access_logs_take_a_field_map_and_the_contract_none() -> None:
     cfg = job_config_from_args(
         _args("--format", "access-log", "--field", "event_time=msec:s", "--field", "service=host")
     )
-    assert cfg.field_map is not None
-    assert cfg.field_map.texts() == ["event_time=msec:s", "service=host"]
-    assert job_config_from_args(_args()).field_map is None  # the contract's own records
+    fmt = cfg.record_format
+    assert fmt.name == "access-log" and fmt.field_map is not None
+    assert fmt.field_map.texts() == ["event_time=msec:s", "service=host"]
+    assert job_config_from_args(_args()).record_format.own  # the contract's own records
     with pytest.raises(ValueError, match="needs --format access-log"):
         job_config_from_args(_args("--field", "service=host"))
     with pytest.raises(ValueError, match="needs --field event_time=SOURCE"):
         job_config_from_args(_args("--format", "access-log", "--field", "service=host"))
+
+
+def test_otlp_takes_span_kinds_and_refuses_what_does_not_fit() -> None:
+    fmt = job_config_from_args(
+        _args("--format", "otlp_json", "--span-kind", "server")
+    ).record_format
+    assert (fmt.name, fmt.span_kinds) == ("otlp_json", ("server",))
+    assert job_config_from_args(_args("--format", "otlp_proto")).record_format.span_kinds == (
+        "server",
+        "consumer",
+    )
+    with pytest.raises(ValueError, match="--span-kind picks OTLP spans"):
+        job_config_from_args(_args("--span-kind", "client"))
+    with pytest.raises(ValueError, match="--correct-clock-skew needs the contract"):
+        job_config_from_args(_args("--format", "otlp_proto", "--correct-clock-skew"))
