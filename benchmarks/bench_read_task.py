@@ -13,13 +13,18 @@ that older commits have too, so the same script measures before and after.
 
 A third row, "nginx log", is the offered traffic written as nginx's JSON access log lines
 (README's `log_format`) and parsed with `--format access-log` and the README's field map
-(tidegauge/core/field_map.py): the price of reading logs as they are. Left out where the code
-has no field map.
+(tidegauge/core/field_map.py): the price of reading logs as they are. Two more, "otlp_proto"
+and "otlp_json", are the same requests as OpenTelemetry server spans, 100 to an
+`ExportTraceServiceRequest` as the Collector batches them, parsed with `--format otlp_*`
+(tidegauge/core/otlp.py); their figures are per span. Left out where the code has no such
+format.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import json
 import statistics
 import sys
@@ -27,6 +32,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -120,6 +126,51 @@ def nginx_lines(values: list[bytes]) -> list[bytes]:
     return out
 
 
+def otlp_messages(values: list[bytes], encoding: str, per_message: int = 100) -> list[bytes]:
+    """The contract's events as OTLP server spans, `per_message` to a message, by service."""
+    from google.protobuf.json_format import MessageToDict
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    events = [e for e in map(json.loads, values) if not e.get("heartbeat")]
+    out = []
+    for at in range(0, len(events), per_message):
+        request = ExportTraceServiceRequest()
+        by_service: dict[str, Any] = {}
+        for e in events[at : at + per_message]:
+            rs = by_service.get(e["service"])
+            if rs is None:
+                rs = by_service[e["service"]] = request.resource_spans.add()
+                kv = rs.resource.attributes.add()
+                kv.key, kv.value.string_value = "service.name", e["service"]
+                rs.scope_spans.add()
+            span = rs.scope_spans[0].spans.add()
+            digest = hashlib.blake2b(e["event_id"].encode(), digest_size=24).digest()
+            span.trace_id, span.span_id = digest[:16], digest[16:]
+            span.kind = 2  # server
+            span.name = "GET /api/items/{id}"
+            span.start_time_unix_nano = e["event_time"] * 1_000_000
+            span.end_time_unix_nano = span.start_time_unix_nano + int(e["latency_ms"] * 1e6)
+            for key, value in (("http.response.status_code", e["status"]),):
+                kv = span.attributes.add()
+                kv.key, kv.value.int_value = key, value
+            for key, text in (("http.route", "/api/items/{id}"), ("enduser.id", e.get("user_id"))):
+                if text:
+                    kv = span.attributes.add()
+                    kv.key, kv.value.string_value = key, text
+        if encoding == "proto":
+            out.append(request.SerializeToString())
+        else:
+            obj = MessageToDict(request, use_integers_for_enums=True)
+            for rs_obj in obj["resourceSpans"]:
+                for sp in rs_obj["scopeSpans"][0]["spans"]:
+                    sp["traceId"] = base64.b64decode(sp["traceId"]).hex()
+                    sp["spanId"] = base64.b64decode(sp["spanId"]).hex()
+            out.append(json.dumps(obj).encode())
+    return out
+
+
 def timed(step: Callable[[], object], rounds: int) -> list[float]:
     out = []
     for _ in range(rounds):
@@ -157,17 +208,23 @@ def main() -> None:
             from tidegauge.core.formats import RecordFormat
         except ImportError:
             continue
-        parse_log = make_parser(record_format=RecordFormat.parse("access-log", NGINX_MAP).to_json())
-        logs = raw_chunks(nginx_lines([v for b in raw for v in b.column("value").to_pylist()]), T0)
-        n = sum(b.num_rows for b in logs)
-        parsed = list(parse_log(iter(logs)))
-        assert all(set(b.column("kind").to_pylist()) == {"event"} for b in parsed)
-        p = timed(lambda: list(parse_log(iter(logs))), args.rounds)  # noqa: B023 (used at once)
-        s = timed(partial(_summary, parsed, clock, cfg), args.rounds)
-        print(
-            f"{'nginx log':<10} {fmt.format(min(p) / n * 1e6, statistics.median(p) / n * 1e6):>18}"
-            f" {fmt.format(min(s) / n * 1e6, statistics.median(s) / n * 1e6):>22}"
-        )
+        values = [v for b in raw for v in b.column("value").to_pylist()]
+        for label, record_format, records in (
+            ("nginx log", RecordFormat.parse("access-log", NGINX_MAP), nginx_lines(values)),
+            ("otlp_proto", RecordFormat.parse("otlp_proto"), otlp_messages(values, "proto")),
+            ("otlp_json", RecordFormat.parse("otlp_json"), otlp_messages(values, "json")),
+        ):
+            parse_as = make_parser(record_format=record_format.to_json())
+            encoded = raw_chunks(records, T0)
+            parsed = list(parse_as(iter(encoded)))
+            n = sum(b.num_rows for b in parsed)  # events: a message holds many
+            assert all(set(b.column("kind").to_pylist()) == {"event"} for b in parsed)
+            p = timed(lambda: list(parse_as(iter(encoded))), args.rounds)  # noqa: B023
+            s = timed(partial(_summary, parsed, clock, cfg), args.rounds)
+            print(
+                f"{label:<10} {fmt.format(min(p) / n * 1e6, statistics.median(p) / n * 1e6):>18}"
+                f" {fmt.format(min(s) / n * 1e6, statistics.median(s) / n * 1e6):>22}"
+            )
 
 
 if __name__ == "__main__":

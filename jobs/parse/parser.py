@@ -225,11 +225,9 @@ def _parse_decoded(
     message one per span) is a row at that record's position. A dead letter keeps the
     record's bytes.
     """
-    names = [f.column for f in fields]
-    cols: dict[str, list[Any]] = {c: [] for c in ["partition", "offset", "kafka_ms", *names]}
-    for c in _SLOW_ONLY:
-        cols[c] = []
-    field_cols = [cols[c] for c in names]
+    width = len(fields)
+    no_fields = [None] * width
+    rows: list[list[Any]] = []  # position, kafka_ms, the fields, then the dead-letter columns
     ts = batch.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds
     for value, partition, offset, t in zip(
         batch.column("value").to_pylist(),
@@ -238,27 +236,18 @@ def _parse_decoded(
         ts,
         strict=True,
     ):
+        head = [partition, offset, None if t is None else t // 1000]
         for got in decode(value, partition, offset):
-            cols["partition"].append(partition)
-            cols["offset"].append(offset)
-            cols["kafka_ms"].append(None if t is None else t // 1000)
             if isinstance(got, Rejected):
                 body = value or b""
-                dead = (RecordKind.DEAD, got.reason.value, got.detail, body[:DEAD_LETTER_RAW_CAP])
-                for col in field_cols:
-                    col.append(None)
-                for c, v in zip(("kind", "reason", "detail", "raw"), dead, strict=True):
-                    cols[c].append(v)
-                cols["raw_size"].append(len(body))
+                tail = [RecordKind.DEAD, got.reason.value, got.detail]
+                rows.append([*head, *no_fields, *tail, body[:DEAD_LETTER_RAW_CAP], len(body)])
             else:
-                for col, v in zip(field_cols, got, strict=True):
-                    col.append(v)
-                cols["kind"].append(RecordKind.EVENT)
-                for c in ("reason", "detail", "raw", "raw_size"):
-                    cols[c].append(None)
-    n = len(cols["offset"])
-    out = {c: pa.array(v, schema.field(c).type) for c, v in cols.items() if c in schema.names}
-    out["clock_offset_ms"] = pa.nulls(n, pa.int64())
+                rows.append([*head, *got, RecordKind.EVENT, None, None, None, None])
+    names = ["partition", "offset", "kafka_ms", *(f.column for f in fields), *_SLOW_ONLY]
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(names)
+    out = {c: pa.array(v, schema.field(c).type) for c, v in zip(names, columns, strict=True)}
+    out["clock_offset_ms"] = pa.nulls(len(rows), pa.int64())
     out["event_time"] = pc.multiply(out["event_ms"], 1000).cast(schema.field("event_time").type)
     return pa.RecordBatch.from_arrays([out[f.name] for f in schema], schema=schema)
 

@@ -48,18 +48,21 @@ DEFAULT_SPAN_KINDS = ("server", "consumer")
 _STATUS_ERROR = 2
 _HTTP_STATUS = ("http.response.status_code", "http.status_code")
 _USER = ("enduser.id", "user.id")
+#: The attributes an event field reads: only these are decoded (a span may carry dozens).
+_READ = frozenset(("service.name", *_HTTP_STATUS, *_USER))
 
 #: One span as both encodings give it: (trace id hex, span id hex, kind, start ns, end ns,
 #: attributes, status code).
 _Span = tuple[str, str, int, int, int, dict[str, Any], int]
 
 Decoder = Callable[[bytes | None, int, int], list[EventValues | Rejected]]
+_Reader = Callable[[bytes, frozenset[int]], Iterator[tuple[int, dict[str, Any], _Span]]]
 
 
 def decoder(encoding: str, span_kinds: Sequence[str] = DEFAULT_SPAN_KINDS) -> Decoder:
     """The function from a record's value to its spans' events (and dead letters)."""
     kinds = frozenset(SPAN_KINDS[k] for k in span_kinds)
-    read = _proto_resources if encoding == "otlp_proto" else _json_resources
+    read: _Reader = _proto_resources if encoding == "otlp_proto" else _json_resources
 
     def decode(value: bytes | None, partition: int, offset: int) -> list[EventValues | Rejected]:
         if not value:
@@ -73,17 +76,10 @@ def decoder(encoding: str, span_kinds: Sequence[str] = DEFAULT_SPAN_KINDS) -> De
                 )
             ]
         try:
-            resources = list(read(value))
+            chosen = list(read(value, kinds))
         except _NotTraces as e:
             return [Rejected(e.reason, str(e))]
-        out: list[EventValues | Rejected] = []
-        n = 0
-        for resource, spans in resources:
-            for span in spans:
-                n += 1
-                if span[2] in kinds:
-                    out.append(_event(resource, span, n))
-        return out
+        return [_event(resource, span, n) for n, resource, span in chosen]
 
     return decode
 
@@ -96,36 +92,46 @@ class _NotTraces(ValueError):
 
 def _event(resource: Mapping[str, Any], span: _Span, n: int) -> EventValues | Rejected:
     trace_id, span_id, _, start_ns, end_ns, attrs, status_code = span
-    where = f"span {n} (trace {trace_id or '?'}, span {span_id or '?'})"
     service = resource.get("service.name")
     if not isinstance(service, str) or not service:
-        return Rejected(Reason.MISSING_FIELD, f"{where}: the resource has no service.name")
+        return _rejected(span, n, Reason.MISSING_FIELD, "the resource has no service.name")
     if not trace_id or not span_id:
-        return Rejected(Reason.MISSING_FIELD, f"{where}: no trace id or span id")
+        return _rejected(span, n, Reason.MISSING_FIELD, "no trace id or span id")
     if end_ns < start_ns:
-        return Rejected(Reason.INVALID_VALUE, f"{where}: ends before it starts")
-    status: Any = next((attrs[k] for k in _HTTP_STATUS if k in attrs), None)
-    if status is None and status_code == _STATUS_ERROR:
-        status = 500
-    user = next((v[k] for v in (attrs, resource) for k in _USER if k in v), None)
+        return _rejected(span, n, Reason.INVALID_VALUE, "ends before it starts")
+    status = attrs.get(_HTTP_STATUS[0])
+    if status is None:
+        status = attrs.get(_HTTP_STATUS[1])
+        if status is None and status_code == _STATUS_ERROR:
+            status = 500
+    user = attrs.get(_USER[0]) or attrs.get(_USER[1]) or resource.get(_USER[0])
+    user = user or resource.get(_USER[1])
     obj = {
         "event_id": trace_id + span_id,
         "event_time": start_ns // 1_000_000,
         "service": service,
         "latency_ms": (end_ns - start_ns) / 1e6,
         "status": status,
-        "user_id": user if isinstance(user, str) else None if user is None else str(user),
+        "user_id": None if user is None else user if type(user) is str else str(user),
     }
     got = check_values(obj)
     if isinstance(got, Rejected):
-        return Rejected(got.reason, f"{where}: {got.detail}")
+        return _rejected(span, n, got.reason, got.detail)
     return got
+
+
+def _rejected(span: _Span, n: int, reason: Reason, detail: str) -> Rejected:
+    """A dead letter whose detail names the span: its number in the message and its ids."""
+    return Rejected(reason, f"span {n} (trace {span[0] or '?'}, span {span[1] or '?'}): {detail}")
 
 
 # --- otlp_proto ------------------------------------------------------------------------------
 
 
-def _proto_resources(value: bytes) -> Iterator[tuple[dict[str, Any], list[_Span]]]:
+def _proto_resources(
+    value: bytes, kinds: frozenset[int]
+) -> Iterator[tuple[int, dict[str, Any], _Span]]:
+    """(span number in the message, resource attributes, span) of each span of `kinds`."""
     from google.protobuf.message import DecodeError
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
@@ -140,23 +146,31 @@ def _proto_resources(value: bytes) -> Iterator[tuple[dict[str, Any], list[_Span]
         ) from None
     if not request.resource_spans:  # bytes that happen to parse, JSON among them
         raise _NotTraces(Reason.NOT_AN_OBJECT, "not an OTLP trace message: no resource spans")
+    n = 0
     for rs in request.resource_spans:
-        resource = {kv.key: _proto_value(kv.value) for kv in rs.resource.attributes}
-        spans: list[_Span] = []
+        resource = _proto_attributes(rs.resource.attributes)
         for ss in rs.scope_spans:
             for s in ss.spans:
-                spans.append(
+                n += 1
+                if s.kind not in kinds:
+                    continue
+                yield (
+                    n,
+                    resource,
                     (
                         s.trace_id.hex(),
                         s.span_id.hex(),
                         s.kind,
                         s.start_time_unix_nano,
                         s.end_time_unix_nano,
-                        {kv.key: _proto_value(kv.value) for kv in s.attributes},
+                        _proto_attributes(s.attributes),
                         s.status.code,
-                    )
+                    ),
                 )
-        yield resource, spans
+
+
+def _proto_attributes(attributes: Any) -> dict[str, Any]:
+    return {kv.key: _proto_value(kv.value) for kv in attributes if kv.key in _READ}
 
 
 def _proto_value(v: Any) -> Any:
@@ -171,7 +185,9 @@ def _proto_value(v: Any) -> Any:
 # --- otlp_json -------------------------------------------------------------------------------
 
 
-def _json_resources(value: bytes) -> Iterator[tuple[dict[str, Any], list[_Span]]]:
+def _json_resources(
+    value: bytes, kinds: frozenset[int]
+) -> Iterator[tuple[int, dict[str, Any], _Span]]:
     """OTLP's JSON encoding: camelCase keys, ids in hex, 64-bit integers often as strings."""
     try:
         obj = orjson.loads(value)
@@ -185,27 +201,31 @@ def _json_resources(value: bytes) -> Iterator[tuple[dict[str, Any], list[_Span]]
         or type(obj["resourceSpans"]) is not list
     ):
         raise _NotTraces(Reason.NOT_AN_OBJECT, "not an OTLP trace message: no resourceSpans array")
+    n = 0
     for rs in obj["resourceSpans"]:
         rs = _dict(rs)
         resource = _json_attributes(_dict(rs.get("resource")).get("attributes"))
-        spans: list[_Span] = []
         for ss in _list(rs.get("scopeSpans")):
             for s in _list(_dict(ss).get("spans")):
                 if type(s) is not dict:
                     continue
-                status = _dict(s.get("status"))
-                spans.append(
+                n += 1
+                kind = _int(s.get("kind"))
+                if kind not in kinds:
+                    continue
+                yield (
+                    n,
+                    resource,
                     (
                         _hex_id(s.get("traceId")),
                         _hex_id(s.get("spanId")),
-                        _int(s.get("kind")),
+                        kind,
                         _int(s.get("startTimeUnixNano")),
                         _int(s.get("endTimeUnixNano")),
                         _json_attributes(s.get("attributes")),
-                        _int(status.get("code")),
-                    )
+                        _int(_dict(s.get("status")).get("code")),
+                    ),
                 )
-        yield resource, spans
 
 
 def _dict(v: Any) -> dict[str, Any]:
@@ -250,7 +270,7 @@ def _hex_id(v: Any) -> str:
 def _json_attributes(v: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kv in _list(v):
-        if type(kv) is not dict or type(kv.get("key")) is not str:
+        if type(kv) is not dict or kv.get("key") not in _READ:
             continue
         val = kv.get("value")
         if type(val) is not dict or len(val) != 1:
