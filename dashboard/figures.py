@@ -328,10 +328,10 @@ def latency_percentiles(
     if rolling is not None and rolling_size_ms:
         roll = rolling[rolling["service"] == service] if not rolling.empty else rolling
         if not roll.empty:
-            # A sliding window's point is drawn at its end: the windows that hold the newest
-            # event end up to a window's length after it. Only the points up to the newest
-            # window start (where the data is) are figures of the past, not the future.
-            roll = roll[roll["window_end"] <= roll["window_start"].max()]
+            # A sliding window's point is drawn at its end, and the windows that hold the
+            # newest events end up to a window's length after them: only the points up to the
+            # end of the newest window drawn are figures of the past, not of the future.
+            roll = roll[roll["window_end"] <= part["window_end"].max()]
         size = format_duration(rolling_size_ms)
         data.append(
             {

@@ -279,9 +279,9 @@ def test_an_nginx_access_log_counts_as_the_log_file_says(
         assert (got.count, got.errors, got.late) == (want["count"], want["errors"], 0), key
         assert got.distinct_users == len(want["users"])  # a handful: the sketch is exact
         lat = np.array(want["latency"])
-        if len(lat) >= 20:  # t-digest quantiles of the logged latencies, within their bounds
-            assert got.p50 == pytest.approx(np.quantile(lat, 0.5), abs=2.0)
-            assert got.p99 == pytest.approx(np.quantile(lat, 0.99), abs=3.0)
+        if len(lat) >= 20:  # t-digest quantiles of the logged latencies: within their ranks
+            assert np.quantile(lat, 0.35) <= got.p50 <= np.quantile(lat, 0.65), key
+            assert np.quantile(lat, 0.9) <= got.p99 <= lat.max(), key
         assert got.p50 is not None and 0 <= got.p50 < 1_000
     assert read_dead_counts(r, Keys()) == {"invalid_json": 1}
     (letter,) = read_dead_letters(r, Keys())

@@ -284,7 +284,8 @@ def test_panel_figures_render_data_and_say_when_there_is_none() -> None:
 
 def test_the_rolling_p99_stops_at_the_newest_data_not_a_window_later() -> None:
     """Sliding 60 s windows every 10 s: those holding the newest event (at T0 + 95 s) end up to
-    a minute later. The dashed line is drawn at window ends, so only up to the newest start."""
+    a minute later. The dashed line is drawn at window ends: only up to the newest window's
+    end (T0 + 100 s), where the other lines end too."""
     rows = rows_for({"web": [40] * 10})  # tumbling windows T0 .. T0 + 100 s
     sliding = [
         sketched_row(start, "web", 60, size=60_000) for start in range(T0 - 50_000, T0 + 100_000, W)
@@ -299,9 +300,8 @@ def test_the_rolling_p99_stops_at_the_newest_data_not_a_window_later() -> None:
     )
     rolling = fig.data[3]
     ends = [pd.Timestamp(x).value // 1_000_000 for x in rolling.x]
-    newest_start = T0 + 90_000
-    assert max(ends) == newest_start  # the last rolling point: the minute before the newest start
+    newest_end = T0 + 100_000
+    assert max(ends) == newest_end  # the last rolling point: the minute before the newest end
     assert ends == [
-        s + 60_000 for s in range(T0 - 50_000, T0 + 100_000, W) if s + 60_000 <= newest_start
+        s + 60_000 for s in range(T0 - 50_000, T0 + 100_000, W) if s + 60_000 <= newest_end
     ]
-    assert max(pd.Timestamp(x).value // 1_000_000 for x in fig.data[0].x) == newest_start
