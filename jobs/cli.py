@@ -232,6 +232,10 @@ def run(args: argparse.Namespace) -> int:
 
     def _stop(signum: int, frame: Any) -> None:
         stopping["flag"] = True
+        if not args.verbose:
+            # py4j logs a lost JVM connection on the root logger: when a supervisor stops the
+            # JVM too, the stop line below says it once instead (our own logger keeps going)
+            logging.getLogger().setLevel(logging.CRITICAL)
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
@@ -266,6 +270,17 @@ def run(args: argparse.Namespace) -> int:
             )
         query = run_job(cfg, spark, stop=lambda: stopping["flag"])
     except Exception as e:  # a clear one-line reason, not a JVM stack trace
+        if stopping["flag"]:
+            # Stopped while Spark's JVM was stopped too (a supervisor that signals every
+            # process, as systemd does): the batch in progress, if any, was not committed and
+            # the next start from the checkpoint does it again (docs/reliability.md).
+            print(
+                f"tidegauge job: stopped after {time.monotonic() - started:.1f}s with Spark's "
+                "JVM; the next start redoes any batch in progress "
+                "(`tidegauge query status` has the batches' records and freshness)",
+                flush=True,
+            )
+            return 0
         print(f"tidegauge job: failed: {failure_reason(str(e))}", file=sys.stderr)
         return 1
     last = query.lastProgress

@@ -7,7 +7,8 @@ import re
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -185,9 +186,53 @@ def build_session(
     settings = session_settings(master, shuffle_partitions, ui, conf, checkpoint, archive)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = _launch(builder)
+    with _jvm_in_its_own_session():
+        spark = _launch(builder)
     spark.sparkContext.setLogLevel("WARN")
+    _quiet_accumulator_server(spark)
     return spark
+
+
+@contextmanager
+def _jvm_in_its_own_session() -> Iterator[None]:
+    """Spark's JVM started in a session (and process group) of its own.
+
+    A supervisor that stops the job by signalling its process group (`kill -- -PGID`, a
+    terminal, a container runtime) then reaches only the Python driver, which stops the query
+    and then the JVM, instead of the JVM dying under a running query. The JVM still ends with
+    the driver whatever happens to it: it exits when its stdin, a pipe from the driver, closes
+    (PySpark's gateway). `launch_gateway`'s `popen_kwargs` is PySpark's own hook for this.
+    """
+    from pyspark.core import context
+
+    original = context.launch_gateway
+
+    def launch(conf: Any = None, popen_kwargs: dict[str, Any] | None = None) -> Any:
+        return original(conf, {**(popen_kwargs or {}), "start_new_session": True})
+
+    context.launch_gateway = launch
+    try:
+        yield
+    finally:
+        context.launch_gateway = original
+
+
+def _quiet_accumulator_server(spark: SparkSession) -> None:
+    """No traceback from the driver's accumulator server when the JVM it serves goes away.
+
+    When a supervisor stops every process at once (systemd's KillMode=control-group), the JVM
+    may end while the server answers it; the job's own stop line says what happened.
+    """
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is None:
+        return
+    default = server.handle_error
+
+    def handle_error(request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError | EOFError):
+            default(request, client_address)
+
+    server.handle_error = handle_error
 
 
 #: Starts of Spark's JVM before giving up. Its launcher (`spark-class`) once exited without a

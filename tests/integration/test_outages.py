@@ -310,6 +310,36 @@ def test_python_workers_killed_mid_stream(
     _same_as_the_reference(reference, own_redis.url)
 
 
+@pytest.mark.parametrize("how", ["process-group", "every-process"])
+def test_a_supervisor_stopping_the_whole_job_is_a_clean_stop_and_a_restart_resumes(
+    how: str, reference: dict[str, Any], own_redis: OwnRedis, tmp_path: Path
+) -> None:
+    """SIGTERM to the job's process group (`kill -- -PGID`, a terminal's or a container
+    runtime's stop), or to every process of it at once, Spark's JVM and Python workers
+    included (systemd's default KillMode=control-group): one stop line, exit 0, nothing left
+    running, and the next start from the checkpoint ends exactly where an uninterrupted run
+    does."""
+    r = redis.Redis.from_url(own_redis.url)
+    job = Job(reference, own_redis.url, tmp_path)
+    try:
+        job.wait_for_batches(r, 2)
+        pids = {job.proc.pid, *procs.descendants(job.proc.pid)}
+        assert len(pids) >= 2, "no JVM under the job"
+        if how == "process-group":
+            os.killpg(job.proc.pid, signal.SIGTERM)
+        else:
+            for pid in procs.living(pids):
+                os.kill(pid, signal.SIGTERM)
+        job.proc.wait(60)
+    finally:
+        code = job.stop()
+    out = job.output()
+    assert code == 0, out
+    assert out.count("tidegauge job: stopped") == 1 and "failed" not in out, out
+    procs.wait_until(lambda: not procs.living(pids), 30, "every process of the job to exit")
+    _finished_like_the_reference(reference, own_redis.url, tmp_path)
+
+
 def test_a_fresh_checkpoint_takes_over_the_status_of_an_older_run(
     reference: dict[str, Any], own_redis: OwnRedis, tmp_path: Path
 ) -> None:
