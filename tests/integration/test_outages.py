@@ -340,6 +340,25 @@ def test_a_supervisor_stopping_the_whole_job_is_a_clean_stop_and_a_restart_resum
     _finished_like_the_reference(reference, own_redis.url, tmp_path)
 
 
+def test_the_jvm_and_workers_end_with_a_driver_killed_outright(
+    reference: dict[str, Any], own_redis: OwnRedis, tmp_path: Path
+) -> None:
+    """SIGKILL to the driver alone (the OOM killer, `kill -9 PID`): Spark's JVM, in a session
+    of its own, and its Python workers must not outlive it; a restart then resumes."""
+    r = redis.Redis.from_url(own_redis.url)
+    job = Job(reference, own_redis.url, tmp_path)
+    try:
+        job.wait_for_batches(r, 2)
+        pids = procs.descendants(job.proc.pid)
+        assert pids, "no JVM under the job"
+        os.kill(job.proc.pid, signal.SIGKILL)
+        job.proc.wait(10)
+        procs.wait_until(lambda: not procs.living(pids), 30, "the JVM and workers to exit")
+    finally:
+        job.stop()
+    _finished_like_the_reference(reference, own_redis.url, tmp_path)
+
+
 def test_a_fresh_checkpoint_takes_over_the_status_of_an_older_run(
     reference: dict[str, Any], own_redis: OwnRedis, tmp_path: Path
 ) -> None:
