@@ -162,7 +162,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         metavar="KEY=VALUE",
         help="a Spark setting, as spark-submit takes it (repeat for several); applied over "
-        "Tidegauge's own, Java options are added to Tidegauge's (docs/operations.md)",
+        "Tidegauge's own, Java options are added to Tidegauge's (docs/deploy.md)",
     )
     p.add_argument(
         "--retention",
@@ -171,6 +171,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"how long windows are kept, then rolled up into coarser windows kept longer, in "
         f"event time behind the watermark (default {DEFAULT_RETENTION}: 10s windows for 6h, "
         "1m roll-ups for 7d, 1h roll-ups for 90d; 'forever' keeps everything; docs/redis.md)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics (/metrics), /healthz and /readyz on this port "
+        "(off by default; docs/deploy.md)",
+    )
+    p.add_argument(
+        "--metrics-bind",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the address the metrics port listens on (default 127.0.0.1; 0.0.0.0 for a "
+        "Prometheus on another machine)",
     )
     p.add_argument("-v", "--verbose", action="store_true", help="log every batch")
 

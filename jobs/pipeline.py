@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.state import GroupStateTimeout
 
+from jobs.runtime.metrics import JobMetrics
 from jobs.runtime.session import build_session
 from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch
 from jobs.sink.retry import retry
@@ -146,10 +147,12 @@ def _current_end(kafka: KafkaSettings) -> dict[str, int]:
 class _BatchWriter:
     """`foreachBatch` callback (driver): collect the batch's small result, write it atomically."""
 
-    def __init__(self, cfg: JobConfig) -> None:
+    def __init__(self, cfg: JobConfig, metrics: JobMetrics | None = None) -> None:
         self.cfg = cfg
+        self.metrics = metrics
         self.keys = Keys(cfg.redis.prefix)
         self.primary_ms = primary_size(cfg.windows)
+        self.primary_key = WindowSpec.tumbling(self.primary_ms).key
         source = cfg.rollup_source_ms
         self.sink = SinkConfig(
             dead_letter_max=cfg.dead_letter_max,
@@ -179,12 +182,22 @@ class _BatchWriter:
             batch_members(rows.late_events, self.cfg.late_events_max, batch_id),
             BatchTime(batch_id, clock.watermark_ms, clock.timestamp_ms),
         )
-        retry(
+        sink_started = time.monotonic()
+        retries = retry(
             lambda: write_batch(self._redis(), self.keys, results, self.sink),
             what=f"writing batch {batch_id}",
             budget_ms=self.cfg.sink_retry_ms,
             where=f"Redis at {redact_url(self.cfg.redis.url)}",
         )
+        if self.metrics is not None:
+            self.metrics.committed(
+                batch_id,
+                time.monotonic() - sink_started,
+                retries,
+                [d.reason for d in rows.dead],
+                rows.duplicate_events,
+                sum(lt.count for lt in results.late if lt.spec == self.primary_key),
+            )
         if rows.slots:  # what the shards track: the next batch's quotas (jobs/summary/slots.py)
             record(self.cfg.checkpoint, batch_id, self.cfg.state_shards, rows.slots)
         fresh = freshness(merge_times(rows.broker_times), round(time.time() * 1000), batch_id)
@@ -223,10 +236,15 @@ class _BatchWriter:
             )
 
 
-def start_query(spark: SparkSession, cfg: JobConfig) -> tuple[StreamingQuery, StatusListener]:
-    """Start the streaming query and its status listener; returns at once."""
-    batch_writer = _BatchWriter(cfg)
-    listener = StatusListener(cfg, batch_writer.committed)
+def start_query(
+    spark: SparkSession, cfg: JobConfig, metrics: JobMetrics | None = None
+) -> tuple[StreamingQuery, StatusListener]:
+    """Start the streaming query and its status listener; returns at once.
+
+    `metrics`: the Prometheus figures to keep up to date (jobs/runtime/metrics.py).
+    """
+    batch_writer = _BatchWriter(cfg, metrics)
+    listener = StatusListener(cfg, batch_writer.committed, metrics)
     spark.streams.addListener(listener)
     spark.conf.set(
         "spark.sql.streaming.noDataProgressEventInterval", str(max(cfg.trigger_interval_ms, 1000))
@@ -257,7 +275,26 @@ def run_job(
         conf=cfg.spark_conf,
         checkpoint=cfg.checkpoint,
     )
-    query, listener = start_query(spark, cfg)
+    metrics = server = None
+    if cfg.metrics_port is not None:
+        metrics = JobMetrics(cfg.trigger_interval_ms)
+        server = metrics.serve(cfg.metrics_host, cfg.metrics_port)
+        log.info("metrics on http://%s:%d/metrics", cfg.metrics_host, server.server_port)
+    try:
+        return _run(spark, cfg, stop, metrics)
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+
+def _run(
+    spark: SparkSession,
+    cfg: JobConfig,
+    stop: Callable[[], bool] | None,
+    metrics: JobMetrics | None,
+) -> StreamingQuery:
+    query, listener = start_query(spark, cfg, metrics)
     try:
         if cfg.trigger == "available-now":
             # Offsets were capped at the topic's end when the query started (endingOffsets), so

@@ -38,8 +38,10 @@ _MAX_DELAY_S = 5.0
 _LOG_EVERY_S = 30.0
 
 
-def retry(fn: Callable[[], None], what: str, budget_ms: int, where: str = "Redis") -> None:
+def retry(fn: Callable[[], None], what: str, budget_ms: int, where: str = "Redis") -> int:
     """Retry transient Redis failures with back-off; give up (failing the batch) after budget_ms.
+
+    Returns how many attempts failed before the one that succeeded.
 
     The batch's writes are idempotent (absolute values, per-batch fields), so an attempt that
     reached Redis before its reply was lost does no harm when it is made again.
@@ -47,6 +49,7 @@ def retry(fn: Callable[[], None], what: str, budget_ms: int, where: str = "Redis
     started = time.monotonic()
     deadline = started + budget_ms / 1000
     delay, logged, was_full = 0.2, 0.0, False
+    failed = 0
     while True:
         try:
             fn()
@@ -80,6 +83,7 @@ def retry(fn: Callable[[], None], what: str, budget_ms: int, where: str = "Redis
                 logged = waited
             time.sleep(delay)
             delay = min(delay * 2, _MAX_DELAY_S)
+            failed += 1
             continue
         if logged:
             log.warning(
@@ -89,4 +93,4 @@ def retry(fn: Callable[[], None], what: str, budget_ms: int, where: str = "Redis
                 "writable" if was_full else "reachable",
                 time.monotonic() - started,
             )
-        return
+        return failed

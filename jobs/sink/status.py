@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 from pyspark.sql.streaming import StreamingQueryListener
@@ -31,6 +31,17 @@ __all__ = [
     "touch_status",
     "write_progress",
 ]
+
+
+class ProgressObserver(Protocol):
+    """What else hears of each batch's progress (the job's metrics, jobs/runtime/metrics.py)."""
+
+    def progress(self, summary: Mapping[str, Any], progress: Mapping[str, Any]) -> None:
+        """A batch's `progress_summary` and Spark's progress JSON."""
+
+    def idle(self) -> None:
+        """The job reported without a batch."""
+
 
 log = logging.getLogger("tidegauge.job")
 
@@ -190,8 +201,14 @@ class _JsonCallbacks:
 class StatusListener(StreamingQueryListener):
     """Driver-side listener: job status to Redis after every batch and every idle interval."""
 
-    def __init__(self, cfg: JobConfig, committed: dict[int, Committed] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: JobConfig,
+        committed: dict[int, Committed] | None = None,
+        metrics: ProgressObserver | None = None,
+    ) -> None:
         self.cfg = cfg
+        self.metrics = metrics
         self.keys = Keys(cfg.redis.prefix)
         self.client = connect(cfg.redis)
         self.query_ids: set[str] = set()
@@ -282,6 +299,8 @@ class StatusListener(StreamingQueryListener):
             end = self.topic_end()
             if end is not None:
                 summary["topic_end_time"], summary["topic_end_offsets"] = end
+            if self.metrics is not None:
+                self.metrics.progress(summary, p)
             write_progress(self.client, self.keys, summary)
         except redis.RedisError as e:  # status is informational; never kill the query for it
             log.warning("could not write status: %s", e)
@@ -290,6 +309,8 @@ class StatusListener(StreamingQueryListener):
         """No new data: say we are alive, so a quiet stream does not look like a dead job."""
         if self.query_ids and str(event.id) not in self.query_ids:
             return
+        if self.metrics is not None:
+            self.metrics.idle()
         try:
             touch_status(self.client, self.keys, round(time.time() * 1000))
         except redis.RedisError as e:

@@ -192,6 +192,9 @@ class JobConfig:
     #: What the records are: the contract's own JSON, access logs through a field map or
     #: OTLP spans (`--format`, `--field`, `--span-kind`; tidegauge/core/formats.py).
     record_format: RecordFormat = field(default_factory=RecordFormat)
+    #: Serve Prometheus metrics, /healthz and /readyz on this port (None: off; 0: any free one).
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
     #: Late events kept in the late store (newest by broker time).
     late_events_max: int = 10_000
     #: Event-state groups: services are hashed onto this many; fixed for a checkpoint.
@@ -402,6 +405,8 @@ def job_config_from_args(args: argparse.Namespace) -> JobConfig:
         dead_letter_max=args.dead_letter_max,
         correct_clock_skew=args.correct_clock_skew,
         record_format=_record_format(args),
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_bind,
         late_events_max=args.late_events_max,
         state_shards=args.state_shards,
         dedup=not args.no_dedup,
