@@ -92,17 +92,6 @@ def _parse_all(raw: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
     return list(parse_batches(iter(raw)))
 
 
-#: The README's field map for nginx's log_format.
-NGINX_MAP = (
-    "event_time=msec:s",
-    "service=host",
-    "latency_ms=request_time:s",
-    "status=status",
-    "user_id=remote_user",
-    "event_id=request_id",
-)
-
-
 def nginx_lines(values: list[bytes]) -> list[bytes]:
     """The contract's events as nginx's JSON access log lines of the same requests."""
     out = []
@@ -205,12 +194,13 @@ def main() -> None:
             continue
         try:
             from jobs.parse.parser import make_parser
+            from tidegauge.core.field_map import NGINX_FIELDS
             from tidegauge.core.formats import RecordFormat
         except ImportError:
             continue
         values = [v for b in raw for v in b.column("value").to_pylist()]
         for label, record_format, records in (
-            ("nginx log", RecordFormat.parse("access-log", NGINX_MAP), nginx_lines(values)),
+            ("nginx log", RecordFormat.parse("access-log", NGINX_FIELDS), nginx_lines(values)),
             ("otlp_proto", RecordFormat.parse("otlp_proto"), otlp_messages(values, "proto")),
             ("otlp_json", RecordFormat.parse("otlp_json"), otlp_messages(values, "json")),
         ):

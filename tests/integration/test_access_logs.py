@@ -46,6 +46,7 @@ from tests.integration.helpers import (
     tidegauge,
 )
 from tests.procs import wait_until
+from tidegauge.core.field_map import NGINX_FIELDS
 from tidegauge.core.store import (
     Keys,
     read_batches,
@@ -58,14 +59,6 @@ from tidegauge.core.windows import WindowSpec
 TOPIC = "nginx-access"
 WINDOW_MS = 10_000
 SERVICES = ("checkout", "search", "login")
-FIELDS = (
-    "event_time=msec:s",
-    "service=host",
-    "latency_ms=request_time:s",
-    "status=status",
-    "user_id=remote_user",
-    "event_id=request_id",
-)
 LOG_FORMAT = (
     "log_format tidegauge escape=json\n"
     """  '{"msec":$msec,"host":"$host","request_time":$request_time,"status":$status,'\n"""
@@ -264,7 +257,7 @@ def test_an_nginx_access_log_counts_as_the_log_file_says(
         redis_settings.url,
         tmp_path / "checkpoint",
         format="access-log",
-        field=list(FIELDS),
+        field=list(NGINX_FIELDS),
         window="10s",
         allowed_lateness="1h",  # the whole log counts: four threads finish out of order
     )
@@ -316,7 +309,7 @@ def test_generated_access_logs_obey_the_same_time_rules_and_de_duplication(
         redis_settings.url,
         tmp_path / "checkpoint",
         format="access-log",
-        field=list(FIELDS),
+        field=list(NGINX_FIELDS),
         window="10s",
         allowed_lateness="20s",
         max_records_per_trigger="700",

@@ -42,7 +42,18 @@ from tidegauge.core.events import (
     event_fields,
 )
 
-__all__ = ["FieldMap", "MapEntry", "UNITS"]
+__all__ = ["NGINX_FIELDS", "FieldMap", "MapEntry", "UNITS"]
+
+#: The field map of nginx's JSON access log written with the README's `log_format tidegauge`
+#: (`$msec`, `$host`, `$request_time`, `$status`, `$remote_user`, `$request_id`).
+NGINX_FIELDS = (
+    "event_time=msec:s",
+    "service=host",
+    "latency_ms=request_time:s",
+    "status=status",
+    "user_id=remote_user",
+    "event_id=request_id",
+)
 
 #: A unit's factor to milliseconds, for times (epoch) and durations alike.
 _TO_MS = {"s": 1_000.0, "ms": 1.0, "us": 1e-3, "ns": 1e-6}

@@ -14,17 +14,9 @@ from hypothesis import strategies as st
 
 from tests.unit.fixtures import FUZZ, dumps, json_values
 from tidegauge.core.events import Reason, Rejected, parse_values
-from tidegauge.core.field_map import FieldMap, FieldMapError
+from tidegauge.core.field_map import NGINX_FIELDS, FieldMap, FieldMapError
 
-#: The README's nginx map (its `log_format tidegauge`).
-NGINX = [
-    "event_time=msec:s",
-    "service=host",
-    "latency_ms=request_time:s",
-    "status=status",
-    "user_id=remote_user",
-    "event_id=request_id",
-]
+NGINX = list(NGINX_FIELDS)  # the README's nginx map (its `log_format tidegauge`)
 T_S = 1_764_201_600.123  # 2025-11-27T00:00:00.123Z as nginx's $msec
 T_MS = 1_764_201_600_123
 

@@ -22,7 +22,7 @@ from tests.unit.tidegauge.traffic.fixtures import T0, parse_cli
 from tidegauge.core.control import DemoCommands, Incident, LateBurstRequest
 from tidegauge.core.durations import to_iso
 from tidegauge.core.events import Event, Heartbeat, Rejected, encode_event, parse_record
-from tidegauge.core.field_map import FieldMap
+from tidegauge.core.field_map import NGINX_FIELDS, FieldMap
 from tidegauge.traffic.cli import config_from_args
 from tidegauge.traffic.config import (
     DEFAULT_SERVICES,
@@ -1063,16 +1063,7 @@ def test_live_commands_config() -> None:
 def test_access_log_lines_read_back_through_the_readme_map_as_the_events() -> None:
     """Every event as nginx's line: the README's field map gives the same event back (its
     latency at nginx's millisecond), and nothing else is sent (no heartbeats)."""
-    judge = FieldMap.parse(
-        [
-            "event_time=msec:s",
-            "service=host",
-            "latency_ms=request_time:s",
-            "status=status",
-            "user_id=remote_user",
-            "event_id=request_id",
-        ]
-    ).judge()
+    judge = FieldMap.parse(NGINX_FIELDS).judge()
     cfg = GeneratorConfig(
         seed=3,
         rate=500,
