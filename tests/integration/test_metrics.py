@@ -77,7 +77,11 @@ class Prometheus:
         assert status == 200, text
         out: dict[str, float] = {}
         for series in json.loads(text)["data"]["result"]:
-            labels = {k: v for k, v in series["metric"].items() if k not in ("__name__", "job", "instance")}
+            labels = {
+                k: v
+                for k, v in series["metric"].items()
+                if k not in ("__name__", "job", "instance")
+            }
             out[json.dumps(labels, sort_keys=True)] = float(series["value"][1])
         return out
 
