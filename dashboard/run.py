@@ -235,6 +235,7 @@ def run(args: argparse.Namespace) -> int:
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
-    if received and code != 0:  # stopped as asked: the status of the signal we were sent
-        return 128 + received[0]
+    if received:  # stopped as asked (Ctrl-C, a supervisor's SIGTERM): a clean stop
+        print("tidegauge dashboard: stopped", flush=True)
+        return 0
     return 128 - code if code < 0 else code

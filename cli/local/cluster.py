@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 import urllib.request
@@ -256,12 +257,23 @@ def run(args: argparse.Namespace) -> int:
         f"{root}/. Run the job with --master {cluster.url}. Ctrl-C stops them.",
         flush=True,
     )
+    stopping: list[int] = []
+    previous = {
+        s: signal.signal(s, lambda signum, _frame: stopping.append(signum))
+        for s in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
-        while all(s.proc.poll() is None for s in [cluster.master, *cluster.workers]):
-            time.sleep(1)
-        print("tidegauge cluster: a process of the cluster exited; stopping", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
+        while not stopping and all(
+            s.proc.poll() is None for s in [cluster.master, *cluster.workers]
+        ):
+            time.sleep(0.2)
+        if not stopping:
+            print("tidegauge cluster: a process of the cluster exited; stopping", file=sys.stderr)
+            return 1
         return 0
     finally:
         cluster.stop()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if stopping:  # Ctrl-C or a supervisor's SIGTERM: workers, then the master, are stopped
+            print("tidegauge cluster: stopped", flush=True)

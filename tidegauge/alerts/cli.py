@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -107,8 +108,33 @@ def run(args: argparse.Namespace) -> int:
     )
     for rule in rules:
         print(f"  {rule.name}: {rule.describe()}", flush=True)
+    stopping: list[int] = []
+    previous = {
+        s: signal.signal(s, lambda signum, _frame: stopping.append(signum))
+        for s in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        return _evaluate(args, r, keys, rules, sender, cache, interval_s, lookback_ms, stopping)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _evaluate(
+    args: argparse.Namespace,
+    r: redis.Redis,
+    keys: Keys,
+    rules: list[Rule],
+    sender: WebhookSender | None,
+    cache: ClosedWindows,
+    interval_s: float,
+    lookback_ms: int,
+    stopping: list[int],
+) -> int:
+    """The evaluation loop, until `--once` is done or a signal lands in `stopping`."""
+    give_up_s = sender.give_up_s if sender is not None else 0.0
     next_at = 0.0
-    while True:
+    while not stopping:
         try:
             if time.monotonic() >= next_at:
                 next_at = time.monotonic() + interval_s
@@ -131,3 +157,7 @@ def run(args: argparse.Namespace) -> int:
                 return 1
             next_at = time.monotonic() + interval_s
         time.sleep(0.05)
+    # SIGTERM (a supervisor) or Ctrl-C: the states in Redis are whole after every evaluation,
+    # and notices not yet delivered wait in Redis for the next start.
+    print("tidegauge alerts: stopped", flush=True)
+    return 0

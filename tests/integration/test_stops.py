@@ -1,0 +1,92 @@
+"""Every long-running command stops cleanly when a supervisor stops its process group.
+
+`tidegauge dashboard`, `alerts`, `produce` and `cluster` each run in a session of their own
+until they are up, then get SIGTERM on the whole group (`kill -- -PGID`, what a terminal, a
+container runtime or systemd's control-group mode does): each must exit 0 with one line
+saying it stopped, and leave no process behind (Streamlit's server, Spark's master and
+worker). The job's stops are in test_outages.py; the demo's in test_demo.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from cli.local.services import free_port
+from tests import procs
+from tests.integration.helpers import tidegauge
+
+
+def _command(name: str, broker: str, redis_url: str, work: Path) -> tuple[list[str], str, str]:
+    """(arguments, a line that says it is up, the line that says it stopped)."""
+    if name == "dashboard":
+        return (
+            ["dashboard", "--redis", redis_url, "--port", str(free_port())],
+            "You can now view your Streamlit app",
+            "tidegauge dashboard: stopped",
+        )
+    if name == "alerts":
+        return (
+            ["alerts", "--redis", redis_url, "--rule", "p99 > 800 for 3 on api"],
+            "p99 > 800 for 3 windows on api",
+            "tidegauge alerts: stopped",
+        )
+    if name == "produce":
+        tidegauge("topic", "--bootstrap", broker, "--topic", "stops")
+        return (
+            ["produce", "--bootstrap", broker, "--topic", "stops", "--rate", "100"],
+            "",  # it prints when it stops: give it a few seconds
+            "(stopped early)",
+        )
+    ports = [str(free_port()) for _ in range(2)]
+    return (
+        ["cluster", "--workers", "1", "--port", ports[0], "--webui-port", ports[1]]
+        + ["--dir", str(work / "spark")],
+        "Run the job with --master",
+        "tidegauge cluster: stopped",
+    )
+
+
+@pytest.mark.parametrize("name", ["dashboard", "alerts", "produce", "cluster"])
+def test_a_group_sigterm_is_one_stop_line_exit_0_and_nothing_left(
+    name: str, broker, redis_settings, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    args, up, stopped = _command(name, broker.address, redis_settings.url, tmp_path)
+    log = tmp_path / f"{name}.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", *args],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=tempfile.gettempdir(),
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        if up:
+            procs.wait_until(
+                lambda: up in log.read_text(errors="replace") or proc.poll() is not None,
+                120,
+                f"{name} to be up",
+            )
+        else:
+            time.sleep(3)
+        assert proc.poll() is None, log.read_text(errors="replace")
+        pids = {proc.pid, *procs.descendants(proc.pid)}
+        os.killpg(proc.pid, signal.SIGTERM)
+        code = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    out = log.read_text(errors="replace")
+    assert code == 0, out
+    assert out.count(stopped) == 1, out
+    assert "Traceback" not in out, out
+    procs.wait_until(lambda: not procs.living(pids), 30, f"every process of {name} to exit")
