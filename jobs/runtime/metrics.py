@@ -10,14 +10,13 @@ rules for the pipeline itself.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from socketserver import ThreadingMixIn
+from collections.abc import Iterable, Mapping
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from tidegauge.core.metrics_http import MetricsServer, serve_metrics
 
 __all__ = ["JobMetrics", "READY_WITHIN_REPORTS"]
 
@@ -173,35 +172,8 @@ class JobMetrics:
         window = READY_WITHIN_REPORTS * self.report_interval_ms / 1000
         return (time.time() if now is None else now) - self.last_report_s <= window
 
-    # --- serving --------------------------------------------------------------------------
+    # --- serving ---------------------------------------------------------------------------
 
-    def app(self) -> Callable[..., Any]:
-        """The WSGI app: /metrics (and any other path Prometheus asks), /healthz, /readyz."""
-        metrics = make_wsgi_app(self.registry)
-
-        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-            path = environ.get("PATH_INFO", "")
-            if path in ("/healthz", "/readyz"):
-                ok = path == "/healthz" or self.ready()
-                body = b"ok\n" if ok else b"no report from the job lately\n"
-                status = "200 OK" if ok else "503 Service Unavailable"
-                start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
-                return [body]
-            return metrics(environ, start_response)
-
-        return app
-
-    def serve(self, host: str, port: int) -> _Server:
+    def serve(self, host: str, port: int) -> MetricsServer:
         """Start the HTTP server in a daemon thread; the caller closes it when the job ends."""
-        server = make_server(host, port, self.app(), _Server, handler_class=_QuietHandler)
-        threading.Thread(target=server.serve_forever, name="tidegauge-metrics", daemon=True).start()
-        return server
-
-
-class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
-        pass
+        return serve_metrics(self.registry, self.ready, host, port, "no report from the job lately")

@@ -171,3 +171,38 @@ def test_prometheus_scrapes_the_jobs_figures(
     proc.terminate()
     assert proc.wait(60) == 0
     assert _get(f"http://{target}/healthz")[0] == 0  # gone with the job
+
+
+def test_prometheus_scrapes_the_alert_evaluator(redis_settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`tidegauge alerts --metrics-port`: its evaluations and rules through Prometheus, ready
+    while it evaluates, and gone with it when it stops."""
+    port = free_port()
+    log = tmp_path / "alerts.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "alerts", "--redis", redis_settings.url]
+        + ["--rule", "p99 > 800 for 3 on api", "--rule", "error_rate > 0.05 for 2"]
+        + ["--interval", "500ms", "--metrics-port", str(port)],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    target = f"127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _get(f"http://{target}/readyz")[0] == 200, 60, "alerts to evaluate")
+        prom = Prometheus(target, tmp_path)
+        try:
+            wait_until(
+                lambda: prom.query("tidegauge_alerts_evaluations_total").get("{}", 0) >= 3,
+                60,
+                "Prometheus to scrape three evaluations",
+            )
+            assert prom.query("tidegauge_alert_rules") == {"{}": 2}
+            assert prom.query("tidegauge_alerts_evaluation_errors_total") == {"{}": 0}
+        finally:
+            prom.stop()
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        code = proc.wait(30)
+    assert code == 0, log.read_text()
+    assert _get(f"http://{target}/healthz")[0] == 0

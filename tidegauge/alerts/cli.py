@@ -20,6 +20,7 @@ from pathlib import Path
 import redis
 
 from tidegauge.alerts.evaluator import DEFAULT_LOOKBACK_MS, evaluate_store
+from tidegauge.alerts.metrics import AlertMetrics
 from tidegauge.alerts.rules import Rule, describe_firing, load_rules, parse_rule
 from tidegauge.alerts.webhook import WebhookSender
 from tidegauge.core.closed_windows import ClosedWindows
@@ -65,6 +66,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--once", action="store_true", help="evaluate once, deliver, and exit")
     p.add_argument("--redis", help="Redis URL (env TIDEGAUGE_REDIS_URL)")
     p.add_argument("--redis-prefix", default="tg")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics (/metrics), /healthz and /readyz on this port (off by "
+        "default; docs/alerts.md)",
+    )
+    p.add_argument(
+        "--metrics-bind", default="127.0.0.1", metavar="HOST", help="its address (127.0.0.1)"
+    )
 
 
 def rules_from_args(args: argparse.Namespace) -> list[Rule]:
@@ -113,11 +124,21 @@ def run(args: argparse.Namespace) -> int:
         s: signal.signal(s, lambda signum, _frame: stopping.append(signum))
         for s in (signal.SIGINT, signal.SIGTERM)
     }
+    metrics = server = None
+    if args.metrics_port is not None:
+        metrics = AlertMetrics(interval_s, len(rules))
+        server = metrics.serve(args.metrics_bind, args.metrics_port)
+        print(f"  metrics on http://{args.metrics_bind}:{server.server_port}/metrics", flush=True)
     try:
-        return _evaluate(args, r, keys, rules, sender, cache, interval_s, lookback_ms, stopping)
+        return _evaluate(
+            args, r, keys, rules, sender, cache, interval_s, lookback_ms, stopping, metrics
+        )
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        if server is not None:
+            server.shutdown()
+            server.server_close()
 
 
 def _evaluate(
@@ -130,6 +151,7 @@ def _evaluate(
     interval_s: float,
     lookback_ms: int,
     stopping: list[int],
+    metrics: AlertMetrics | None = None,
 ) -> int:
     """The evaluation loop, until `--once` is done or a signal lands in `stopping`."""
     give_up_s = sender.give_up_s if sender is not None else 0.0
@@ -139,10 +161,13 @@ def _evaluate(
             if time.monotonic() >= next_at:
                 next_at = time.monotonic() + interval_s
                 now_ms = time.time_ns() // 1_000_000
-                for f in evaluate_store(
+                firings = evaluate_store(
                     r, keys, rules, now_ms, lookback_ms, cache, deliver=sender is not None
-                ):
+                )
+                for f in firings:
                     print(describe_firing(f), flush=True)
+                if metrics is not None:
+                    metrics.evaluated(firings)
             if sender is not None:
                 if args.once:  # every notice delivered, or given up on (exit 1)
                     emptied = sender.drain(timeout_s=2 * give_up_s + 1)
@@ -153,6 +178,8 @@ def _evaluate(
                 return 0
         except redis.RedisError as e:
             print(f"tidegauge alerts: cannot reach Redis: {e}; retrying", file=sys.stderr)
+            if metrics is not None:
+                metrics.failed()
             if args.once:
                 return 1
             next_at = time.monotonic() + interval_s
