@@ -21,8 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.local.services import Service, _spawn, free_port, wait_for_port
+from tidegauge.core.signals import stop_on_signals
 
 __all__ = [
     "LocalCluster",
@@ -257,23 +258,18 @@ def run(args: argparse.Namespace) -> int:
         f"{root}/. Run the job with --master {cluster.url}. Ctrl-C stops them.",
         flush=True,
     )
-    stopping: list[int] = []
-    previous = {
-        s: signal.signal(s, lambda signum, _frame: stopping.append(signum))
-        for s in (signal.SIGINT, signal.SIGTERM)
-    }
+    stop = threading.Event()
     try:
-        while not stopping and all(
-            s.proc.poll() is None for s in [cluster.master, *cluster.workers]
-        ):
-            time.sleep(0.2)
-        if not stopping:
+        with stop_on_signals(stop):
+            while not stop.is_set() and all(
+                s.proc.poll() is None for s in [cluster.master, *cluster.workers]
+            ):
+                time.sleep(0.2)
+        if not stop.is_set():
             print("tidegauge cluster: a process of the cluster exited; stopping", file=sys.stderr)
             return 1
         return 0
     finally:
         cluster.stop()
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        if stopping:  # Ctrl-C or a supervisor's SIGTERM: workers, then the master, are stopped
+        if stop.is_set():  # Ctrl-C or a supervisor's SIGTERM: workers, then the master, stopped
             print("tidegauge cluster: stopped", flush=True)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from tidegauge.alerts.webhook import WebhookSender
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.config import RedisSettings, redact_url
 from tidegauge.core.durations import format_duration, parse_duration
+from tidegauge.core.signals import stop_on_signals
 from tidegauge.core.store import Keys, connect
 
 __all__ = ["add_arguments", "rules_from_args", "run"]
@@ -119,23 +120,17 @@ def run(args: argparse.Namespace) -> int:
     )
     for rule in rules:
         print(f"  {rule.name}: {rule.describe()}", flush=True)
-    stopping: list[int] = []
-    previous = {
-        s: signal.signal(s, lambda signum, _frame: stopping.append(signum))
-        for s in (signal.SIGINT, signal.SIGTERM)
-    }
     metrics = server = None
     if args.metrics_port is not None:
         metrics = AlertMetrics(interval_s, len(rules))
         server = metrics.serve(args.metrics_bind, args.metrics_port)
         print(f"  metrics on http://{args.metrics_bind}:{server.server_port}/metrics", flush=True)
     try:
-        return _evaluate(
-            args, r, keys, rules, sender, cache, interval_s, lookback_ms, stopping, metrics
-        )
+        with stop_on_signals(threading.Event()) as stop:
+            return _evaluate(
+                args, r, keys, rules, sender, cache, interval_s, lookback_ms, stop, metrics
+            )
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
         if server is not None:
             server.shutdown()
             server.server_close()
@@ -150,13 +145,13 @@ def _evaluate(
     cache: ClosedWindows,
     interval_s: float,
     lookback_ms: int,
-    stopping: list[int],
+    stop: threading.Event,
     metrics: AlertMetrics | None = None,
 ) -> int:
-    """The evaluation loop, until `--once` is done or a signal lands in `stopping`."""
+    """The evaluation loop, until `--once` is done or `stop` is set (SIGINT, SIGTERM)."""
     give_up_s = sender.give_up_s if sender is not None else 0.0
     next_at = 0.0
-    while not stopping:
+    while not stop.is_set():
         try:
             if time.monotonic() >= next_at:
                 next_at = time.monotonic() + interval_s

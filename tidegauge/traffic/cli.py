@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from types import FrameType
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from tidegauge.core.codecs import CODECS
 from tidegauge.core.config import KafkaSettings, RedisSettings, add_kafka_options
 from tidegauge.core.durations import parse_duration, parse_instant
+from tidegauge.core.signals import stop_on_signals
 from tidegauge.traffic.config import (
     DEFAULT_SERVICES,
     SCENARIOS,
@@ -379,26 +377,6 @@ def _given(value: _T | None, default: _T) -> _T:
     return default if value is None else value
 
 
-@contextmanager
-def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """SIGINT/SIGTERM set `stop` (a second one aborts), so the demo can stop us cleanly."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
 def run(args: argparse.Namespace) -> int:
     """`tidegauge produce`: send the stream, print a summary.
 
@@ -427,7 +405,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     stop = threading.Event()
     try:
-        with _stop_on_signals(stop):
+        with stop_on_signals(stop):
             summary = produce(
                 config,
                 kafka,
