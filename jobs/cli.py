@@ -24,6 +24,7 @@ from tidegauge.core.config import (
     job_config_from_args,
     redact_url,
 )
+from tidegauge.core.dimensions import DEFAULT_VALUES
 from tidegauge.core.durations import format_duration, to_iso
 from tidegauge.core.formats import FORMATS, SPAN_KINDS
 from tidegauge.core.kafka_options import redacted
@@ -151,6 +152,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "in event time (default 1h)",
     )
     p.add_argument(
+        "--dimension",
+        action="append",
+        metavar="NAME",
+        help="also slice every window by this event attribute (repeatable): a field of the "
+        "event, an OpenTelemetry attribute (route, method, region, version, environment, or "
+        "its own name, e.g. http.route), status_class, or a combination such as route+method "
+        "(docs/dimensions.md)",
+    )
+    p.add_argument(
+        "--dimension-values",
+        type=int,
+        default=DEFAULT_VALUES,
+        metavar="N",
+        help=f"values kept per service and dimension: the busiest N (default {DEFAULT_VALUES}); "
+        "the rest count under '(other)'",
+    )
+    p.add_argument(
         "--state-shards",
         type=int,
         default=4,
@@ -261,6 +279,7 @@ def run(args: argparse.Namespace) -> int:
         f"{', clock-skew correction on' if cfg.correct_clock_skew else ''}"
         f"{', ' + cfg.record_format.describe() if not cfg.record_format.own else ''}"
         f"{'' if cfg.dedup else ', de-duplication off'}"
+        f"{', dimensions ' + ', '.join(d.name for d in cfg.dimensions) if cfg.dimensions else ''}"
         f", retention {cfg.retention.for_source(cfg.rollup_source_ms).text()}"
         f"{'; kafka ' + redacted(cfg.kafka.options) if cfg.kafka.options else ''}",
         flush=True,

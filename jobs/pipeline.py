@@ -36,6 +36,7 @@ from jobs.runtime.session import build_session
 from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch
 from jobs.sink.retry import retry
 from jobs.sink.rollup import BatchTime
+from jobs.sink.slices import split_rows
 from jobs.sink.status import Committed, ProgressEvent, StatusListener, where_batches_run
 from jobs.source.kafka_source import CLIENT_PREFIX, true_end_offsets
 from jobs.source.offset_log import clock_of
@@ -80,6 +81,8 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         cfg.state_shards,
         cfg.max_services,
         None if cfg.record_format.own else cfg.record_format.to_json(),
+        cfg.dimensions,
+        cfg.dimension_values,
     )
     reader = (
         spark.readStream.format(SummaryDataSource.name())
@@ -129,6 +132,8 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         dedup=cfg.dedup,
         max_services=cfg.max_services,
         service_idle_ms=cfg.service_idle_ms,
+        dimensions=cfg.dimensions,
+        dimension_values=cfg.dimension_values,
     )
     return routed.groupBy("group", "shard").applyInPandasWithState(
         make_state_fn(state_cfg),  # type: ignore[arg-type]
@@ -174,17 +179,19 @@ class _BatchWriter:
         return self._client
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        rows = decode_table(batch.toArrow(), batch_id)
+        rows, slices = split_rows(decode_table(batch.toArrow(), batch_id))
         clock = clock_of(self.cfg.checkpoint, batch_id)
+        at = BatchTime(batch_id, clock.watermark_ms, clock.timestamp_ms)
         results = SinkBatch.of_rows(
             batch_id,
             rows,
             batch_members(rows.late_events, self.cfg.late_events_max, batch_id),
-            BatchTime(batch_id, clock.watermark_ms, clock.timestamp_ms),
+            at,
         )
+        dims = {dim: SinkBatch.of_rows(batch_id, r, at=at) for dim, r in slices.items()}
         sink_started = time.monotonic()
         retries = retry(
-            lambda: write_batch(self._redis(), self.keys, results, self.sink),
+            lambda: write_batch(self._redis(), self.keys, results, self.sink, dims),
             what=f"writing batch {batch_id}",
             budget_ms=self.cfg.sink_retry_ms,
             where=f"Redis at {redact_url(self.cfg.redis.url)}",

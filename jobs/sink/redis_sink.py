@@ -8,6 +8,7 @@ increment, so replaying a batch after a crash leaves Redis byte-for-byte the sam
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -51,6 +52,9 @@ class SinkConfig:
     #: The job's state shards: a window's `*` is the merge of their `*` parts once every shard
     #: has one (else of every service stored for it); None: always the latter.
     shards: int | None = None
+    #: Whether windows get a `*` row; a dimension's store has none (its members are slices of
+    #: services and of `*`: the main store's `*` is their total).
+    totals: bool = True
 
 
 @dataclass(frozen=True)
@@ -95,9 +99,30 @@ class SinkBatch:
 
 
 def write_batch(
-    r: redis.Redis, keys: Keys, batch: SinkBatch, config: SinkConfig = SinkConfig()
+    r: redis.Redis,
+    keys: Keys,
+    batch: SinkBatch,
+    config: SinkConfig = SinkConfig(),
+    dimensions: Mapping[str, SinkBatch] | None = None,
 ) -> None:
-    """Write one batch: windows (and the `*` rows they imply), corrections, arrivals, letters.
+    """Write one batch, and its dimensions' slices to their stores, in one transaction.
+
+    `dimensions`: dimension -> the batch of its store (`Keys.by`, jobs/sink/slices.py), which
+    is written like the services' but without `*` rows, arrivals or letters. See `_queue`.
+    """
+    tx = r.pipeline(transaction=True)
+    _queue(r, tx, keys, batch, config)
+    if dimensions:
+        sliced = dataclasses.replace(config, totals=False, shards=None)
+        for dim in sorted(dimensions):
+            _queue(r, tx, keys.by(dim), dimensions[dim], sliced)
+        tx.sadd(keys.dimensions, *sorted(dimensions))
+    if len(tx):
+        tx.execute()
+
+
+def _queue(r: redis.Redis, tx: Any, keys: Keys, batch: SinkBatch, config: SinkConfig) -> None:
+    """Queue one store's batch: windows (and the `*` rows they imply), corrections, arrivals.
 
     With `config.retention` (and the batch's time `at`), the same transaction rolls windows
     of closed periods up into the tiers and deletes what has aged out (jobs/sink/rollup.py); late
@@ -139,7 +164,7 @@ def write_batch(
         by_window[(w.spec, w.start_ms)][w.service] = w
 
     wins = sorted(by_window)
-    merge = [cell for cell in wins if ALL_SERVICES not in by_window[cell]]
+    merge = [cell for cell in wins if ALL_SERVICES not in by_window[cell]] if config.totals else []
     read = r.pipeline(transaction=False)
     for spec, start in merge:
         read.hgetall(keys.window_aggs(spec, start))
@@ -147,7 +172,7 @@ def write_batch(
     totals = _totals(merge, stored, by_window)
     for (spec, start), total in zip(merge, totals, strict=True):
         by_window[(spec, start)][ALL_SERVICES] = WindowUpdate(spec, start, ALL_SERVICES, total)
-    tx = r.pipeline(transaction=True)
+    queued = len(tx)
     for key, field_name, blob in parts:
         tx.hset(key, field_name, blob)
     services: set[str] = set()
@@ -207,10 +232,9 @@ def write_batch(
         # a name back after its windows expired is not gone
         plan.services_gone = [s for s in plan.services_gone if s not in services]
         plan.apply(tx, keys)
-    if len(tx):
+    if len(tx) > queued:
         # A new token only when the store has none (empty, or flushed): see Keys.epoch.
         tx.set(keys.epoch, uuid.uuid4().hex, nx=True)
-        tx.execute()
 
 
 def _totals(

@@ -48,6 +48,7 @@ from jobs.panes.windows import Added, ServiceWindows
 from jobs.parse.columns import encode_columns
 from jobs.state.batch import ShardBatch, check_chunk
 from jobs.state.codec import DeadCounts, ShardState
+from jobs.state.hitters import SliceRouter, forget_gone
 from jobs.state.rows import (
     RowKind,
     append_row,
@@ -61,9 +62,10 @@ from jobs.summary.late_events import newest, stored
 from jobs.summary.schema import SummaryKind
 from jobs.summary.settings import ExecutorConfig
 from jobs.summary.summarise import spec_keys
+from tidegauge.core.dimensions import SEP, register_dimension_fields
 from tidegauge.core.events import ALL_SERVICES, OVERFLOW_SERVICE
 from tidegauge.core.late_agg import LateAgg, merge_late
-from tidegauge.core.plugins import ensure_plugins
+from tidegauge.core.plugins import ensure_plugins, load_plugins
 from tidegauge.core.window_aggs import WindowAggs
 from tidegauge.core.windows import ARRIVAL_DOMAINS, WindowSpec, frontier
 
@@ -214,6 +216,8 @@ def _count_rows(
         for g, s, start, n in _summed(
             batch.gather(table), ("service", "spec", "start"), ("count",)
         ):
+            if names[g] == _DROPPED:
+                continue
             kind.append(row_kind)
             spec.append(specs[s])
             service.append(names[g])
@@ -221,7 +225,7 @@ def _count_rows(
             count.append(n)
     services = batch.gather("services")
     for g, n in _summed(services, ("service",), ("duplicate_events",)):
-        if n:
+        if n and SEP not in names[g]:  # events repeated, counted once (not per slice)
             kind.append(RowKind.DUPLICATE_EVENTS)
             spec.append(None)
             service.append(names[g])
@@ -388,13 +392,20 @@ def _events(
     if budget is None:
         shard.names.clear()  # no limit: nothing to track
     elif not shard.names:  # a state from before the guard: its services hold the slots
-        shard.names = {s: watermark for s in shard.services if s not in _RESERVED}
+        shard.names = {s: watermark for s in shard.services if _is_service(s)}
     if ALL_SERVICES not in shard.services:  # a new state, or one from before the shard's `*`
         shard.services[ALL_SERVICES] = _all_of(shard.services, cfg)
     guard = Overflow(budget, shard.names, watermark)
     guard.release_idle(cfg.service_idle_ms, shard.services)
 
+    slices = SliceRouter(shard, chunks, cfg, watermark) if cfg.dimensions else None
+
     def route(name: str, seen_ms: int, events: int) -> str:
+        if slices is not None and SEP in name:
+            service = name.split(SEP, 1)[0]
+            if service != ALL_SERVICES and guard.route(service, seen_ms) != service:
+                return _DROPPED  # a service beyond --max-services has no slices
+            return slices.route(name)
         routed = guard.route(name, seen_ms)
         if routed != name:
             guard.events += events
@@ -403,7 +414,7 @@ def _events(
     batch = ShardBatch.place(chunks, route, watermark)
     batch.dedup(shard.ids, watermark, cfg)
     for name in batch.names:
-        if name not in shard.services:
+        if name not in shard.services and name != _DROPPED:
             shard.services[name] = ServiceWindows(cfg.specs)
     rows: dict[str, list[Any]] = new_rows()  # the window rows, then the others
     others: dict[str, list[Any]] = new_rows()
@@ -418,8 +429,12 @@ def _events(
         _take_list(batch.blobs("panes", panes), order),
         strict=True,
     ):
-        touched.add((batch.names[g], start), blob)
-        touched.add((ALL_SERVICES, start), blob)  # the shard's `*` takes every part too
+        name = batch.names[g]
+        if name == _DROPPED:
+            continue
+        touched.add((name, start), blob)
+        if SEP not in name:  # the shard's `*` takes every part of its services too
+            touched.add((ALL_SERVICES, start), blob)
     parts = batch.gather("late")
     order = np.lexsort(
         (parts["row"], parts["rank"], parts["start"], parts["spec"], parts["service"])
@@ -431,13 +446,16 @@ def _events(
         _take_list(batch.blobs("late", parts), order),
         strict=True,
     ):
-        late.add((batch.names[g], specs[s], start), blob)
+        if batch.names[g] != _DROPPED:
+            late.add((batch.names[g], specs[s], start), blob)
     _sessions(others, shard.services, batch, watermark, front, late)
     _count_rows(others, batch, late.merged_late(), specs)
     _window_rows(rows, shard.services, touched, watermark, Plan(cfg.specs))
     for name, values in others.items():
         rows[name] += values
     shard.evict(watermark)
+    if shard.hitters:
+        forget_gone(shard)
     # Every shard has its own overflow service and its own `*` (all its services): their
     # window rows say which shard they are of (in `partition`), and the sink merges the
     # shards' parts (jobs/sink/redis_sink.py).
@@ -469,6 +487,14 @@ def _events(
 
 #: The names a shard keeps beside its services, under the names readers know them by.
 _RESERVED = (OVERFLOW_SERVICE, ALL_SERVICES)
+#: Where the slices of a service beyond `--max-services` go: nowhere (the service's events
+#: count under `(other)`, which has no slices).
+_DROPPED = SEP + "dropped"
+
+
+def _is_service(name: str) -> bool:
+    """A service's own name: not `*`, `(other)` or a dimension slice."""
+    return name not in _RESERVED and SEP not in name
 
 
 def _decode_once(blobs: list[bytes]) -> WindowAggs:
@@ -500,6 +526,8 @@ def _all_of(services: dict[str, ServiceWindows], cfg: ExecutorConfig) -> Service
     blobs: list[bytes] = []
     index: dict[int, int] = {}
     for name in sorted(services):
+        if SEP in name:  # a dimension slice: its events are its service's already
+            continue
         for start, blob in sorted(services[name].panes.items()):
             keys.append(index.setdefault(start, len(index)))
             blobs.append(blob)
@@ -563,6 +591,9 @@ def make_state_fn(
     def fn(
         key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any
     ) -> Iterator[pd.DataFrame]:
+        if config.dimensions:  # their fields come after the plugins' (as on the driver)
+            load_plugins(config.plugins)
+            register_dimension_fields(config.dimensions)
         ensure_plugins(config.plugins, config.metric_names, [f.name for f in config.fields])
         group = key[0]
         if group == StateGroup.EVENT:

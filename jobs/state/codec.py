@@ -11,6 +11,7 @@ import json
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -20,6 +21,7 @@ from jobs.panes.sessions import Sessions
 from jobs.panes.windows import ServiceWindows
 from jobs.summary.settings import ExecutorConfig
 from sketches.preamble import SHARD_STATE, WINDOW_AGG
+from tidegauge.core.dimensions import SpaceSaving
 from tidegauge.core.windows import is_late
 
 __all__ = ["STATE_SCHEMA", "DeadCounts", "ShardState"]
@@ -73,6 +75,11 @@ class ShardState:
     names: dict[str, int] = field(default_factory=dict)
     #: The accepted event ids of every service of the shard (jobs/panes/dedup.py).
     ids: SeenIds = field(default_factory=SeenIds)
+    #: Per (service or `*`, dimension), "service SEP dimension": the Space-Saving summary of its
+    #: values, which picks the ones with slices of their own (jobs/state/aggregate.py).
+    hitters: dict[str, SpaceSaving] = field(default_factory=dict)
+    #: The hour of event time (watermark // 1 h) the summaries were last aged in.
+    hitters_hour: int = 0
 
     def evict(self, watermark_ms: int) -> None:
         """Forget the panes and sessions no open window needs; drop services with nothing left.
@@ -99,7 +106,11 @@ class ShardState:
         """Versioned blob: header, every service's sessions, one table of all panes, names, ids."""
         names = sorted(self.services)
         specs = next(iter(self.services.values())).specs if self.services else ()
-        head = json.dumps({"specs": [s.key for s in specs], "services": names}).encode()
+        header: dict[str, Any] = {"specs": [s.key for s in specs], "services": names}
+        if self.hitters:  # (a key of its own: states without dimensions read as before)
+            header["hitters"] = {k: self.hitters[k].to_json() for k in sorted(self.hitters)}
+            header["hitters_hour"] = self.hitters_hour
+        head = json.dumps(header).encode()
         sessions = [_session_bytes(self.services[n]) for n in names]
         code: list[int] = []
         start: list[int] = []
@@ -150,8 +161,9 @@ class ShardState:
             )
         pos = _SHARD_HEAD_END
         try:
+            head: dict[str, Any] = {}
             if version >= 4:
-                services, pos = _services_v4(blob, pos, n, cfg)
+                services, pos, head = _services_v4(blob, pos, n, cfg)
             else:
                 services, pos = _services_v3(blob, pos, n, cfg)
             names: dict[str, int] = {}
@@ -174,7 +186,11 @@ class ShardState:
         if pos != len(blob):
             raise ValueError(_TRUNCATED)
         _gather_ids(services, ids)
-        return cls(shards, services, names, ids)
+        capacity = hitter_capacity(cfg)
+        hitters = {
+            k: SpaceSaving.from_json(capacity, rows) for k, rows in head.get("hitters", {}).items()
+        }
+        return cls(shards, services, names, ids, hitters, int(head.get("hitters_hour", 0)))
 
 
 def _session_bytes(sw: ServiceWindows) -> bytes:
@@ -182,10 +198,19 @@ def _session_bytes(sw: ServiceWindows) -> bytes:
     return b"" if s is None or (not len(s.users) and not s.buckets) else s.to_bytes()
 
 
+def hitter_capacity(cfg: ExecutorConfig) -> int:
+    """Counters of each (service, dimension) summary: 4x the values it keeps.
+
+    The values kept are ranked among several times as many candidates
+    (tidegauge/core/dimensions.py).
+    """
+    return 4 * cfg.dimension_values
+
+
 def _services_v4(
     blob: bytes, pos: int, n: int, cfg: ExecutorConfig
-) -> tuple[dict[str, ServiceWindows], int]:
-    """The services of a version 4 shard state, and the position after them."""
+) -> tuple[dict[str, ServiceWindows], int, dict[str, Any]]:
+    """The services of a version 4 shard state, the position after them, and its header."""
     (n_head,) = _LEN.unpack_from(blob, pos)
     pos += _LEN.size
     head = json.loads(blob[pos : pos + n_head])
@@ -225,7 +250,7 @@ def _services_v4(
         lo, hi = bounds[i], bounds[i + 1]
         panes = {start[k]: blob[begins[k] : ends_list[k]] for k in range(lo, hi)}
         services[name] = ServiceWindows(cfg.specs, panes, sessions[i])
-    return services, (ends_list[-1] if n_panes else pos)
+    return services, (ends_list[-1] if n_panes else pos), head
 
 
 def _check_panes(blob: bytes, begins: list[int], sizes: npt.NDArray[np.int64]) -> None:

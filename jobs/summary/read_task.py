@@ -35,6 +35,12 @@ from jobs.source.offset_log import BatchClock, batch_clock
 from jobs.summary.schema import SUMMARY_SCHEMA
 from jobs.summary.settings import ExecutorConfig
 from jobs.summary.slots import slots_for
+from tidegauge.core.dimensions import (
+    DEFAULT_VALUES,
+    Dimension,
+    parse_dimensions,
+    register_dimension_fields,
+)
 from tidegauge.core.events import event_fields
 from tidegauge.core.plugins import ensure_plugins, load_plugins, loaded_plugins
 from tidegauge.core.registry import metrics
@@ -64,7 +70,9 @@ SUMMARY_RECORDS = 100_000
 
 
 def event_source_options(
-    correct_clock_skew: bool, record_format: str | None = None
+    correct_clock_skew: bool,
+    record_format: str | None = None,
+    dimensions: tuple[Dimension, ...] = (),
 ) -> dict[str, str]:
     """The options that make executors parse with this process's contract (plugins included).
 
@@ -77,6 +85,8 @@ def event_source_options(
         "plugins": json.dumps(list(loaded_plugins())),
         "metricNames": json.dumps([m.name for m in metrics()]),
         "fieldNames": json.dumps([f.name for f in event_fields()]),
+        # (after the plugins' fields: executors register them after loading the plugins)
+        "dimensions": json.dumps([d.name for d in dimensions]),
     }
 
 
@@ -90,10 +100,14 @@ class EventStreamReader(KafkaStreamReader):
         self.plugins = tuple(json.loads(options.get("plugins", "[]")))
         self.metric_names = tuple(json.loads(options.get("metricNames", "null")) or ())
         self.field_names = tuple(json.loads(options.get("fieldNames", "null")) or ())
+        self.dimensions = parse_dimensions(json.loads(options.get("dimensions", "[]")))
 
     def _parser(self) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
         from jobs.parse.parser import make_parser
 
+        if self.dimensions:
+            load_plugins(self.plugins)
+            register_dimension_fields(self.dimensions)
         if self.metric_names or self.field_names:
             ensure_plugins(self.plugins, self.metric_names, self.field_names)
         return make_parser(self.correct_clock_skew, record_format=self.record_format)
@@ -113,6 +127,8 @@ def summary_source_options(
     shards: int = 1,
     max_services: int = 0,
     record_format: str | None = None,
+    dimensions: tuple[Dimension, ...] = (),
+    dimension_values: int = DEFAULT_VALUES,
 ) -> dict[str, str]:
     """`event_source_options` plus the window settings the read tasks summarise with.
 
@@ -120,7 +136,8 @@ def summary_source_options(
     job's `--max-services`, which the planner shares out among them (jobs/summary/slots.py).
     """
     return {
-        **event_source_options(correct_clock_skew, record_format),
+        **event_source_options(correct_clock_skew, record_format, dimensions),
+        "dimensionValues": str(dimension_values),
         "windows": json.dumps([s.key for s in specs]),
         "allowedLatenessMs": str(allowed_lateness_ms),
         "lateEventsMax": str(late_events_max),
@@ -162,6 +179,7 @@ class SummaryStreamReader(EventStreamReader):
         self.dedup = options.get("dedup", "true") == "true"
         self.shards = int(options.get("stateShards", "1"))
         self.max_services = int(options.get("maxServices", "0"))
+        self.dimension_values = int(options.get("dimensionValues", str(DEFAULT_VALUES)))
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         """The Kafka source's tasks, each told the batch's watermark, timestamp and slots."""
@@ -193,6 +211,8 @@ class SummaryStreamReader(EventStreamReader):
             dedup=self.dedup,
             max_services=self.max_services,
             slots=partition.slots,
+            dimensions=self.dimensions,
+            dimension_values=self.dimension_values,
         )
         clock = partition.clock
         pending: list[pa.RecordBatch] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from jobs.summary.slots import even
+from tidegauge.core.dimensions import DEFAULT_VALUES, Dimension
 from tidegauge.core.events import EventField, event_fields
 from tidegauge.core.registry import metrics
 from tidegauge.core.windows import WindowSpec, primary_size
@@ -43,6 +44,10 @@ class ExecutorConfig:
     slots: tuple[int, ...] = ()
     #: How long (event time, by the watermark) a tracked name without events keeps its slot.
     service_idle_ms: int = 3_600_000
+    #: `--dimension`s: the slices each event is also counted in (tidegauge/core/dimensions.py).
+    dimensions: tuple[Dimension, ...] = ()
+    #: Values with a slice of their own per (service, dimension); the rest are `(other)`.
+    dimension_values: int = DEFAULT_VALUES
 
     def __post_init__(self) -> None:
         if self.allowed_lateness_ms < 0:
@@ -53,6 +58,8 @@ class ExecutorConfig:
             raise ValueError("late_events_max must be >= 0")
         if self.max_services < 0:
             raise ValueError("max_services must be >= 0")
+        if self.dimension_values < 1:
+            raise ValueError("dimension_values must be >= 1")
 
     def shard_slots(self, shard: int) -> int | None:
         """Shard `shard`'s quota of names in this batch (None: no limit; jobs/summary/slots.py).

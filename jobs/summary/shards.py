@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-__all__ = ["SPARK_HASH_SEED", "shard_of", "spark_hash"]
+__all__ = ["SPARK_HASH_SEED", "group_shard", "shard_of", "spark_hash"]
 
 #: The seed of Spark SQL's `hash` function.
 SPARK_HASH_SEED = 42
@@ -61,3 +61,20 @@ def spark_hash(value: str, seed: int = SPARK_HASH_SEED) -> int:
 def shard_of(service: str, shards: int) -> int:
     """The state shard of `service`: Spark's `pmod(hash(service), shards)` (cached per process)."""
     return spark_hash(service) % shards
+
+
+#: Separates a dimension slice's parts in its group name (tidegauge/core/dimensions.py `SEP`).
+_SLICE_SEP = "\x1f"
+
+
+def group_shard(name: str, shards: int) -> int:
+    """The state shard of a state group: a service's, or a dimension slice's.
+
+    A slice of a service lives with the service (its values are counted by one summary per
+    (service, dimension)); a slice across all services (`*`) with the other values of its
+    dimension.
+    """
+    if _SLICE_SEP not in name:
+        return shard_of(name, shards)
+    service, dim, _ = name.split(_SLICE_SEP, 2)
+    return shard_of(service if service != "*" else service + _SLICE_SEP + dim, shards)

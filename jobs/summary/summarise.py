@@ -58,8 +58,10 @@ from jobs.summary.chunk import (
 from jobs.summary.late_events import concat, late_columns
 from jobs.summary.schema import SUMMARY_ARROW, SummaryKind
 from jobs.summary.settings import ExecutorConfig
-from jobs.summary.shards import shard_of
+from jobs.summary.shards import group_shard
+from jobs.summary.slices import EXTRA, with_slices
 from sketches.tg64 import hash32
+from tidegauge.core.dimensions import SEP
 from tidegauge.core.events import BUILT_IN_FIELDS, EventField
 from tidegauge.core.freshness import encode_times
 from tidegauge.core.windows import (
@@ -148,7 +150,7 @@ def _event_columns(
 
 
 #: Prefix of registered event fields' columns in `Columns`.
-_EXTRA = "extra:"
+_EXTRA = EXTRA
 
 
 def service_summary(
@@ -199,21 +201,32 @@ def chunk_summary(
         }
     size = primary_size(cfg.specs)
     classes = classify_many(tumbling_starts(event_ms, size) + size, watermark_ms, front)
+    # Arrivals and late events are of events, not of groups: a slice's copies have none.
+    own = _own_rows(codes, names)
+    if own is not None:
+        codes_own, event_ms_own = codes[own], event_ms[own]
+        arrival, classes = arrival[own], classes[own]
+    else:
+        codes_own, event_ms_own = codes, event_ms
     known = ~np.isnan(arrival)
     parts = []
     if proc_ms is not None:
-        bucket = np.full(len(event_ms), tumbling_start(proc_ms, size), dtype=np.int64)
-        parts.append(_arrival_table(ARRIVAL_DOMAINS.index("processing"), codes, bucket, classes))
+        bucket = np.full(len(event_ms_own), tumbling_start(proc_ms, size), dtype=np.int64)
+        domain = ARRIVAL_DOMAINS.index("processing")
+        parts.append(_arrival_table(domain, codes_own, bucket, classes))
     if known.any():
         bucket = tumbling_starts(arrival[known].astype(np.int64), size)
         broker = ARRIVAL_DOMAINS.index("broker")
-        parts.append(_arrival_table(broker, codes[known], bucket, classes[known]))
+        parts.append(_arrival_table(broker, codes_own[known], bucket, classes[known]))
     if parts:
         arrivals = concat_tables(parts)
         out.tables["arrivals"] = take_table(
             arrivals, np.argsort(arrivals["service"], kind="stable")
         )
     late = classes == LATE
+    if own is not None:  # positions in the chunk's rows, as `bounds` below
+        late = np.zeros(len(codes), dtype=bool)
+        late[np.flatnonzero(own)[classes == LATE]] = True
     if late.any() and cfg.late_events_max and late_events:
         bounds = np.searchsorted(codes, np.arange(n + 1)).tolist()
         picked, owners = [], []
@@ -226,6 +239,14 @@ def chunk_summary(
         out.late_events = concat(picked)
         out.tables["late_events"] = {"service": np.concatenate(owners)}
     return out
+
+
+def _own_rows(codes: npt.NDArray[np.int64], names: Sequence[str]) -> npt.NDArray[np.bool_] | None:
+    """The rows of services, not of dimension slices (None: every row is a service's)."""
+    slices = np.array([SEP in n for n in names], dtype=bool)
+    if not slices.any():
+        return None
+    return ~slices[codes]
 
 
 def spec_keys(cfg: ExecutorConfig) -> tuple[str, ...]:
@@ -462,7 +483,7 @@ def _by_service(services: pa.Array, shards: int) -> tuple[list[str], npt.NDArray
     """
     encoded = services.dictionary_encode()
     names = [str(n) for n in encoded.dictionary.to_pylist()]
-    shard = np.array([shard_of(name, shards) for name in names], np.int64)
+    shard = np.array([group_shard(name, shards) for name in names], np.int64)
     # Codes renumbered in (shard, name) order; -1 where the service is null.
     order = np.lexsort((np.array(names, dtype=object), shard)) if names else np.empty(0, np.int64)
     rank = np.empty(len(names), dtype=np.int64)
@@ -493,6 +514,8 @@ def summarise(
         if not bool(np.all((p[1:] > p[:-1]) | ((p[1:] == p[:-1]) & (o[1:] >= o[:-1])))):
             order = np.lexsort((o, p))  # Kafka order, stable
             events = take_rows(events, order)
+        if cfg.dimensions:
+            events = with_slices(events, cfg.dimensions, cfg.fields)
         names, codes = _by_service(events.pop("service"), cfg.shards)
         if len(names) > 1 or not (codes >= 0).all():
             # Rows grouped by service, Kafka order within each; rows without one left out.
@@ -502,7 +525,7 @@ def summarise(
             order = order[codes[order] >= 0]
             events, codes = take_rows(events, order), codes[order]
         summarise_shard = dedup_chunk_summary if cfg.dedup else chunk_summary
-        shard = np.array([shard_of(name, cfg.shards) for name in names], np.int64)
+        shard = np.array([group_shard(name, cfg.shards) for name in names], np.int64)
         at = np.searchsorted(shard, np.arange(cfg.shards + 1)).tolist()  # names by shard
         rows_at = np.searchsorted(codes, at).tolist()
         for s in range(cfg.shards):

@@ -15,6 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from tidegauge.core.dimensions import (
+    DEFAULT_VALUES,
+    Dimension,
+    parse_dimensions,
+    register_dimension_fields,
+)
 from tidegauge.core.durations import format_duration, parse_duration
 from tidegauge.core.formats import RecordFormat
 from tidegauge.core.kafka_options import ClientKind, client_config, parse_kafka_options
@@ -207,6 +213,10 @@ class JobConfig:
     max_services: int = 1_000
     #: How long a tracked service name without events keeps its slot (event time).
     service_idle_ms: int = 3_600_000
+    #: What each window is also sliced by (`--dimension`; tidegauge/core/dimensions.py).
+    dimensions: tuple[Dimension, ...] = ()
+    #: Values with a slice of their own per (service, dimension) (`--dimension-values`).
+    dimension_values: int = DEFAULT_VALUES
     #: How long the sink retries an unreachable Redis before the job stops (`--sink-retry-for`).
     sink_retry_ms: int = 600_000
     #: Spark settings given with `--conf KEY=VALUE`, applied over Tidegauge's own
@@ -246,6 +256,8 @@ class JobConfig:
             raise ValueError("--sink-retry-for must be >= 0")
         if self.max_services < 0:
             raise ValueError("--max-services must be 0 (no limit) or positive")
+        if not 1 <= self.dimension_values <= 10_000:
+            raise ValueError("--dimension-values must be between 1 and 10000")
         for key, _ in self.spark_conf:
             if not key.startswith("spark."):
                 raise ValueError(f"--conf {key}: Spark settings start with 'spark.'")
@@ -386,6 +398,8 @@ def job_config_from_args(args: argparse.Namespace) -> JobConfig:
     The flags are declared in jobs/cli.py; connection settings may come from the environment.
     """
     available_now = args.trigger.strip().lower() in ("available-now", "availablenow", "once")
+    dimensions = parse_dimensions(args.dimension or ())
+    register_dimension_fields(dimensions)  # fields a --field map may fill
     return JobConfig(
         kafka=KafkaSettings.from_env(
             bootstrap=args.bootstrap, topic=args.topic, options=args.kafka_option
@@ -412,6 +426,8 @@ def job_config_from_args(args: argparse.Namespace) -> JobConfig:
         dedup=not args.no_dedup,
         max_services=args.max_services,
         service_idle_ms=parse_duration(args.service_idle),
+        dimensions=dimensions,
+        dimension_values=args.dimension_values,
         sink_retry_ms=parse_duration(args.sink_retry_for),
         spark_conf=tuple(parse_conf(c) for c in args.conf or ()),
         retention=Retention.parse(args.retention),

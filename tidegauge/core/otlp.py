@@ -16,7 +16,9 @@ event of the contract:
 * `user_id`: `enduser.id`, else `user.id` (span, then resource);
 * `event_id`: trace id + span id (hex): a span the collector sent twice counts once.
 
-The span's other attributes are left for dimensions to come. A record that is not a trace
+A registered string field (a `--dimension`'s, tidegauge/core/dimensions.py) is read from the
+attribute of its name or of its aliases (`route`: `http.route`, `region`: `cloud.region`, ...),
+the span's first, then the resource's. A record that is not a trace
 message is one dead letter; a span that does not make an event (no `service.name`, an end
 before its start, a value the contract refuses) is a dead letter of its own, with the span
 named in the detail and the record's bytes kept. Spans of other kinds are skipped, not counted.
@@ -30,12 +32,15 @@ from typing import Any
 
 import orjson
 
+from tidegauge.core.dimensions import attribute_keys
 from tidegauge.core.events import (
+    BUILT_IN_FIELDS,
     MAX_RECORD_BYTES,
     EventValues,
     Reason,
     Rejected,
     check_values,
+    event_fields,
 )
 
 __all__ = ["SPAN_KINDS", "DEFAULT_SPAN_KINDS", "decoder"]
@@ -56,13 +61,21 @@ _READ = frozenset(("service.name", *_HTTP_STATUS, *_USER))
 _Span = tuple[str, str, int, int, int, dict[str, Any], int]
 
 Decoder = Callable[[bytes | None, int, int], list[EventValues | Rejected]]
-_Reader = Callable[[bytes, frozenset[int]], Iterator[tuple[int, dict[str, Any], _Span]]]
+_Reader = Callable[
+    [bytes, frozenset[int], frozenset[str]], Iterator[tuple[int, dict[str, Any], _Span]]
+]
 
 
 def decoder(encoding: str, span_kinds: Sequence[str] = DEFAULT_SPAN_KINDS) -> Decoder:
     """The function from a record's value to its spans' events (and dead letters)."""
     kinds = frozenset(SPAN_KINDS[k] for k in span_kinds)
     read: _Reader = _proto_resources if encoding == "otlp_proto" else _json_resources
+    extra = [
+        (f.name, attribute_keys(f.name))
+        for f in event_fields()[len(BUILT_IN_FIELDS) :]
+        if f.type == "string"
+    ]
+    keys = _READ | {k for _, ks in extra for k in ks}
 
     def decode(value: bytes | None, partition: int, offset: int) -> list[EventValues | Rejected]:
         if not value:
@@ -76,10 +89,10 @@ def decoder(encoding: str, span_kinds: Sequence[str] = DEFAULT_SPAN_KINDS) -> De
                 )
             ]
         try:
-            chosen = list(read(value, kinds))
+            chosen = list(read(value, kinds, keys))
         except _NotTraces as e:
             return [Rejected(e.reason, str(e))]
-        return [_event(resource, span, n) for n, resource, span in chosen]
+        return [_event(resource, span, n, extra) for n, resource, span in chosen]
 
     return decode
 
@@ -90,7 +103,12 @@ class _NotTraces(ValueError):
         self.reason = reason
 
 
-def _event(resource: Mapping[str, Any], span: _Span, n: int) -> EventValues | Rejected:
+def _event(
+    resource: Mapping[str, Any],
+    span: _Span,
+    n: int,
+    extra: Sequence[tuple[str, tuple[str, ...]]] = (),
+) -> EventValues | Rejected:
     trace_id, span_id, _, start_ns, end_ns, attrs, status_code = span
     service = resource.get("service.name")
     if not isinstance(service, str) or not service:
@@ -114,10 +132,22 @@ def _event(resource: Mapping[str, Any], span: _Span, n: int) -> EventValues | Re
         "status": status,
         "user_id": None if user is None else user if type(user) is str else str(user),
     }
+    for name, keys in extra:
+        obj[name] = _first(keys, attrs, resource)
     got = check_values(obj)
     if isinstance(got, Rejected):
         return _rejected(span, n, got.reason, got.detail)
     return got
+
+
+def _first(keys: Sequence[str], *scopes: Mapping[str, Any]) -> str | None:
+    """The first of `keys` set in the first scope that has one, as a string."""
+    for scope in scopes:
+        for k in keys:
+            v = scope.get(k)
+            if v is not None and v != "":
+                return v if type(v) is str else str(v)
+    return None
 
 
 def _rejected(span: _Span, n: int, reason: Reason, detail: str) -> Rejected:
@@ -129,7 +159,7 @@ def _rejected(span: _Span, n: int, reason: Reason, detail: str) -> Rejected:
 
 
 def _proto_resources(
-    value: bytes, kinds: frozenset[int]
+    value: bytes, kinds: frozenset[int], keys: frozenset[str] = _READ
 ) -> Iterator[tuple[int, dict[str, Any], _Span]]:
     """(span number in the message, resource attributes, span) of each span of `kinds`."""
     from google.protobuf.message import DecodeError
@@ -148,7 +178,7 @@ def _proto_resources(
         raise _NotTraces(Reason.NOT_AN_OBJECT, "not an OTLP trace message: no resource spans")
     n = 0
     for rs in request.resource_spans:
-        resource = _proto_attributes(rs.resource.attributes)
+        resource = _proto_attributes(rs.resource.attributes, keys)
         for ss in rs.scope_spans:
             for s in ss.spans:
                 n += 1
@@ -163,14 +193,14 @@ def _proto_resources(
                         s.kind,
                         s.start_time_unix_nano,
                         s.end_time_unix_nano,
-                        _proto_attributes(s.attributes),
+                        _proto_attributes(s.attributes, keys),
                         s.status.code,
                     ),
                 )
 
 
-def _proto_attributes(attributes: Any) -> dict[str, Any]:
-    return {kv.key: _proto_value(kv.value) for kv in attributes if kv.key in _READ}
+def _proto_attributes(attributes: Any, keys: frozenset[str]) -> dict[str, Any]:
+    return {kv.key: _proto_value(kv.value) for kv in attributes if kv.key in keys}
 
 
 def _proto_value(v: Any) -> Any:
@@ -186,7 +216,7 @@ def _proto_value(v: Any) -> Any:
 
 
 def _json_resources(
-    value: bytes, kinds: frozenset[int]
+    value: bytes, kinds: frozenset[int], keys: frozenset[str] = _READ
 ) -> Iterator[tuple[int, dict[str, Any], _Span]]:
     """OTLP's JSON encoding: camelCase keys, ids in hex, 64-bit integers often as strings."""
     try:
@@ -204,7 +234,7 @@ def _json_resources(
     n = 0
     for rs in obj["resourceSpans"]:
         rs = _dict(rs)
-        resource = _json_attributes(_dict(rs.get("resource")).get("attributes"))
+        resource = _json_attributes(_dict(rs.get("resource")).get("attributes"), keys)
         for ss in _list(rs.get("scopeSpans")):
             for s in _list(_dict(ss).get("spans")):
                 if type(s) is not dict:
@@ -222,7 +252,7 @@ def _json_resources(
                         kind,
                         _int(s.get("startTimeUnixNano")),
                         _int(s.get("endTimeUnixNano")),
-                        _json_attributes(s.get("attributes")),
+                        _json_attributes(s.get("attributes"), keys),
                         _int(_dict(s.get("status")).get("code")),
                     ),
                 )
@@ -267,10 +297,10 @@ def _hex_id(v: Any) -> str:
     return v.lower()
 
 
-def _json_attributes(v: Any) -> dict[str, Any]:
+def _json_attributes(v: Any, keys: frozenset[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kv in _list(v):
-        if type(kv) is not dict or kv.get("key") not in _READ:
+        if type(kv) is not dict or kv.get("key") not in keys:
             continue
         val = kv.get("value")
         if type(val) is not dict or len(val) != 1:

@@ -91,6 +91,19 @@ class Keys:
         return f"{self.prefix}:services"
 
     @property
+    def dimensions(self) -> str:
+        """Set of the dimensions (`--dimension`) with a store of their own (`by`)."""
+        return f"{self.prefix}:dimensions"
+
+    def by(self, dimension: str) -> Keys:
+        """The store of a dimension's slices: the same layout under `{prefix}:by:{dimension}`.
+
+        Its members ("services") are `service SEP value` and `* SEP value`
+        (tidegauge/core/dimensions.py); its windows have no `*` row.
+        """
+        return Keys(f"{self.prefix}:by:{dimension}")
+
+    @property
     def services_seen(self) -> str:
         """Sorted set: service -> start (ms) of its newest window; expires names with the data."""
         return f"{self.prefix}:services:seen"
