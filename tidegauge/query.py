@@ -15,11 +15,18 @@ from tidegauge.alerts.rules import STATES, Firing, describe_firing
 from tidegauge.alerts.store import read_alert_heartbeat, read_alert_log, read_firings
 from tidegauge.core import store
 from tidegauge.core.config import RedisSettings, redact_url
+from tidegauge.core.dimensions import split_member
 from tidegauge.core.durations import format_duration, parse_duration, parse_instant, to_iso
 from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.metrics import added_result_fields, field_label
 from tidegauge.core.store import ALL_SERVICES
-from tidegauge.core.store.ranking import RANK_BY, rank_services, ranked_parts, read_service_totals
+from tidegauge.core.store.ranking import (
+    RANK_BY,
+    ServiceTotals,
+    rank_services,
+    ranked_parts,
+    read_service_totals,
+)
 from tidegauge.core.windows import WindowSpec
 
 __all__ = ["add_arguments", "format_freshness", "run"]
@@ -56,10 +63,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--top",
         type=int,
         metavar="N",
-        help="only the N services with the most events (or --by errors, the highest --by p99) "
-        "over the range, and *",
+        help="only the N services (or values, with --by) with the most events (or --metric "
+        "errors, the highest --metric p99) over the range, and *",
     )
-    w.add_argument("--by", choices=RANK_BY, default="events", help="what --top ranks by")
+    w.add_argument("--metric", choices=RANK_BY, help="what --top ranks by (default events)")
+    w.add_argument(
+        "--by",
+        metavar="DIMENSION",
+        help="the values of a dimension (the job's --dimension) instead of services: of "
+        "--service, or of all services (*)",
+    )
+
+    t = sub.add_parser(
+        "top", help="the values of a dimension (or the services) ranked over a time range"
+    )
+    common(t)
+    t.add_argument("--by", metavar="DIMENSION", help="a dimension (default: the services)")
+    t.add_argument("--service", help="with --by: the values of this service (default: *)")
+    t.add_argument("--metric", choices=RANK_BY, default="events", help="rank by (default events)")
+    t.add_argument("--from", dest="range_from", default="15m", help="start (default 15m ago)")
+    t.add_argument("--to", dest="range_to", help="end (default: now)")
+    t.add_argument("--limit", type=int, default=10, help="rows shown (default 10)")
 
     g = sub.add_parser("range", help="metrics of a time range, merged from its windows' sketches")
     common(g)
@@ -144,6 +168,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.view == "windows":
             return _windows(r, keys, args, now)
+        if args.view == "top":
+            return _top(r, keys, args, now)
         if args.view == "status":
             return _status(r, keys, args, now)
         if args.view == "range":
@@ -163,11 +189,36 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(e))
 
 
+def _dimension(r: redis.Redis, keys: store.Keys, args: argparse.Namespace) -> str | None:
+    """`--by`: a stored dimension (ValueError naming the stored ones), or None.
+
+    (`--by events|errors|p99` once said what `--top` ranks by: without a dimension of that
+    name it still does, with a note to say `--metric`.)
+    """
+    if not args.by:
+        return None
+    stored = sorted(store.read_dimensions(r, keys))
+    if args.by in stored:
+        return str(args.by)
+    if args.by in RANK_BY and getattr(args, "metric", "") is None:
+        print(f"note: --by {args.by} ranks --top: say --metric {args.by}", file=sys.stderr)
+        args.metric = args.by
+        return None
+    raise ValueError(
+        f"no dimension {args.by!r} is stored; "
+        + (f"stored: {', '.join(stored)}" if stored else "the job has no --dimension")
+    )
+
+
 def _windows(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int) -> int:
     since = parse_instant(args.since, now) if args.since else None
     until = parse_instant(args.until, now) if args.until else None
     if args.resolution and args.window:
         raise ValueError("--resolution picks among the retention tiers: leave out --window")
+    dim = _dimension(r, keys, args)
+    args.metric = args.metric or "events"
+    if dim is not None:
+        return _windows_by(r, keys, dim, args, since, until)
     spec = store.stored_spec(r, keys, args.window) if args.window else None
     only, ranked = _top_services(r, keys, args, spec, since, until)
     tiered = None
@@ -251,13 +302,140 @@ def _top_services(
     lo, hi = 0 if since is None else since, 2**62 if until is None else until
     size = parse_duration(args.resolution) if args.resolution else 0
     parts = ranked_parts(r, keys, spec, lo, hi, size)
-    totals = read_service_totals(r, keys, parts, with_p99=args.by == "p99")
-    top = rank_services(totals, args.by, args.top)
+    totals = read_service_totals(r, keys, parts, with_p99=args.metric == "p99")
+    top = rank_services(totals, args.metric, args.top)
     rest = len(totals) - len(top)
-    line = f"top {len(top)} of {len(totals)} services by {args.by}" + (
+    line = f"top {len(top)} of {len(totals)} services by {args.metric}" + (
         f"; {rest} others in * only" if rest else ""
     )
     return [ALL_SERVICES, *top], line
+
+
+def _windows_by(
+    r: redis.Redis,
+    keys: store.Keys,
+    dim: str,
+    args: argparse.Namespace,
+    since: int | None,
+    until: int | None,
+) -> int:
+    """`windows --by DIMENSION`: the windows of each value of one service (or of `*`)."""
+    of = args.service or ALL_SERVICES
+    by = keys.by(dim)
+    spec = store.stored_spec(r, by, args.window) if args.window else None
+    values = store.dimension_values(r, by, of)
+    ranked = None
+    if args.top is not None:
+        if args.top < 1:
+            raise ValueError("--top takes a number of values, 1 or more")
+        totals = _value_totals(r, by, of, spec, since, until, args.resolution, args.metric)
+        top = rank_services(totals, args.metric, args.top)
+        values = [m for m in values if m in top]
+        rest = len(totals) - len(top)
+        ranked = f"top {len(top)} of {len(totals)} {dim} values of {of} by {args.metric}" + (
+            f"; {rest} others not shown" if rest else ""
+        )
+    rows = store.read_windows(r, by, spec=spec, since_ms=since, until_ms=until, services=values)
+    if args.json:
+        out = []
+        for row in rows:
+            d = row.to_dict()
+            d["service"], d[dim] = split_member(row.service)
+            out.append(d)
+        json.dump(out, sys.stdout)
+        print()
+        return 0
+    print(f"{dim} of {'all services' if of == ALL_SERVICES else of}")
+    print(
+        f"{'window_start (UTC)':<26}{dim:<24}{'count':>8}{'ev/s':>9}{'err%':>7}"
+        f"{'p50':>9}{'p99':>9}{'users':>8}{'late':>7}{'dups':>7}"
+    )
+    for row in rows:
+        p50 = "-" if row.p50 is None else f"{row.p50:.1f}"
+        p99 = "-" if row.p99 is None else f"{row.p99:.1f}"
+        print(
+            f"{to_iso(row.window_start):<26}{split_member(row.service)[1]:<24}{row.count:>8}"
+            f"{row.events_per_s:>9.1f}{100 * row.error_rate:>7.2f}{p50:>9}{p99:>9}"
+            f"{row.distinct_users:>8}{row.late:>7}{row.duplicates:>7}"
+        )
+    if not rows:
+        print(f"(no windows of {dim} values of {of} stored)")
+    if ranked is not None:
+        print(ranked)
+    return 0
+
+
+def _value_totals(
+    r: redis.Redis,
+    by: store.Keys,
+    of: str,
+    spec: WindowSpec | None,
+    since: int | None,
+    until: int | None,
+    resolution: str | None,
+    metric: str,
+) -> dict[str, ServiceTotals]:
+    """The totals over the range of every value of `of` in a dimension's store."""
+    if spec is None:
+        specs = store.read_window_specs(r, by)
+        if not specs:
+            return {}
+        spec = specs[0]
+    lo, hi = 0 if since is None else since, 2**62 if until is None else until
+    size = parse_duration(resolution) if resolution else 0
+    parts = ranked_parts(r, by, spec, lo, hi, size)
+    totals = read_service_totals(r, by, parts, with_p99=True)
+    return {m: t for m, t in totals.items() if split_member(m)[0] == of}
+
+
+def _top(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int) -> int:
+    """`top`: the values of a dimension (or the services) over a range, ranked."""
+    since = parse_instant(args.range_from, now)
+    until = parse_instant(args.range_to, now) if args.range_to else now
+    if args.limit < 1:
+        raise ValueError("--limit takes a number of rows, 1 or more")
+    args.metric = args.metric or "events"
+    dim = _dimension(r, keys, args)
+    if dim is None:
+        if args.service:
+            raise ValueError("--service picks whose values --by ranks: give --by DIMENSION")
+        specs = store.read_window_specs(r, keys)
+        parts = ranked_parts(r, keys, specs[0], since, until, 0) if specs else []
+        totals = read_service_totals(r, keys, parts, with_p99=True)
+        what, of = "services", None
+    else:
+        of = args.service or ALL_SERVICES
+        totals = _value_totals(r, keys.by(dim), of, None, since, until, None, args.metric)
+        what = f"{dim} values of {'all services' if of == ALL_SERVICES else of}"
+    ranked = [totals[n] for n in rank_services(totals, args.metric, args.limit)]
+    label = dim or "service"
+    names = [split_member(t.service)[1] if dim else t.service for t in ranked]
+    if args.json:
+        out = [
+            {
+                label: name,
+                **({"service": of} if dim else {}),
+                "events": t.events,
+                "errors": t.errors,
+                "error_rate": t.errors / t.events if t.events else 0.0,
+                "p99": t.p99,
+            }
+            for name, t in zip(names, ranked, strict=True)
+        ]
+        print(json.dumps(out))
+        return 0
+    print(
+        f"top {len(ranked)} of {len(totals)} {what} by {args.metric}, "
+        f"{to_iso(since)} .. {to_iso(until)}"
+    )
+    print(f"{label:<32}{'events':>10}{'errors':>9}{'err%':>7}{'p99':>10}")
+    for name, t in zip(names, ranked, strict=True):
+        rate = 100 * t.errors / t.events if t.events else 0.0
+        p99 = "-" if t.p99 is None else f"{t.p99:.1f}"
+        print(f"{name:<32}{t.events:>10}{t.errors:>9}{rate:>7.2f}{p99:>10}")
+    if not ranked:
+        print("(nothing stored in that range)")
+    return 0
 
 
 def _range(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int) -> int:

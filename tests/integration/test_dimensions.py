@@ -12,6 +12,7 @@ as duplicates of their slices, and the services' own windows exactly as without 
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -179,3 +180,51 @@ def test_spans_sliced_by_route_region_and_status_class_equal_the_spans(
     # the services' own store has no slices, and its `*` counts each span once
     assert all(SEP not in name for _, name in services)
     assert sum(w.count for (_, name), w in services.items() if name == "*") == len(spans)
+
+    # `query`: a service's routes window by window, and all services' routes ranked over the range
+    prefix = ["--redis", redis_settings.url]
+    got = json.loads(
+        tidegauge(
+            "query", "windows", "--by", "route", "--service", "checkout", "--json", *prefix
+        ).stdout
+    )
+    truth = _truth(spans, "route")
+    want = {
+        (start, name.split(SEP)[1]): cell["count"]
+        for (start, name), cell in truth.items()
+        if name.startswith("checkout" + SEP)
+    }
+    assert {(g["window_start"], g["route"]): g["count"] for g in got} == want
+    assert {g["service"] for g in got} == {"checkout"}
+    since, until = str(T_NS // 1_000_000), str(T_NS // 1_000_000 + 130_000)
+    top = json.loads(
+        tidegauge(
+            "query", "top", "--by", "route", "--from", since, "--to", until, "--json", *prefix
+        ).stdout
+    )
+    totals: Counter[str] = Counter()
+    for (_, name), cell in truth.items():
+        if name.startswith("*" + SEP):
+            totals[name.split(SEP)[1]] += cell["count"]
+    assert [(t["route"], t["events"]) for t in top] == sorted(
+        totals.items(), key=lambda kv: (-kv[1], kv[0])
+    )
+    errors = json.loads(
+        tidegauge(
+            "query",
+            "top",
+            "--by",
+            "status_class",
+            "--metric",
+            "errors",
+            "--from",
+            since,
+            "--to",
+            until,
+            "--json",
+            *prefix,
+        ).stdout
+    )
+    assert errors[0]["status_class"] == "5xx" and errors[0]["errors"] == errors[0]["events"]
+    unknown = tidegauge("query", "top", "--by", "zone", *prefix, check=False)
+    assert unknown.returncode == 1 and "stored: region, route, status_class" in unknown.stderr

@@ -23,6 +23,7 @@ from tidegauge.core.store.arrivals import (
     read_arrivals,
     read_newest_arrival_start,
 )
+from tidegauge.core.store.dimensions import dimension_values, read_dimensions
 from tidegauge.core.store.keys import (
     ALL_SERVICES,
     ControlFields,
@@ -109,6 +110,8 @@ __all__ = [
     "read_dead_counts",
     "read_dead_letters",
     "read_services",
+    "read_dimensions",
+    "dimension_values",
     "read_status",
     "read_peaks",
     "read_range",
