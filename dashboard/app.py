@@ -25,6 +25,7 @@ import redis
 import streamlit as st
 
 from dashboard import chart, data, figures, panels, view_url
+from dashboard.breakdown import BreakdownView, breakdown_table, trend_frame
 from dashboard.copy_button import copy_button
 from dashboard.dead_letters import dead_counts_frame, dead_letters_frame
 from dashboard.health import job_starts
@@ -135,6 +136,10 @@ def _current_view() -> view_url.View:
         wall=bool(state.get("wall", link.wall)),
         top=None if top == data.DEFAULT_TOP else top,
         rank_by=state.get("rank_by", link.rank_by),
+        dimension=state.get("dim", link.dimension),
+        dimension_of=state.get("dim_of", link.dimension_of),
+        dimension_value=state.get("dim_value", link.dimension_value),
+        dimension_by=state.get("dim_by", link.dimension_by),
     )
 
 
@@ -380,6 +385,117 @@ def _events_chart(snap: data.Snapshot, d: Derived, f: data.Filters, windows: pd.
     )
     if snap.resolution:
         st.caption(f"Resolution: {snap.resolution} (older windows live on as roll-ups)")
+
+
+def _picked(key: str, is_value: bool) -> None:
+    """A pick of the breakdown's selectbox `key` (its callback): a value, or a service."""
+    picked = st.session_state.get(key)
+    st.session_state[key] = None  # a pick is an action, not a setting
+    if picked is None:
+        return
+    if is_value:
+        _drill(ALL_SERVICES, picked)
+    else:
+        _drill(picked, None)
+
+
+def _drill(of: str, value: str | None) -> None:
+    """Drill the breakdown: into a service's values, or back out (a button's callback)."""
+    st.session_state["dim_of"] = of
+    st.session_state["dim_value"] = value
+
+
+def _breakdown(snap: data.Snapshot, d: Derived, f: data.Filters) -> None:
+    """Top values of a dimension over the range, with their trend; drill into a service."""
+    dims = d.get("dimensions", lambda: data.stored_dimensions(settings.redis.url, keys.prefix))
+    if not dims:
+        return  # the job slices by nothing (`--dimension`): no panel
+    st.subheader("Breakdown")
+    link = _link()
+    cols = st.columns([1, 1, 1, 1.4])
+    dim = cols[0].selectbox(
+        "By",
+        dims,
+        index=dims.index(link.dimension) if link.dimension in dims else 0,
+        key="dim",
+        help="A dimension the job slices by (`tidegauge job --dimension`, docs/dimensions.md).",
+    )
+    ofs = [ALL_SERVICES, *snap.services]
+    if st.session_state.get("dim_of", link.dimension_of) not in ofs:
+        st.session_state.pop("dim_of", None)
+    of = cols[1].selectbox(
+        "Of",
+        ofs,
+        index=ofs.index(link.dimension_of) if link.dimension_of in ofs else 0,
+        key="dim_of",
+        format_func=lambda s: "all services" if s == ALL_SERVICES else s,
+        help="Whose values: one service's, or all services' together.",
+    )
+    by = cols[2].radio(
+        "Ranked by",
+        RANK_BY,
+        index=RANK_BY.index(link.dimension_by),
+        key="dim_by",
+        horizontal=True,
+    )
+    value = st.session_state.get("dim_value", link.dimension_value)
+    view = BreakdownView(dim, of, value, by, f.top or 0, f.range_ms)
+    b = data.shared_breakdown(settings.redis.url, keys.prefix, settings.refresh_ms, view)
+    labels = [b.label(t.service) for t in b.ranked]
+    if value is None:
+        cols[3].selectbox(
+            "Only the value",
+            [None, *labels],
+            key="dim_pick",
+            on_change=_picked,
+            args=("dim_pick", True),
+            format_func=lambda x: "(every value)" if x is None else x,
+            help="One value: which services its events come from.",
+        )
+    else:
+        cols[3].button(
+            f"← every {dim}",
+            key="dim_back",
+            on_click=_drill,
+            args=(of, None),
+            help="Back to every value",
+        )
+    what = (
+        f"services with {dim} = {value}"
+        if value is not None
+        else f"values of {dim} of {'all services' if of == ALL_SERVICES else of}"
+    )
+    if not b.ranked:
+        st.info(f"No {what} in the last {format_duration(f.range_ms)}.")
+        return
+    drawn = labels[: f.top] if f.top else labels
+    st.caption(
+        f"{len(b.ranked)} {what} over the last {format_duration(f.range_ms)}, by {by}"
+        + (f"; the top {len(drawn)} drawn" if len(drawn) < len(labels) else "")
+    )
+    left, right = st.columns([1, 1.3])
+    with left:
+        st.dataframe(breakdown_table(b), hide_index=True, key="breakdown")  # a few rows
+        if value is not None:
+            st.selectbox(
+                "Drill into a service's values",
+                [None, *labels],
+                key="dim_into",
+                on_change=_picked,
+                args=("dim_into", False),
+                format_func=lambda x: "(pick a service)" if x is None else x,
+            )
+        elif of != ALL_SERVICES:
+            st.button("← all services", key="dim_out", on_click=_drill, args=(ALL_SERVICES, None))
+    with right:
+        _chart(
+            d,
+            "breakdown_trend",
+            lambda: figures.breakdown_trend(trend_frame(b), drawn, by),
+            view,
+            b.until_ms,
+            len(b.rows),
+        )
 
 
 def _order(d: Derived, name: str, frame: pd.DataFrame, f: data.Filters) -> list[str]:
@@ -649,6 +765,7 @@ def live() -> None:
     _status(snap, d, f)
     _time_domains(snap, d, f)
     _events_chart(snap, d, f, windows)
+    _breakdown(snap, d, f)
     _latency(snap, d, f, metrics)
     _users(snap, d, f, windows, metrics)
     _lateness(snap, d, f)

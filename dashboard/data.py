@@ -17,6 +17,7 @@ from typing import Any
 
 import redis
 
+from dashboard.breakdown import Breakdown, BreakdownView, read_breakdown
 from dashboard.shared import Derived, SharedReads
 from tidegauge.alerts.rules import Firing
 from tidegauge.alerts.store import read_firings
@@ -39,6 +40,7 @@ from tidegauge.core.store import (
     read_batches,
     read_dead_counts,
     read_dead_letters,
+    read_dimensions,
     read_late_events,
     read_lateness,
     read_newest_arrival_start,
@@ -436,3 +438,22 @@ def shared_snapshot(url: str, prefix: str, refresh_ms: int, f: Filters) -> tuple
         return snap, Derived()
 
     return _shared_reads(url, prefix, refresh_ms).get(f, read)
+
+
+@functools.cache
+def _shared_breakdowns(url: str, prefix: str, refresh_ms: int) -> SharedReads[Breakdown]:
+    return SharedReads(ttl_s=0.9 * refresh_ms / 1000)
+
+
+def shared_breakdown(url: str, prefix: str, refresh_ms: int, view: BreakdownView) -> Breakdown:
+    """A breakdown (dashboard/breakdown.py), read at most once per refresh for this process."""
+    keys = Keys(prefix)
+    cache = _closed_windows(url, keys.by(view.dimension).prefix)
+    return _shared_breakdowns(url, prefix, refresh_ms).get(
+        view, lambda: read_breakdown(client(url), keys, view, cache)
+    )
+
+
+def stored_dimensions(url: str, prefix: str) -> list[str]:
+    """The dimensions the job has written (none: the page shows no breakdown)."""
+    return read_dimensions(client(url), Keys(prefix))

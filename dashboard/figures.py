@@ -766,3 +766,40 @@ def pipeline_health(frame: pd.DataFrame) -> Figure:
         ),
     )
     return {"data": data, "layout": _layout(height=600, **axes)}
+
+
+#: The breakdown's trend: which column a ranking metric draws, and its axis title.
+_TREND = {
+    "events": ("events_per_s", "events/s"),
+    "errors": ("errors", "errors per window"),
+    "p99": ("p99", "p99 latency (ms)"),
+}
+
+
+def breakdown_trend(frame: pd.DataFrame, members: Sequence[str], metric: str) -> Figure:
+    """The drawn values (or services) of a breakdown over event time, one line each.
+
+    `frame` is a `dashboard.breakdown.trend_frame`; `members` the ranked order (busiest first),
+    which is the traces' order too, so legend toggles stay on their line.
+    """
+    if frame.empty:
+        return empty_figure("No windows of these values in the range")
+    column, title = _TREND[metric]
+    parts = {str(k): v for k, v in frame.groupby("member", sort=False)}
+    empty = frame.iloc[:0]
+    traces = []
+    for m in members:
+        part = parts.get(m, empty)
+        traces.append(
+            {
+                "type": "scatter",
+                "x": _col(part, "window_start"),
+                "y": _col(part, column),
+                "name": m,
+                "mode": "lines+markers",
+                "marker": {"size": 4},
+                "line": {"width": 1.8},
+                "hovertemplate": f"{html.escape(m)}: %{{y:.4g}}<extra></extra>",
+            }
+        )
+    return {"data": traces, "layout": _layout(xaxis=_axis("event time (UTC)"), yaxis=_axis(title))}

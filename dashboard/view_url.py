@@ -9,6 +9,8 @@ what it ignored, instead of failing.
 
     ?svc=checkout,search&kind=hopping&range=1h&lrange=5m&lsvc=checkout&broker=1&total=0&wall=1
     ?top=20&by=errors     (with no services chosen: the 20 with the most errors; top=all: every one)
+    ?dim=route&dof=checkout&dby=p99    (the breakdown: checkout's routes by p99)
+    ?dim=route&dval=/cart              (the breakdown: the services /cart comes from)
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ class View:
     #: With no services chosen, how many to draw (0: all; None: the page's default), by what.
     top: int | None = None
     rank_by: str = "events"
+    #: The breakdown panel: a dimension (None: the first stored), whose values (`*`: all
+    #: services), one value's services instead, and what ranks them.
+    dimension: str | None = None
+    dimension_of: str = "*"
+    dimension_value: str | None = None
+    dimension_by: str = "events"
     #: Parameters that could not be read, as "name=value: why".
     problems: tuple[str, ...] = field(default=(), compare=False)
 
@@ -71,6 +79,14 @@ def to_params(v: View) -> dict[str, str]:
         out["top"] = str(v.top) if v.top else "all"
     if v.rank_by != _DEFAULT.rank_by:
         out["by"] = v.rank_by
+    if v.dimension is not None:
+        out["dim"] = v.dimension
+    if v.dimension_of != _DEFAULT.dimension_of:
+        out["dof"] = v.dimension_of
+    if v.dimension_value is not None:
+        out["dval"] = v.dimension_value
+    if v.dimension_by != _DEFAULT.dimension_by:
+        out["dby"] = v.dimension_by
     return out
 
 
@@ -139,6 +155,17 @@ def from_params(
             v = replace(v, rank_by=by)
         else:
             problems.append(f"by={by}: not one of {', '.join(RANK_BY)}")
+    if (dim := get("dim")) is not None and dim:
+        v = replace(v, dimension=dim)
+    if (of := get("dof")) is not None and of:
+        v = replace(v, dimension_of=of)
+    if (val := get("dval")) is not None and val:
+        v = replace(v, dimension_value=val)
+    if (dby := get("dby")) is not None:
+        if dby in RANK_BY:
+            v = replace(v, dimension_by=dby)
+        else:
+            problems.append(f"dby={dby}: not one of {', '.join(RANK_BY)}")
     toggles = {}
     for name, attr in (("broker", "show_broker"), ("total", "show_total"), ("wall", "wall")):
         if (x := get(name)) is not None and (b := flag(name, x)) is not None:

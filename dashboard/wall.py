@@ -25,7 +25,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from dashboard import chart, data, panels, view_url
+from dashboard import chart, data, figures, panels, view_url
+from dashboard.breakdown import Breakdown, BreakdownView, trend_frame
 from dashboard.figures import Figure
 from dashboard.run import PLOTLY_JS, DashboardSettings
 from dashboard.shared import Derived
@@ -44,6 +45,7 @@ WALL_CHARTS = {
     "latency_ts": "Latency",
     "lateness_windows": "Lateness",
     "health": "Pipeline health",
+    "breakdown": "Breakdown",  # with ?dim=: one dimension's values (dashboard/breakdown.py)
 }
 
 
@@ -70,7 +72,12 @@ def filters_of(
 
 
 def document(
-    snap: data.Snapshot, d: Derived, f: data.Filters, v: view_url.View, stale_after_ms: int | None
+    snap: data.Snapshot,
+    d: Derived,
+    f: data.Filters,
+    v: view_url.View,
+    stale_after_ms: int | None,
+    breakdown: Breakdown | None = None,
 ) -> dict[str, Any]:
     """What a wall screen shows of `snap`: notices, top-row figures and charts (plotly JSON).
 
@@ -131,12 +138,29 @@ def document(
             lambda: panels.health_figure(snap),
         ),
     }
+    if breakdown is not None:
+        b = breakdown
+        drawn = [b.label(t.service) for t in b.ranked][: f.top or None]
+        builds["breakdown"] = (
+            ("chart", "breakdown_trend", b.view, b.until_ms, len(b.rows)),
+            lambda: breakdown_figure(b, drawn),
+        )
     # The same keys as the page's charts: one build serves both pages' viewers.
     charts: dict[str, orjson.Fragment] = {}
     for name, (key, build) in builds.items():
         charts[name] = orjson.Fragment(_figure(d, key, build))
     out["charts"] = charts
     return out
+
+
+def breakdown_figure(b: Breakdown, drawn: list[str]) -> Figure:
+    """The breakdown's trend, titled with what it shows (the wall has no widgets to say it)."""
+    fig = figures.breakdown_trend(trend_frame(b), drawn, b.view.metric)
+    v = b.view
+    whose = "all services" if v.of == ALL_SERVICES else v.of
+    what = f"services with {v.dimension} = {v.value}" if v.value else f"{v.dimension} of {whose}"
+    fig["layout"]["title"] = {"text": f"{what}, top {len(drawn)} by {v.metric}"}
+    return fig
 
 
 def _figure(d: Derived, key: Hashable, build: Callable[[], Figure]) -> bytes:
@@ -151,11 +175,22 @@ def _encoded(settings: DashboardSettings, params: Mapping[str, str]) -> tuple[by
         settings.redis.url, settings.redis.prefix, settings.refresh_ms, f
     )
 
+    breakdown = None
+    if v.dimension is not None:
+        bv = BreakdownView(
+            v.dimension, v.dimension_of, v.dimension_value, v.dimension_by, f.top, f.range_ms
+        )
+        breakdown = data.shared_breakdown(
+            settings.redis.url, settings.redis.prefix, settings.refresh_ms, bv
+        )
+
     def encode() -> tuple[bytes, str]:
-        body = orjson.dumps(document(snap, d, f, v, settings.stale_after_ms))
+        body = orjson.dumps(document(snap, d, f, v, settings.stale_after_ms, breakdown))
         return body, '"' + hashlib.blake2b(body, digest_size=12).hexdigest() + '"'
 
-    encoded: tuple[bytes, str] = d.get(("wall", v), encode)
+    encoded: tuple[bytes, str] = d.get(
+        ("wall", v, breakdown and (breakdown.until_ms, len(breakdown.rows))), encode
+    )
     return encoded
 
 
@@ -258,6 +293,7 @@ function render(doc) {
   for (const key of CHARTS) {
     const fig = doc.charts[key];
     const div = document.getElementById("chart-" + key);
+    div.parentElement.style.display = fig ? "" : "none";  // the breakdown: with ?dim= only
     if (fig) Plotly.react(div, fig.data, { ...fig.layout, template: { layout: DARK } }, CONFIG);
   }
   shownAt = doc.read_at_ms;

@@ -30,6 +30,7 @@ from tests.integration.helpers import tidegauge, trace, values
 from tests.integration.seed import PANELS, seed_live
 from tidegauge.core.config import ENV_REDIS_URL, RedisSettings
 from tidegauge.core.control import read_commands
+from tidegauge.core.dimensions import member
 from tidegauge.core.durations import to_iso
 from tidegauge.core.store import DeadLetter, Keys
 from tidegauge.core.store.annotations import read_annotations
@@ -614,3 +615,57 @@ def test_a_job_behind_the_topic_shows_when_it_will_have_caught_up(
     [info] = [i.value for i in at.info if "Catching up" in i.value]
     # 2,280,000 behind, gaining 40,000/s: ~57 s
     assert "2,280,000 records behind" in info and "~57s" in info, info
+
+
+def test_the_breakdown_ranks_a_dimensions_values_and_drills_into_a_service_and_back(
+    monkeypatch: pytest.MonkeyPatch, redis_settings: RedisSettings, redis_client: redis.Redis
+) -> None:
+    """Routes of services as the job stores them (one store per dimension, docs/dimensions.md)."""
+    newest = now_ms() // W * W - W
+    starts = [newest - i * W for i in range(6)]
+    routes = {
+        "checkout": {"/cart": 80, "/pay": 30, "/login": 10},
+        "search": {"/q": 200, "/cart": 5},
+    }
+    totals: dict[str, int] = {}
+    for per_service in routes.values():
+        for route, n in per_service.items():
+            totals[route] = totals.get(route, 0) + n
+    services = [window(s, svc, sum(r.values())) for s in starts for svc, r in routes.items()]
+    slices = [
+        window(s, member(svc, route), n, seed=1)
+        for s in starts
+        for svc, per_service in [*routes.items(), ("*", totals)]
+        for route, n in per_service.items()
+    ]
+    write_batch(
+        redis_client, KEYS, SinkBatch(1, services), dimensions={"route": SinkBatch(1, slices)}
+    )
+    at = run_app(monkeypatch, redis_settings.url)
+    assert not at.exception
+    assert at.selectbox(key="dim").value == "route"
+
+    def table() -> dict[str, int]:
+        frame = next(df.value for df in at.dataframe if "p99 ms" in df.value)
+        return dict(zip(frame.iloc[:, 0], frame["events"], strict=True))
+
+    # all services' routes, busiest first, over the whole range
+    assert list(table().items()) == sorted(
+        ((r, 6 * n) for r, n in totals.items()), key=lambda kv: -kv[1]
+    )
+    trend = chart(at, "breakdown_trend")
+    assert [t["name"] for t in trend["data"]] == ["/q", "/cart", "/pay", "/login"]
+    assert values(trend["data"][0]["y"]) == [20.0] * 6  # /q: 200 a window of 10 s
+    # into one service, ranked by errors: checkout's routes; the URL follows
+    at.selectbox(key="dim_of").set_value("checkout").run(timeout=30)
+    assert table() == {r: 6 * n for r, n in routes["checkout"].items()}
+    assert at.query_params["dof"] == "checkout" and at.query_params["dim"] == "route"
+    # one value: the services it comes from, and from there into another service
+    at.selectbox(key="dim_pick").set_value("/cart").run(timeout=30)
+    assert table() == {"checkout": 6 * 80, "search": 6 * 5}
+    assert at.query_params["dval"] == "/cart"
+    at.selectbox(key="dim_into").set_value("search").run(timeout=30)
+    assert table() == {"/q": 6 * 200, "/cart": 6 * 5}
+    at.button(key="dim_out").click().run(timeout=30)
+    assert set(table()) == set(totals)
+    assert not at.exception and not at.error

@@ -25,6 +25,7 @@ from jobs.sink.status import touch_status
 from tests.integration.fixtures import CHROMIUM
 from tests.integration.helpers import trace, values
 from tests.integration.seed import job_reporting, seed_live, seeded_window
+from tidegauge.core.dimensions import member
 from tidegauge.core.store import Keys
 
 #: The wall's charts (dashboard/wall.py WALL_CHARTS).
@@ -167,3 +168,28 @@ def test_wall_of_an_empty_store_says_it_waits_for_the_job(served: str) -> None:
     assert status == 200
     assert doc["empty"].startswith("Waiting for the job's first batch")
     assert doc["charts"] == {} and doc["headline"] == []
+
+
+def test_a_wall_link_with_a_dimension_shows_its_breakdown(
+    served: str, redis_client: redis.Redis
+) -> None:
+    truth = seed_live(redis_client, Keys(), time.time_ns() // 1_000_000)
+    starts = truth.starts[-3:]
+    # /cart in three windows, /pay in two, /login in one (50 events each, as the job writes)
+    slices = [
+        seeded_window(start, member("*", route))
+        for route, n in (("/cart", 3), ("/pay", 2), ("/login", 1))
+        for start in starts[-n:]
+    ]
+    write_batch(
+        redis_client, Keys(), SinkBatch(99, []), dimensions={"route": SinkBatch(99, slices)}
+    )
+    status, _, body = _get(served + "/tidegauge/wall.json?dim=route&top=2")
+    doc = json.loads(body)
+    assert status == 200 and doc["problems"] == []
+    fig = doc["charts"]["breakdown"]
+    assert [t["name"] for t in fig["data"]] == ["/cart", "/pay"]  # the top 2 by events
+    assert values(fig["data"][0]["y"]) == [5.0, 5.0, 5.0]  # 50 events a 10 s window
+    assert fig["layout"]["title"]["text"] == "route of all services, top 2 by events"
+    plain = json.loads(_get(served + "/tidegauge/wall.json")[2])
+    assert "breakdown" not in plain["charts"]

@@ -31,6 +31,8 @@ def test_the_default_view_is_the_plain_url() -> None:
         View(show_broker=True, show_total=False, wall=True),
         View(top=20, rank_by="errors"),
         View(top=0),
+        View(dimension="route", dimension_of="checkout", dimension_by="p99"),
+        View(dimension="route+method", dimension_value="/cart GET"),
         View(("a b", "ü"), "session", 86_400_000, 3_600_000, "a b", True, False, True),
     ],
 )
@@ -67,3 +69,10 @@ def test_how_many_services_are_drawn_and_by_what_read_as_written() -> None:
     assert to_params(View(top=0, rank_by="errors")) == {"top": "all", "by": "errors"}
     v = from_params({"top": "0", "by": "p75"}, KINDS, RANGES, LATENCY)
     assert v == View() and [p.split(":")[0] for p in v.problems] == ["top=0", "by=p75"]
+
+
+def test_the_breakdown_reads_as_written() -> None:
+    v = View(dimension="route", dimension_of="checkout", dimension_by="errors")
+    assert link("http://h:8501/", v) == "http://h:8501/?dim=route&dof=checkout&dby=errors"
+    bad = from_params({"dim": "route", "dby": "p42"}, KINDS, RANGES, LATENCY)
+    assert bad == View(dimension="route") and bad.problems[0].startswith("dby=p42")
