@@ -107,6 +107,24 @@ DEMO_RULES = (
     "freshness > 5s for 5",
 )
 
+#: The record formats the demo can run with, and the dimensions its job slices by in each.
+DEMO_FORMATS = ("tidegauge", "otlp_proto", "otlp_json")
+_SPAN_DIMENSIONS = ("route", "region", "status_class")
+
+
+def format_flags(record_format: str) -> tuple[list[str], list[str]]:
+    """(the generator's, the job's) flags for the demo's `--format`.
+
+    The same format on both sides, the job's dimensions, and no heartbeats or malformed records
+    where the format has none.
+    """
+    if record_format == "tidegauge":
+        return [], ["--dimension", "status_class"]
+    dims = [x for d in _SPAN_DIMENSIONS for x in ("--dimension", d)]
+    quiet = ["--heartbeat-interval", "0", "--malformed-fraction", "0"]
+    return ["--format", record_format, *quiet], ["--format", record_format, *dims]
+
+
 _JOB_KNOBS = (
     "--trigger",
     "1s",
@@ -498,6 +516,7 @@ class _Demo:
                 "--redis-prefix",
                 args.redis_prefix,
                 *_GENERATOR_KNOBS,
+                *format_flags(args.format)[0],  # (later flags win)
             ],
             env,
         )
@@ -519,6 +538,7 @@ class _Demo:
                 "--redis-prefix",
                 args.redis_prefix,
                 *_JOB_KNOBS,
+                *format_flags(args.format)[1],
                 "--master",  # the last --master wins
                 master,
             ],
@@ -697,6 +717,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"use this Redis instead of starting redis-server (env {ENV_REDIS_URL})",
     )
     p.add_argument("--redis-prefix", default="tg", help="Redis key prefix (default tg)")
+    p.add_argument(
+        "--format",
+        choices=DEMO_FORMATS,
+        default="tidegauge",
+        help="what the generator writes and the job reads: the event contract's JSON "
+        "(default; sliced by status_class) or OpenTelemetry spans (otlp_proto, otlp_json; "
+        "sliced by route, region and status_class, docs/dimensions.md)",
+    )
     p.add_argument(
         "--state-dir",
         default="./var/demo",

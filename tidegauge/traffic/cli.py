@@ -16,6 +16,7 @@ from tidegauge.core.durations import parse_duration, parse_instant
 from tidegauge.core.signals import stop_on_signals
 from tidegauge.traffic.config import (
     DEFAULT_SERVICES,
+    PRODUCED_FORMATS,
     SCENARIOS,
     SKEWED_CLOCKS_FRACTION,
     GeneratorConfig,
@@ -72,11 +73,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--format",
-        choices=("tidegauge", "access-log"),
+        choices=PRODUCED_FORMATS,
         default="tidegauge",
-        help="what each event is written as: tidegauge (the event contract's JSON, default) or "
-        "access-log (nginx's JSON access log line, the README's log_format; no heartbeats, "
-        "for tidegauge job --format access-log)",
+        help="what each event is written as: tidegauge (the event contract's JSON, default), "
+        "access-log (nginx's JSON access log line, the README's log_format) or otlp_proto / "
+        "otlp_json (one OpenTelemetry server span per record, as the Collector's Kafka "
+        "exporter writes them, with http.route, method and cloud.region for --dimension); "
+        "the last three send no heartbeats; for tidegauge job --format of the same name",
     )
     g = p.add_argument_group("volume and pace")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -355,7 +358,7 @@ def config_from_args(args: argparse.Namespace, now_ms: int | None = None) -> Gen
         fuzz=args.fuzz,
         iso_fraction=args.iso_fraction,
         heartbeat_interval_ms=_given(
-            args.heartbeat_interval, 0 if args.format == "access-log" else ONE_SECOND
+            args.heartbeat_interval, ONE_SECOND if args.format == "tidegauge" else 0
         ),
         heartbeat_tail_ms=args.heartbeat_tail,
         network_delay_ms=args.network_delay,

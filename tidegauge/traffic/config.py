@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_LATENCY",
     "DEFAULT_SERVICES",
     "FALLBACK_LATENCY",
+    "PRODUCED_FORMATS",
     "SCENARIOS",
     "SKEWED_CLOCKS_FRACTION",
     "GeneratorConfig",
@@ -27,6 +28,9 @@ __all__ = [
 ]
 
 Pace = Literal["realtime", "fast"]
+
+#: The record formats `--format` writes (what `tidegauge job --format` reads).
+PRODUCED_FORMATS = ("tidegauge", "access-log", "otlp_proto", "otlp_json")
 
 #: The names `--scenario` accepts, in the order the docs describe them.
 SCENARIOS: tuple[str, ...] = ("skewed-clocks", "late-burst", "backlog")
@@ -195,8 +199,10 @@ class GeneratorConfig:
         self._check_format()
 
     def _check_format(self) -> None:
-        if self.record_format not in ("tidegauge", "access-log"):
-            raise ValueError(f"--format is tidegauge or access-log, got {self.record_format!r}")
+        if self.record_format not in PRODUCED_FORMATS:
+            raise ValueError(
+                f"--format is one of {', '.join(PRODUCED_FORMATS)}, got {self.record_format!r}"
+            )
         if self.record_format == "tidegauge":
             return
         # An access log holds requests only: what else the generator can send has no line.
@@ -207,7 +213,8 @@ class GeneratorConfig:
         ):
             if on:
                 raise ValueError(
-                    f"--format access-log: {flag} has no access log line; leave it off"
+                    f"--format {self.record_format}: {flag} has no record of that format; "
+                    "leave it off"
                 )
 
     def _check_scenarios(self) -> None:

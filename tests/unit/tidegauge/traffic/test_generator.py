@@ -21,7 +21,13 @@ import pytest
 from tests.unit.tidegauge.traffic.fixtures import T0, parse_cli
 from tidegauge.core.control import DemoCommands, Incident, LateBurstRequest
 from tidegauge.core.durations import to_iso
-from tidegauge.core.events import Event, Heartbeat, Rejected, encode_event, parse_record
+from tidegauge.core.events import (
+    Event,
+    Heartbeat,
+    Rejected,
+    encode_event,
+    parse_record,
+)
 from tidegauge.core.field_map import NGINX_FIELDS, FieldMap
 from tidegauge.traffic.cli import config_from_args
 from tidegauge.traffic.config import (

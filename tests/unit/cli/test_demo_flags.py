@@ -1,0 +1,40 @@
+"""The demo's generator and job flags for each `--format` (cli/local/demo.py): what the demo runs
+must be a configuration `tidegauge produce` and `tidegauge job` accept, in the same format."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from cli.local import demo
+from jobs.cli import add_arguments as job_arguments
+from tidegauge.core.config import job_config_from_args
+from tidegauge.core.events import event_fields, unregister_field
+from tidegauge.traffic.cli import add_arguments as produce_arguments
+from tidegauge.traffic.cli import config_from_args
+
+
+@pytest.mark.parametrize("record_format", demo.DEMO_FORMATS)
+def test_each_demo_format_is_a_valid_generator_and_job(record_format: str) -> None:
+    generator, job = demo.format_flags(record_format)
+    p = argparse.ArgumentParser()
+    produce_arguments(p)
+    g = config_from_args(p.parse_args([*demo._GENERATOR_KNOBS, *generator]), now_ms=0)
+    assert g.record_format == record_format
+    before = {f.name for f in event_fields()}
+    j = argparse.ArgumentParser()
+    job_arguments(j)
+    try:
+        cfg = job_config_from_args(
+            j.parse_args([*demo._JOB_KNOBS, *job, "--checkpoint", "/tmp/ckpt"])
+        )
+        assert cfg.record_format.name == record_format
+        names = [d.name for d in cfg.dimensions]
+        assert "status_class" in names
+        if record_format != "tidegauge":
+            assert names == ["route", "region", "status_class"]
+            assert g.heartbeat_interval_ms == 0 and g.malformed_fraction == 0
+    finally:
+        for name in {f.name for f in event_fields()} - before:
+            unregister_field(name)
