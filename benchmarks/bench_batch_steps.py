@@ -1,7 +1,7 @@
 """One micro-batch's Python work step by step, without Spark: read tasks, state groups, sink.
 
     .venv/bin/python benchmarks/bench_batch_steps.py [--records 500000] [--late 0.2] [--rounds 3]
-        [--services 0] [--rate 2000] [--held]
+        [--services 0] [--rate 2000] [--held] [--dimension route --dimension status_class ...]
 
 `bench_job.py` times whole batches, in which Spark's machinery and this VM's noise blur what our
 own code costs. This script runs the same code on one batch of the same stream (bench_job's
@@ -22,12 +22,16 @@ best and median milliseconds of `--rounds`, with the bytes the summaries hand to
 can be varied at a fixed number of records, as `bench_groups.py` does with Spark. The state
 groups start empty, so the state step is the batch's own work; `--held` starts them with what
 an earlier batch of as many records left (the next ones of the same stream come after it), as a
-running job's groups hold it: decoding and writing that state back counts too.
+running job's groups hold it: decoding and writing that state back counts too. `--dimension`
+(repeatable) slices the batch as `tidegauge job --dimension` does (docs/dimensions.md); `route`
+and `region` are written into each record as the generator's spans carry them
+(`tidegauge.traffic.encoder.span_attributes`), `status_class` comes from the status.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -44,8 +48,9 @@ import redis  # noqa: E402
 from benchmarks.bench_read_task import raw_chunks  # noqa: E402
 from benchmarks.machine import describe  # noqa: E402
 from cli.local.services import start_redis  # noqa: E402
-from jobs.parse.parser import RecordKind, parse_batches  # noqa: E402
+from jobs.parse.parser import RecordKind, make_parser  # noqa: E402
 from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch  # noqa: E402
+from jobs.sink.slices import split_rows  # noqa: E402
 from jobs.state.aggregate import make_state_fn  # noqa: E402
 from jobs.state.rows import decode_table  # noqa: E402
 from jobs.summary.late_events import batch_members  # noqa: E402
@@ -57,8 +62,14 @@ from jobs.summary.summarise import summarise, summary_batch  # noqa: E402
 # The stand-in for Spark's GroupState that the unit tests give the state function.
 from tests.unit.jobs.fixtures import FakeGroupState  # noqa: E402
 from tidegauge.core.config import JobConfig  # noqa: E402
+from tidegauge.core.dimensions import (  # noqa: E402
+    DEFAULT_VALUES,
+    parse_dimensions,
+    register_dimension_fields,
+)
 from tidegauge.core.store import Keys  # noqa: E402
 from tidegauge.traffic.config import GeneratorConfig  # noqa: E402
+from tidegauge.traffic.encoder import span_attributes  # noqa: E402
 from tidegauge.traffic.generator import generate  # noqa: E402
 
 T0 = 1_780_000_000_000
@@ -66,7 +77,7 @@ T0 = 1_780_000_000_000
 
 def read(raw: list[pa.RecordBatch], watermark: int, cfg: ExecutorConfig) -> pd.DataFrame:
     """Parse and summarise as the read tasks do; the summary rows, as the state step gets them."""
-    parsed = list(parse_batches(iter(raw)))
+    parsed = list(make_parser()(iter(raw)))
     step = SUMMARY_RECORDS // CHUNK
     sums = []
     for i in range(0, len(parsed), step):
@@ -101,7 +112,7 @@ def state(
 
 def sink(out: pa.Table, r: redis.Redis, cfg: ExecutorConfig) -> None:
     """The batch writer's work on the driver, as jobs/pipeline.py does it."""
-    rows = decode_table(out, 7)
+    rows, slices = split_rows(decode_table(out, 7))
     late = batch_members(rows.late_events, cfg.late_events_max, 7)
     write_batch(
         r,
@@ -110,11 +121,26 @@ def sink(out: pa.Table, r: redis.Redis, cfg: ExecutorConfig) -> None:
         SinkConfig(
             arrival_window_ms=10_000, late_events_max=cfg.late_events_max, shards=cfg.shards
         ),
+        {dim: SinkBatch.of_rows(7, rows) for dim, rows in slices.items()},
     )
 
 
+def with_attributes(values: list[bytes], fields: set[str]) -> list[bytes]:
+    """The generator's events with the span attributes `fields` (route, region) in them."""
+    out = []
+    for v in values:
+        obj = json.loads(v)
+        if "event_id" in obj:
+            route, _, region = span_attributes(obj["event_id"], obj["service"])
+            for name, value in (("route", route), ("region", region)):
+                if name in fields:
+                    obj[name] = value
+        out.append(json.dumps(obj, separators=(",", ":")).encode())
+    return out
+
+
 def _event_times(raw: list[pa.RecordBatch]) -> np.ndarray:
-    events = pa.Table.from_batches(list(parse_batches(iter(raw)))).column("event_ms")
+    events = pa.Table.from_batches(list(make_parser()(iter(raw)))).column("event_ms")
     return events.drop_null().to_numpy()
 
 
@@ -148,13 +174,19 @@ def main() -> None:
         action="store_true",
         help="the state groups start with what an earlier batch of as many records left",
     )
+    ap.add_argument("--dimension", action="append", default=[], help="as tidegauge job's")
+    ap.add_argument("--dimension-values", type=int, default=DEFAULT_VALUES)
     args = ap.parse_args()
     print(describe(["pyarrow", "numpy", "redis"]))
+    dims = parse_dimensions(args.dimension)
+    register_dimension_fields(dims)
     cfg = ExecutorConfig(  # the job's defaults
         JobConfig.windows,
         allowed_lateness_ms=JobConfig.allowed_lateness_ms,
         late_events_max=JobConfig.late_events_max,
         shards=args.shards,
+        dimensions=dims,
+        dimension_values=args.dimension_values,
     )
     services = {}
     if args.services:
@@ -170,6 +202,9 @@ def main() -> None:
         **services,
     )
     values = [r.value for r in generate(gen)]
+    attributes = {f for d in dims for f in d.fields()} & {"route", "region"}
+    if attributes:
+        values = with_attributes(values, attributes)
     held: dict[int, FakeGroupState] | None = None
     if args.held:  # the first half's state, as a running job's groups hold it
         earlier = raw_chunks(values[: args.records], T0)
@@ -187,8 +222,9 @@ def main() -> None:
     shipped = int(summaries.loc[summaries["kind"] == SummaryKind.SHARD, "blob"].map(len).sum())
     print(
         f"{args.records:,} records, {float(np.mean(times < watermark)):.1%} late, "
-        f"{args.shards} state groups, {groups:,} (window, service) updates; best / median of "
-        f"{args.rounds} after a warm-up"
+        f"{args.shards} state groups, {groups:,} (window, group) updates"
+        + (f" (dimensions {', '.join(d.name for d in dims)})" if dims else "")
+        + f"; best / median of {args.rounds} after a warm-up"
     )
     print(
         f"summaries to the shuffle: {shipped:,} bytes ({shipped / args.records:.1f} per record); "

@@ -87,8 +87,11 @@ class Vouched:
 #: What no candidate may hold, anywhere: a control character (Arrow's decoder and Python's treat
 #: them differently in places, and a raw newline would split the record), a backslash (escapes:
 #: surrogates, keys spelled with escapes), a `NaN`/`Inf` token (Arrow knows spellings Python does
-#: not), a `heartbeat`, a second bracket (nested values: depth rules).
-_SCREEN = r"[\x00-\x1f]|\\|NaN|Inf|heartbeat|[\[{].*[\[{]"
+#: not), a `heartbeat`, a bracket after a colon (a nested value, which only the judge's depth
+#: rules take: every value of an object follows its key's colon, so every nested value of a
+#: record starts with one; a bracket inside a string, as in the route "/items/{id}", does not,
+#: unless the string holds ":{" itself, which only sends that record the slow way).
+_SCREEN = r"[\x00-\x1f]|\\|NaN|Inf|heartbeat|:\s*[\[{]"
 
 
 @lru_cache(maxsize=8)

@@ -196,3 +196,18 @@ def test_ordinary_records_take_the_fast_path() -> None:
     assert int(got.ok.sum()) == len(good)  # the failing four are found exactly
     assert not any(got.ok[at] for at in (5, 700, 701, 1_500))
     check_chunks(chunk, [len(chunk)])
+
+
+def test_brackets_inside_strings_stay_on_the_fast_path_and_nested_values_do_not() -> None:
+    """A route template such as "/items/{id}" is a string, not a nested value: such records are
+    decoded by Arrow like any other; a nested value anywhere still goes to the judge."""
+    base = b'{"event_id":"e%d","event_time":1780000000000,"service":"api","user_id":"%s"}'
+    strings = [base % (i, s) for i, s in enumerate([b"/items/{id}", b"[a]{b}", b"x{", b"}{"])]
+    nested = [
+        b'{"event_id":"n1","event_time":1780000000000,"service":"api","extra":{"a":1}}',
+        b'{"event_id":"n2","event_time":1780000000000,"service":"api","extra": [1,[2]]}',
+        b'{"event_id":"n3","event_time":1780000000000,"service":"api","u":"a:{b"}',
+    ]
+    got = vouch(pa.array(strings + nested, pa.binary()), BUILT_IN_FIELDS)
+    assert got.ok.tolist() == [True] * 4 + [False] * 3  # the last: a ":{" in a string, judged
+    check_chunks(strings + nested, [len(strings) + len(nested)])
