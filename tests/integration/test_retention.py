@@ -10,6 +10,7 @@ same ranges read from the raw windows that were never expired.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections import defaultdict
@@ -41,6 +42,7 @@ from tests.integration.fixtures import (
     _write,
 )
 from tidegauge.core.config import RedisSettings
+from tidegauge.core.dimensions import member
 from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.retention import Retention
 from tidegauge.core.store import (
@@ -357,3 +359,47 @@ def test_a_store_grown_without_retention_is_rolled_up_over_batches_and_loses_not
 
 def tumbling_start_of(ts_ms: int, size_ms: int) -> int:
     return ts_ms - ts_ms % size_ms
+
+
+def test_a_dimensions_store_rolls_up_and_expires_as_the_services_store_does(
+    stores: dict[str, Any], module_redis_db: Callable[[], RedisSettings]
+) -> None:
+    """Each service's windows, late rows, stragglers and duplicates also written as one value of
+    a dimension (as the job writes slices, jobs/sink/slices.py): its store's ranges, across every
+    tier and after the raw windows expired, equal the services' own."""
+    r = redis.Redis.from_url(module_redis_db().url)
+
+    def renamed(rows: list[Any]) -> list[Any]:
+        return [dataclasses.replace(x, service=member(x.service, "v")) for x in rows]
+
+    for b in stores["batches"]:
+        whole = SinkBatch(
+            b.batch_id, b.windows, late=b.late, stragglers=b.stragglers,
+            duplicates=b.duplicates, arrivals=b.arrivals, at=b.at,
+        )  # fmt: skip
+        sliced = SinkBatch(
+            b.batch_id, renamed(b.windows), late=renamed(b.late),
+            stragglers=renamed(b.stragglers), duplicates=renamed(b.duplicates), at=b.at,
+        )  # fmt: skip
+        config = SinkConfig(arrival_window_ms=W, retention=TIERS, source=SRC)
+        write_batch(r, KEYS, whole, config, {"copy": sliced})
+    by = KEYS.by("copy")
+    assert read_retention(r, by) is not None
+    for _, lo, hi in RANGES:
+        for svc in SERVICES:
+            want = read_range(stores["tiered"], KEYS, T0 + lo, T0 + hi, svc)
+            got = read_range(r, by, T0 + lo, T0 + hi, member(svc, "v"))
+            assert (got.pieces, got.resolution) == (want.pieces, want.resolution)
+            assert got.metrics == want.metrics and want.metrics["count"] > 0, svc
+            late = read_lateness(r, by, T0 + lo, T0 + hi, member(svc, "v"))
+            late_want = read_lateness(stores["tiered"], KEYS, T0 + lo, T0 + hi, svc)
+            assert (late.late, late.stragglers, late.duplicates, late.events) == (
+                late_want.late,
+                late_want.stragglers,
+                late_want.duplicates,
+                late_want.events,
+            )
+    # what the tiers expired in the services' store is gone from the dimension's store too
+    main = {k for k in r.scan_iter(f"{KEYS.prefix}:agg:*")}
+    copy = {k.replace(b":by:copy", b"") for k in r.scan_iter(f"{by.prefix}:agg:*")}
+    assert copy == main and r.scard(by.services) == len(SERVICES)
