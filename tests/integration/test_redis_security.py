@@ -12,11 +12,16 @@ line while it runs, the status in Redis, or the dashboard's page.
 
 from __future__ import annotations
 
+import html
+import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -213,3 +218,115 @@ def test_dashboard_reads_as_the_viewer_and_shows_no_password(  # type: ignore[no
 
 def page_has_no_exception(html: str) -> bool:
     return 'data-testid="stException"' not in html
+
+
+#: Passwords without a word Spark's own redaction looks for in values ("secret", "password",
+#: "token", ...: `spark.redaction.regex`), so that only keeping them out of Spark hides them: a
+#: Redis password in the job's URL, and a Kafka SASL password given as a client option (the
+#: test broker speaks plaintext: the clients ignore it, and it must still appear nowhere).
+PLAIN_PW = "h7Fq2-Lm9x-30"
+KAFKA_PW = "k4Rt9-Vb2w-71"
+
+#: Spark UI pages and REST endpoints of a running streaming job ("{app}": the application id);
+#: every page they link to within the UI is read too.
+UI_PAGES = (
+    "/jobs/",
+    "/stages/",
+    "/storage/",
+    "/environment/",
+    "/executors/",
+    "/SQL/",
+    "/StreamingQuery/",
+    "/api/v1/applications",
+    "/api/v1/applications/{app}/jobs",
+    "/api/v1/applications/{app}/stages?details=true",
+    "/api/v1/applications/{app}/environment",
+    "/api/v1/applications/{app}/executors",
+    "/api/v1/applications/{app}/sql?details=true&planDescription=true",
+)
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as resp:  # noqa: S310 (the job's own UI)
+        return resp.read().decode(errors="replace")
+
+
+def _crawl(base: str, app: str, most: int = 150) -> dict[str, str]:
+    """The UI pages above and every page of the UI they link to (at most `most`)."""
+    todo = [p.format(app=app) for p in UI_PAGES]
+    seen: dict[str, str] = {}
+    while todo and len(seen) < most:
+        path = todo.pop(0)
+        if path in seen or "kill" in path:  # (kill links stop jobs: never followed)
+            continue
+        seen[path] = _get(base + path)
+        for link in re.findall(r'href="(/[^"#]*)"', seen[path]):
+            link = html.unescape(link)
+            if not link.startswith(("/static", "/api/v1")) and link not in seen:
+                todo.append(link)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def password_redis() -> Iterator[int]:
+    port = free_port()
+    proc = _redis_server("--port", str(port), "--requirepass", PLAIN_PW)
+    try:
+        wait_for_port("127.0.0.1", port, proc=proc)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_a_running_jobs_ui_rest_event_log_and_log_show_no_password(
+    password_redis: int, stream: str, broker, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """The job with a Redis password in its URL and a Kafka SASL password as an option, live
+    (1 s trigger): no Spark UI page or REST answer, no line of Spark's event log and no line of
+    its output holds either (docs/deploy.md says how to expose the UI on purpose)."""
+    job_url = f"redis://:{PLAIN_PW}@127.0.0.1:{password_redis}/0"
+    ui_port = free_port()
+    events = tmp_path / "events"
+    events.mkdir()
+    log = tmp_path / "job.log"
+    argv = [
+        *("job", "--bootstrap", broker.address, "--topic", stream),
+        *("--checkpoint", str(tmp_path / "cp"), "--trigger", "1s", "--master", "local[2]"),
+        *("--kafka-option", f"sasl_plain_password={KAFKA_PW}", "--verbose"),
+        *("--conf", f"spark.ui.port={ui_port}", "--conf", "spark.eventLog.enabled=true"),
+        *("--conf", f"spark.eventLog.dir=file://{events}"),
+        *("--conf", "spark.eventLog.compress=false"),  # JSON lines a test can read
+    ]
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", *argv],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, TIDEGAUGE_REDIS_URL=job_url, PYTHONUNBUFFERED="1"),
+            start_new_session=True,
+        )
+    job = redis.Redis.from_url(job_url)
+    try:
+        deadline = time.monotonic() + 180
+        while not job.exists("tg:status") and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.5)
+        time.sleep(3)  # a few batches more: every page has something to show
+        base = f"http://127.0.0.1:{ui_port}"
+        (app,) = [a["id"] for a in json.loads(_get(base + "/api/v1/applications"))]
+        pages = _crawl(base, app)
+        assert any("StreamingQuery" in p for p in pages) and len(pages) >= len(UI_PAGES)
+        assert any("/SQL/execution/" in p for p in pages)  # the queries' plans were read
+        for path, text in pages.items():
+            for secret in (PLAIN_PW, KAFKA_PW):
+                assert secret not in text, (path, secret)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(60)
+    written = [f.read_text(errors="replace") for f in events.rglob("*") if f.is_file()]
+    assert written and any("SparkListenerSQLExecutionStart" in t for t in written)
+    output = log.read_text()
+    assert "tidegauge job: stopped" in output or proc.returncode == 0, output[-2000:]
+    for text in (*written, output):
+        assert PLAIN_PW not in text and KAFKA_PW not in text
