@@ -17,6 +17,7 @@ from typing import Any
 
 import redis
 
+from dashboard import metrics
 from dashboard.breakdown import Breakdown, BreakdownView, read_breakdown
 from dashboard.shared import Derived, SharedReads
 from tidegauge.alerts.rules import Firing
@@ -410,10 +411,17 @@ def client(url: str) -> redis.Redis:
     return connect(RedisSettings(url=url))
 
 
+#: Every view cache of this process (the metrics count the views they hold).
+_CACHES: list[SharedReads[Any]] = []
+metrics.VIEWS.set_function(lambda: sum(len(c) for c in _CACHES))
+
+
 @functools.cache
 def _shared_reads(url: str, prefix: str, refresh_ms: int) -> SharedReads[tuple[Snapshot, Derived]]:
     # A bit under the interval, so each viewer's next tick reads anew (dashboard/shared.py).
-    return SharedReads(ttl_s=0.9 * refresh_ms / 1000)
+    cache: SharedReads[tuple[Snapshot, Derived]] = SharedReads(ttl_s=0.9 * refresh_ms / 1000)
+    _CACHES.append(cache)
+    return cache
 
 
 @functools.cache
@@ -437,12 +445,14 @@ def shared_snapshot(url: str, prefix: str, refresh_ms: int, f: Filters) -> tuple
         )
         return snap, Derived()
 
-    return _shared_reads(url, prefix, refresh_ms).get(f, read)
+    return _shared_reads(url, prefix, refresh_ms).get(f, lambda: metrics.timed_read("page", read))
 
 
 @functools.cache
 def _shared_breakdowns(url: str, prefix: str, refresh_ms: int) -> SharedReads[Breakdown]:
-    return SharedReads(ttl_s=0.9 * refresh_ms / 1000)
+    cache: SharedReads[Breakdown] = SharedReads(ttl_s=0.9 * refresh_ms / 1000)
+    _CACHES.append(cache)
+    return cache
 
 
 def shared_breakdown(url: str, prefix: str, refresh_ms: int, view: BreakdownView) -> Breakdown:
@@ -450,7 +460,10 @@ def shared_breakdown(url: str, prefix: str, refresh_ms: int, view: BreakdownView
     keys = Keys(prefix)
     cache = _closed_windows(url, keys.by(view.dimension).prefix)
     return _shared_breakdowns(url, prefix, refresh_ms).get(
-        view, lambda: read_breakdown(client(url), keys, view, cache)
+        view,
+        lambda: metrics.timed_read(
+            "breakdown", lambda: read_breakdown(client(url), keys, view, cache)
+        ),
     )
 
 

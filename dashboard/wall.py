@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from dashboard import chart, data, figures, panels, view_url
+from dashboard import chart, data, figures, metrics, panels, view_url
 from dashboard.breakdown import Breakdown, BreakdownView, trend_frame
 from dashboard.figures import Figure
 from dashboard.run import PLOTLY_JS, DashboardSettings
@@ -211,7 +211,9 @@ def routes(settings: DashboardSettings) -> list[Route]:
             )
         headers = {"ETag": etag, "Cache-Control": "no-cache"}
         if request.headers.get("if-none-match") == etag:
+            metrics.wall_document(304)
             return Response(status_code=304, headers=headers)
+        metrics.wall_document(200)
         return Response(body, media_type="application/json", headers=headers)
 
     async def page(request: Request) -> Response:

@@ -146,6 +146,8 @@ def test_wall_document_says_when_redis_is_unreachable(served: str) -> None:
     status, _, body = _get(served + "/tidegauge/wall.json")
     assert status == 503
     assert "Cannot read Redis at redis://127.0.0.1:" in json.loads(body)["error"]
+    status, _, body = _get(served + "/tidegauge/readyz")  # not ready: it says why
+    assert status == 503 and body.startswith(b"Redis does not answer")
 
 
 def test_wall_link_parts_it_cannot_read_are_named(served: str, redis_client: redis.Redis) -> None:
@@ -193,3 +195,43 @@ def test_a_wall_link_with_a_dimension_shows_its_breakdown(
     assert fig["layout"]["title"]["text"] == "route of all services, top 2 by events"
     plain = json.loads(_get(served + "/tidegauge/wall.json")[2])
     assert "breakdown" not in plain["charts"]
+
+
+def test_the_servers_metrics_count_its_reads_and_wall_documents_and_readyz_asks_redis(
+    served: str, redis_client: redis.Redis
+) -> None:
+    """`/tidegauge/metrics` (Prometheus text): one read per view and refresh however many
+    screens, the 200 and 304 answers to them; `/tidegauge/readyz` 200 while Redis answers."""
+    seed_live(redis_client, Keys(), time.time_ns() // 1_000_000)
+
+    def figures() -> dict[str, float]:
+        status, headers, body = _get(served + "/tidegauge/metrics")
+        assert status == 200 and headers["content-type"].startswith("text/plain")
+        out = {}
+        for line in body.decode().splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+        return out
+
+    before = figures()
+    time.sleep(1.2)  # past the refresh interval: the next document is read anew
+    _, headers, _ = _get(served + "/tidegauge/wall.json?range=1h")
+    for _ in range(5):  # five screens that have it
+        assert (
+            _get(served + "/tidegauge/wall.json?range=1h", {"If-None-Match": headers["etag"]})[0]
+            == 304
+        )
+    after = figures()
+
+    def delta(name: str) -> float:
+        return after.get(name, 0.0) - before.get(name, 0.0)
+
+    assert delta('tidegauge_dashboard_reads_total{view="page"}') == 1
+    assert delta('tidegauge_dashboard_wall_documents_total{status="200"}') == 1
+    assert delta('tidegauge_dashboard_wall_documents_total{status="304"}') == 5
+    assert delta('tidegauge_dashboard_read_seconds_count{view="page"}') == 1
+    assert after["tidegauge_dashboard_views"] >= 1
+    assert after["tidegauge_dashboard_last_read_timestamp_seconds"] > time.time() - 60
+    status, _, body = _get(served + "/tidegauge/readyz")
+    assert (status, body) == (200, b"ok\n")

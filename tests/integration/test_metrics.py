@@ -14,6 +14,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ import redis
 
 from cli.local.services import free_port, wait_for_port
 from tests.integration.helpers import tidegauge
+from tests.integration.seed import seed_live
 from tests.procs import wait_until
 from tidegauge.core.store import Keys, read_batches, read_dead_counts, read_status
 
@@ -45,7 +47,7 @@ def _get(url: str) -> tuple[int, str]:
 class Prometheus:
     """A prometheus server of the test's own, scraping one target every second."""
 
-    def __init__(self, target: str, workdir: Path) -> None:
+    def __init__(self, target: str, workdir: Path, path: str = "/metrics") -> None:
         exe = shutil.which("prometheus")
         if exe is None:
             pytest.fail("prometheus is not installed: run `make setup` (scripts/setup.sh)")
@@ -54,6 +56,7 @@ class Prometheus:
         config.write_text(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
             "scrape_configs:\n  - job_name: tidegauge\n"
+            f"    metrics_path: {path}\n"
             f"    static_configs:\n      - targets: ['{target}']\n"
         )
         self.proc = subprocess.Popen(
@@ -206,3 +209,29 @@ def test_prometheus_scrapes_the_alert_evaluator(redis_settings, tmp_path: Path) 
         code = proc.wait(30)
     assert code == 0, log.read_text()
     assert _get(f"http://{target}/healthz")[0] == 0
+
+
+def test_prometheus_scrapes_the_dashboard_server(served, redis_client, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The dashboard's `/tidegauge/metrics` on its own port: Redis reads per view and the wall
+    documents served, through Prometheus."""
+    seed_live(redis_client, Keys(), time.time_ns() // 1_000_000)
+    for _ in range(3):
+        assert _get(served + "/tidegauge/wall.json")[0] == 200
+        time.sleep(1.1)  # each past the refresh interval: a read of its own
+    prom = Prometheus(served.removeprefix("http://"), tmp_path, path="/tidegauge/metrics")
+    try:
+        wait_until(
+            lambda: (
+                prom.query("tidegauge_dashboard_wall_documents_total").get(
+                    json.dumps({"status": "200"}), 0
+                )
+                >= 3
+            ),
+            60,
+            "Prometheus to scrape the wall documents",
+        )
+        reads = prom.query("tidegauge_dashboard_reads_total")
+        assert reads[json.dumps({"view": "page"})] >= 3
+        assert prom.query("tidegauge_dashboard_read_errors_total") == {}
+    finally:
+        prom.stop()
