@@ -64,6 +64,15 @@ def comm(pid: int) -> str:
         return "?"
 
 
+def cmdline(pid: int) -> str:
+    """The command line of a process, arguments joined by spaces ("" when it is gone)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace")
+
+
 def with_env(variable: str, value: str) -> list[int]:
     """Live processes (not this one) whose environment holds `variable=value`."""
     needle = f"{variable}={value}".encode()

@@ -1,0 +1,388 @@
+"""A chaos soak: the whole pipeline at a steady rate while a seeded schedule breaks its parts.
+
+Real processes throughout: a Kafka-protocol broker (Tansu), a redis-server with an append-only
+file (a restart keeps what it acknowledged, as a production Redis would), `tidegauge produce`
+in real time with its ground truth, and `tidegauge job` with a 1 s trigger. While they run, a
+schedule drawn from `seed` applies one fault at a time:
+
+* `job-kill`: SIGKILL to the job's driver (its JVM and workers go with it), restarted at once;
+* `job-term`: SIGTERM, the way a supervisor stops it, restarted;
+* `broker-pause`: the broker stopped (SIGSTOP) for 10 s, then continued;
+* `redis-restart`: Redis stopped (SIGTERM) and started again on its own files;
+* `workers-kill`: SIGKILL to every Python worker of the job (Spark starts new ones).
+
+After the producer has sent everything, the job drains the topic and stops; then Redis must hold
+exactly what the ground truth says, window by window: Spark's watermark rule and the
+de-duplication rule replayed over the batches the job committed (its checkpoint's offset log,
+read here as plain files), independently of the job's code (tests/integration/helpers.py).
+Nothing lost, nothing counted twice. For each fault it measures how long until a batch with
+records was committed again, and the worst freshness of the batches in the minute after.
+
+`benchmarks/bench_chaos.py` runs it for 30 minutes; tests/integration/test_chaos.py for three.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from cli.local.services import Service, free_port, start_broker, wait_for_port
+from tests import procs
+from tests.integration.helpers import deduplicated, expected_windows, load_truth
+from tidegauge.core.store import Keys, read_batches, read_dead_counts, read_status, read_windows
+from tidegauge.core.windows import WindowSpec
+
+__all__ = ["FAULTS", "Fault", "Soak", "SoakResult"]
+
+FAULTS = ("job-kill", "job-term", "broker-pause", "redis-restart", "workers-kill")
+WINDOW_MS = 10_000
+LATENESS_MS = 30_000
+#: Seconds between faults (drawn uniformly), and before the first.
+GAP_S = (25.0, 40.0)
+FIRST_S = 25.0
+BROKER_PAUSE_S = 10.0
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Fault:
+    """One fault applied, and what the pipeline did after it."""
+
+    kind: str
+    at_s: float
+    #: Seconds the part was down (the pause, the restart).
+    down_s: float = 0.0
+    #: Seconds from the part's return to the next committed batch with records.
+    recovered_s: float | None = None
+    #: The worst freshness p99 (ms) of the batches committed in the minute after its return.
+    max_freshness_ms: int | None = None
+    back_at: float = 0.0  # (wall clock, for the measurements)
+
+
+@dataclass
+class SoakResult:
+    seconds: float
+    rate: float
+    records: int
+    batches: int
+    windows: int
+    events: int
+    faults: list[Fault] = field(default_factory=list)
+    #: What differs from the truth (empty: every window exact).
+    mismatches: list[str] = field(default_factory=list)
+
+    def table(self) -> str:
+        lines = [f"{'fault':<15}{'at s':>7}{'down s':>8}{'recovered s':>13}{'max fresh. p99':>16}"]
+        for f in self.faults:
+            rec = "-" if f.recovered_s is None else f"{f.recovered_s:.1f}"
+            fresh = "-" if f.max_freshness_ms is None else f"{f.max_freshness_ms:,} ms"
+            lines.append(f"{f.kind:<15}{f.at_s:>7.0f}{f.down_s:>8.1f}{rec:>13}{fresh:>16}")
+        return "\n".join(lines)
+
+
+class _Redis:
+    """A redis-server on its own files (append-only, fsync always), restartable in place."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        exe = shutil.which("redis-server")
+        assert exe, "redis-server is missing: run `make setup`"
+        self.proc = subprocess.Popen(
+            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir)]
+            + ["--appendonly", "yes", "--appendfsync", "always", "--save", ""],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        wait_for_port("127.0.0.1", self.port, proc=self.proc)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            self.proc.wait(30)
+
+
+class Soak:
+    """One soak: start everything, run the schedule for `seconds`, drain, compare."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        seconds: float,
+        rate: float,
+        seed: int = 1,
+        gap_s: tuple[float, float] = GAP_S,
+    ) -> None:
+        self.gap_s = gap_s
+        self.workdir = workdir
+        self.seconds = seconds
+        self.rate = rate
+        self.seed = seed
+        self.checkpoint = workdir / "checkpoint"
+        self.truth_path = workdir / "truth.jsonl"
+        self.topic = "chaos"
+        self.job: subprocess.Popen[bytes] | None = None
+        self.jobs_started = 0
+
+    # --- the parts ------------------------------------------------------------------------
+
+    def _tidegauge(self, *args: str, log: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cli.main", *args],
+            stdout=(self.workdir / log).open("ab"),
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            start_new_session=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+
+    def _start_job(self) -> None:
+        self.jobs_started += 1
+        self.job = self._tidegauge(
+            *("job", "--bootstrap", self.broker.address, "--topic", self.topic),
+            *("--redis", self.redis.url, "--checkpoint", str(self.checkpoint)),
+            *("--trigger", "1s", "--window", "10s", "--allowed-lateness", "30s"),
+            *("--master", "local[2]", "--shuffle-partitions", "2"),
+            # every batch's offsets stay in the checkpoint, for the comparison at the end
+            *("--conf", "spark.sql.streaming.minBatchesToRetain=1000000"),
+            log="job.log",
+        )
+
+    def _stop_job(self, sig: int) -> None:
+        assert self.job is not None
+        pid = self.job.pid
+        family = procs.descendants(pid) | {pid}
+        os.kill(pid, sig)
+        self.job.wait(120)
+        procs.wait_until(lambda: not procs.living(family), 60, "the job's processes to end")
+
+    def _python_workers(self) -> list[int]:
+        """The job's task workers: forked by its worker daemon (the daemon itself and the
+        driver's source runner are left alone: Spark has no retry for those)."""
+        assert self.job is not None
+        family = procs.descendants(self.job.pid)
+        daemons = [p for p in family if "jobs.runtime.worker_daemon" in procs.cmdline(p)]
+        return [
+            w
+            for d in daemons
+            for w in procs.children(d)
+            if "jobs.runtime.worker_daemon" in procs.cmdline(w)
+        ]
+
+    def _apply(self, kind: str) -> float:
+        """Break one part and bring it back; the seconds it was down."""
+        started = time.monotonic()
+        if kind in ("job-kill", "job-term"):
+            self._stop_job(signal.SIGKILL if kind == "job-kill" else signal.SIGTERM)
+            self._start_job()
+        elif kind == "broker-pause":
+            os.kill(self.broker.proc.pid, signal.SIGSTOP)
+            time.sleep(BROKER_PAUSE_S)
+            os.kill(self.broker.proc.pid, signal.SIGCONT)
+        elif kind == "redis-restart":
+            self.redis.stop()
+            self.redis.start()
+        elif kind == "workers-kill":
+            for pid in self._python_workers():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        return time.monotonic() - started
+
+    # --- the run --------------------------------------------------------------------------
+
+    def run(self) -> SoakResult:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.broker: Service = start_broker(log_path=self.workdir / "broker.log")
+        self.redis = _Redis(self.workdir)
+        producer = None
+        try:
+            subprocess.run(
+                [sys.executable, "-m", "cli.main", "topic", "--bootstrap", self.broker.address]
+                + ["--topic", self.topic, "--partitions", "3"],
+                check=True,
+                capture_output=True,
+                cwd=ROOT,
+            )
+            self._start_job()
+            r = redis.Redis.from_url(self.redis.url)
+            self._wait_for_status(r, 180)
+            count = int(self.rate * self.seconds)
+            producer = self._tidegauge(
+                *("produce", "--bootstrap", self.broker.address, "--topic", self.topic),
+                *("--pace", "realtime", "--rate", f"{self.rate:g}", "--count", str(count)),
+                *("--seed", str(self.seed), "--truth", str(self.truth_path), "--quiet"),
+                *("--out-of-order-fraction", "0.05", "--max-delay", "5s"),
+                *("--late-fraction", "0.005", "--lateness", "45s"),
+                *("--duplicate-fraction", "0.01", "--malformed-fraction", "0.001"),
+                log="produce.log",
+            )
+            faults = self._schedule(producer, r)
+            producer.wait(self.seconds + 300)
+            assert producer.returncode == 0, (self.workdir / "produce.log").read_text()
+            truth = load_truth(self.truth_path)
+            self._drain(r, truth, 300)
+            self._measure(r, faults)
+            self._stop_job(signal.SIGTERM)
+            return self._compare(r, truth, faults)
+        finally:
+            if producer is not None and producer.poll() is None:
+                producer.kill()
+            if self.job is not None and self.job.poll() is None:
+                os.killpg(self.job.pid, signal.SIGKILL)
+            self.redis.stop()
+            self.broker.stop()
+
+    def _wait_for_status(self, r: redis.Redis, timeout_s: float) -> None:
+        def up() -> bool:
+            assert self.job is not None and self.job.poll() is None, self._job_log()
+            try:
+                return read_status(r, Keys()) is not None
+            except redis.RedisError:
+                return False
+
+        procs.wait_until(up, timeout_s, "the job's first status")
+
+    def _schedule(self, producer: subprocess.Popen[bytes], r: redis.Redis) -> list[Fault]:
+        rng = random.Random(self.seed)
+        kinds: list[str] = []
+        t0 = time.monotonic()
+        next_at = FIRST_S
+        faults = []
+        while producer.poll() is None and time.monotonic() - t0 < self.seconds:
+            if self.job is not None and self.job.poll() is not None:
+                raise AssertionError(f"the job died by itself:\n{self._job_log()}")
+            if time.monotonic() - t0 < next_at:
+                time.sleep(0.2)
+                continue
+            if not kinds:  # every kind once per round, in a seeded order
+                kinds = list(FAULTS)
+                rng.shuffle(kinds)
+            kind = kinds.pop()
+            fault = Fault(kind, time.monotonic() - t0)
+            fault.down_s = self._apply(kind)
+            fault.back_at = time.time()
+            faults.append(fault)
+            next_at = fault.at_s + fault.down_s + rng.uniform(*self.gap_s)
+        return faults
+
+    def _drain(self, r: redis.Redis, truth: list[dict[str, Any]], timeout_s: float) -> None:
+        """Until the job's committed offsets are the topic's end."""
+        end: dict[str, int] = {}
+        for t in truth:
+            p = str(t["partition"])
+            end[p] = max(end.get(p, 0), t["offset"] + 1)
+
+        def drained() -> bool:
+            assert self.job is not None and self.job.poll() is None, self._job_log()
+            try:
+                status = read_status(r, Keys())
+            except redis.RedisError:
+                return False
+            return status is not None and {str(k): v for k, v in status.offsets.items()} == end
+
+        procs.wait_until(drained, timeout_s, "the job to drain the topic")
+
+    def _measure(self, r: redis.Redis, faults: list[Fault]) -> None:
+        batches = [b for b in read_batches(r, Keys()) if b.get("input_rows")]
+        for f in faults:
+            after = [
+                b
+                for b in batches
+                if b.get("freshness") and b["freshness"]["commit_time"] > f.back_at * 1000
+            ]
+            if after:
+                first = min(b["freshness"]["commit_time"] for b in after)
+                f.recovered_s = max(0.0, first / 1000 - f.back_at)
+                minute = [
+                    b["freshness"]["p99_ms"]
+                    for b in after
+                    if b["freshness"]["commit_time"] <= (f.back_at + 60) * 1000
+                ]
+                f.max_freshness_ms = int(max(minute)) if minute else None
+
+    def _committed_batches(self) -> list[tuple[dict[str, int], dict[str, int]]]:
+        """(start, end) offsets of every batch the job committed, from its checkpoint's files."""
+        commits = sorted(
+            int(p.name) for p in (self.checkpoint / "commits").iterdir() if p.name.isdigit()
+        )
+        out = []
+        previous: dict[str, int] = {}
+        for batch_id in commits:
+            lines = (self.checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+            ends = {str(k): int(v) for k, v in json.loads(lines[2]).items()}
+            if batch_id and not previous:
+                before = (self.checkpoint / "offsets" / str(batch_id - 1)).read_text().splitlines()
+                previous = {str(k): int(v) for k, v in json.loads(before[2]).items()}
+            out.append((previous, ends))
+            previous = ends
+        return out
+
+    def _compare(
+        self, r: redis.Redis, truth: list[dict[str, Any]], faults: list[Fault]
+    ) -> SoakResult:
+        by_pos = {(str(t["partition"]), t["offset"]): t for t in truth}
+        batches = []
+        for start, end in self._committed_batches():
+            batches.append(
+                [by_pos[(p, o)] for p, e in end.items() for o in range(start.get(p, 0), e)]
+            )
+        placed = sum(len(b) for b in batches)
+        kept, dups = deduplicated(batches, [WindowSpec.tumbling(WINDOW_MS)], LATENESS_MS)
+        accepted, late = expected_windows(kept, WINDOW_MS, LATENESS_MS)
+        rows = read_windows(r, Keys())
+        got = {(w.window_start, w.service): w.count for w in rows if w.count}
+        got_late = {(w.window_start, w.service): w.late for w in rows if w.late}
+        got_dups = {(w.window_start, w.service): w.duplicates for w in rows if w.duplicates}
+        want_dups = {(s, svc): n for (_, s, svc), n in dups.items()}
+        mismatches = []
+        if placed != len(truth):
+            mismatches.append(f"{len(truth) - placed} records in no committed batch")
+        for name, a, b in (
+            ("count", got, dict(accepted)),
+            ("late", got_late, dict(late)),
+            ("duplicates", got_dups, want_dups),
+        ):
+            for key in sorted(set(a) | set(b)):
+                if a.get(key, 0) != b.get(key, 0):
+                    mismatches.append(f"{name} {key}: Redis {a.get(key, 0)}, truth {b.get(key, 0)}")
+        malformed = Counter(t["kind"] for t in truth)["malformed"]
+        dead = sum(read_dead_counts(r, Keys()).values())
+        if dead != malformed:
+            mismatches.append(f"dead letters: Redis {dead}, truth {malformed}")
+        return SoakResult(
+            seconds=self.seconds,
+            rate=self.rate,
+            records=len(truth),
+            batches=len(batches),
+            windows=len(accepted),
+            events=sum(v for (_, svc), v in accepted.items() if svc == "*"),
+            faults=faults,
+            mismatches=mismatches,
+        )
+
+    def _job_log(self) -> str:
+        return (self.workdir / "job.log").read_text(errors="replace")[-4000:]
