@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Hashable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -46,10 +47,17 @@ from dashboard.windows import (
 )
 from tidegauge.core import control
 from tidegauge.core.config import DEFAULT_REDIS_URL, plugins_from_env, redact_url
+from tidegauge.core.dimensions import split_member
 from tidegauge.core.durations import format_duration, to_iso
 from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.plugins import PluginError, load_plugins
-from tidegauge.core.store import ALL_SERVICES, Keys, overflow_summary, read_services
+from tidegauge.core.store import (
+    ALL_SERVICES,
+    Keys,
+    dimension_values,
+    overflow_summary,
+    read_services,
+)
 from tidegauge.core.store.ranking import RANK_BY
 
 st.set_page_config(page_title="Tidegauge", page_icon="🌊", layout="wide")
@@ -140,7 +148,16 @@ def _current_view() -> view_url.View:
         dimension_of=state.get("dim_of", link.dimension_of),
         dimension_value=state.get("dim_value", link.dimension_value),
         dimension_by=state.get("dim_by", link.dimension_by),
+        only=_only_of(state, link),
     )
+
+
+def _only_of(state: Any, link: view_url.View) -> tuple[str, str] | None:
+    """The "Only events with" choice of the widgets (or the link's, before they are drawn)."""
+    if "only_dim" not in state:
+        return link.only
+    dim, value = state.get("only_dim"), state.get("only_value")
+    return None if dim is None or value is None else (dim, value)
 
 
 def _keep_view_in_url() -> None:
@@ -244,6 +261,7 @@ def _sidebar() -> data.Filters:
             "view's alerts, top-row figures and four charts, and all its screens share one "
             "read and one rendering per refresh (docs/dashboard.md)."
         )
+    only = _only_filter()
     if settings.demo_controls:
         _demo_controls(known)
     return data.Filters(
@@ -252,7 +270,43 @@ def _sidebar() -> data.Filters:
         range_ms=RANGES_MS[range_label],
         top=int(top if top is not None else data.DEFAULT_TOP),
         rank_by=rank_by or "events",
+        only=only,
     )
+
+
+def _only_filter() -> tuple[str, str] | None:
+    """The sidebar's "Only events with" (dimension, value), when the job slices by any."""
+    r = data.client(settings.redis.url)
+    try:
+        dims = data.stored_dimensions(settings.redis.url, keys.prefix)
+    except redis.exceptions.RedisError:
+        return None  # the live part says what is wrong
+    if not dims:
+        return None
+    linked = _link().only
+    dim = st.sidebar.selectbox(
+        "Only events with",
+        [None, *dims],
+        index=1 + dims.index(linked[0]) if linked and linked[0] in dims else 0,
+        key="only_dim",
+        format_func=lambda d: "(every event)" if d is None else d,
+        help="The per-window charts (events, latency, users) of the events with one value of "
+        "a dimension only, per service and for all services (docs/dimensions.md); the time "
+        "domains, lateness and health panels stay the whole stream's.",
+    )
+    if dim is None:
+        return None
+    values = [split_member(m)[1] for m in dimension_values(r, keys.by(dim), ALL_SERVICES)]
+    if not values:
+        return None
+    want = linked[1] if linked and linked[0] == dim else None
+    value = st.sidebar.selectbox(
+        f"{dim} =",
+        values,
+        index=values.index(want) if want in values else 0,
+        key="only_value",
+    )
+    return (dim, value) if value is not None else None
 
 
 def _demo_controls(known: list[str]) -> None:

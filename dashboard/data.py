@@ -10,10 +10,11 @@ into tables and numbers; `dashboard.figures` draws them. Times are epoch ms (UTC
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 
@@ -24,6 +25,7 @@ from tidegauge.alerts.rules import Firing
 from tidegauge.alerts.store import read_firings
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.config import RedisSettings
+from tidegauge.core.dimensions import member, split_member
 from tidegauge.core.store import (
     ALL_SERVICES,
     TIME_DOMAINS,
@@ -76,6 +78,8 @@ __all__ = [
     "read_snapshot",
     "shared_snapshot",
 ]
+
+T = TypeVar("T")
 
 #: Time range choices of the page's sidebar and of wall page links: label -> ms of event time
 #: ending at the newest window. Beyond 6 h the charts draw the retention tiers' roll-ups.
@@ -131,6 +135,9 @@ class Filters:
     late_event_limit: int = 5
     top: int = DEFAULT_TOP
     rank_by: str = "events"
+    #: (dimension, value): the per-window charts show only the events with that value, each
+    #: service's and all services' (from the dimension's store, docs/dimensions.md).
+    only: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in WINDOW_KINDS:
@@ -246,6 +253,13 @@ def read_snapshot(
     specs = read_window_specs(r, keys)
     spec = pick_spec(specs, f.kind)
     services = read_services(r, keys)
+    # The per-window reads: of the services' store, or of a dimension's for one value
+    # (its members named as services again); arrivals, status and letters are the events'.
+    sliced = _Slice(None) if f.only is None else _Slice(f.only[1])
+    wkeys = keys if f.only is None else keys.by(f.only[0])
+    if f.only is not None:
+        cache = None  # (the closed-window memo is the services' store's)
+        services = sliced.services(r, wkeys)
     windows: list[WindowRow] = []
     newest = None
     resolution = None
@@ -253,30 +267,39 @@ def read_snapshot(
     totals: dict[str, ServiceTotals] = {}
     read_only: list[str] | None = None  # None: every service
     if spec is not None:
-        newest = read_newest_window_start(r, keys, spec)
+        newest = read_newest_window_start(r, wkeys, spec)
         if newest is not None:
             since, until = spec.end(newest) - f.range_ms, spec.end(newest)
             min_size = f.range_ms // MAX_CHART_WINDOWS
             if f.services and drawn != services:
                 read_only = [ALL_SERVICES, *drawn]
             elif f.top and len(services) > f.top:
-                drawn, totals = _ranking(r, keys, f, spec, since, until, min_size, cache, now_ms)
+                drawn, totals = _ranking(r, wkeys, f, spec, since, until, min_size, cache, now_ms)
+                drawn, totals = sliced.own(drawn), sliced.own_keys(totals)
                 read_only = [ALL_SERVICES, *drawn]
+            elif f.only is not None:
+                read_only = [ALL_SERVICES, *services]
             tiered = None
+            names = sliced.members(read_only)
             if spec.kind == "tumbling":  # the smallest tumbling spec is the one rolled up
                 tiered = read_windows_tiered(
-                    r, keys, since, until, None, min_size, cache, services=read_only
+                    r, wkeys, since, until, None, min_size, cache, services=names
                 )
             if tiered is not None:
-                windows, resolution = tiered.rows, tiered.resolution
+                windows, resolution = sliced.rows(tiered.rows), tiered.resolution
             else:
-                windows = read_windows(
-                    r, keys, spec, since_ms=since, cache=cache, services=read_only
+                windows = sliced.rows(
+                    read_windows(r, wkeys, spec, since_ms=since, cache=cache, services=names)
                 )
     arrivals = {}
     size = read_arrival_size(r, keys)
     for domain in TIME_DOMAINS:
-        if domain == "event" and spec is not None and spec == event_spec(specs, size):
+        if (
+            domain == "event"
+            and f.only is None
+            and spec is not None
+            and spec == event_spec(specs, size)
+        ):
             # the windows just read, no second read (roll-ups left out: the other domains'
             # series are in windows of this size)
             arrivals[domain] = event_arrivals([w for w in windows if w.spec == spec.key])
@@ -286,23 +309,31 @@ def read_snapshot(
             []
             if end is None
             else read_arrivals(
-                r, keys, domain, end - f.range_ms, end, cache=cache, services=read_only
+                r,
+                keys,
+                domain,
+                end - f.range_ms,
+                end,
+                cache=cache,
+                services=read_only if f.only is None else None,
             )
         )
     snap_range: dict[str, Any] = {}
     tumbling = next((s for s in specs if s.kind == "tumbling"), None)
     if tumbling is not None:
-        t_newest = newest if tumbling == spec else read_newest_window_start(r, keys, tumbling)
+        t_newest = newest if tumbling == spec else read_newest_window_start(r, wkeys, tumbling)
         if t_newest is not None:
             until = tumbling.end(t_newest)
             since = until - f.latency_range_ms
-            merged = read_range_merged(r, keys, since, until, tumbling, read_only, cache=cache)
+            merged = read_range_merged(
+                r, wkeys, since, until, tumbling, sliced.members(read_only), cache=cache
+            )
             snap_range = {
-                "range_aggs": merged.aggs,
+                "range_aggs": sliced.own_keys(merged.aggs),
                 "range_from_ms": since,
                 "range_to_ms": until,
                 "lateness": read_lateness(
-                    r, keys, since, until, ALL_SERVICES, tumbling, cache=cache
+                    r, wkeys, since, until, sliced.member(ALL_SERVICES), tumbling, cache=cache
                 ),
             }
     sliding_spec = next((s for s in specs if s.kind == "sliding"), None)
@@ -311,7 +342,9 @@ def read_snapshot(
         sliding = (
             windows
             if sliding_spec == spec
-            else _sliding_rows(r, keys, sliding_spec, f, cache, read_only)
+            else sliced.rows(
+                _sliding_rows(r, wkeys, sliding_spec, f, cache, sliced.members(read_only))
+            )
         )
     limit = MAX_BATCHES
     if status is not None and status.report_interval_ms:
@@ -351,6 +384,44 @@ def read_snapshot(
         else [],
         **snap_range,
     )
+
+
+@dataclass(frozen=True)
+class _Slice:
+    """Names between the page (services, `*`) and a dimension's store (`service SEP value`).
+
+    `value` None: the services' own store, names as they are.
+    """
+
+    value: str | None
+
+    def member(self, name: str) -> str:
+        return name if self.value is None else member(name, self.value)
+
+    def members(self, names: list[str] | None) -> list[str] | None:
+        return None if names is None else [self.member(n) for n in names]
+
+    def own(self, names: list[str]) -> list[str]:
+        return names if self.value is None else [split_member(n)[0] for n in names]
+
+    def own_keys(self, by_name: dict[str, T]) -> dict[str, T]:
+        if self.value is None:
+            return by_name
+        return {split_member(n)[0]: v for n, v in by_name.items()}
+
+    def rows(self, rows: list[WindowRow]) -> list[WindowRow]:
+        if self.value is None:
+            return rows
+        return [dataclasses.replace(w, service=split_member(w.service)[0]) for w in rows]
+
+    def services(self, r: redis.Redis, wkeys: Keys) -> list[str]:
+        """The services with events of this value in the dimension's store."""
+        assert self.value is not None
+        stored: Any = r.smembers(wkeys.services)
+        names = (m.decode() if isinstance(m, bytes) else m for m in stored)
+        return sorted(
+            s for s, v in (split_member(m) for m in names) if v == self.value and s != ALL_SERVICES
+        )
 
 
 #: A process's rankings (with a closed-window memo): (store, view) -> (when, drawn, totals).

@@ -11,6 +11,7 @@ what it ignored, instead of failing.
     ?top=20&by=errors     (with no services chosen: the 20 with the most errors; top=all: every one)
     ?dim=route&dof=checkout&dby=p99    (the breakdown: checkout's routes by p99)
     ?dim=route&dval=/cart              (the breakdown: the services /cart comes from)
+    ?only=region:eu-west-1             (the per-window charts: the events of one value only)
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ class View:
     dimension_of: str = "*"
     dimension_value: str | None = None
     dimension_by: str = "events"
+    #: (dimension, value): the per-window charts show the events with that value only.
+    only: tuple[str, str] | None = None
     #: Parameters that could not be read, as "name=value: why".
     problems: tuple[str, ...] = field(default=(), compare=False)
 
@@ -87,6 +90,8 @@ def to_params(v: View) -> dict[str, str]:
         out["dval"] = v.dimension_value
     if v.dimension_by != _DEFAULT.dimension_by:
         out["dby"] = v.dimension_by
+    if v.only is not None:
+        out["only"] = f"{v.only[0]}:{v.only[1]}"
     return out
 
 
@@ -166,6 +171,12 @@ def from_params(
             v = replace(v, dimension_by=dby)
         else:
             problems.append(f"dby={dby}: not one of {', '.join(RANK_BY)}")
+    if (only := get("only")) is not None:
+        dim, sep, value = only.partition(":")
+        if sep and dim and value:
+            v = replace(v, only=(dim, value))
+        else:
+            problems.append(f"only={only}: not DIMENSION:VALUE")
     toggles = {}
     for name, attr in (("broker", "show_broker"), ("total", "show_total"), ("wall", "wall")):
         if (x := get(name)) is not None and (b := flag(name, x)) is not None:

@@ -67,6 +67,7 @@ def filters_of(
         latency_range_ms=v.latency_range_ms or 15 * 60_000,
         top=data.DEFAULT_TOP if v.top is None else v.top,
         rank_by=v.rank_by,
+        only=v.only,
     )
     return f, v
 

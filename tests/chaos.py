@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -38,8 +37,9 @@ from typing import Any
 
 import redis
 
-from cli.local.services import Service, free_port, start_broker, wait_for_port
+from cli.local.services import Service, free_port, start_broker
 from tests import procs
+from tests.integration.fixtures import PersistentRedis
 from tests.integration.helpers import deduplicated, expected_windows, load_truth
 from tidegauge.core.store import Keys, read_batches, read_dead_counts, read_status, read_windows
 from tidegauge.core.windows import WindowSpec
@@ -90,38 +90,6 @@ class SoakResult:
             fresh = "-" if f.max_freshness_ms is None else f"{f.max_freshness_ms:,} ms"
             lines.append(f"{f.kind:<15}{f.at_s:>7.0f}{f.down_s:>8.1f}{rec:>13}{fresh:>16}")
         return "\n".join(lines)
-
-
-class _Redis:
-    """A redis-server on its own files (append-only, fsync always), restartable in place."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        self.workdir = workdir
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.start()
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        exe = shutil.which("redis-server")
-        assert exe, "redis-server is missing: run `make setup`"
-        self.proc = subprocess.Popen(
-            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir)]
-            + ["--appendonly", "yes", "--appendfsync", "always", "--save", ""],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        wait_for_port("127.0.0.1", self.port, proc=self.proc)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.terminate()
-            self.proc.wait(30)
 
 
 class Soak:
@@ -217,7 +185,8 @@ class Soak:
     def run(self) -> SoakResult:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.broker: Service = start_broker(log_path=self.workdir / "broker.log")
-        self.redis = _Redis(self.workdir)
+        self.redis = PersistentRedis(free_port(), self.workdir)
+        self.redis.start()
         producer = None
         try:
             subprocess.run(

@@ -140,6 +140,11 @@ def session_settings(
         # compile new code for every micro-batch (Janino, then the JIT): 25 % of the job's CPU
         # at 200 events/s, -15 % batch time (BENCHMARKS.md, "The fixed cost of a micro-batch").
         "spark.sql.codegen.wholeStage": "false",
+        # Spark 4.1's coordinator warns of state stores whose snapshot lags 5 x 10 versions: with
+        # a 1 s trigger that is every batch from the fiftieth until the stores' maintenance,
+        # every 60 s, writes their first snapshot (a dozen warnings at every start). 20 x 10
+        # versions keeps the report for a maintenance that really stalls.
+        "spark.sql.streaming.stateStore.multiplierForMinVersionDiffToLog": "20",
     }
     if checkpoint is not None and local_checkpoint(checkpoint):
         # On a local disk Hadoop's LocalFileSystem already writes a .crc file beside every

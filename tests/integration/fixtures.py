@@ -7,7 +7,10 @@ writes batch by batch as the job would, which the dashboard's roll-up test reads
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +19,7 @@ from typing import Any
 import numpy as np
 import redis
 
+from cli.local.services import wait_for_port
 from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch
 from jobs.sink.rollup import BatchTime
 from jobs.state.rows import ArrivalUpdate, LateUpdate, WindowCount, WindowUpdate
@@ -215,3 +219,42 @@ def _write(r: redis.Redis, b: Batch, retention: Retention) -> None:
         ),
         SinkConfig(arrival_window_ms=W, retention=retention, source=SRC),
     )
+
+
+@dataclass
+class PersistentRedis:
+    """A redis-server of a test's own (the session's is shared), persistent on disk.
+
+    Append-only file with `appendfsync always`: a restart on the same port and directory keeps
+    everything it acknowledged, as a production Redis set up for Tidegauge does.
+    """
+
+    port: int
+    workdir: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        exe = shutil.which("redis-server")
+        assert exe, "redis-server is missing: run `make setup`"
+        self.proc = subprocess.Popen(
+            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir)]
+            + ["--appendonly", "yes", "--appendfsync", "always", "--save", ""],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        wait_for_port("127.0.0.1", self.port, proc=self.proc)
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, sig)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a stopped server cannot take SIGTERM
+            self.proc.terminate()  # redis-server flushes its append-only file on SIGTERM
+            self.proc.wait(20)

@@ -669,3 +669,37 @@ def test_the_breakdown_ranks_a_dimensions_values_and_drills_into_a_service_and_b
     at.button(key="dim_out").click().run(timeout=30)
     assert set(table()) == set(totals)
     assert not at.exception and not at.error
+
+
+def test_only_the_events_with_one_value_on_the_per_window_charts(
+    monkeypatch: pytest.MonkeyPatch, redis_settings: RedisSettings, redis_client: redis.Redis
+) -> None:
+    """ "Only events with route = /cart": each service's line is its /cart events, `*` all of
+    them; the link keeps the filter, and "(every event)" goes back to the services' own."""
+    newest = now_ms() // W * W - W
+    starts = [newest - i * W for i in range(6)]
+    routes = {"checkout": {"/cart": 80, "/pay": 30}, "search": {"/q": 200, "/cart": 5}}
+    totals = {"/cart": 85, "/pay": 30, "/q": 200}
+    services = [window(s, svc, sum(r.values())) for s in starts for svc, r in routes.items()]
+    slices = [
+        window(s, member(svc, route), n, seed=1)
+        for s in starts
+        for svc, per_service in [*routes.items(), ("*", totals)]
+        for route, n in per_service.items()
+    ]
+    write_batch(
+        redis_client, KEYS, SinkBatch(1, services), dimensions={"route": SinkBatch(1, slices)}
+    )
+    monkeypatch.setenv(ENV_REDIS_URL, redis_settings.url)
+    at = AppTest.from_file(str(APP), default_timeout=30)
+    at.query_params["only"] = "route:/cart"
+    at.run(timeout=30)
+    assert not at.exception and not at.error
+    assert at.sidebar.selectbox(key="only_value").value == "/cart"
+    lines = {t["name"]: values(t["y"]) for t in chart(at, "events_per_s")["data"]}
+    assert lines == {"all services (*)": [8.5] * 6, "checkout": [8.0] * 6, "search": [0.5] * 6}
+    assert at.query_params["only"] == "route:/cart"
+    at.sidebar.selectbox(key="only_dim").select_index(0).run(timeout=30)  # "(every event)"
+    lines = {t["name"]: values(t["y"]) for t in chart(at, "events_per_s")["data"]}
+    assert lines["all services (*)"] == [31.5] * 6 and lines["checkout"] == [11.0] * 6
+    assert "only" not in at.query_params

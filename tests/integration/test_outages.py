@@ -11,65 +11,29 @@ have drained the topic and Redis must hold exactly what an uninterrupted run wro
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
-from cli.local.services import free_port, wait_for_port
+from cli.local.services import free_port
 from tests import procs
-from tests.integration.fixtures import job_args, snapshot
+from tests.integration.fixtures import PersistentRedis, job_args, snapshot
 from tests.integration.helpers import tidegauge
 from tidegauge.core.store import Keys, read_batches, read_status
 
 TOTAL = 3_000  # records of the stream (events, duplicates, malformed)
 
 
-@dataclass
-class OwnRedis:
-    """A redis-server of the test's own (the session's is shared), persistent on disk."""
-
-    port: int
-    workdir: Path
-    proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        exe = shutil.which("redis-server")
-        assert exe, "redis-server is missing: run `make setup`"
-        self.proc = subprocess.Popen(
-            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir)]
-            + ["--appendonly", "yes", "--appendfsync", "always", "--save", ""],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        wait_for_port("127.0.0.1", self.port, proc=self.proc)
-
-    def signal(self, sig: int) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, sig)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()  # redis-server flushes its append-only file on SIGTERM
-            self.proc.wait(20)
-
-
 @pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
-    r = OwnRedis(free_port(), tmp_path)
+def own_redis(tmp_path: Path) -> Iterator[PersistentRedis]:
+    r = PersistentRedis(free_port(), tmp_path)
     r.start()
     try:
         yield r
@@ -180,7 +144,7 @@ def _finished_like_the_reference(reference: dict[str, Any], url: str, workdir: P
 
 
 def test_redis_stopped_for_60s_mid_stream(
-    reference: dict[str, Any], own_redis: OwnRedis, tmp_path: Path
+    reference: dict[str, Any], own_redis: PersistentRedis, tmp_path: Path
 ) -> None:
     r = redis.Redis.from_url(own_redis.url)
     job = Job(reference, own_redis.url, tmp_path)
@@ -200,7 +164,7 @@ def test_redis_stopped_for_60s_mid_stream(
 
 
 def test_redis_restarted_with_persistence_mid_stream(
-    reference: dict[str, Any], own_redis: OwnRedis, tmp_path: Path
+    reference: dict[str, Any], own_redis: PersistentRedis, tmp_path: Path
 ) -> None:
     r = redis.Redis.from_url(own_redis.url)
     job = Job(reference, own_redis.url, tmp_path)
@@ -218,7 +182,7 @@ def test_redis_restarted_with_persistence_mid_stream(
 
 
 def test_redis_gone_longer_than_the_retry_budget_stops_the_job_and_a_restart_resumes(
-    reference: dict[str, Any], own_redis: OwnRedis, tmp_path: Path
+    reference: dict[str, Any], own_redis: PersistentRedis, tmp_path: Path
 ) -> None:
     r = redis.Redis.from_url(own_redis.url)
     job = Job(reference, own_redis.url, tmp_path, "--sink-retry-for", "8s")
@@ -242,7 +206,7 @@ def test_redis_gone_longer_than_the_retry_budget_stops_the_job_and_a_restart_res
 def test_broker_stopped_for_30s_mid_stream(
     reference: dict[str, Any],
     broker,
-    own_redis: OwnRedis,
+    own_redis: PersistentRedis,
     tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     r = redis.Redis.from_url(own_redis.url)
@@ -286,7 +250,7 @@ def _cmdline(p: Path) -> bytes:
 
 
 def test_python_workers_killed_mid_stream(
-    reference: dict[str, Any], own_redis: OwnRedis, tmp_path: Path
+    reference: dict[str, Any], own_redis: PersistentRedis, tmp_path: Path
 ) -> None:
     r = redis.Redis.from_url(own_redis.url)
     job = Job(reference, own_redis.url, tmp_path, "--verbose")
@@ -312,7 +276,7 @@ def test_python_workers_killed_mid_stream(
 
 @pytest.mark.parametrize("how", ["process-group", "every-process"])
 def test_a_supervisor_stopping_the_whole_job_is_a_clean_stop_and_a_restart_resumes(
-    how: str, reference: dict[str, Any], own_redis: OwnRedis, tmp_path: Path
+    how: str, reference: dict[str, Any], own_redis: PersistentRedis, tmp_path: Path
 ) -> None:
     """SIGTERM to the job's process group (`kill -- -PGID`, a terminal's or a container
     runtime's stop), or to every process of it at once, Spark's JVM and Python workers
@@ -341,7 +305,7 @@ def test_a_supervisor_stopping_the_whole_job_is_a_clean_stop_and_a_restart_resum
 
 
 def test_the_jvm_and_workers_end_with_a_driver_killed_outright(
-    reference: dict[str, Any], own_redis: OwnRedis, tmp_path: Path
+    reference: dict[str, Any], own_redis: PersistentRedis, tmp_path: Path
 ) -> None:
     """SIGKILL to the driver alone (the OOM killer, `kill -9 PID`): Spark's JVM, in a session
     of its own, and its Python workers must not outlive it; a restart then resumes."""
@@ -360,7 +324,7 @@ def test_the_jvm_and_workers_end_with_a_driver_killed_outright(
 
 
 def test_a_fresh_checkpoint_takes_over_the_status_of_an_older_run(
-    reference: dict[str, Any], own_redis: OwnRedis, tmp_path: Path
+    reference: dict[str, Any], own_redis: PersistentRedis, tmp_path: Path
 ) -> None:
     r = redis.Redis.from_url(own_redis.url)
     older = tmp_path / "older"

@@ -12,6 +12,7 @@ line while it runs, the status in Redis, or the dashboard's page.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
@@ -51,21 +52,29 @@ def _redis_server(*args: str) -> subprocess.Popen:
     )
 
 
+@contextlib.contextmanager
+def _serving(port: int, *args: str) -> Iterator[None]:
+    """A redis-server of this module with `args`, answering on `port`, until the block ends."""
+    proc = _redis_server(*args)
+    try:
+        wait_for_port("127.0.0.1", port, proc=proc)
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 @pytest.fixture(scope="module")
 def acl_redis() -> Iterator[int]:
     port = free_port()
-    proc = _redis_server(
+    with _serving(
+        port,
         *("--port", str(port)),
         *("--user", "default", "off"),
         *("--user", "job", *JOB_ACL.split()),
         *("--user", "viewer", *VIEWER_ACL.split()),
-    )
-    try:
-        wait_for_port("127.0.0.1", port, proc=proc)
+    ):
         yield port
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -73,17 +82,13 @@ def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, P
     d = tmp_path_factory.mktemp("tls")
     make_certificates(d)
     port = free_port()
-    proc = _redis_server(
+    with _serving(
+        port,
         *("--port", "0", "--tls-port", str(port), "--tls-auth-clients", "no"),
         *("--tls-cert-file", str(d / "server.crt"), "--tls-key-file", str(d / "server.key")),
         *("--tls-ca-cert-file", str(d / "ca.crt"), "--requirepass", TLS_PW),
-    )
-    try:
-        wait_for_port("127.0.0.1", port, proc=proc)
+    ):
         yield port, d / "ca.crt"
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -270,13 +275,8 @@ def _crawl(base: str, app: str, most: int = 150) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def password_redis() -> Iterator[int]:
     port = free_port()
-    proc = _redis_server("--port", str(port), "--requirepass", PLAIN_PW)
-    try:
-        wait_for_port("127.0.0.1", port, proc=proc)
+    with _serving(port, "--port", str(port), "--requirepass", PLAIN_PW):
         yield port
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_a_running_jobs_ui_rest_event_log_and_log_show_no_password(

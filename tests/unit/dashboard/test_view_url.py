@@ -33,6 +33,8 @@ def test_the_default_view_is_the_plain_url() -> None:
         View(top=0),
         View(dimension="route", dimension_of="checkout", dimension_by="p99"),
         View(dimension="route+method", dimension_value="/cart GET"),
+        View(only=("region", "eu-west-1")),
+        View(only=("route", "/v1:batch")),
         View(("a b", "ü"), "session", 86_400_000, 3_600_000, "a b", True, False, True),
     ],
 )
@@ -76,3 +78,9 @@ def test_the_breakdown_reads_as_written() -> None:
     assert link("http://h:8501/", v) == "http://h:8501/?dim=route&dof=checkout&dby=errors"
     bad = from_params({"dim": "route", "dby": "p42"}, KINDS, RANGES, LATENCY)
     assert bad == View(dimension="route") and bad.problems[0].startswith("dby=p42")
+
+
+def test_only_one_value_reads_as_written() -> None:
+    assert to_params(View(only=("region", "eu-west-1"))) == {"only": "region:eu-west-1"}
+    bad = from_params({"only": "region"}, KINDS, RANGES, LATENCY)
+    assert bad == View() and bad.problems[0].startswith("only=region")
