@@ -9,7 +9,9 @@ schedule drawn from `seed` applies one fault at a time:
 * `job-term`: SIGTERM, the way a supervisor stops it, restarted;
 * `broker-pause`: the broker stopped (SIGSTOP) for 10 s, then continued;
 * `redis-restart`: Redis stopped (SIGTERM) and started again on its own files;
-* `workers-kill`: SIGKILL to every Python worker of the job (Spark starts new ones).
+* `workers-kill`: SIGKILL to every Python worker of the job (Spark starts new ones);
+* `worker-kill` (with `workers`, the job on a Spark standalone cluster of that many one-core
+  workers): SIGKILL to one worker and its executor, a new worker started in its place.
 
 After the producer has sent everything, the job drains the topic and stops; then Redis must hold
 exactly what the ground truth says, window by window: Spark's watermark rule and the
@@ -23,6 +25,8 @@ records was committed again, and the worst freshness of the batches in the minut
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import json
 import os
 import random
@@ -33,20 +37,30 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import redis
 
+from cli.local.cluster import LocalCluster, start_cluster, start_worker
 from cli.local.services import Service, free_port, start_broker
+from jobs.source.kafka_source import true_end_offsets
 from tests import procs
 from tests.integration.fixtures import PersistentRedis
-from tests.integration.helpers import deduplicated, expected_windows, load_truth
 from tidegauge.core.store import Keys, read_batches, read_dead_counts, read_status, read_windows
-from tidegauge.core.windows import WindowSpec
 
-__all__ = ["FAULTS", "Fault", "Soak", "SoakResult"]
+__all__ = [
+    "CLUSTER_FAULTS",
+    "FAULTS",
+    "Fault",
+    "Replay",
+    "Soak",
+    "SoakResult",
+    "committed_batches",
+    "compare",
+]
 
 FAULTS = ("job-kill", "job-term", "broker-pause", "redis-restart", "workers-kill")
+#: On a standalone cluster, one more.
+CLUSTER_FAULTS = (*FAULTS, "worker-kill")
 WINDOW_MS = 10_000
 LATENESS_MS = 30_000
 #: Seconds between faults (drawn uniformly), and before the first.
@@ -102,8 +116,12 @@ class Soak:
         rate: float,
         seed: int = 1,
         gap_s: tuple[float, float] = GAP_S,
+        workers: int = 0,
     ) -> None:
         self.gap_s = gap_s
+        self.workers = workers
+        self.cluster: LocalCluster | None = None
+        self.faults = CLUSTER_FAULTS if workers else FAULTS
         self.workdir = workdir
         self.seconds = seconds
         self.rate = rate
@@ -132,7 +150,8 @@ class Soak:
             *("job", "--bootstrap", self.broker.address, "--topic", self.topic),
             *("--redis", self.redis.url, "--checkpoint", str(self.checkpoint)),
             *("--trigger", "1s", "--window", "10s", "--allowed-lateness", "30s"),
-            *("--master", "local[2]", "--shuffle-partitions", "2"),
+            *("--master", self.cluster.url if self.cluster else "local[2]"),
+            *("--shuffle-partitions", "2"),
             # every batch's offsets stay in the checkpoint, for the comparison at the end
             *("--conf", "spark.sql.streaming.minBatchesToRetain=1000000"),
             log="job.log",
@@ -178,6 +197,16 @@ class Soak:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+        elif kind == "worker-kill":
+            assert self.cluster is not None
+            victim = self.cluster.workers.pop(0)
+            os.killpg(victim.proc.pid, signal.SIGKILL)  # the worker and its executor
+            victim.proc.wait(30)
+            n = len(self.cluster.workers) + 1
+            self.cluster.workers.append(
+                start_worker(self.cluster.url, 1, "1g", self.workdir / "spark" / f"worker-r{n}")
+            )
+            self.cluster.wait_for_workers(self.workers)
         return time.monotonic() - started
 
     # --- the run --------------------------------------------------------------------------
@@ -189,6 +218,8 @@ class Soak:
         self.redis.start()
         producer = None
         try:
+            if self.workers:
+                self.cluster = start_cluster(self.workers, self.workdir / "spark", cores=1)
             subprocess.run(
                 [sys.executable, "-m", "cli.main", "topic", "--bootstrap", self.broker.address]
                 + ["--topic", self.topic, "--partitions", "3"],
@@ -212,11 +243,10 @@ class Soak:
             faults = self._schedule(producer, r)
             producer.wait(self.seconds + 300)
             assert producer.returncode == 0, (self.workdir / "produce.log").read_text()
-            truth = load_truth(self.truth_path)
-            self._drain(r, truth, 300)
+            self._drain(r, 600)
             self._measure(r, faults)
             self._stop_job(signal.SIGTERM)
-            return self._compare(r, truth, faults)
+            return compare(r, self.checkpoint, self.truth_path, faults, self.seconds, self.rate)
         finally:
             if producer is not None and producer.poll() is None:
                 producer.kill()
@@ -224,6 +254,8 @@ class Soak:
                 os.killpg(self.job.pid, signal.SIGKILL)
             self.redis.stop()
             self.broker.stop()
+            if self.cluster is not None:
+                self.cluster.stop()
 
     def _wait_for_status(self, r: redis.Redis, timeout_s: float) -> None:
         def up() -> bool:
@@ -248,22 +280,21 @@ class Soak:
                 time.sleep(0.2)
                 continue
             if not kinds:  # every kind once per round, in a seeded order
-                kinds = list(FAULTS)
+                kinds = list(self.faults)
                 rng.shuffle(kinds)
             kind = kinds.pop()
             fault = Fault(kind, time.monotonic() - t0)
             fault.down_s = self._apply(kind)
             fault.back_at = time.time()
             faults.append(fault)
+            with (self.workdir / "faults.jsonl").open("a") as log:  # kept if the run dies
+                log.write(json.dumps(dataclasses.asdict(fault)) + "\n")
             next_at = fault.at_s + fault.down_s + rng.uniform(*self.gap_s)
         return faults
 
-    def _drain(self, r: redis.Redis, truth: list[dict[str, Any]], timeout_s: float) -> None:
+    def _drain(self, r: redis.Redis, timeout_s: float) -> None:
         """Until the job's committed offsets are the topic's end."""
-        end: dict[str, int] = {}
-        for t in truth:
-            p = str(t["partition"])
-            end[p] = max(end.get(p, 0), t["offset"] + 1)
+        end = {str(k): v for k, v in true_end_offsets(self.broker.address, self.topic).items()}
 
         def drained() -> bool:
             assert self.job is not None and self.job.poll() is None, self._job_log()
@@ -293,65 +324,139 @@ class Soak:
                 ]
                 f.max_freshness_ms = int(max(minute)) if minute else None
 
-    def _committed_batches(self) -> list[tuple[dict[str, int], dict[str, int]]]:
-        """(start, end) offsets of every batch the job committed, from its checkpoint's files."""
-        commits = sorted(
-            int(p.name) for p in (self.checkpoint / "commits").iterdir() if p.name.isdigit()
-        )
-        out = []
-        previous: dict[str, int] = {}
-        for batch_id in commits:
-            lines = (self.checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
-            ends = {str(k): int(v) for k, v in json.loads(lines[2]).items()}
-            if batch_id and not previous:
-                before = (self.checkpoint / "offsets" / str(batch_id - 1)).read_text().splitlines()
-                previous = {str(k): int(v) for k, v in json.loads(before[2]).items()}
-            out.append((previous, ends))
-            previous = ends
-        return out
-
-    def _compare(
-        self, r: redis.Redis, truth: list[dict[str, Any]], faults: list[Fault]
-    ) -> SoakResult:
-        by_pos = {(str(t["partition"]), t["offset"]): t for t in truth}
-        batches = []
-        for start, end in self._committed_batches():
-            batches.append(
-                [by_pos[(p, o)] for p, e in end.items() for o in range(start.get(p, 0), e)]
-            )
-        placed = sum(len(b) for b in batches)
-        kept, dups = deduplicated(batches, [WindowSpec.tumbling(WINDOW_MS)], LATENESS_MS)
-        accepted, late = expected_windows(kept, WINDOW_MS, LATENESS_MS)
-        rows = read_windows(r, Keys())
-        got = {(w.window_start, w.service): w.count for w in rows if w.count}
-        got_late = {(w.window_start, w.service): w.late for w in rows if w.late}
-        got_dups = {(w.window_start, w.service): w.duplicates for w in rows if w.duplicates}
-        want_dups = {(s, svc): n for (_, s, svc), n in dups.items()}
-        mismatches = []
-        if placed != len(truth):
-            mismatches.append(f"{len(truth) - placed} records in no committed batch")
-        for name, a, b in (
-            ("count", got, dict(accepted)),
-            ("late", got_late, dict(late)),
-            ("duplicates", got_dups, want_dups),
-        ):
-            for key in sorted(set(a) | set(b)):
-                if a.get(key, 0) != b.get(key, 0):
-                    mismatches.append(f"{name} {key}: Redis {a.get(key, 0)}, truth {b.get(key, 0)}")
-        malformed = Counter(t["kind"] for t in truth)["malformed"]
-        dead = sum(read_dead_counts(r, Keys()).values())
-        if dead != malformed:
-            mismatches.append(f"dead letters: Redis {dead}, truth {malformed}")
-        return SoakResult(
-            seconds=self.seconds,
-            rate=self.rate,
-            records=len(truth),
-            batches=len(batches),
-            windows=len(accepted),
-            events=sum(v for (_, svc), v in accepted.items() if svc == "*"),
-            faults=faults,
-            mismatches=mismatches,
-        )
-
     def _job_log(self) -> str:
         return (self.workdir / "job.log").read_text(errors="replace")[-4000:]
+
+
+def committed_batches(checkpoint: Path) -> list[dict[str, tuple[int, int]]]:
+    """Each batch the job committed: partition -> (start, end) offsets, from the checkpoint's
+    offset log and commit log as plain files (Spark writes `offsets/N` before batch N runs and
+    `commits/N` after its results are written)."""
+
+    def ends(batch_id: int) -> dict[str, int]:
+        lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+        return {str(k): int(v) for k, v in json.loads(lines[2]).items()}
+
+    done = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    out = []
+    for batch_id in done:
+        start = ends(batch_id - 1) if batch_id else {}
+        out.append({p: (start.get(p, 0), e) for p, e in ends(batch_id).items()})
+    return out
+
+
+class Replay:
+    """The ground truth replayed over the committed batches, one batch at a time.
+
+    The rules of tests/integration/helpers.py (`deduplicated`, then `expected_windows`) for
+    10 s tumbling windows, kept incremental so that a soak's millions of records are never held
+    at once: the watermark starts at 0 and after each batch becomes max(watermark, max event
+    time of its events, retries and heartbeats - allowed lateness); within a batch, in Kafka
+    order, an event whose window is still open is a duplicate if an event of the same service
+    and id was accepted before while its window was open; an event is late if its window ended
+    at or before the watermark in force.
+    """
+
+    def __init__(self, window_ms: int = WINDOW_MS, lateness_ms: int = LATENESS_MS) -> None:
+        self.window_ms = window_ms
+        self.lateness_ms = lateness_ms
+        self.watermark = 0
+        self.held: dict[tuple[str, str], int] = {}
+        self.accepted: Counter[tuple[int, str]] = Counter()
+        self.late: Counter[tuple[int, str]] = Counter()
+        self.duplicates: Counter[tuple[int, str]] = Counter()
+
+    def batch(self, rows: list[tuple[int, int, str, int, str, str]]) -> None:
+        """One batch's records: (partition, offset, kind, event time, service, event id)."""
+        wm, size = self.watermark, self.window_ms
+        seen = None
+        for _, _, kind, et, service, event_id in sorted(rows):
+            if kind in ("event", "duplicate", "heartbeat"):
+                seen = et if seen is None else max(seen, et)
+            if kind not in ("event", "duplicate"):
+                continue
+            start = et - et % size
+            end = start + size
+            if end > wm:
+                key = (service, event_id)
+                if self.held.get(key, wm) > wm:
+                    self.duplicates[(start, service)] += 1
+                    self.duplicates[(start, "*")] += 1
+                    continue
+                self.held[key] = end
+            target = self.late if end <= wm else self.accepted
+            target[(start, service)] += 1
+            target[(start, "*")] += 1
+        if seen is not None:
+            self.watermark = max(wm, seen - self.lateness_ms)
+        if len(self.held) > 200_000:  # ids whose windows all closed make no duplicates
+            self.held = {k: h for k, h in self.held.items() if h > self.watermark}
+
+
+def compare(
+    r: redis.Redis,
+    checkpoint: Path,
+    truth_path: Path,
+    faults: list[Fault],
+    seconds: float,
+    rate: float,
+) -> SoakResult:
+    """Redis against the truth, the truth file read once, a batch replayed as soon as every
+    partition has gone past its end (the file is in acknowledgement order, offsets rising)."""
+    batches = committed_batches(checkpoint)
+    bounds = {p: [b[p][1] for b in batches if p in b] for p in {p for b in batches for p in b}}
+    index = {p: [i for i, b in enumerate(batches) if p in b] for p in bounds}
+    pending: dict[int, list[tuple[int, int, str, int, str, str]]] = {}
+    reached = dict.fromkeys(bounds, 0)
+    replay = Replay()
+    done = records = malformed = outside = 0
+    with truth_path.open() as f:
+        for line in f:
+            t = json.loads(line)
+            records += 1
+            malformed += t["kind"] == "malformed"
+            p, o = str(t["partition"]), t["offset"]
+            at = bisect.bisect_right(bounds.get(p, []), o)
+            if at == len(bounds.get(p, [])):
+                outside += 1
+                continue
+            row = (t["partition"], o, t["kind"], t.get("event_time") or 0, t.get("service") or "",
+                   t.get("event_id") or "")  # fmt: skip
+            pending.setdefault(index[p][at], []).append(row)
+            reached[p] = max(reached[p], o + 1)
+            while done < len(batches) and all(
+                reached.get(q, 0) >= e for q, (_, e) in batches[done].items()
+            ):
+                replay.batch(pending.pop(done, []))
+                done += 1
+    while done < len(batches):
+        replay.batch(pending.pop(done, []))
+        done += 1
+    rows = read_windows(r, Keys())
+    got = {(w.window_start, w.service): w.count for w in rows if w.count}
+    got_late = {(w.window_start, w.service): w.late for w in rows if w.late}
+    got_dups = {(w.window_start, w.service): w.duplicates for w in rows if w.duplicates}
+    mismatches = []
+    if outside:
+        mismatches.append(f"{outside} records in no committed batch")
+    for name, a, b in (
+        ("count", got, dict(replay.accepted)),
+        ("late", got_late, dict(replay.late)),
+        ("duplicates", got_dups, dict(replay.duplicates)),
+    ):
+        for key in sorted(set(a) | set(b)):
+            if a.get(key, 0) != b.get(key, 0):
+                mismatches.append(f"{name} {key}: Redis {a.get(key, 0)}, truth {b.get(key, 0)}")
+    dead = sum(read_dead_counts(r, Keys()).values())
+    if dead != malformed:
+        mismatches.append(f"dead letters: Redis {dead}, truth {malformed}")
+    return SoakResult(
+        seconds=seconds,
+        rate=rate,
+        records=records,
+        batches=len(batches),
+        windows=len(replay.accepted),
+        events=sum(v for (_, svc), v in replay.accepted.items() if svc == "*"),
+        faults=faults,
+        mismatches=mismatches,
+    )

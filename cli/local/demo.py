@@ -68,6 +68,8 @@ T = TypeVar("T")
 
 #: How long a child gets to stop after its stop signal before its whole group is killed.
 STOP_GRACE_S = 15.0
+#: How long a child's exit waits for the demo's own stop signal before it counts as a death.
+SIGNAL_GRACE_S = 1.0
 #: How long the rest of a group (JVM, Streamlit server) gets once its leader has exited.
 GROUP_GRACE_S = 5.0
 #: Lines of a child's log shown when it dies.
@@ -629,9 +631,20 @@ class _Demo:
         self.say(rule)
 
     def watch(self) -> None:
-        """Block until a stop signal (returns) or a component dies (raises DemoError)."""
+        """Block until a stop signal (returns) or a component dies (raises DemoError).
+
+        A supervisor that stops every process at once (systemd's control group, a container)
+        signals the demo and its children together: a child that exits in that moment is a
+        stop, not a death, so a death is only reported if no stop signal follows within
+        `SIGNAL_GRACE_S`.
+        """
         while not self.stop_requested.is_set():
-            self.check_children()
+            try:
+                self.check_children()
+            except DemoError:
+                if self.stop_requested.wait(SIGNAL_GRACE_S):
+                    return
+                raise
             self.stop_requested.wait(0.5)
 
     def stop(self) -> bool:

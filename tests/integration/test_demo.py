@@ -243,3 +243,28 @@ def test_dashboard_port_in_use_is_refused_before_starting_anything(tmp_path: Pat
     assert code == 2, demo.text
     assert f"port {port} is in use" in demo.text
     assert not _marked(demo.mark)
+
+
+def test_a_supervisor_stopping_every_process_of_the_demo_at_once_is_a_clean_stop(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM to the demo and every process it started, at the same moment (systemd's
+    `KillMode=control-group`, a container runtime): each part stops on its own, the demo says
+    so once, exits 0, and nothing is left running."""
+    with _demo("--no-dashboard", "--state-dir", str(tmp_path / "state")) as demo:
+        demo.read_until(r"Ctrl-C to stop", START_BUDGET_S)
+        tree = procs.descendants(demo.proc.pid) | {demo.proc.pid}
+        assert "java" in {procs.comm(p) for p in tree}
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        code = demo.proc.wait(STOP_BUDGET_S)
+        demo.drain()
+    assert code == 0, demo.text
+    assert demo.text.count("tidegauge demo: stopped cleanly") == 1, demo.text
+    assert "died" not in demo.text and "Traceback" not in demo.text, demo.text
+    grace = time.monotonic() + 5
+    while time.monotonic() < grace and [p for p in tree if procs.alive(p)]:
+        time.sleep(0.1)
+    assert not [p for p in tree if procs.alive(p)]
+    assert not _marked(demo.mark)
