@@ -164,3 +164,27 @@ def test_halving_ages_the_counts_and_a_round_trip_keeps_them() -> None:
     assert summary.counts == {"a": 4, "c": 2}  # "b" at 0 is let go
     back = SpaceSaving.from_json(4, summary.to_json())
     assert (back.counts, back.errors) == (summary.counts, summary.errors)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_on_a_zipf_stream_the_values_kept_are_the_busiest(seed: int) -> None:
+    """Routes with Zipf-distributed traffic (1,000 of them, exponent 1.2, ~194,000 events),
+    counted in 100 batches as the job counts them, 80 counters: every value over N / 80 is
+    counted (the bound), the 10 busiest are all kept, and at least 18 of the 20 kept are the 20
+    busiest (the rest are the next ones: the 20th and 21st are a few events apart)."""
+    rng = np.random.default_rng(seed)
+    values = rng.zipf(1.2, 200_000)
+    values = values[values <= 1_000]
+    summary = SpaceSaving(80)
+    truth: Counter[str] = Counter()
+    for batch in np.array_split(values, 100):
+        counts = Counter(f"/r{v}" for v in batch.tolist())
+        truth.update(counts)
+        summary.add(dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))))
+    n = sum(truth.values())
+    ranked = [v for v, _ in sorted(truth.items(), key=lambda kv: (-kv[1], kv[0]))]
+    assert {v for v in ranked if truth[v] > n / 80} <= set(summary.counts)
+    kept = summary.top(20)
+    assert set(ranked[:10]) <= set(kept)
+    assert len(set(kept) & set(ranked[:20])) >= 18
+    assert set(kept) <= set(ranked[:30])
