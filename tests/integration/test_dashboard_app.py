@@ -617,30 +617,35 @@ def test_a_job_behind_the_topic_shows_when_it_will_have_caught_up(
     assert "2,280,000 records behind" in info and "~57s" in info, info
 
 
-def test_the_breakdown_ranks_a_dimensions_values_and_drills_into_a_service_and_back(
-    monkeypatch: pytest.MonkeyPatch, redis_settings: RedisSettings, redis_client: redis.Redis
-) -> None:
-    """Routes of services as the job stores them (one store per dimension, docs/dimensions.md)."""
+def seed_routes(r: redis.Redis, routes: dict[str, dict[str, int]]) -> dict[str, int]:
+    """Six 10 s windows of each service and of its routes (events per window), as the job
+    writes a dimension's slices (`*`'s values: the sums over services); returns those sums."""
     newest = now_ms() // W * W - W
     starts = [newest - i * W for i in range(6)]
-    routes = {
-        "checkout": {"/cart": 80, "/pay": 30, "/login": 10},
-        "search": {"/q": 200, "/cart": 5},
-    }
     totals: dict[str, int] = {}
     for per_service in routes.values():
         for route, n in per_service.items():
             totals[route] = totals.get(route, 0) + n
-    services = [window(s, svc, sum(r.values())) for s in starts for svc, r in routes.items()]
+    services = [window(s, svc, sum(x.values())) for s in starts for svc, x in routes.items()]
     slices = [
         window(s, member(svc, route), n, seed=1)
         for s in starts
         for svc, per_service in [*routes.items(), ("*", totals)]
         for route, n in per_service.items()
     ]
-    write_batch(
-        redis_client, KEYS, SinkBatch(1, services), dimensions={"route": SinkBatch(1, slices)}
-    )
+    write_batch(r, KEYS, SinkBatch(1, services), dimensions={"route": SinkBatch(1, slices)})
+    return totals
+
+
+def test_the_breakdown_ranks_a_dimensions_values_and_drills_into_a_service_and_back(
+    monkeypatch: pytest.MonkeyPatch, redis_settings: RedisSettings, redis_client: redis.Redis
+) -> None:
+    """Routes of services as the job stores them (one store per dimension, docs/dimensions.md)."""
+    routes = {
+        "checkout": {"/cart": 80, "/pay": 30, "/login": 10},
+        "search": {"/q": 200, "/cart": 5},
+    }
+    totals = seed_routes(redis_client, routes)
     at = run_app(monkeypatch, redis_settings.url)
     assert not at.exception
     assert at.selectbox(key="dim").value == "route"
@@ -676,20 +681,8 @@ def test_only_the_events_with_one_value_on_the_per_window_charts(
 ) -> None:
     """ "Only events with route = /cart": each service's line is its /cart events, `*` all of
     them; the link keeps the filter, and "(every event)" goes back to the services' own."""
-    newest = now_ms() // W * W - W
-    starts = [newest - i * W for i in range(6)]
     routes = {"checkout": {"/cart": 80, "/pay": 30}, "search": {"/q": 200, "/cart": 5}}
-    totals = {"/cart": 85, "/pay": 30, "/q": 200}
-    services = [window(s, svc, sum(r.values())) for s in starts for svc, r in routes.items()]
-    slices = [
-        window(s, member(svc, route), n, seed=1)
-        for s in starts
-        for svc, per_service in [*routes.items(), ("*", totals)]
-        for route, n in per_service.items()
-    ]
-    write_batch(
-        redis_client, KEYS, SinkBatch(1, services), dimensions={"route": SinkBatch(1, slices)}
-    )
+    assert seed_routes(redis_client, routes) == {"/cart": 85, "/pay": 30, "/q": 200}
     monkeypatch.setenv(ENV_REDIS_URL, redis_settings.url)
     at = AppTest.from_file(str(APP), default_timeout=30)
     at.query_params["only"] = "route:/cart"
