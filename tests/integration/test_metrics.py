@@ -70,6 +70,12 @@ class Prometheus:
             stderr=(workdir / "prometheus.log").open("wb"),
         )
         wait_for_port("127.0.0.1", self.port, timeout_s=30, proc=self.proc)
+        # The port opens before the TSDB is up: queries answer 503 until /-/ready says 200.
+        wait_until(
+            lambda: _get(f"http://127.0.0.1:{self.port}/-/ready")[0] == 200,
+            60,
+            "Prometheus to be ready",
+        )
 
     def query(self, expr: str) -> dict[str, float]:
         """Instant query: {label set as text: value} of each series."""
