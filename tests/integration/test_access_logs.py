@@ -6,10 +6,11 @@ status and after the delay each request asks for; its access log is written in t
 to the topic as one record, as `tail -F | kcat -P` does. (kcat itself cannot be used here:
 Debian's kcat is built on librdkafka 2.0.2, which cannot read the test broker's ApiVersions v3
 answer; the librdkafka 2.16 of confluent-kafka can.) A line that is not JSON joins the log on
-the way. The job
-reads the topic with `--format access-log` and the README's field map; Redis must then hold,
-per (10 s window, service), exactly the requests and errors a count over nginx's own log file
-gives, latency percentiles close to the logged ones, and the bad line as one dead letter.
+the way. The job reads the topic with `--format access-log`, the README's field map and
+`--field route=uri`, sliced by `--dimension route --dimension status_class`; Redis must then
+hold, per 10 s window and service, path or status class, exactly the requests and errors a
+count over nginx's own log file gives, latency percentiles close to the logged ones, and the
+bad line as one dead letter.
 
 Then the generator's own stream as nginx lines (`produce --format access-log`): the same time
 rules and de-duplication as the contract's records, against an independent replay.
@@ -46,6 +47,7 @@ from tests.integration.helpers import (
     tidegauge,
 )
 from tests.procs import wait_until
+from tidegauge.core.dimensions import SEP
 from tidegauge.core.field_map import NGINX_FIELDS
 from tidegauge.core.store import (
     Keys,
@@ -59,6 +61,7 @@ from tidegauge.core.windows import WindowSpec
 TOPIC = "nginx-access"
 WINDOW_MS = 10_000
 SERVICES = ("checkout", "search", "login")
+ROUTES = ("/api/items", "/api/cart", "/api/pay", "/health")
 LOG_FORMAT = (
     "log_format tidegauge escape=json\n"
     """  '{"msec":$msec,"host":"$host","request_time":$request_time,"status":$status,'\n"""
@@ -133,11 +136,13 @@ http {{
 
 
 def _load(port: int, n: int, seed: int) -> None:
-    """`n` requests from 4 threads: three services, three users or none, 2xx/4xx/5xx, 0-30 ms."""
+    """`n` requests from 4 threads: three services, four paths, three users or none,
+    2xx/4xx/5xx, 0-30 ms."""
     rng = np.random.default_rng(seed)
     plan = [
         (
             SERVICES[int(rng.integers(len(SERVICES)))],
+            ROUTES[int(rng.integers(len(ROUTES)))],
             int(rng.choice([200, 200, 200, 201, 404, 500, 503])),
             int(rng.integers(0, 30)),
             [None, "alice", "bob", "carol"][int(rng.integers(4))],
@@ -145,15 +150,15 @@ def _load(port: int, n: int, seed: int) -> None:
         for _ in range(n)
     ]
 
-    def worker(part: list[tuple[str, int, int, str | None]]) -> None:
+    def worker(part: list[tuple[str, str, int, int, str | None]]) -> None:
         conn = HTTPConnection("127.0.0.1", port, timeout=10)
-        for host, status, ms, user in part:
+        for host, path, status, ms, user in part:
             headers = {"Host": host}
             if user:
                 headers["Authorization"] = (
                     "Basic " + base64.b64encode(f"{user}:pw".encode()).decode()
                 )
-            conn.request("GET", f"/api/items?ms={ms}&status={status}", headers=headers)
+            conn.request("GET", f"{path}?ms={ms}&status={status}", headers=headers)
             resp = conn.getresponse()
             resp.read()
             assert resp.status == status
@@ -227,10 +232,22 @@ def shipped(broker, nginx: tuple[int, Path]) -> Path:  # type: ignore[no-untyped
     return log
 
 
-def _truth(log: Path) -> tuple[dict[tuple[int, str], dict[str, Any]], int]:
-    """Per (window, service) from nginx's own log: requests, errors, latencies, users."""
-    out: dict[tuple[int, str], dict[str, Any]] = defaultdict(
-        lambda: {"count": 0, "errors": 0, "latency": [], "users": set()}
+def _slices(obj: dict[str, Any]) -> dict[str, list[str]]:
+    """The store names one logged request counts under, per store: its service; its service's
+    and all services' path (`$uri`, without the query) and status class."""
+    host, status_class = obj["host"], f"{obj['status'] // 100}xx"
+    return {
+        "": [host],
+        "route": [host + SEP + obj["uri"], "*" + SEP + obj["uri"]],
+        "status_class": [host + SEP + status_class, "*" + SEP + status_class],
+    }
+
+
+def _truth(log: Path) -> tuple[dict[str, dict[tuple[int, str], dict[str, Any]]], int]:
+    """Per store ("" for services, then each dimension), per (window, name), from nginx's own
+    log: requests, errors, latencies, users."""
+    out: dict[str, dict[tuple[int, str], dict[str, Any]]] = defaultdict(
+        lambda: defaultdict(lambda: {"count": 0, "errors": 0, "latency": [], "users": set()})
     )
     bad = 0
     for line in log.read_text().splitlines():
@@ -240,42 +257,53 @@ def _truth(log: Path) -> tuple[dict[tuple[int, str], dict[str, Any]], int]:
             bad += 1
             continue
         ms = int(obj["msec"] * 1000)  # exact: nginx logs milliseconds
-        cell = out[(ms - ms % WINDOW_MS, obj["host"])]
-        cell["count"] += 1
-        cell["errors"] += obj["status"] >= 500
-        cell["latency"].append(float(obj["request_time"] * 1000))
-        if obj["remote_user"]:
-            cell["users"].add(obj["remote_user"])
-    return dict(out), bad
+        for store, names in _slices(obj).items():
+            for name in names:
+                cell = out[store][(ms - ms % WINDOW_MS, name)]
+                cell["count"] += 1
+                cell["errors"] += obj["status"] >= 500
+                cell["latency"].append(float(obj["request_time"] * 1000))
+                if obj["remote_user"]:
+                    cell["users"].add(obj["remote_user"])
+    return {store: dict(cells) for store, cells in out.items()}, bad
 
 
 def test_an_nginx_access_log_counts_as_the_log_file_says(
     job, shipped: Path, redis_settings, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
+    """Per (10 s window, service), per path inside a service and across services (`--field
+    route=uri --dimension route`) and per status class: requests, errors and users exactly as
+    nginx logged them, latency percentiles within the logged ones' ranks."""
     proc = job(
         TOPIC,
         redis_settings.url,
         tmp_path / "checkpoint",
         format="access-log",
-        field=list(NGINX_FIELDS),
+        field=[*NGINX_FIELDS, "route=uri"],
+        dimension=["route", "status_class"],
         window="10s",
         allowed_lateness="1h",  # the whole log counts: four threads finish out of order
     )
     assert "access log: event_time=msec:s service=host" in proc.stdout
     truth, bad = _truth(shipped)
-    assert bad == 1 and sum(c["count"] for c in truth.values()) == 600
+    assert bad == 1 and sum(c["count"] for c in truth[""].values()) == 600
     r = redis.Redis.from_url(redis_settings.url)
-    rows = {(w.window_start, w.service): w for w in read_windows(r, Keys()) if w.service != "*"}
-    assert set(rows) == set(truth)
-    for key, want in truth.items():
-        got = rows[key]
-        assert (got.count, got.errors, got.late) == (want["count"], want["errors"], 0), key
-        assert got.distinct_users == len(want["users"])  # a handful: the sketch is exact
-        lat = np.array(want["latency"])
-        if len(lat) >= 20:  # t-digest quantiles of the logged latencies: within their ranks
-            assert np.quantile(lat, 0.35) <= got.p50 <= np.quantile(lat, 0.65), key
-            assert np.quantile(lat, 0.9) <= got.p99 <= lat.max(), key
-        assert got.p50 is not None and 0 <= got.p50 < 1_000
+    for store in ("", "route", "status_class"):
+        keys = Keys().by(store) if store else Keys()
+        rows = {(w.window_start, w.service): w for w in read_windows(r, keys)}
+        if not store:
+            rows = {k: w for k, w in rows.items() if k[1] != "*"}
+        assert set(rows) == set(truth[store]), store
+        for key, want in truth[store].items():
+            got = rows[key]
+            assert (got.count, got.errors, got.late) == (want["count"], want["errors"], 0), key
+            assert got.distinct_users == len(want["users"])  # a handful: the sketch is exact
+            lat = np.array(want["latency"])
+            if len(lat) >= 20:  # t-digest quantiles of the logged latencies: within their ranks
+                assert np.quantile(lat, 0.35) <= got.p50 <= np.quantile(lat, 0.65), key
+                assert np.quantile(lat, 0.9) <= got.p99 <= lat.max(), key
+            assert got.p50 is not None and 0 <= got.p50 < 1_000
+    assert {m.decode() for m in r.smembers(Keys().dimensions)} == {"route", "status_class"}
     assert read_dead_counts(r, Keys()) == {"invalid_json": 1}
     (letter,) = read_dead_letters(r, Keys())
     assert letter.raw == BAD_LINE.encode() and "not a JSON log line" in letter.detail
