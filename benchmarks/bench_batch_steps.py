@@ -131,7 +131,7 @@ def with_attributes(values: list[bytes], fields: set[str]) -> list[bytes]:
     for v in values:
         obj = json.loads(v)
         if "event_id" in obj:
-            route, _, region = span_attributes(obj["event_id"], obj["service"])
+            route, _, region, _ = span_attributes(obj["event_id"], obj["service"])
             for name, value in (("route", route), ("region", region)):
                 if name in fields:
                     obj[name] = value

@@ -47,7 +47,7 @@ from dashboard.windows import (
 )
 from tidegauge.core import control
 from tidegauge.core.config import DEFAULT_REDIS_URL, plugins_from_env, redact_url
-from tidegauge.core.dimensions import split_member
+from tidegauge.core.dimensions import OTHER_VALUE, split_member
 from tidegauge.core.durations import format_duration, to_iso
 from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.plugins import PluginError, load_plugins
@@ -323,10 +323,13 @@ def _demo_controls(known: list[str]) -> None:
         key="demo_service",
         format_func=lambda s: "all services" if s == ALL_SERVICES else s,
     )
+    where = _incident_where(r)
     try:
         if st.sidebar.button("Start a latency incident (60 s, ×5)", key="demo_incident"):
-            control.start_incident(r, keys, now, duration_ms=60_000, factor=5.0, service=target)
-            st.sidebar.success(f"Latency incident on {target} for 60 s.")
+            incident = control.start_incident(
+                r, keys, now, duration_ms=60_000, factor=5.0, service=target, where=where
+            )
+            st.sidebar.success(f"Latency incident on {incident.describe()} for 60 s.")
         if st.sidebar.button("Late burst (1 h of buffered events)", key="demo_burst"):
             control.request_late_burst(r, keys, now, span_ms=3_600_000)
             st.sidebar.success("A device comes back online with an hour of buffered events.")
@@ -335,6 +338,32 @@ def _demo_controls(known: list[str]) -> None:
             st.sidebar.success("The job pauses for 30 s, then catches up.")
     except redis.exceptions.RedisError as e:
         st.sidebar.error(f"Cannot send the command to Redis at `{shown_url}`: {e}")
+
+
+def _incident_where(r: redis.Redis) -> tuple[str, str] | None:
+    """The demo incident's "only where": one value of a dimension the job slices by.
+
+    Only the dimensions the generator's spans carry (route, method, region, version) are offered;
+    None is every request.
+    """
+    try:
+        dims = data.stored_dimensions(settings.redis.url, keys.prefix)
+        options: list[tuple[str, str] | None] = [None]
+        for dim in (d for d in dims if d in control.INCIDENT_DIMENSIONS):
+            members = dimension_values(r, keys.by(dim), ALL_SERVICES)
+            options += [(dim, v) for _, v in map(split_member, members) if v != OTHER_VALUE]
+    except redis.exceptions.RedisError:
+        return None  # the live part says what is wrong
+    if len(options) == 1:
+        return None
+    return st.sidebar.selectbox(
+        "Incident only where",
+        options,
+        key="demo_where",
+        format_func=lambda o: "(every request)" if o is None else f"{o[0]} = {o[1]}",
+        help="Slow down one route, region or version only (OpenTelemetry spans carry them: "
+        "`tidegauge demo --format otlp_proto`), and find it with the breakdown panel.",
+    )
 
 
 def _job_command() -> str:

@@ -111,7 +111,7 @@ DEMO_RULES = (
 
 #: The record formats the demo can run with, and the dimensions its job slices by in each.
 DEMO_FORMATS = ("tidegauge", "otlp_proto", "otlp_json")
-_SPAN_DIMENSIONS = ("route", "region", "status_class")
+_SPAN_DIMENSIONS = ("route", "region", "version", "status_class")
 
 
 def format_flags(record_format: str) -> tuple[list[str], list[str]]:
@@ -736,7 +736,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="tidegauge",
         help="what the generator writes and the job reads: the event contract's JSON "
         "(default; sliced by status_class) or OpenTelemetry spans (otlp_proto, otlp_json; "
-        "sliced by route, region and status_class, docs/dimensions.md)",
+        "sliced by route, region, version and status_class, docs/dimensions.md)",
     )
     p.add_argument(
         "--state-dir",

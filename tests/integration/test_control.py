@@ -62,9 +62,7 @@ def test_pause_round_trip_is_the_backlog_field(
     assert read_commands(client, KEYS) == DemoCommands(pause_until_ms=T0 + 45_000)
 
 
-def test_incident_is_one_hset_of_three_fields(
-    client: redis.Redis, redis_client: redis.Redis
-) -> None:
+def test_incident_is_one_hset_of_its_fields(client: redis.Redis, redis_client: redis.Redis) -> None:
     before = write_calls(redis_client)
     incident = start_incident(client, KEYS, T0, duration_ms=90_000, factor=3.5, service="api")
     assert write_calls(redis_client) == before + 1
@@ -73,8 +71,18 @@ def test_incident_is_one_hset_of_three_fields(
         b"incident_until": b"1800000090000",
         b"incident_factor": b"3.5",
         b"incident_service": b"api",
+        b"incident_where": b"",
     }
     assert read_commands(client, KEYS) == DemoCommands(incident=incident)
+    # one route of every service; the next incident without one clears it in the same HSET
+    on_route = start_incident(client, KEYS, T0, service="*", where=("route", "/api/cart"))
+    assert write_calls(redis_client) == before + 2
+    assert redis_client.hget("tgc:control", "incident_where") == b"route=/api/cart"
+    assert read_commands(client, KEYS).incident == on_route
+    assert on_route.matches({"route": "/api/cart"}) and not on_route.matches({"route": "/"})
+    assert on_route.describe() == "route /api/cart"
+    start_incident(client, KEYS, T0, service="api")
+    assert read_commands(client, KEYS).incident == Incident(T0 + 60_000, 5.0, "api")
 
 
 def test_defaults_and_replacement(client: redis.Redis) -> None:

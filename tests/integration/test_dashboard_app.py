@@ -696,3 +696,22 @@ def test_only_the_events_with_one_value_on_the_per_window_charts(
     lines = {t["name"]: values(t["y"]) for t in chart(at, "events_per_s")["data"]}
     assert lines["all services (*)"] == [31.5] * 6 and lines["checkout"] == [11.0] * 6
     assert "only" not in at.query_params
+
+
+def test_a_demo_incident_can_hit_one_route_of_the_breakdown(
+    monkeypatch: pytest.MonkeyPatch, redis_settings: RedisSettings, redis_client: redis.Redis
+) -> None:
+    """With the job slicing by route, the demo's incident offers each route the store holds
+    (not `(other)`); the command narrows the generator's incident to it."""
+    seed_routes(redis_client, {"checkout": {"/cart": 80, "(other)": 3}, "search": {"/q": 20}})
+    monkeypatch.setattr(sys, "argv", [str(APP), "--demo-controls"])
+    at = run_app(monkeypatch, redis_settings.url)
+    where = at.sidebar.selectbox(key="demo_where")
+    assert where.options == ["(every request)", "route = /cart", "route = /q"]
+    where.set_value(("route", "/cart")).run(timeout=30)
+    at.sidebar.button(key="demo_incident").click().run(timeout=30)
+    assert not at.exception
+    incident = read_commands(redis_client, KEYS).incident
+    assert incident is not None and (incident.service, incident.dimension) == ("*", "route")
+    assert incident.value == "/cart" and incident.matches({"route": "/cart"})
+    assert any("Latency incident on route /cart" in s.value for s in at.sidebar.success)

@@ -9,6 +9,7 @@ per command. Each request is one HSET, so a reader never sees half a command:
 | `incident_until` | epoch ms | `tidegauge produce --live-commands`: latencies of matching events |
 | `incident_factor` | float > 0 | ... are multiplied by this while the wall clock is before |
 | `incident_service` | a service or `*` | ... `incident_until` (`*`: every service) |
+| `incident_where` | `dimension=value` or "" | ... and only those with it (`route=/api/cart`) |
 | `late_burst` | JSON `{"id": ms, "span_ms": ms}` | the generator sends one late burst per new id |
 
 Times are epoch milliseconds (UTC) of the *requester's* wall clock (`now_ms`, injected so tests
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # only names for annotations: importing this module stays che
 __all__ = [
     "ALL_SERVICES",
     "DemoCommands",
+    "INCIDENT_DIMENSIONS",
     "Incident",
     "LateBurstRequest",
     "parse_commands",
@@ -51,7 +53,13 @@ _PAUSE_UNTIL = ControlFields.PAUSE_UNTIL
 _INCIDENT_UNTIL = ControlFields.INCIDENT_UNTIL
 _INCIDENT_FACTOR = ControlFields.INCIDENT_FACTOR
 _INCIDENT_SERVICE = ControlFields.INCIDENT_SERVICE
+_INCIDENT_WHERE = ControlFields.INCIDENT_WHERE
 _LATE_BURST = ControlFields.LATE_BURST
+
+
+#: What an incident can be narrowed to: the attributes of the generator's spans
+#: (`tidegauge.traffic.encoder.SpanAttributes`), as `--dimension` names them.
+INCIDENT_DIMENSIONS = ("route", "method", "region", "version")
 
 
 @dataclass(frozen=True)
@@ -59,21 +67,48 @@ class Incident:
     """Latencies of `service` (or of all, `*`) are `factor` times higher until `until_ms`.
 
     `until_ms` is epoch ms (UTC); `factor` is a plain multiplier (5.0: five times slower).
+    `dimension` and `value` narrow it to the requests with that attribute (`route`,
+    `/api/cart`): one endpoint or one region failing is what a breakdown is there to find.
     """
 
     until_ms: int
     factor: float
     service: str = ALL_SERVICES
+    dimension: str = ""
+    value: str = ""
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.factor) or self.factor <= 0:
             raise ValueError(f"incident factor must be a positive number, got {self.factor}")
         if not self.service:
             raise ValueError("incident service must be a service name or '*', got ''")
+        if bool(self.dimension) != bool(self.value) or "=" in self.dimension:
+            raise ValueError(
+                f"incident attribute must be a dimension and a value, got "
+                f"{self.dimension!r} = {self.value!r}"
+            )
+
+    @property
+    def where(self) -> str:
+        """`dimension=value`, or "" when the incident is not narrowed to an attribute."""
+        return f"{self.dimension}={self.value}" if self.dimension else ""
 
     def applies_to(self, service: str) -> bool:
-        """True when events of `service` are slowed down by this incident."""
+        """True when events of `service` are slowed down (`matches` narrows it further)."""
         return self.service == ALL_SERVICES or self.service == service
+
+    def matches(self, attributes: Mapping[str, str]) -> bool:
+        """True when these attributes hold `dimension=value` (always, when it names none)."""
+        return not self.dimension or attributes.get(self.dimension) == self.value
+
+    def describe(self) -> str:
+        """`all services`, `checkout`, `route /api/cart`, `checkout, route /api/cart`."""
+        parts = [] if self.service == ALL_SERVICES and self.dimension else [self.service]
+        if parts == [ALL_SERVICES]:
+            parts = ["all services"]
+        if self.dimension:
+            parts.append(f"{self.dimension} {self.value}")
+        return ", ".join(parts)
 
     def active_at(self, now_ms: int) -> bool:
         """True while `now_ms` (epoch ms) is before the end of the incident."""
@@ -140,25 +175,28 @@ def start_incident(
     duration_ms: int = 60_000,
     factor: float = 5.0,
     service: str = ALL_SERVICES,
+    where: tuple[str, str] | None = None,
 ) -> Incident:
     """Make `service` (`*`: all) `factor` times slower for `duration_ms`, to show a latency spike.
 
-    Replaces any incident in progress. The three fields go in one HSET, so the generator never
-    reads the end of one incident with the factor of another. Returns the incident written.
+    `where` = (dimension, value) narrows it to one route, region or version. Replaces any
+    incident in progress. Its fields go in one HSET, so the generator never reads the end of one
+    incident with the factor of another. Returns the incident written.
     """
     _check_now(now_ms)
     _positive_ms("duration_ms", duration_ms)
-    incident = Incident(until_ms=now_ms + duration_ms, factor=float(factor), service=service)
+    dimension, value = where or ("", "")
+    incident = Incident(now_ms + duration_ms, float(factor), service, dimension, value)
     r.hset(
         keys.control,
         mapping={
             _INCIDENT_UNTIL: incident.until_ms,
             _INCIDENT_FACTOR: repr(incident.factor),
             _INCIDENT_SERVICE: incident.service,
+            _INCIDENT_WHERE: incident.where,
         },
     )
-    where = "all services" if service == ALL_SERVICES else service
-    label = f"incident: {where} {incident.factor:g}x slower"
+    label = f"incident: {incident.describe()} {incident.factor:g}x slower"
     write_annotation(
         r, keys, Annotation("incident", label, "event", now_ms, incident.until_ms, service)
     )
@@ -209,8 +247,11 @@ def parse_commands(fields: Mapping[Any, Any]) -> DemoCommands:
             raise ValueError(
                 f"control field {_INCIDENT_FACTOR} is not a number: {factor_text!r}"
             ) from None
+        dimension, _, value = f.get(_INCIDENT_WHERE, "").partition("=")
         try:
-            incident = Incident(until, factor, f.get(_INCIDENT_SERVICE, ALL_SERVICES))
+            incident = Incident(
+                until, factor, f.get(_INCIDENT_SERVICE, ALL_SERVICES), dimension, value
+            )
         except ValueError as e:
             raise ValueError(f"control fields incident_*: {e}") from None
     burst = None

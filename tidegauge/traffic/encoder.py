@@ -13,12 +13,20 @@ import hashlib
 import json
 import zlib
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from tidegauge.core.durations import to_iso
 from tidegauge.core.events import Heartbeat, encode_heartbeat
 
-__all__ = ["REGIONS", "ROUTES", "ValueEncoder", "dumps", "span_attributes"]
+__all__ = [
+    "REGIONS",
+    "ROUTES",
+    "VERSIONS",
+    "SpanAttributes",
+    "ValueEncoder",
+    "dumps",
+    "span_attributes",
+]
 
 #: The routes of every generated service, and their shares of its requests (OTLP spans).
 ROUTES = (
@@ -32,15 +40,42 @@ ROUTES = (
 )
 #: Each generated service runs in one of these (by its name).
 REGIONS = ("eu-west-1", "us-east-1", "ap-southeast-2")
+#: Every generated service is mid-rollout: the stable version and a canary, by share of requests.
+VERSIONS = (("2.3.1", 0.9), ("2.4.0", 0.1))
 _ROUTE_EDGES = [sum(w for _, _, w in ROUTES[: i + 1]) for i in range(len(ROUTES))]
 
 
-def span_attributes(event_id: str, service: str) -> tuple[str, str, str]:
-    """(route, method, region) of a generated request: fixed by its id and its service."""
+class SpanAttributes(NamedTuple):
+    """What a generated span says besides the contract's fields (its dimensions' values)."""
+
+    route: str
+    method: str
+    region: str
+    version: str
+
+    def as_dimensions(self) -> dict[str, str]:
+        """{dimension: value} under the names `--dimension` gives them."""
+        return {
+            "route": self.route,
+            "method": self.method,
+            "region": self.region,
+            "version": self.version,
+        }
+
+
+def span_attributes(event_id: str, service: str) -> SpanAttributes:
+    """Route, method, region and version of a generated request, fixed by its id and service.
+
+    A hash, not the run's random streams: turning spans on changes no other field of a seed.
+    """
     u = zlib.crc32(event_id.encode()) / 2**32
     i = next((k for k, edge in enumerate(_ROUTE_EDGES) if u < edge), len(ROUTES) - 1)
     route, method, _ = ROUTES[i]
-    return route, method, REGIONS[zlib.crc32(service.encode()) % len(REGIONS)]
+    # a hash of its own, so the canary's requests spread over the routes as the others' do
+    v = int.from_bytes(hashlib.blake2b(event_id.encode(), digest_size=4).digest()) / 2**32
+    version = VERSIONS[0][0] if v < VERSIONS[0][1] else VERSIONS[1][0]
+    region = REGIONS[zlib.crc32(service.encode()) % len(REGIONS)]
+    return SpanAttributes(route, method, region, version)
 
 
 def _otlp_json(request: Any) -> bytes:
@@ -138,9 +173,10 @@ class ValueEncoder:
         """The request as one server span in one OTLP trace message (`otlp_proto`/`otlp_json`).
 
         As the OpenTelemetry Collector's Kafka exporter writes it (tidegauge/core/otlp.py reads
-        it): the resource's `service.name` and `cloud.region`, the span's `http.route`,
+        it): the resource's `service.name`, `service.version` and `cloud.region`, the span's
+        `http.route`,
         `http.request.method`, `http.response.status_code` and `enduser.id`; the ids derived
-        from `event_id`, so a repeated event is the same span. Route, method and region come
+        from `event_id`, so a repeated event is the same span. Route, method, region, version come
         from `span_attributes`: fixed by the event id and service, not drawn from the run's
         random streams, so the other fields are what the contract's format would carry.
         """
@@ -154,7 +190,7 @@ class ValueEncoder:
                 return KeyValue(key=key, value=AnyValue(int_value=value))
             return KeyValue(key=key, value=AnyValue(string_value=value))
 
-        route, method, region = span_attributes(event_id, service)
+        route, method, region, version = span_attributes(event_id, service)
         digest = hashlib.blake2b(event_id.encode(), digest_size=24).digest()
         start = event_time * 1_000_000
         attrs = [
@@ -166,7 +202,13 @@ class ValueEncoder:
             attrs.append(kv("enduser.id", user_id))
         request = ExportTraceServiceRequest()
         rs = request.resource_spans.add()
-        rs.resource.attributes.extend([kv("service.name", service), kv("cloud.region", region)])
+        rs.resource.attributes.extend(
+            [
+                kv("service.name", service),
+                kv("service.version", version),
+                kv("cloud.region", region),
+            ]
+        )
         span = rs.scope_spans.add().spans.add()
         span.trace_id, span.span_id = digest[:16], digest[16:]
         span.name = f"{method} {route}"

@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from tidegauge.core.control import ALL_SERVICES
+from tidegauge.core.control import ALL_SERVICES, Incident
 from tidegauge.core.durations import format_duration, to_iso
 from tidegauge.traffic.config import BURST_TOP_USERS, GeneratorConfig
-from tidegauge.traffic.encoder import ValueEncoder
+from tidegauge.traffic.encoder import ValueEncoder, span_attributes
 from tidegauge.traffic.live import Applied, LiveCommands
 from tidegauge.traffic.malformed import (
     BASIC_ROTATION,
@@ -92,8 +92,10 @@ def generate(
     --count or --duration ends the arrivals earlier.
 
     `commands` (needs `config.live_commands`) are the live demo commands, consulted at every
-    arrival while arrivals last: an incident in force scales the latency of each matching
-    arrival (and raises its error probability to --error-rate x factor, at most 25%); a new
+    arrival while arrivals last: an incident in force scales the latency of each arrival it
+    covers (its service's, or all; only those of its route, region or version if it names one,
+    as `encoder.span_attributes` gives them) and raises its error probability to --error-rate x
+    factor, at most 25%; a new
     late-burst request sends a burst like the `late-burst` scenario's, at the arrival's instant,
     drawn from a random stream of its own. Without commands the stream is unchanged, and
     an incident changes nothing but the latency and status of the arrivals it covers.
@@ -280,11 +282,13 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
     inc_factor = 1.0
     inc_error = cfg.error_rate
     inc_match = [False] * len(names)
+    inc_narrowed: Incident | None = None  # an incident on one route, region or version
     live_version = -1
 
     def apply_live(t: int) -> None:
         """Pick up changed live commands at arrival time `t`: set the incident, push bursts."""
-        nonlocal inc_until, inc_factor, inc_error, inc_match, live_version, tiebreak
+        nonlocal inc_until, inc_factor, inc_error, inc_match, inc_narrowed, live_version
+        nonlocal tiebreak
         assert live is not None
         live_version = live._version
         incident, new, bursts = live._take(t)
@@ -295,14 +299,19 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
             cap = max(cfg.error_rate, _INCIDENT_MAX_ERROR_RATE)
             inc_error = min(max(cfg.error_rate, cfg.error_rate * inc_factor), cap)
             inc_match = [incident.applies_to(name) for name in names]
+            inc_narrowed = incident if incident.dimension else None
         if incident is not None and new:
             who = "every service" if incident.service == ALL_SERVICES else repr(incident.service)
+            if incident.dimension:
+                who += f" where {incident.dimension} = {incident.value!r}"
             text = (
                 f"incident: latency x{incident.factor:g} for {who} "
                 f"until {to_iso(incident.until_ms)}"
             )
             if not any(inc_match):
                 text += f" changes nothing: this generator makes {', '.join(names)}"
+            elif incident.dimension and not cfg.record_format.startswith("otlp"):
+                text += f" (only OpenTelemetry spans carry a {incident.dimension}: --format otlp_*)"
             live.applied.append(Applied("incident", t, text))
         for req in bursts:
             n = max(1, round(req.span_ms * cfg.burst_rate / 1000))
@@ -382,11 +391,18 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
                 key, skew = user_id.encode("utf-8"), skews[i]
             latency = latencies[i]
             status = statuses[i]
-            if t < inc_until and inc_match[s]:
+            eid = event_id(seed, g)
+            if (
+                t < inc_until
+                and inc_match[s]
+                and (
+                    inc_narrowed is None
+                    or inc_narrowed.matches(span_attributes(eid, service).as_dimensions())
+                )
+            ):
                 latency = round(latency * inc_factor, 3)
                 if u_status[i] < inc_error:
                     status = int(err_status[i])
-            eid = event_id(seed, g)
             g += 1
             last_t = t
 

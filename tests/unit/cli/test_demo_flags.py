@@ -10,6 +10,7 @@ import pytest
 from cli.local import demo
 from jobs.cli import add_arguments as job_arguments
 from tidegauge.core.config import job_config_from_args
+from tidegauge.core.control import INCIDENT_DIMENSIONS
 from tidegauge.core.events import event_fields, unregister_field
 from tidegauge.traffic.cli import add_arguments as produce_arguments
 from tidegauge.traffic.cli import config_from_args
@@ -33,7 +34,9 @@ def test_each_demo_format_is_a_valid_generator_and_job(record_format: str) -> No
         names = [d.name for d in cfg.dimensions]
         assert "status_class" in names
         if record_format != "tidegauge":
-            assert names == ["route", "region", "status_class"]
+            assert names == ["route", "region", "version", "status_class"]
+            # the demo's incident can hit a value of each (dashboard/app.py, "only where")
+            assert set(names) - {"status_class"} <= set(INCIDENT_DIMENSIONS)
             assert g.heartbeat_interval_ms == 0 and g.malformed_fraction == 0
     finally:
         for name in {f.name for f in event_fields()} - before:

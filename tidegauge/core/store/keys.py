@@ -285,4 +285,5 @@ class ControlFields:
     INCIDENT_UNTIL = "incident_until"
     INCIDENT_FACTOR = "incident_factor"
     INCIDENT_SERVICE = "incident_service"
+    INCIDENT_WHERE = "incident_where"
     LATE_BURST = "late_burst"

@@ -30,6 +30,15 @@ T0 = 1_800_000_000_000
             },
             DemoCommands(incident=Incident(T0 + 60_000, 2.5, "api")),
         ),
+        (
+            {"incident_until": "1800000060000", "incident_where": "region=eu-west-1"},
+            DemoCommands(incident=Incident(T0 + 60_000, 5.0, "*", "region", "eu-west-1")),
+        ),
+        # A value may hold '=': the dimension is what comes before the first one.
+        (
+            {"incident_until": "1800000060000", "incident_where": "route=/q?a=b"},
+            DemoCommands(incident=Incident(T0 + 60_000, 5.0, "*", "route", "/q?a=b")),
+        ),
         # A partial incident (a hand-written HSET) takes start_incident's defaults.
         ({b"incident_until": b"1800000060000"}, DemoCommands(incident=Incident(T0 + 60_000, 5.0))),
         # Factor or service without an end: no incident.
@@ -88,6 +97,19 @@ def test_incident_window_and_services() -> None:
     assert every.active_at(T0 - 1) and not every.active_at(T0)
     assert every.applies_to("web") and every.applies_to("api")
     assert api.applies_to("api") and not api.applies_to("web") and not api.applies_to("*")
+
+
+def test_an_incident_narrowed_to_an_attribute() -> None:
+    cart = Incident(T0, 5.0, "checkout", "route", "/api/cart")
+    assert cart.applies_to("checkout") and not cart.applies_to("search")
+    assert cart.matches({"route": "/api/cart", "region": "x"})
+    assert not cart.matches({"route": "/"}) and not cart.matches({})
+    assert Incident(T0, 5.0).matches({}) and Incident(T0, 5.0).where == ""
+    assert cart.where == "route=/api/cart" and cart.describe() == "checkout, route /api/cart"
+    assert Incident(T0, 5.0).describe() == "all services"
+    for dimension, value in (("route", ""), ("", "/api/cart"), ("a=b", "c")):
+        with pytest.raises(ValueError, match="incident attribute must be a dimension and a value"):
+            Incident(T0, 5.0, "*", dimension, value)
 
 
 def test_commands_are_frozen_values() -> None:

@@ -12,6 +12,7 @@ import itertools
 import json
 import math
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -19,21 +20,26 @@ import numpy as np
 import pytest
 
 from tests.unit.tidegauge.traffic.fixtures import T0, parse_cli
-from tidegauge.core.control import DemoCommands, Incident, LateBurstRequest
+from tidegauge.core.control import INCIDENT_DIMENSIONS, DemoCommands, Incident, LateBurstRequest
+from tidegauge.core.dimensions import parse_dimensions, register_dimension_fields
 from tidegauge.core.durations import to_iso
 from tidegauge.core.events import (
     Event,
     Heartbeat,
     Rejected,
     encode_event,
+    event_fields,
     parse_record,
+    unregister_field,
 )
 from tidegauge.core.field_map import NGINX_FIELDS, FieldMap
+from tidegauge.core.otlp import decoder as otlp_decoder
 from tidegauge.traffic.cli import config_from_args
 from tidegauge.traffic.config import (
     DEFAULT_SERVICES,
     GeneratorConfig,
 )
+from tidegauge.traffic.encoder import REGIONS, ROUTES, VERSIONS, SpanAttributes, span_attributes
 from tidegauge.traffic.generator import generate
 from tidegauge.traffic.live import LiveCommands
 from tidegauge.traffic.malformed import (
@@ -900,6 +906,84 @@ def test_incident_scales_latency_only_in_its_window_and_service(service: str) ->
     # The value sent is the truth: it carries the scaled latency.
     for r in of_kind(records, "event"):
         assert parse_record(r.value) == as_event(r)
+
+
+OTLP_LIVE = replace(LIVE, record_format="otlp_proto", heartbeat_interval_ms=0)
+
+
+@pytest.fixture
+def span_fields() -> Iterator[list[str]]:
+    """The job's names of the event fields, with route, region and version registered as the
+    job registers them for `--dimension`."""
+    register_dimension_fields(parse_dimensions(["route", "region", "version"]))
+    try:
+        yield [f.name for f in event_fields()]
+    finally:
+        for name in ("route", "region", "version"):
+            unregister_field(name)
+
+
+@pytest.mark.parametrize("dimension", ["route", "region", "version"])
+def test_an_incident_on_one_route_region_or_version_slows_only_its_spans(
+    dimension: str, span_fields: list[str]
+) -> None:
+    """What the demo's incident buttons do: the spans (read by the job's own decoder) whose
+    attribute has the value are 5x slower while it lasts, every other span is unchanged."""
+    first_service = OTLP_LIVE.services[0][0]
+    value = {
+        "route": "/api/cart",
+        "version": "2.4.0",
+        "region": span_attributes("any", first_service).region,
+    }[dimension]
+    until = T0 + 6_000
+    incident = Incident(until, 5.0, "*", dimension, value)
+    records, (s,), live = run_live(OTLP_LIVE, [(1_000, DemoCommands(incident=incident))])
+    base = baseline(OTLP_LIVE)
+    decode = otlp_decoder("otlp_proto")
+    seen: Counter[str] = Counter()
+    for r in of_kind(records, "event", "duplicate"):
+        (values,) = decode(r.value, 0, 0)
+        assert isinstance(values, list)
+        span = dict(zip(span_fields, values, strict=True))
+        attrs = span_attributes(r.event_id, r.service)  # type: ignore[arg-type]
+        assert (span["route"], span["region"], span["version"]) == (
+            attrs.route,
+            attrs.region,
+            attrs.version,
+        )
+        b = base[r.event_id]
+        inside = s < when(r) < until
+        if inside and span[dimension] == value:
+            assert r.latency_ms == pytest.approx(latency(b) * 5.0, abs=6e-4), r
+            assert span["latency_ms"] == pytest.approx(latency(b) * 5.0, abs=1e-3)
+            seen["slowed"] += 1
+        else:
+            assert (r.latency_ms, r.status) == (b.latency_ms, b.status), r
+            seen["spared inside" if inside else "outside"] += 1
+    assert min(seen.values()) > 500, seen
+    (applied,) = live.take_applied()
+    assert f"where {dimension} = {value!r}" in applied.text
+    assert "only OpenTelemetry spans" not in applied.text
+
+
+def test_an_incident_on_a_route_says_the_contracts_records_carry_none() -> None:
+    incident = Incident(T0 + 6_000, 5.0, "*", "route", "/api/cart")
+    _, _, live = run_live(LIVE, [(1_000, DemoCommands(incident=incident))])
+    (applied,) = live.take_applied()
+    assert "only OpenTelemetry spans carry a route" in applied.text
+
+
+def test_generated_spans_spread_routes_and_versions_by_their_shares() -> None:
+    assert SpanAttributes._fields == INCIDENT_DIMENSIONS  # what the dashboard offers to hit
+    n = 20_000
+    got = [span_attributes(f"e{i}", "api") for i in range(n)]
+    for route, _, share in ROUTES:
+        assert_fraction(sum(a.route == route for a in got), n, share)
+    assert_fraction(sum(a.version == VERSIONS[1][0] for a in got), n, VERSIONS[1][1])
+    # the canary is on every route in its share: the two hashes are independent
+    cart = [a for a in got if a.route == "/api/cart"]
+    assert_fraction(sum(a.version == VERSIONS[1][0] for a in cart), len(cart), VERSIONS[1][1])
+    assert {a.region for a in got} == {got[0].region} and got[0].region in REGIONS
 
 
 def test_incident_changes_nothing_but_latency_and_status() -> None:
