@@ -23,15 +23,14 @@ can be varied at a fixed number of records, as `bench_groups.py` does with Spark
 groups start empty, so the state step is the batch's own work; `--held` starts them with what
 an earlier batch of as many records left (the next ones of the same stream come after it), as a
 running job's groups hold it: decoding and writing that state back counts too. `--dimension`
-(repeatable) slices the batch as `tidegauge job --dimension` does (docs/dimensions.md); `route`
-and `region` are written into each record as the generator's spans carry them
-(`tidegauge.traffic.encoder.span_attributes`), `status_class` comes from the status.
+(repeatable) slices the batch as `tidegauge job --dimension` does (docs/dimensions.md); with
+`route`, `method`, `region` or `version` among them the records carry those as `tidegauge produce
+--attributes` writes them (`--routes`, `--regions`), `status_class` comes from the status.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -62,6 +61,7 @@ from jobs.summary.summarise import summarise, summary_batch  # noqa: E402
 # The stand-in for Spark's GroupState that the unit tests give the state function.
 from tests.unit.jobs.fixtures import FakeGroupState  # noqa: E402
 from tidegauge.core.config import JobConfig  # noqa: E402
+from tidegauge.core.control import INCIDENT_DIMENSIONS  # noqa: E402
 from tidegauge.core.dimensions import (  # noqa: E402
     DEFAULT_VALUES,
     parse_dimensions,
@@ -69,7 +69,6 @@ from tidegauge.core.dimensions import (  # noqa: E402
 )
 from tidegauge.core.store import Keys  # noqa: E402
 from tidegauge.traffic.config import GeneratorConfig  # noqa: E402
-from tidegauge.traffic.encoder import span_attributes  # noqa: E402
 from tidegauge.traffic.generator import generate  # noqa: E402
 
 T0 = 1_780_000_000_000
@@ -125,20 +124,6 @@ def sink(out: pa.Table, r: redis.Redis, cfg: ExecutorConfig) -> None:
     )
 
 
-def with_attributes(values: list[bytes], fields: set[str]) -> list[bytes]:
-    """The generator's events with the span attributes `fields` (route, region) in them."""
-    out = []
-    for v in values:
-        obj = json.loads(v)
-        if "event_id" in obj:
-            route, _, region, _ = span_attributes(obj["event_id"], obj["service"])
-            for name, value in (("route", route), ("region", region)):
-                if name in fields:
-                    obj[name] = value
-        out.append(json.dumps(obj, separators=(",", ":")).encode())
-    return out
-
-
 def _event_times(raw: list[pa.RecordBatch]) -> np.ndarray:
     events = pa.Table.from_batches(list(make_parser()(iter(raw)))).column("event_ms")
     return events.drop_null().to_numpy()
@@ -176,6 +161,8 @@ def main() -> None:
     )
     ap.add_argument("--dimension", action="append", default=[], help="as tidegauge job's")
     ap.add_argument("--dimension-values", type=int, default=DEFAULT_VALUES)
+    ap.add_argument("--routes", type=int, default=7, help="as tidegauge produce's")
+    ap.add_argument("--regions", type=int, default=3, help="as tidegauge produce's")
     args = ap.parse_args()
     print(describe(["pyarrow", "numpy", "redis"]))
     dims = parse_dimensions(args.dimension)
@@ -199,12 +186,12 @@ def main() -> None:
         start_time_ms=T0,
         out_of_order_fraction=0.05,
         heartbeat_interval_ms=1000,
+        routes=args.routes,
+        regions=args.regions,
+        attributes=bool({f for d in dims for f in d.fields()} & set(INCIDENT_DIMENSIONS)),
         **services,
     )
     values = [r.value for r in generate(gen)]
-    attributes = {f for d in dims for f in d.fields()} & {"route", "region"}
-    if attributes:
-        values = with_attributes(values, attributes)
     held: dict[int, FakeGroupState] | None = None
     if args.held:  # the first half's state, as a running job's groups hold it
         earlier = raw_chunks(values[: args.records], T0)

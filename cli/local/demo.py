@@ -109,20 +109,21 @@ DEMO_RULES = (
     "freshness > 5s for 5",
 )
 
-#: The record formats the demo can run with, and the dimensions its job slices by in each.
+#: The record formats the demo can run with, and the dimensions its job slices by (in each).
 DEMO_FORMATS = ("tidegauge", "otlp_proto", "otlp_json")
-_SPAN_DIMENSIONS = ("route", "region", "version", "status_class")
+DEMO_DIMENSIONS = ("route", "region", "version", "status_class")
 
 
 def format_flags(record_format: str) -> tuple[list[str], list[str]]:
     """(the generator's, the job's) flags for the demo's `--format`.
 
-    The same format on both sides, the job's dimensions, and no heartbeats or malformed records
-    where the format has none.
+    The same format on both sides, the requests' attributes in the records (spans carry them,
+    the contract's JSON with `--attributes`), the job's dimensions, and no heartbeats or
+    malformed records where the format has none.
     """
+    dims = [x for d in DEMO_DIMENSIONS for x in ("--dimension", d)]
     if record_format == "tidegauge":
-        return [], ["--dimension", "status_class"]
-    dims = [x for d in _SPAN_DIMENSIONS for x in ("--dimension", d)]
+        return ["--attributes"], dims
     quiet = ["--heartbeat-interval", "0", "--malformed-fraction", "0"]
     return ["--format", record_format, *quiet], ["--format", record_format, *dims]
 
@@ -735,8 +736,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=DEMO_FORMATS,
         default="tidegauge",
         help="what the generator writes and the job reads: the event contract's JSON "
-        "(default; sliced by status_class) or OpenTelemetry spans (otlp_proto, otlp_json; "
-        "sliced by route, region, version and status_class, docs/dimensions.md)",
+        "(default, with each request's route, region and version) or OpenTelemetry spans "
+        "(otlp_proto, otlp_json); sliced by route, region, version and status_class either "
+        "way (docs/dimensions.md)",
     )
     p.add_argument(
         "--state-dir",

@@ -26,8 +26,10 @@ from pathlib import Path
 
 import redis
 
+from cli.local.demo import DEMO_DIMENSIONS
 from cli.local.services import free_port
 from tests import procs
+from tidegauge.core.dimensions import SEP
 from tidegauge.core.store import ALL_SERVICES, Keys, read_status, read_windows
 
 START_BUDGET_S = 90.0  # start -> windows of several services and a moving batch id
@@ -173,6 +175,10 @@ def test_demo_serves_moving_windows_and_stops_without_orphans(tmp_path: Path) ->
             if len(services) >= 3 and len(batch_ids) >= 2:
                 break
             time.sleep(0.5)
+        # sliced by the requests' routes (and region, version, status class) out of the box
+        routes = {r.service.split(SEP)[1] for r in read_windows(client, keys.by("route"))}
+        assert {"/api/items/{id}", "/api/search"} <= routes, routes
+        assert {m.decode() for m in client.smembers(keys.dimensions)} == set(DEMO_DIMENSIONS)
         client.close()
         assert demo.proc.poll() is None, f"demo died:\n{demo.text}"
         assert len(services) >= 3, f"windows for {sorted(services)} only\n{demo.text}"

@@ -58,7 +58,7 @@ _LATE_BURST = ControlFields.LATE_BURST
 
 
 #: What an incident can be narrowed to: the attributes of the generator's spans
-#: (`tidegauge.traffic.encoder.SpanAttributes`), as `--dimension` names them.
+#: (`tidegauge.traffic.attributes.RequestAttributes`), as `--dimension` names them.
 INCIDENT_DIMENSIONS = ("route", "method", "region", "version")
 
 

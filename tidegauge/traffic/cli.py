@@ -78,7 +78,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="what each event is written as: tidegauge (the event contract's JSON, default), "
         "access-log (nginx's JSON access log line, the README's log_format) or otlp_proto / "
         "otlp_json (one OpenTelemetry server span per record, as the Collector's Kafka "
-        "exporter writes them, with http.route, method and cloud.region for --dimension); "
+        "exporter writes them, with http.route, method, cloud.region and service.version for "
+        "--dimension); "
         "the last three send no heartbeats; for tidegauge job --format of the same name",
     )
     g = p.add_argument_group("volume and pace")
@@ -125,6 +126,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--error-rate", type=float, default=0.01, metavar="F", help="5xx fraction (default 0.01)"
+    )
+    g.add_argument(
+        "--routes",
+        type=int,
+        default=7,
+        metavar="N",
+        help="routes per service (default 7, built-in shares; more follow Zipf's law)",
+    )
+    g.add_argument(
+        "--regions", type=int, default=3, metavar="N", help="regions services run in (default 3)"
+    )
+    g.add_argument(
+        "--attributes",
+        action="store_true",
+        help="the contract's JSON carries each request's route, method, region and version "
+        "(for tidegauge job --dimension; OpenTelemetry spans always do)",
     )
     g = p.add_argument_group("disorder")
     g.add_argument(
@@ -370,6 +387,9 @@ def config_from_args(args: argparse.Namespace, now_ms: int | None = None) -> Gen
         backlog_pause_ms=_given(args.backlog_pause, defaults.backlog_pause_ms),
         live_commands=args.live_commands,
         record_format=args.format,
+        routes=args.routes,
+        regions=args.regions,
+        attributes=args.attributes,
     )
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tidegauge.core.events import MAX_TIME_MS, MIN_TIME_MS
+from tidegauge.traffic.attributes import Attributes
 from tidegauge.traffic.records import HEARTBEAT_SOURCE
 
 __all__ = [
@@ -115,6 +116,11 @@ class GeneratorConfig:
     #: How events are written: the contract's JSON, or nginx's JSON access log lines
     #: (`--format access-log`, read by `tidegauge job --format access-log`).
     record_format: str = "tidegauge"
+    #: Requests' routes and regions (`attributes.Attributes`): spans always carry them, the
+    #: contract's JSON with `attributes` (`--attributes`).
+    routes: int = 7
+    regions: int = 3
+    attributes: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
@@ -197,11 +203,26 @@ class GeneratorConfig:
             raise ValueError(f"--network-delay must be >= 0, got {self.network_delay_ms} ms")
         self._check_scenarios()
         self._check_format()
+        self.request_attributes()  # refuses --routes / --regions out of range
+
+    def request_attributes(self) -> Attributes:
+        """The routes, methods, regions and versions of this run's requests."""
+        return Attributes(self.routes, self.regions)
 
     def _check_format(self) -> None:
         if self.record_format not in PRODUCED_FORMATS:
             raise ValueError(
                 f"--format is one of {', '.join(PRODUCED_FORMATS)}, got {self.record_format!r}"
+            )
+        if self.attributes and self.record_format != "tidegauge":
+            raise ValueError(
+                f"--attributes writes route, method, region and version into the contract's "
+                f"JSON; --format {self.record_format} "
+                + (
+                    "spans carry them always"
+                    if self.record_format.startswith("otlp")
+                    else "has none"
+                )
             )
         if self.record_format == "tidegauge":
             return

@@ -11,71 +11,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import zlib
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
 from tidegauge.core.durations import to_iso
 from tidegauge.core.events import Heartbeat, encode_heartbeat
+from tidegauge.traffic.attributes import DEFAULT, Attributes
 
-__all__ = [
-    "REGIONS",
-    "ROUTES",
-    "VERSIONS",
-    "SpanAttributes",
-    "ValueEncoder",
-    "dumps",
-    "span_attributes",
-]
+__all__ = ["ValueEncoder", "dumps"]
 
-#: The routes of every generated service, and their shares of its requests (OTLP spans).
-ROUTES = (
-    ("/api/items/{id}", "GET", 0.34),
-    ("/api/search", "GET", 0.22),
-    ("/api/cart", "POST", 0.16),
-    ("/", "GET", 0.12),
-    ("/api/login", "POST", 0.08),
-    ("/api/checkout", "POST", 0.05),
-    ("/health", "GET", 0.03),
-)
-#: Each generated service runs in one of these (by its name).
-REGIONS = ("eu-west-1", "us-east-1", "ap-southeast-2")
-#: Every generated service is mid-rollout: the stable version and a canary, by share of requests.
-VERSIONS = (("2.3.1", 0.9), ("2.4.0", 0.1))
-_ROUTE_EDGES = [sum(w for _, _, w in ROUTES[: i + 1]) for i in range(len(ROUTES))]
-
-
-class SpanAttributes(NamedTuple):
-    """What a generated span says besides the contract's fields (its dimensions' values)."""
-
-    route: str
-    method: str
-    region: str
-    version: str
-
-    def as_dimensions(self) -> dict[str, str]:
-        """{dimension: value} under the names `--dimension` gives them."""
-        return {
-            "route": self.route,
-            "method": self.method,
-            "region": self.region,
-            "version": self.version,
-        }
-
-
-def span_attributes(event_id: str, service: str) -> SpanAttributes:
-    """Route, method, region and version of a generated request, fixed by its id and service.
-
-    A hash, not the run's random streams: turning spans on changes no other field of a seed.
-    """
-    u = zlib.crc32(event_id.encode()) / 2**32
-    i = next((k for k, edge in enumerate(_ROUTE_EDGES) if u < edge), len(ROUTES) - 1)
-    route, method, _ = ROUTES[i]
-    # a hash of its own, so the canary's requests spread over the routes as the others' do
-    v = int.from_bytes(hashlib.blake2b(event_id.encode(), digest_size=4).digest()) / 2**32
-    version = VERSIONS[0][0] if v < VERSIONS[0][1] else VERSIONS[1][0]
-    region = REGIONS[zlib.crc32(service.encode()) % len(REGIONS)]
-    return SpanAttributes(route, method, region, version)
+_ROUTE, _METHOD, _REGION, _VERSION = '"route":', '"method":', '"region":', '"version":'
 
 
 def _otlp_json(request: Any) -> bytes:
@@ -100,12 +45,20 @@ class ValueEncoder:
     """Record values of one run; service names are JSON-encoded once, up front."""
 
     def __init__(
-        self, services: Iterable[str], source: str, record_format: str = "tidegauge"
+        self,
+        services: Iterable[str],
+        source: str,
+        record_format: str = "tidegauge",
+        attributes: Attributes = DEFAULT,
+        with_attributes: bool = False,
     ) -> None:
         self._service_json = {name: json.dumps(name) for name in services}
         self._source = source
         self._access_log = record_format == "access-log"
         self._otlp = record_format if record_format.startswith("otlp") else None
+        self.attributes = attributes
+        # the contract's events carry the attributes too (`--attributes`)
+        self._with_attributes = with_attributes
 
     def event(
         self,
@@ -134,9 +87,16 @@ class ValueEncoder:
         else:
             et, st = event_time, sent_time
         user = "" if user_id is None else f',"user_id":"{user_id}"'
+        extra = ""
+        if self._with_attributes:
+            a = self.attributes.of(event_id, service)
+            extra = (
+                f",{_ROUTE}{json.dumps(a.route)},{_METHOD}{json.dumps(a.method)},"
+                f"{_REGION}{json.dumps(a.region)},{_VERSION}{json.dumps(a.version)}"
+            )
         return (
             f'{{"event_id":"{event_id}","event_time":{et},"service":{self._service_json[service]}'
-            f'{user},"latency_ms":{latency_ms!r},"status":{status},"sent_time":{st}}}'
+            f'{user},"latency_ms":{latency_ms!r},"status":{status},"sent_time":{st}{extra}}}'
         ).encode()
 
     def access_log_line(
@@ -176,9 +136,9 @@ class ValueEncoder:
         it): the resource's `service.name`, `service.version` and `cloud.region`, the span's
         `http.route`,
         `http.request.method`, `http.response.status_code` and `enduser.id`; the ids derived
-        from `event_id`, so a repeated event is the same span. Route, method, region, version come
-        from `span_attributes`: fixed by the event id and service, not drawn from the run's
-        random streams, so the other fields are what the contract's format would carry.
+        from `event_id`, so a repeated event is the same span. Route, method, region and version
+        come from `attributes.Attributes`: fixed by the event id and service, not drawn from the
+        run's random streams, so the other fields are what the contract's format would carry.
         """
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
             ExportTraceServiceRequest,
@@ -190,7 +150,7 @@ class ValueEncoder:
                 return KeyValue(key=key, value=AnyValue(int_value=value))
             return KeyValue(key=key, value=AnyValue(string_value=value))
 
-        route, method, region, version = span_attributes(event_id, service)
+        route, method, region, version = self.attributes.of(event_id, service)
         digest = hashlib.blake2b(event_id.encode(), digest_size=24).digest()
         start = event_time * 1_000_000
         attrs = [

@@ -38,7 +38,7 @@ import numpy as np
 from tidegauge.core.control import ALL_SERVICES, Incident
 from tidegauge.core.durations import format_duration, to_iso
 from tidegauge.traffic.config import BURST_TOP_USERS, GeneratorConfig
-from tidegauge.traffic.encoder import ValueEncoder, span_attributes
+from tidegauge.traffic.encoder import ValueEncoder
 from tidegauge.traffic.live import Applied, LiveCommands
 from tidegauge.traffic.malformed import (
     BASIC_ROTATION,
@@ -94,7 +94,7 @@ def generate(
     `commands` (needs `config.live_commands`) are the live demo commands, consulted at every
     arrival while arrivals last: an incident in force scales the latency of each arrival it
     covers (its service's, or all; only those of its route, region or version if it names one,
-    as `encoder.span_attributes` gives them) and raises its error probability to --error-rate x
+    as `attributes.Attributes` gives them) and raises its error probability to --error-rate x
     factor, at most 25%; a new
     late-burst request sends a burst like the `late-burst` scenario's, at the arrival's instant,
     drawn from a random stream of its own. Without commands the stream is unchanged, and
@@ -134,7 +134,10 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
 
     names = [name for name, _ in cfg.services]
     name_keys = [name.encode("utf-8") for name in names]
-    encoder = ValueEncoder(names, cfg.source, cfg.record_format)
+    encoder = ValueEncoder(
+        names, cfg.source, cfg.record_format, cfg.request_attributes(), cfg.attributes
+    )
+    attributes_of = encoder.attributes.of
     service_cdf = _cdf(np.array([w for _, w in cfg.services], dtype=np.float64))
     medians = np.array([cfg.latency_of(n)[0] for n in names], dtype=np.float64)
     sigmas = np.array([cfg.latency_of(n)[1] for n in names], dtype=np.float64)
@@ -310,8 +313,10 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
             )
             if not any(inc_match):
                 text += f" changes nothing: this generator makes {', '.join(names)}"
-            elif incident.dimension and not cfg.record_format.startswith("otlp"):
-                text += f" (only OpenTelemetry spans carry a {incident.dimension}: --format otlp_*)"
+            elif incident.dimension and not (
+                cfg.attributes or cfg.record_format.startswith("otlp")
+            ):
+                text += f" (these records carry no {incident.dimension}: --attributes writes it)"
             live.applied.append(Applied("incident", t, text))
         for req in bursts:
             n = max(1, round(req.span_ms * cfg.burst_rate / 1000))
@@ -397,7 +402,7 @@ def _generate(cfg: GeneratorConfig, t0: int, live: LiveCommands | None) -> Itera
                 and inc_match[s]
                 and (
                     inc_narrowed is None
-                    or inc_narrowed.matches(span_attributes(eid, service).as_dimensions())
+                    or inc_narrowed.matches(attributes_of(eid, service).as_dimensions())
                 )
             ):
                 latency = round(latency * inc_factor, 3)

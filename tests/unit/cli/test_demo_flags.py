@@ -32,12 +32,15 @@ def test_each_demo_format_is_a_valid_generator_and_job(record_format: str) -> No
         )
         assert cfg.record_format.name == record_format
         names = [d.name for d in cfg.dimensions]
-        assert "status_class" in names
+        assert names == ["route", "region", "version", "status_class"]
+        # the records carry them, and the demo's incident can hit a value of each but the
+        # status class (dashboard/app.py, "only where")
+        assert set(names) - {"status_class"} <= set(INCIDENT_DIMENSIONS)
+        assert g.attributes == (record_format == "tidegauge")
         if record_format != "tidegauge":
-            assert names == ["route", "region", "version", "status_class"]
-            # the demo's incident can hit a value of each (dashboard/app.py, "only where")
-            assert set(names) - {"status_class"} <= set(INCIDENT_DIMENSIONS)
             assert g.heartbeat_interval_ms == 0 and g.malformed_fraction == 0
+        else:
+            assert g.heartbeat_interval_ms > 0 and g.malformed_fraction > 0
     finally:
         for name in {f.name for f in event_fields()} - before:
             unregister_field(name)

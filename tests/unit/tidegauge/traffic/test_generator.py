@@ -30,16 +30,24 @@ from tidegauge.core.events import (
     encode_event,
     event_fields,
     parse_record,
+    parse_values,
     unregister_field,
 )
 from tidegauge.core.field_map import NGINX_FIELDS, FieldMap
 from tidegauge.core.otlp import decoder as otlp_decoder
+from tidegauge.traffic.attributes import (
+    DEFAULT,
+    REGIONS,
+    ROUTES,
+    VERSIONS,
+    Attributes,
+    RequestAttributes,
+)
 from tidegauge.traffic.cli import config_from_args
 from tidegauge.traffic.config import (
     DEFAULT_SERVICES,
     GeneratorConfig,
 )
-from tidegauge.traffic.encoder import REGIONS, ROUTES, VERSIONS, SpanAttributes, span_attributes
 from tidegauge.traffic.generator import generate
 from tidegauge.traffic.live import LiveCommands
 from tidegauge.traffic.malformed import (
@@ -909,53 +917,57 @@ def test_incident_scales_latency_only_in_its_window_and_service(service: str) ->
 
 
 OTLP_LIVE = replace(LIVE, record_format="otlp_proto", heartbeat_interval_ms=0)
+WITH_ATTRIBUTES = replace(LIVE, attributes=True)
 
 
 @pytest.fixture
-def span_fields() -> Iterator[list[str]]:
-    """The job's names of the event fields, with route, region and version registered as the
-    job registers them for `--dimension`."""
-    register_dimension_fields(parse_dimensions(["route", "region", "version"]))
+def attribute_fields() -> Iterator[list[str]]:
+    """The job's names of the event fields, with route, method, region and version registered
+    as the job registers them for `--dimension`."""
+    register_dimension_fields(parse_dimensions(list(INCIDENT_DIMENSIONS)))
     try:
         yield [f.name for f in event_fields()]
     finally:
-        for name in ("route", "region", "version"):
+        for name in INCIDENT_DIMENSIONS:
             unregister_field(name)
 
 
+def _read_as_the_job_does(cfg: GeneratorConfig, value: bytes | None) -> list[Any]:
+    """An event record's values as the job's decoder of `cfg`'s format reads them."""
+    if cfg.record_format == "otlp_proto":
+        (values,) = otlp_decoder("otlp_proto")(value, 0, 0)
+    else:
+        values = parse_values(value)
+    assert isinstance(values, list), values
+    return values
+
+
+@pytest.mark.parametrize("cfg", [OTLP_LIVE, WITH_ATTRIBUTES], ids=["spans", "--attributes"])
 @pytest.mark.parametrize("dimension", ["route", "region", "version"])
-def test_an_incident_on_one_route_region_or_version_slows_only_its_spans(
-    dimension: str, span_fields: list[str]
+def test_an_incident_on_one_route_region_or_version_slows_only_its_requests(
+    cfg: GeneratorConfig, dimension: str, attribute_fields: list[str]
 ) -> None:
-    """What the demo's incident buttons do: the spans (read by the job's own decoder) whose
-    attribute has the value are 5x slower while it lasts, every other span is unchanged."""
-    first_service = OTLP_LIVE.services[0][0]
+    """What the demo's incident buttons do: the requests (read by the job's own decoder) whose
+    attribute has the value are 5x slower while it lasts, every other one is unchanged."""
     value = {
         "route": "/api/cart",
         "version": "2.4.0",
-        "region": span_attributes("any", first_service).region,
+        "region": DEFAULT.of("any", cfg.services[0][0]).region,
     }[dimension]
     until = T0 + 6_000
     incident = Incident(until, 5.0, "*", dimension, value)
-    records, (s,), live = run_live(OTLP_LIVE, [(1_000, DemoCommands(incident=incident))])
-    base = baseline(OTLP_LIVE)
-    decode = otlp_decoder("otlp_proto")
+    records, (s,), live = run_live(cfg, [(1_000, DemoCommands(incident=incident))])
+    base = baseline(cfg)
     seen: Counter[str] = Counter()
     for r in of_kind(records, "event", "duplicate"):
-        (values,) = decode(r.value, 0, 0)
-        assert isinstance(values, list)
-        span = dict(zip(span_fields, values, strict=True))
-        attrs = span_attributes(r.event_id, r.service)  # type: ignore[arg-type]
-        assert (span["route"], span["region"], span["version"]) == (
-            attrs.route,
-            attrs.region,
-            attrs.version,
-        )
+        got = dict(zip(attribute_fields, _read_as_the_job_does(cfg, r.value), strict=True))
+        attrs = DEFAULT.of(r.event_id, r.service)  # type: ignore[arg-type]
+        assert {k: got[k] for k in INCIDENT_DIMENSIONS} == attrs.as_dimensions()
         b = base[r.event_id]
         inside = s < when(r) < until
-        if inside and span[dimension] == value:
+        if inside and got[dimension] == value:
             assert r.latency_ms == pytest.approx(latency(b) * 5.0, abs=6e-4), r
-            assert span["latency_ms"] == pytest.approx(latency(b) * 5.0, abs=1e-3)
+            assert got["latency_ms"] == pytest.approx(latency(b) * 5.0, abs=1e-3)
             seen["slowed"] += 1
         else:
             assert (r.latency_ms, r.status) == (b.latency_ms, b.status), r
@@ -963,20 +975,61 @@ def test_an_incident_on_one_route_region_or_version_slows_only_its_spans(
     assert min(seen.values()) > 500, seen
     (applied,) = live.take_applied()
     assert f"where {dimension} = {value!r}" in applied.text
-    assert "only OpenTelemetry spans" not in applied.text
+    assert "carry no" not in applied.text
 
 
-def test_an_incident_on_a_route_says_the_contracts_records_carry_none() -> None:
+def test_an_incident_on_a_route_says_when_the_records_carry_none() -> None:
     incident = Incident(T0 + 6_000, 5.0, "*", "route", "/api/cart")
     _, _, live = run_live(LIVE, [(1_000, DemoCommands(incident=incident))])
     (applied,) = live.take_applied()
-    assert "only OpenTelemetry spans carry a route" in applied.text
+    assert "these records carry no route: --attributes writes it" in applied.text
 
 
-def test_generated_spans_spread_routes_and_versions_by_their_shares() -> None:
-    assert SpanAttributes._fields == INCIDENT_DIMENSIONS  # what the dashboard offers to hit
+def test_attributes_add_four_fields_and_change_nothing_else() -> None:
+    """`--attributes`: each event is the contract's encoding of the same event with route,
+    method, region and version as extra fields, byte for byte; every other record as before."""
+    cfg = replace(LIVE, live_commands=False, malformed_fraction=0.01)
+    plain, attributed = list(generate(cfg, T0)), list(generate(replace(cfg, attributes=True), T0))
+    assert [dataclasses.replace(r, value=b"") for r in attributed] == [
+        dataclasses.replace(r, value=b"") for r in plain
+    ]
+    n = 0
+    for a, p in zip(attributed, plain, strict=True):
+        if a.kind not in ("event", "duplicate") or isinstance(
+            json.loads(a.value)["event_time"], str
+        ):
+            continue
+        extras = DEFAULT.of(a.event_id, a.service).as_dimensions()  # type: ignore[arg-type]
+        event = parse_record(p.value)
+        assert isinstance(event, Event)
+        assert a.value == encode_event(dataclasses.replace(event, extras=extras))
+        n += 1
+    assert n > 10_000
+
+
+def test_attributes_are_refused_where_the_format_has_its_own() -> None:
+    with pytest.raises(ValueError, match="otlp_proto spans carry them always"):
+        replace(OTLP_LIVE, attributes=True)
+    with pytest.raises(ValueError, match="access-log has none"):
+        replace(LIVE, record_format="access-log", heartbeat_interval_ms=0, attributes=True)
+    with pytest.raises(ValueError, match="--routes must be between 1 and 10000"):
+        replace(LIVE, routes=0)
+    with pytest.raises(ValueError, match="--regions must be between 1 and 8"):
+        replace(LIVE, regions=9)
+
+
+def test_the_produce_flags_of_attributes() -> None:
+    cfg = config_from_args(parse_cli("--attributes", "--routes", "100", "--regions", "5"), T0)
+    assert (cfg.attributes, cfg.routes, cfg.regions) == (True, 100, 5)
+    assert cfg.request_attributes().regions == REGIONS[:5]
+    plain = config_from_args(parse_cli(), T0)
+    assert (plain.attributes, plain.request_attributes().routes) == (False, DEFAULT.routes)
+
+
+def test_generated_requests_spread_routes_and_versions_by_their_shares() -> None:
+    assert RequestAttributes._fields == INCIDENT_DIMENSIONS  # what the dashboard offers to hit
     n = 20_000
-    got = [span_attributes(f"e{i}", "api") for i in range(n)]
+    got = [DEFAULT.of(f"e{i}", "api") for i in range(n)]
     for route, _, share in ROUTES:
         assert_fraction(sum(a.route == route for a in got), n, share)
     assert_fraction(sum(a.version == VERSIONS[1][0] for a in got), n, VERSIONS[1][1])
@@ -984,6 +1037,19 @@ def test_generated_spans_spread_routes_and_versions_by_their_shares() -> None:
     cart = [a for a in got if a.route == "/api/cart"]
     assert_fraction(sum(a.version == VERSIONS[1][0] for a in cart), len(cart), VERSIONS[1][1])
     assert {a.region for a in got} == {got[0].region} and got[0].region in REGIONS
+
+
+def test_many_routes_follow_zipfs_law_and_services_spread_over_the_regions() -> None:
+    many = Attributes(routes=100, regions=5)
+    assert len(set(many.routes)) == 100 and many.routes[:7] == tuple((r, m) for r, m, _ in ROUTES)
+    assert many.shares[0] == pytest.approx(10 * many.shares[9]) and sum(many.shares) == 1.0
+    n = 100_000
+    counts = Counter(many.of(f"e{i}", "api").route for i in range(n))
+    for k in (0, 1, 9, 99):
+        assert_fraction(counts[many.routes[k][0]], n, many.shares[k])
+    regions = Counter(many.of("e", f"s{k}").region for k in range(1_000))
+    assert set(regions) == set(REGIONS[:5]) and min(regions.values()) > 150
+    assert Attributes(routes=3).shares == pytest.approx([0.34 / 0.72, 0.22 / 0.72, 0.16 / 0.72])
 
 
 def test_incident_changes_nothing_but_latency_and_status() -> None:
