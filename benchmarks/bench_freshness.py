@@ -3,7 +3,8 @@ holds its trigger, at several offered rates.
 
     .venv/bin/python benchmarks/bench_freshness.py [--rates 1000,10000,50000] [--seconds 60]
         [--warmup 15] [--trigger 1s] [--master local[2]] [--per-process N]
-        [--client kafka-python|confluent] [--services N] [--job-arg=--shuffle-partitions=2 ...]
+        [--client kafka-python|confluent] [--services N] [--routes N] [--regions N]
+        [--job-arg=--shuffle-partitions=2 ...]
 
 Starts its own broker (Tansu) and redis-server, a topic of 3 partitions, and the job as a user
 would (`python -m cli.main job ... --trigger 1s --master local[2] --starting-offsets
@@ -22,6 +23,8 @@ latest`, a subprocess), and waits for the job's first status (a heartbeat per pa
     the figures are about;
   * `--services N` spreads the events evenly over N services (the live side of the groups
     curve: at 10,000 events/s, 1,000 services touch ~1,000 (window, service) pairs a batch);
+  * `--routes N [--regions M]` gives each event a route, method, region and version as
+    `tidegauge produce --attributes` does, for the job to slice by (`--job-arg=--dimension=route`);
   * `--warmup` seconds, then `--seconds` measured: the batches whose trigger fired in the
     measured interval (`batch_time`, from `tidegauge.core.store.read_batches`);
   * after the producers stop, the time the job takes to catch up with every acknowledged record.
@@ -476,6 +479,8 @@ def run_rate(
         seed=index + 1,
         client=args.client,
         services=args.services,
+        routes=args.routes,
+        regions=args.regions,
     )
     pids = {"job": job.proc.pid, **{n: s.proc.pid for n, s in services.items()}}
 
@@ -704,6 +709,14 @@ def main() -> None:
         default=0,
         help="spread the events evenly over N services (default 0: the generator's few)",
     )
+    ap.add_argument(
+        "--routes",
+        type=int,
+        default=0,
+        help="events carry route, method, region and version as `produce --attributes --routes "
+        "N` writes them (default 0: none), for the job's --dimension (see --job-arg)",
+    )
+    ap.add_argument("--regions", type=int, default=3, help="... in this many regions (default 3)")
     ap.add_argument(
         "--job-arg",
         action="append",

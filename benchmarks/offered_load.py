@@ -108,6 +108,9 @@ class _Spec:
     client: str
     #: Equal services named s00000.. (0: the generator's default mix).
     services: int = 0
+    #: Routes of `tidegauge produce --attributes` (0: the events carry no attributes).
+    routes: int = 0
+    regions: int = 3
 
 
 class _Acks:
@@ -155,6 +158,7 @@ def _prepare(spec: _Spec) -> tuple[list[bytes], list[int], list[bytes], list[int
 
     from kafka.partitioner.default import murmur2
 
+    from tidegauge.traffic.attributes import Attributes
     from tidegauge.traffic.config import GeneratorConfig
     from tidegauge.traffic.generator import generate
 
@@ -178,14 +182,19 @@ def _prepare(spec: _Spec) -> tuple[list[bytes], list[int], list[bytes], list[int
     parts: list[int] = []
     key_part: dict[bytes, tuple[bytes, int]] = {}
     svc_json: dict[str, str] = {}
+    attributes = Attributes(spec.routes, spec.regions) if spec.routes else None
     for r in generate(cfg):
         if r.kind != "event" or r.event_time is None or r.service is None:
             continue
         svc = svc_json.get(r.service) or svc_json.setdefault(r.service, json.dumps(r.service))
         user = "" if r.user_id is None else f',"user_id":"{r.user_id}"'
+        extra = ""
+        if attributes is not None:  # as `tidegauge produce --attributes` writes them
+            a = attributes.of(r.event_id, r.service)  # type: ignore[arg-type]
+            extra = "".join(f'"{k}":{json.dumps(v)},' for k, v in a.as_dimensions().items())
         bodies.append(
             f'{{"event_id":"{r.event_id}","service":{svc}{user},"latency_ms":{r.latency_ms!r},'
-            f'"status":{r.status},"event_time":'.encode()
+            f'"status":{r.status},{extra}"event_time":'.encode()
         )
         delays.append(max(0, r.send_ms - r.event_time))
         kp = key_part.get(r.key)
@@ -414,6 +423,9 @@ class OfferedLoad:
     client: str = "kafka-python"
     #: Equal services named s00000.. (0: the generator's default mix of a few).
     services: int = 0
+    #: Routes and regions of the events' attributes (0 routes: none), as `_Spec`'s.
+    routes: int = 0
+    regions: int = 3
     _procs: list[Any] = field(default_factory=list)
     _conns: list[Connection] = field(default_factory=list)
     _stop: Any = None
@@ -438,6 +450,8 @@ class OfferedLoad:
                 acks_path=str(self.workdir / f"acks-{self.seed}-{i}.npy"),
                 client=self.client,
                 services=self.services,
+                routes=self.routes,
+                regions=self.regions,
             )
             parent, child = ctx.Pipe()
             p = ctx.Process(
