@@ -33,6 +33,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 
 from jobs.runtime.metrics import JobMetrics
 from jobs.runtime.session import build_session
+from jobs.runtime.stopping import collect
 from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch
 from jobs.sink.retry import retry
 from jobs.sink.rollup import BatchTime
@@ -179,7 +180,7 @@ class _BatchWriter:
         return self._client
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        rows, slices = split_rows(decode_table(batch.toArrow(), batch_id))
+        rows, slices = split_rows(decode_table(collect(batch, batch_id), batch_id))
         clock = clock_of(self.cfg.checkpoint, batch_id)
         at = BatchTime(batch_id, clock.watermark_ms, clock.timestamp_ms)
         results = SinkBatch.of_rows(
