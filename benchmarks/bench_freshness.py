@@ -778,6 +778,11 @@ def main() -> None:
         print("\ninterrupted; cleaning up", file=sys.stderr)
     finally:
         if job is not None:
+            if job.proc.poll() not in (None, 0):  # the job died: keep its whole log
+                kept = REPO / "var" / f"bench-freshness-job-{int(time.time())}.log"
+                kept.parent.mkdir(exist_ok=True)
+                shutil.copy(tmp / "job.log", kept)
+                print(f"the job's log: {kept}", file=sys.stderr)
             job.stop()
         for svc in services.values():
             svc.stop()
