@@ -14,7 +14,12 @@ from typing import Any
 import redis
 
 from jobs.pipeline import run_job
-from jobs.runtime.session import build_session, check_executors, quiet_task_failures
+from jobs.runtime.session import (
+    build_session,
+    check_executors,
+    quiet_task_failures,
+    ran_out_of_memory,
+)
 from jobs.sink.status import progress_summary
 from jobs.source.offset_log import next_watermark
 from tidegauge.core.config import (
@@ -314,7 +319,16 @@ def run(args: argparse.Namespace) -> int:
                 flush=True,
             )
             return 0
-        print(f"tidegauge job: failed: {failure_reason(str(e))}", file=sys.stderr)
+        reason = failure_reason(str(e))
+        if ran_out_of_memory(e):
+            reason = (
+                "Spark's JVM ran out of heap (java.lang.OutOfMemoryError; its log above says "
+                "where). Give it more (--conf spark.driver.memory=4g in local mode, "
+                "spark.executor.memory on a cluster), or keep less state: fewer dimensions "
+                'or a shorter --allowed-lateness (docs/dimensions.md, "What it costs"). The '
+                "next start resumes from the checkpoint"
+            )
+        print(f"tidegauge job: failed: {reason}", file=sys.stderr)
         return 1
     last = query.lastProgress
     print(

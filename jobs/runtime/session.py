@@ -20,12 +20,15 @@ from jobs.runtime.jvm_archive import archive_options, cache_dir, java_version
 from jobs.runtime.spark_home import use_linked_home
 
 __all__ = [
+    "JVM_OUT_OF_MEMORY",
     "build_session",
     "check_executors",
     "LAUNCH_ATTEMPTS",
     "ensure_java",
+    "jvm_exit_code",
     "local_checkpoint",
     "quiet_task_failures",
+    "ran_out_of_memory",
     "session_settings",
     "with_task_retries",
 ]
@@ -335,3 +338,39 @@ def quiet_task_failures(spark: SparkSession) -> None:
     off = jvm.org.apache.logging.log4j.Level.OFF
     for name in _FAILURE_LOGGERS:
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
+
+
+#: The exit status Spark's JVM ends with when a thread runs out of heap (Spark's
+#: `SparkExitCode.OOM`, from its uncaught-exception handler).
+JVM_OUT_OF_MEMORY = 52
+
+
+def jvm_exit_code(wait_s: float = 3.0) -> int | None:
+    """The exit status of this process's Spark JVM once it has ended; None while it runs.
+
+    Why a query lost its JVM, which py4j only reports as a lost connection.
+    """
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None:
+        return None
+    try:
+        return int(proc.wait(wait_s))
+    except Exception:  # noqa: BLE001 (still running, or not a process we can wait for)
+        return None
+
+
+def ran_out_of_memory(error: BaseException) -> bool:
+    """True when `error` comes of a Java heap that ran out.
+
+    Either an OutOfMemoryError Spark passed on, or a JVM lost (py4j cannot reach it) that
+    exited with `JVM_OUT_OF_MEMORY`.
+    """
+    from py4j.protocol import Py4JNetworkError
+
+    text = str(error)
+    if "java.lang.OutOfMemoryError" in text:
+        return True
+    lost = isinstance(error, ConnectionError | Py4JNetworkError) or "Connection refused" in text
+    return lost and jvm_exit_code() == JVM_OUT_OF_MEMORY
