@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_breakdown.py [--services 10] [--routes 100] [--regions 5]
         [--rate 1000] [--minutes 60] [--dimension route ...] [--runs 20]
+        [--redis URL [--build-only]] [--profile]
 
 Real parts end to end: its own broker (Tansu) and redis-server; `tidegauge produce --pace fast
 --attributes --routes N --regions M` writes `--minutes` of event time ending now (equal
@@ -83,22 +84,10 @@ def time_breakdown(
     return (time.perf_counter() - t0) * 1000, b.members, len(b.rows)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--services", type=int, default=10)
-    p.add_argument("--routes", type=int, default=100)
-    p.add_argument("--regions", type=int, default=5)
-    p.add_argument("--rate", type=float, default=1000.0, help="events/s of event time")
-    p.add_argument("--minutes", type=int, default=60, help="event time written, ending now")
-    p.add_argument("--dimension", action="append", help="as the job's (default: route)")
-    p.add_argument("--dimension-values", type=int, default=20)
-    p.add_argument("--runs", type=int, default=20)
-    args = p.parse_args()
-    dims = args.dimension or ["route"]
-    print(describe(), flush=True)
-    broker, store = start_broker(), start_redis()
+def build(args: argparse.Namespace, url: str, dims: list[str]) -> None:
+    """Produce `--minutes` of event time ending now and run the job over it into `url`."""
+    broker = start_broker()
     try:
-        url = f"redis://{store.address}/0"
         with tempfile.TemporaryDirectory(prefix="bench-breakdown-") as tmp:
             log = Path(tmp) / "run.log"
             _cli("topic", "--bootstrap", broker.address, "--topic", TOPIC, "--partitions", "3",
@@ -126,39 +115,85 @@ def main() -> int:
                 log=log,
             )  # fmt: skip
             print(f"the job read it in {time.perf_counter() - t0:.0f} s", flush=True)
-        r = redis.Redis.from_url(url)
-        per_hour = 60 / args.minutes
-        sizes = store_bytes(r, dims)
+    finally:
+        broker.stop()
+
+
+def measure(args: argparse.Namespace, url: str, dims: list[str]) -> None:
+    """Redis bytes per store and the breakdown panel's refreshes over the last hour."""
+    r = redis.Redis.from_url(url)
+    per_hour = 60 / args.minutes
+    sizes = store_bytes(r, dims)
+    print(
+        f"\nRedis after {args.minutes} min of {args.services} services x {args.routes} "
+        f"routes ({args.regions} regions) at {args.rate:,.0f} events/s, "
+        f"--dimension-values {args.dimension_values}:"
+    )
+    for name, size in sorted(sizes.items()):
+        print(f"  {name:>12}: {size / 1e6:8.1f} MB, {size * per_hour / 1e6:8.1f} MB per hour")
+    first_service = read_services(r, Keys())[0]
+    hour = 60 * 60_000
+    views = {
+        f"all services' {dims[0]}s by events": BreakdownView(dims[0], range_ms=hour),
+        f"all services' {dims[0]}s by p99": BreakdownView(dims[0], metric="p99", range_ms=hour),
+        f"{first_service}'s {dims[0]}s by events": BreakdownView(
+            dims[0], of=first_service, range_ms=hour
+        ),
+    }
+    print(f"\nBreakdown panel over the last hour, top 10 drawn ({args.runs} refreshes):")
+    for name, view in views.items():
+        memo = ClosedWindows()
+        first, members, rows = time_breakdown(r, view, memo)
+        steady = sorted(time_breakdown(r, view, memo)[0] for _ in range(args.runs))
+        bare = statistics.median(time_breakdown(r, view, None)[0] for _ in range(3))
         print(
-            f"\nRedis after {args.minutes} min of {args.services} services x {args.routes} "
-            f"routes ({args.regions} regions) at {args.rate:,.0f} events/s, "
-            f"--dimension-values {args.dimension_values}:"
+            f"  {name}: {members} values, {rows} windows drawn; first {first:.0f} ms, "
+            f"then median {statistics.median(steady):.0f} ms (p95 "
+            f"{steady[int(0.95 * (len(steady) - 1))]:.0f}); without the memo {bare:.0f} ms"
         )
-        for name, size in sorted(sizes.items()):
-            print(f"  {name:>12}: {size / 1e6:8.1f} MB, {size * per_hour / 1e6:8.1f} MB per hour")
-        first_service = read_services(r, Keys())[0]
-        hour = 60 * 60_000
-        views = {
-            f"all services' {dims[0]}s by events": BreakdownView(dims[0], range_ms=hour),
-            f"all services' {dims[0]}s by p99": BreakdownView(dims[0], metric="p99", range_ms=hour),
-            f"{first_service}'s {dims[0]}s by events": BreakdownView(
-                dims[0], of=first_service, range_ms=hour
-            ),
-        }
-        print(f"\nBreakdown panel over the last hour, top 10 drawn ({args.runs} refreshes):")
-        for name, view in views.items():
-            memo = ClosedWindows()
-            first, members, rows = time_breakdown(r, view, memo)
-            steady = sorted(time_breakdown(r, view, memo)[0] for _ in range(args.runs))
-            bare = statistics.median(time_breakdown(r, view, None)[0] for _ in range(3))
-            print(
-                f"  {name}: {members} values, {rows} windows drawn; first {first:.0f} ms, "
-                f"then median {statistics.median(steady):.0f} ms (p95 "
-                f"{steady[int(0.95 * (len(steady) - 1))]:.0f}); without the memo {bare:.0f} ms"
-            )
+        if args.profile:
+            import cProfile
+            import pstats
+
+            with cProfile.Profile() as prof:
+                time_breakdown(r, view, memo)
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--services", type=int, default=10)
+    p.add_argument("--routes", type=int, default=100)
+    p.add_argument("--regions", type=int, default=5)
+    p.add_argument("--rate", type=float, default=1000.0, help="events/s of event time")
+    p.add_argument("--minutes", type=int, default=60, help="event time written, ending now")
+    p.add_argument("--dimension", action="append", help="as the job's (default: route)")
+    p.add_argument("--dimension-values", type=int, default=20)
+    p.add_argument("--runs", type=int, default=20)
+    p.add_argument(
+        "--redis",
+        metavar="URL",
+        help="measure this store (built by an earlier run with --build-only) instead of "
+        "starting a redis-server and building one",
+    )
+    p.add_argument("--build-only", action="store_true", help="build the store in --redis, stop")
+    p.add_argument("--profile", action="store_true", help="cProfile one refresh of each view")
+    args = p.parse_args()
+    dims = args.dimension or ["route"]
+    print(describe(), flush=True)
+    if args.redis:
+        if args.build_only:
+            build(args, args.redis, dims)
+        else:
+            measure(args, args.redis, dims)
+        return 0
+    store = start_redis()
+    try:
+        url = f"redis://{store.address}/0"
+        build(args, url, dims)
+        measure(args, url, dims)
     finally:
         store.stop()
-        broker.stop()
     return 0
 
 
