@@ -715,3 +715,38 @@ def test_a_demo_incident_can_hit_one_route_of_the_breakdown(
     assert incident is not None and (incident.service, incident.dimension) == ("*", "route")
     assert incident.value == "/cart" and incident.matches({"route": "/cart"})
     assert any("Latency incident on route /cart" in s.value for s in at.sidebar.success)
+
+
+def test_a_breakdown_reads_its_closed_windows_once(redis_client: redis.Redis) -> None:
+    """A dimension's store is judged by its job's watermark: its closed windows are decoded
+    once and kept (the page re-reads its breakdown every second), its open one every time."""
+    from dashboard.breakdown import BreakdownView, read_breakdown
+    from tidegauge.core.closed_windows import ClosedWindows
+
+    seed_routes(redis_client, {"checkout": {"/cart": 80, "/pay": 30}, "search": {"/q": 20}})
+    newest = now_ms() // W * W - W
+    progress = {"batch_id": 1, "batch_time": newest + W, "input_rows": 1, "offsets": {}}
+    write_progress(
+        redis_client,
+        KEYS,
+        {
+            **progress,
+            "latest_offsets": {},
+            "batch_duration_ms": 1,
+            "query_id": "q",
+            "watermark": newest,
+        },  # fmt: skip
+    )
+    view, memo = BreakdownView("route", range_ms=60_000), ClosedWindows()
+    first = read_breakdown(redis_client, KEYS, view, memo)
+    assert memo.synced  # it knows the job's watermark: the five closed windows are kept
+    # the open window changes: the next read has it, the closed ones come from the memo
+    slices = [window(newest, member("*", "/cart"), 200, seed=5)]
+    write_batch(redis_client, KEYS, SinkBatch(2, []), dimensions={"route": SinkBatch(2, slices)})
+    again = read_breakdown(redis_client, KEYS, view, memo)
+    cart = {w.window_start: w.count for w in again.rows if w.service == member("*", "/cart")}
+    assert cart[newest] == 200 and cart == {
+        w.window_start: (200 if w.window_start == newest else w.count)
+        for w in first.rows
+        if w.service == member("*", "/cart")
+    }

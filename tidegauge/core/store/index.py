@@ -37,7 +37,7 @@ def _sync(r: redis.Redis, keys: Keys, cache: ClosedWindows | None) -> int | None
     """
     pipe = r.pipeline(transaction=False)
     pipe.get(keys.epoch)
-    pipe.hmget(keys.status, ["query_id", "watermark"])
+    pipe.hmget(keys.job_status, ["query_id", "watermark"])
     epoch, (query_id, watermark) = pipe.execute()
     if cache is None:
         return int(watermark) if watermark is not None else None

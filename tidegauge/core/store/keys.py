@@ -22,6 +22,9 @@ class Keys:
     """Every Redis key Tidegauge uses, under one prefix (default `tg`)."""
 
     prefix: str = "tg"
+    #: The prefix of the store a dimension's store belongs to (`by`): the job and its status
+    #: are that store's.
+    owner: str | None = None
 
     def window(self, spec: str, start_ms: int) -> str:
         """Hash: service -> JSON metrics of the window of `spec` (a WindowSpec key) at start."""
@@ -101,7 +104,7 @@ class Keys:
         Its members ("services") are `service SEP value` and `* SEP value`
         (tidegauge/core/dimensions.py); its windows have no `*` row.
         """
-        return Keys(f"{self.prefix}:by:{dimension}")
+        return Keys(f"{self.prefix}:by:{dimension}", owner=self.owner or self.prefix)
 
     @property
     def services_seen(self) -> str:
@@ -131,6 +134,14 @@ class Keys:
     def status(self) -> str:
         """Hash: the job's status after its latest batch."""
         return f"{self.prefix}:status"
+
+    @property
+    def job_status(self) -> str:
+        """`status` of the store this one belongs to (the job's watermark and query id).
+
+        A dimension's store has none of its own; its closed windows are judged by its job's.
+        """
+        return f"{self.owner or self.prefix}:status"
 
     @property
     def batches(self) -> str:
