@@ -97,7 +97,7 @@ def read_breakdown(
     since = until - view.range_ms
     min_size = view.range_ms // MAX_TREND_WINDOWS
     parts = ranked_parts(r, by, spec, since, until, min_size)
-    totals = read_service_totals(r, by, parts, with_p99=True)
+    totals = read_service_totals(r, by, parts, cache, with_p99=True)
     mine = {m: totals[m] for m in _members(list(totals), view)}
     order = rank_services(mine, view.metric, len(mine))
     out.ranked = [mine[m] for m in order]

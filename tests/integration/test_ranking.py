@@ -170,3 +170,55 @@ def test_p99_of_each_service_is_its_merged_latencies_and_ranks_them(
     assert rank_services(totals, "p99", 2) == sorted(truth, key=lambda s: -truth[s])[:2]
     plain = read_service_totals(redis_client, KEYS, [(SPEC, starts)])
     assert all(t.p99 is None for t in plain.values())  # read only when asked
+
+
+def test_p99_over_many_closed_windows_merges_blocks_once_and_follows_the_open_ones(
+    redis_client: redis.Redis,
+) -> None:
+    """An hour-like range: closed windows are merged in blocks of `P99_BLOCK` once per memo;
+    the p99 stays within the digests' rank error of every latency written, a block cut by the
+    range's start counts only its windows in the range, and a refresh sees the open window."""
+    from jobs.sink.status import write_progress
+    from tidegauge.core.store.ranking import P99_BLOCK
+
+    rng = np.random.default_rng(11)
+    LATENCIES.clear()
+    starts = [T + k * W for k in range(3 * P99_BLOCK + 5)]
+    for batch, start in enumerate(starts):
+        write_batch(
+            redis_client,
+            KEYS,
+            SinkBatch(
+                batch,
+                [
+                    WindowUpdate(SPEC.key, start, s, _agg(rng, 40, s).to_bytes())
+                    for s in ("api", "web")
+                ],
+            ),  # fmt: skip
+        )
+    newest = starts[-1]  # open; every window before it is closed
+    write_progress(
+        redis_client,
+        KEYS,
+        {"batch_id": 99, "batch_time": newest + W, "watermark": newest, "input_rows": 1,
+         "offsets": {}, "latest_offsets": {}, "batch_duration_ms": 1, "query_id": "q"},
+    )  # fmt: skip
+    memo = ClosedWindows()
+    for part in (starts, starts[5:]):  # the whole range, then one that cuts the first block
+        cut = len(starts) - len(part)
+        for _ in range(2):  # the second read takes the merged blocks from the memo
+            got = read_service_totals(redis_client, KEYS, [(SPEC, part)], memo, with_p99=True)
+            bare = read_service_totals(redis_client, KEYS, [(SPEC, part)], with_p99=True)
+            for svc in ("api", "web"):
+                values = [v for k, v in enumerate(LATENCIES[svc]) if k // 40 >= cut]
+                p99 = got[svc].p99
+                assert p99 is not None and _rank_error(values, p99, 0.99) <= 0.01 + 1 / len(values)
+                assert p99 == pytest.approx(bare[svc].p99, rel=0.05)
+    assert memo.size("p99-blocks") >= 3
+    # the open window gets slower: the next refresh's p99 has it
+    slow = WindowAgg()
+    slow.add(np.full(400, 5_000.0), np.full(400, 200), np.array(["u"] * 400, dtype=object))
+    update = WindowUpdate(SPEC.key, newest, "api", slow.to_bytes())
+    write_batch(redis_client, KEYS, SinkBatch(100, [update]))
+    got = read_service_totals(redis_client, KEYS, [(SPEC, starts)], memo, with_p99=True)
+    assert got["api"].p99 == pytest.approx(5_000.0, rel=0.01)

@@ -26,7 +26,7 @@ from tidegauge.core.store.index import _reusable, _starts, _sync
 from tidegauge.core.store.keys import Keys, _s
 from tidegauge.core.store.tiers import read_retention
 from tidegauge.core.window_aggs import WindowAggs
-from tidegauge.core.windows import WindowSpec
+from tidegauge.core.windows import WindowSpec, tumbling_start
 
 __all__ = [
     "RANK_BY",
@@ -173,6 +173,11 @@ def _memoised(
     return [got[(spec.key, start)] for spec, starts in parts for start in starts]
 
 
+#: For p99, closed windows' latency digests are merged in aligned blocks of this many, each
+#: merged once per memo: an hour of 10 s windows is then ~30 pieces per refresh, not 360.
+P99_BLOCK = 12
+
+
 def _p99s(
     r: redis.Redis,
     keys: Keys,
@@ -180,17 +185,48 @@ def _p99s(
     cache: ClosedWindows | None,
     watermark: int | None,
 ) -> dict[str, float]:
-    """p99 latency per service of its windows' latency digests merged (closed ones memoised)."""
+    """p99 latency per service of its windows' latency digests merged.
+
+    Closed windows are read once, and merged in blocks of `P99_BLOCK` once.
+    """
     windows = _memoised(r, keys, parts, cache, watermark, "latency", _latencies)
-    names = sorted({svc for svcs, _ in windows for svc in svcs})
+    pieces: list[tuple[list[str], Digests]] = []
+    at = 0
+    for spec, starts in parts:
+        mine, at = windows[at : at + len(starts)], at + len(starts)
+        if cache is None or spec.kind != "tumbling":
+            pieces += mine
+            continue
+        blocks: dict[int, list[int]] = {}
+        for k, start in enumerate(starts):
+            blocks.setdefault(tumbling_start(start, P99_BLOCK * spec.size_ms), []).append(k)
+        for idx in blocks.values():
+            members = tuple(starts[k] for k in idx)
+            if not _reusable(spec, members[-1], watermark):
+                pieces += [mine[k] for k in idx]
+                continue
+            # a block cut by the range's start holds fewer windows: its members say which
+            known = cache.get("p99-blocks", spec.key, members[0])
+            if known is None or known[0] != members:
+                known = (members, *_merged([mine[k] for k in idx]))
+                cache.put("p99-blocks", spec.key, members[0], known)
+            pieces.append((known[1], known[2]))
+    names, merged = _merged(pieces)
     if not names:
         return {}
-    code = {svc: i for i, svc in enumerate(names)}
-    rows = [d for _, d in windows if len(d)]
-    keys_of = [code[svc] for svcs, d in windows if len(d) for svc in svcs]
-    merged = Digests.concat(rows).combine(np.array(keys_of, np.int64), len(names))
     q = merged.quantiles([0.99])[:, 0]
     return {svc: float(q[i]) for i, svc in enumerate(names) if merged.count[i] > 0}
+
+
+def _merged(pieces: Sequence[tuple[list[str], Digests]]) -> tuple[list[str], Digests]:
+    """Digests of each service's pieces merged: (services sorted, one digest each)."""
+    names = sorted({svc for svcs, _ in pieces for svc in svcs})
+    if not names:
+        return [], Digests.empty(0)
+    code = {svc: i for i, svc in enumerate(names)}
+    rows = [d for _, d in pieces if len(d)]
+    keys_of = [code[svc] for svcs, d in pieces if len(d) for svc in svcs]
+    return names, Digests.concat(rows).combine(np.array(keys_of, np.int64), len(names))
 
 
 def _latencies(r: redis.Redis, window_keys: list[str]) -> list[tuple[list[str], Digests]]:
