@@ -190,8 +190,7 @@ def _prepare(spec: _Spec) -> tuple[list[bytes], list[int], list[bytes], list[int
         user = "" if r.user_id is None else f',"user_id":"{r.user_id}"'
         extra = ""
         if attributes is not None:  # as `tidegauge produce --attributes` writes them
-            a = attributes.of(r.event_id, r.service)  # type: ignore[arg-type]
-            extra = "".join(f'"{k}":{json.dumps(v)},' for k, v in a.as_dimensions().items())
+            extra = attributes.of(r.event_id, r.service).json_members() + ","  # type: ignore[arg-type]
         bodies.append(
             f'{{"event_id":"{r.event_id}","service":{svc}{user},"latency_ms":{r.latency_ms!r},'
             f'"status":{r.status},{extra}"event_time":'.encode()

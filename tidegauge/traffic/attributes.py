@@ -10,7 +10,9 @@ recomputes them from the record's id alone.
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
+import json
 import zlib
 from typing import NamedTuple
 
@@ -52,6 +54,16 @@ class RequestAttributes(NamedTuple):
     def as_dimensions(self) -> dict[str, str]:
         """{dimension: value}."""
         return self._asdict()
+
+    def json_members(self) -> str:
+        """`"route":"/x","method":"GET",...`: the four as members of a compact JSON object."""
+        return _json_members(self)
+
+
+@functools.lru_cache(maxsize=4096)
+def _json_members(a: RequestAttributes) -> str:
+    # a run has few distinct attribute sets: each is encoded once, not once per event
+    return ",".join(f"{json.dumps(k)}:{json.dumps(v)}" for k, v in zip(a._fields, a, strict=True))
 
 
 class Attributes:

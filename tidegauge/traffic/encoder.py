@@ -20,8 +20,6 @@ from tidegauge.traffic.attributes import DEFAULT, Attributes
 
 __all__ = ["ValueEncoder", "dumps"]
 
-_ROUTE, _METHOD, _REGION, _VERSION = '"route":', '"method":', '"region":', '"version":'
-
 
 def _otlp_json(request: Any) -> bytes:
     """OTLP's JSON encoding: protobuf's JSON mapping, enums as integers, ids in hex."""
@@ -89,11 +87,7 @@ class ValueEncoder:
         user = "" if user_id is None else f',"user_id":"{user_id}"'
         extra = ""
         if self._with_attributes:
-            a = self.attributes.of(event_id, service)
-            extra = (
-                f",{_ROUTE}{json.dumps(a.route)},{_METHOD}{json.dumps(a.method)},"
-                f"{_REGION}{json.dumps(a.region)},{_VERSION}{json.dumps(a.version)}"
-            )
+            extra = "," + self.attributes.of(event_id, service).json_members()
         return (
             f'{{"event_id":"{event_id}","event_time":{et},"service":{self._service_json[service]}'
             f'{user},"latency_ms":{latency_ms!r},"status":{status},"sent_time":{st}{extra}}}'
