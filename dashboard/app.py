@@ -343,8 +343,8 @@ def _demo_controls(known: list[str]) -> None:
 def _incident_where(r: redis.Redis) -> tuple[str, str] | None:
     """The demo incident's "only where": one value of a dimension the job slices by.
 
-    Only the dimensions the generator's spans carry (route, method, region, version) are offered;
-    None is every request.
+    Only the dimensions the generator's requests carry (route, method, region, version) are
+    offered; None is every request.
     """
     try:
         dims = data.stored_dimensions(settings.redis.url, keys.prefix)
@@ -361,8 +361,9 @@ def _incident_where(r: redis.Redis) -> tuple[str, str] | None:
         options,
         key="demo_where",
         format_func=lambda o: "(every request)" if o is None else f"{o[0]} = {o[1]}",
-        help="Slow down one route, region or version only (OpenTelemetry spans carry them: "
-        "`tidegauge demo --format otlp_proto`), and find it with the breakdown panel.",
+        help="Slow down one route, region or version only (the generator's requests carry "
+        "them: OpenTelemetry spans, or `tidegauge produce --attributes` as the demo runs it), "
+        "and find it with the breakdown panel.",
     )
 
 

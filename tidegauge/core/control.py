@@ -57,7 +57,7 @@ _INCIDENT_WHERE = ControlFields.INCIDENT_WHERE
 _LATE_BURST = ControlFields.LATE_BURST
 
 
-#: What an incident can be narrowed to: the attributes of the generator's spans
+#: What an incident can be narrowed to: the attributes of the generator's requests
 #: (`tidegauge.traffic.attributes.RequestAttributes`), as `--dimension` names them.
 INCIDENT_DIMENSIONS = ("route", "method", "region", "version")
 
@@ -103,12 +103,10 @@ class Incident:
 
     def describe(self) -> str:
         """`all services`, `checkout`, `route /api/cart`, `checkout, route /api/cart`."""
-        parts = [] if self.service == ALL_SERVICES and self.dimension else [self.service]
-        if parts == [ALL_SERVICES]:
-            parts = ["all services"]
+        who = [] if self.service == ALL_SERVICES else [self.service]
         if self.dimension:
-            parts.append(f"{self.dimension} {self.value}")
-        return ", ".join(parts)
+            who.append(f"{self.dimension} {self.value}")
+        return ", ".join(who) or "all services"
 
     def active_at(self, now_ms: int) -> bool:
         """True while `now_ms` (epoch ms) is before the end of the incident."""
