@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ import redis
 from kafka import KafkaConsumer, TopicPartition
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from cli.local.services import free_port, start_redis
+from cli.local.services import free_port, start_broker, start_redis
 from jobs.source.kafka_log import LogClient
 from jobs.source.log_batches import LogRecord
 from tests import procs
@@ -338,6 +339,45 @@ def test_sigterm_stops_cleanly(topic_factory: Callable[..., KafkaSettings], tmp_
     assert f"sent {len(truth):,} records" in out
     assert Counter(t["kind"] for t in truth)["event"] > 100
     assert_topic_matches_truth(kafka, truth)
+
+
+def test_a_stop_after_the_broker_went_away_is_bounded(tmp_path: Path) -> None:
+    """A supervisor stopping everything at once stops the broker too: the records still pending
+    then get a few seconds, not a minute, and the generator says what it could not confirm."""
+    broker = start_broker(log_path=tmp_path / "broker.log")
+    truth_path = tmp_path / "truth.jsonl"
+    proc = subprocess.Popen(
+        [*CLI, "--bootstrap", broker.address, "--topic", "gone", "--rate", "500"]
+        + ["--truth", str(truth_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        procs.wait_until(
+            lambda: truth_path.exists() and len(truth_path.read_text().splitlines()) > 100,
+            30,
+            "100 acknowledged records",
+        )
+        broker.proc.kill()
+        broker.proc.wait(5)
+        time.sleep(0.5)  # records sent after the broker died wait for their acknowledgement
+        stopped = time.monotonic()
+        os.kill(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        elapsed = time.monotonic() - stopped
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        broker.stop()
+    assert elapsed < 10, (elapsed, err)
+    assert proc.returncode == 1, err
+    said = r"stopped, but [\d,]+ records sent to 'gone' were not acknowledged within 5s"
+    assert re.search(said, err), err
+    assert "Traceback" not in err
+    truth = read_truth(truth_path)  # every line whole: the acknowledged records, in order
+    assert len(truth) > 100
+    assert [t["seq"] for t in truth] == sorted(t["seq"] for t in truth)
 
 
 def test_unreachable_broker_is_a_clean_error(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
@@ -59,6 +59,10 @@ _PRODUCER_CONFIG: dict[str, Any] = {
 # memory stays bounded however long the run.
 _MAX_PENDING = 20_000
 _ACK_TIMEOUT_S = 60.0
+#: After a stop signal the records still pending get this long to be acknowledged: a supervisor
+#: that stops everything at once stops the broker too, and the demo kills what has not exited
+#: within its grace (15 s).
+_STOP_ACK_TIMEOUT_S = 5.0
 #: How often live commands are read from Redis, and how long one read may take: an outage then
 #: costs the polling thread a second per try and the sending loop nothing.
 _POLL_INTERVAL_S = 1.0
@@ -305,7 +309,9 @@ def produce(
     start too; the same hash is then read about once a second (`tidegauge.core.control`) and the
     generator applies what it holds. The summary lists what it did (`Summary.commands`).
     Setting `stop` (or Ctrl-C) ends the run cleanly: pending records are flushed and
-    acknowledged, and the truth file is complete for everything sent.
+    acknowledged, and the truth file is complete for everything sent; what the broker has not
+    acknowledged 5 s after the stop (it was stopped too) raises `ProduceError`, the truth file
+    then holding the acknowledged records.
     Record batches are compressed with `compression` (`none`, `gzip`, `snappy`, `lz4`, `zstd`).
     Raises `ProduceError` when the broker or a needed Redis cannot be reached, a record is not
     acknowledged, or the codec is unknown or its library missing (checked before anything else).
@@ -426,7 +432,24 @@ def _produce(
                 poller,
             )
     finally:
-        producer.close(timeout=5)
+        _close(producer, timeout_s=1 if stop.is_set() else 5)
+
+
+def _close(producer: KafkaProducer, timeout_s: float) -> None:
+    """Close, dropping what the broker has not taken within `timeout_s` (already reported).
+
+    kafka-python's `close` raises when its flush times out and leaves the sender running, so its
+    `__del__` would raise again at exit: force the sender closed instead.
+    """
+    try:
+        producer.close(timeout=timeout_s)
+    except KafkaError:
+        sender = getattr(producer, "_sender", None)  # kafka-python 3.0: pinned in pyproject
+        if sender is not None:
+            sender.force_close()
+            sender.join(timeout_s)
+        with suppress(KafkaError):
+            producer.close(timeout=0)
 
 
 @contextmanager
@@ -477,8 +500,10 @@ def _send(
         disable=not progress or not sys.stderr.isatty(),
     )
 
-    def settle(block: bool) -> None:
+    def settle(block: bool, acknowledged_only: bool = False) -> None:
         while pending and (block or pending[0][1] is None or pending[0][1].is_done):
+            if acknowledged_only and pending[0][1] is not None and pending[0][1].failed():
+                return
             record, future = pending.popleft()
             if future is None:
                 if write_truth is not None:
@@ -561,9 +586,18 @@ def _send(
         bar.update(unreported)
         bar.close()
     hand_over_commands(update=False)  # what the generator did after the last handover
+    flush_s = _STOP_ACK_TIMEOUT_S if interrupted else _ACK_TIMEOUT_S
     try:
-        producer.flush(timeout=_ACK_TIMEOUT_S)
+        producer.flush(timeout=flush_s)
     except KafkaError as e:
+        if interrupted:
+            settle(block=False, acknowledged_only=True)
+            unconfirmed = sum(future is not None for _, future in pending)
+            raise ProduceError(
+                f"stopped, but {unconfirmed:,} records sent to {topic!r} were not acknowledged "
+                f"within {flush_s:.0f}s (is the broker still there?); the truth file lists the "
+                "acknowledged ones"
+            ) from None
         raise ProduceError(f"flushing to {topic!r} failed: {e}") from None
     settle(block=True)
     return Summary(
