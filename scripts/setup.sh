@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything Tidegauge needs on a fresh Debian/Ubuntu machine, idempotently:
-# system packages (redis-server, chromium, nginx, prometheus, a Java 17+ runtime when none is
+# system packages (redis-server, chromium, nginx, kcat, prometheus, a Java 17+ runtime when none is
 # present, python3-venv),
 # then a virtualenv in .venv with the project and its dev/broker extras, and the class archive
 # that makes Spark start faster.
@@ -42,6 +42,8 @@ command -v chromium >/dev/null || pkgs+=(chromium)
 command -v openssl >/dev/null || pkgs+=(openssl)
 # nginx writes the real JSON access log the access-log test reads (it is started by the test).
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || pkgs+=(nginx)
+# kcat ships that log into the broker, as `tail -F | kcat -P` does in production.
+command -v kcat >/dev/null || pkgs+=(kcat)
 # A real Prometheus scrapes the job's /metrics in the metrics test.
 command -v prometheus >/dev/null || pkgs+=(prometheus)
 "$PYTHON" -c "import venv, ensurepip" 2>/dev/null || pkgs+=(python3-venv)

@@ -2,11 +2,11 @@
 
 nginx (Debian's package) proxies a load of requests to a small backend that answers with the
 status and after the delay each request asks for; its access log is written in the
-`log_format` docs/events.md gives, and `tail -F` into a librdkafka producer ships each line
-to the topic as one record, as `tail -F | kcat -P` does. (kcat itself cannot be used here:
-Debian's kcat is built on librdkafka 2.0.2, which cannot read the test broker's ApiVersions v3
-answer; the librdkafka 2.16 of confluent-kafka can.) A line that is not JSON joins the log on
-the way. The job reads the topic with `--format access-log`, the README's field map and
+`log_format` docs/events.md gives, and `tail -F | kcat -P` (Debian's kcat) ships each line to
+the topic as one record. (Debian bookworm's kcat is linked to librdkafka 2.0.2, which cannot
+read the test broker's ApiVersions v3 answer; it runs here on the librdkafka 2.x that the
+confluent-kafka wheel bundles, the same ABI.) A line that is not JSON joins the log on the
+way. The job reads the topic with `--format access-log`, the README's field map and
 `--field route=uri`, sliced by `--dimension route --dimension status_class`; Redis must then
 hold, per 10 s window and service, path or status class, exactly the requests and errors a
 count over nginx's own log file gives, latency percentiles close to the logged ones, and the
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -171,17 +171,35 @@ def _load(port: int, n: int, seed: int) -> None:
         t.join()
 
 
-#: `kcat -P`'s behaviour with librdkafka: each line of stdin one record, no key, delivered
-#: before it exits at the end of its input.
-SHIPPER = """
-import sys
-from confluent_kafka import Producer
-p = Producer({"bootstrap.servers": sys.argv[1], "linger.ms": 20})
-for line in sys.stdin.buffer:
-    p.produce(sys.argv[2], line.rstrip(b"\\n"))
-    p.poll(0)
-sys.exit(1 if p.flush(30) else 0)
-"""
+#: How much of its input kcat 1.7 (Debian bookworm's) reads at a time.
+KCAT_BLOCK = 1024
+
+
+def _kcat(tmp: Path) -> tuple[list[str], dict[str, str]]:
+    """Debian's kcat, and an environment whose librdkafka can talk to the test broker.
+
+    librdkafka before 2.1 misreads the ApiVersions v3 answer of the Kafka-protocol broker the
+    tests run ("Read underflow"); the confluent-kafka wheel bundles a current librdkafka of the
+    same ABI (`librdkafka.so.1`), so kcat is pointed at that one through LD_LIBRARY_PATH.
+    """
+    import confluent_kafka
+
+    kcat = _binary("kcat")
+    bundled = sorted(
+        (Path(confluent_kafka.__file__).parent.parent / "confluent_kafka.libs").glob(
+            "librdkafka*.so*"
+        )
+    )
+    if not bundled:
+        pytest.fail("confluent-kafka's wheel bundles no librdkafka: run `make setup`")
+    libs = tmp / "librdkafka"
+    libs.mkdir(exist_ok=True)
+    (libs / "librdkafka.so.1").unlink(missing_ok=True)
+    (libs / "librdkafka.so.1").symlink_to(bundled[0])
+    env = {**os.environ, "LD_LIBRARY_PATH": str(libs)}
+    version = subprocess.run([kcat, "-V"], env=env, capture_output=True, text=True, timeout=30)
+    assert f"librdkafka {confluent_kafka.libversion()[0]}" in version.stdout, version.stdout
+    return [kcat], env
 
 
 def _records(broker: str) -> int:
@@ -209,22 +227,35 @@ def shipped(broker, nginx: tuple[int, Path]) -> Path:  # type: ignore[no-untyped
     tidegauge("topic", "--bootstrap", broker.address, "--topic", TOPIC, "--partitions", "3")
     log.touch()
     tail = subprocess.Popen(["tail", "-n", "+1", "-F", str(log)], stdout=subprocess.PIPE)
+    kcat, env = _kcat(log.parent)
+    # -P: produce each line of stdin as one record; at the end of its input kcat delivers
+    # what it holds and exits (non-zero if a record was not delivered). kcat 1.7 reads its
+    # input in blocks of 1 KiB (kcat 1.8 reads what is there): lines reach the topic as the
+    # log grows, the last block's at the end of the input.
     ship = subprocess.Popen(
-        [sys.executable, "-c", SHIPPER, broker.address, TOPIC],
+        [*kcat, "-P", "-b", broker.address, "-t", TOPIC, "-X", "linger.ms=20"],
         stdin=tail.stdout,
         stderr=subprocess.PIPE,
+        env=env,
     )
     assert tail.stdout is not None
-    tail.stdout.close()  # the shipper holds the pipe now
+    tail.stdout.close()  # kcat holds the pipe now
     try:
         _load(port, 300, seed=7)
         with log.open("a") as f:  # something else writes into the log on the way
             f.write(BAD_LINE + "\n")
         _load(port, 300, seed=8)
-        lines = len(log.read_text().splitlines())
-        wait_until(lambda: _records(broker.address) >= lines, 60, f"all {lines} lines shipped")
+        text = log.read_bytes()
+        lines = text.count(b"\n")
+        read_whole = text[: len(text) - len(text) % KCAT_BLOCK].count(b"\n")
+        wait_until(
+            lambda: _records(broker.address) >= read_whole,
+            60,
+            f"the {read_whole} lines of the log's whole 1 KiB blocks shipped while it grows",
+        )
+        time.sleep(1)  # tail -F has passed the rest on
     finally:
-        tail.terminate()  # the shipper sees the end of its input, flushes and exits
+        tail.terminate()  # kcat sees the end of its input, delivers and exits
         tail.wait(10)
         _, err = ship.communicate(timeout=60)
     assert ship.returncode == 0, err.decode()[-2000:]
