@@ -26,6 +26,8 @@ from jobs.summary.chunk import ChunkSummary, Table, concat_tables, empty_table
 from jobs.summary.late_events import concat
 from jobs.summary.settings import ExecutorConfig
 from jobs.summary.summarise import redo_summary
+from tidegauge.core.dimensions import SEP
+from tidegauge.core.events import ALL_SERVICES
 from tidegauge.core.windows import ARRIVAL_DOMAINS
 
 __all__ = ["ShardBatch"]
@@ -114,9 +116,15 @@ class ShardBatch:
         table = {c: v[order] for c, v in table.items()}
         keys = service_keys(self.names)
         hashes = table["id"] ^ keys[table["service"]]
+        owner = _owners(self.names)[table["service"]]
+        follows = owner >= 0
+        own = ~follows
         # Ids are distinct within a part: a repeat is of an earlier part of the service.
-        hit = ids.contains(hashes) | ~first_occurrences(hashes)
-        ids.add(hashes[~hit], table["horizon"][~hit])
+        hit = np.zeros(len(hashes), bool)
+        hit[own] = ids.contains(hashes[own]) | ~first_occurrences(hashes[own])
+        ids.add(hashes[own & ~hit], table["horizon"][own & ~hit])
+        if follows.any():
+            hit[follows] = _followed(table, hashes, hit, owner, keys)
         if not hit.any():
             return
         redo = sorted(
@@ -201,6 +209,49 @@ class ShardBatch:
         for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(service)], strict=True):
             out[int(service[lo])] = (users[lo:hi], event_ms[lo:hi], lateness[lo:hi])
         return out
+
+
+def _owners(names: Sequence[str]) -> IntArray:
+    """Per group: its service's group if it is a slice of a service, else -1.
+
+    A service's slice follows its service's de-duplication; services and `*`'s slices keep
+    ids of their own.
+    """
+    index = {name: g for g, name in enumerate(names)}
+    out = np.full(len(names), -1, np.int64)
+    for g, name in enumerate(names):
+        if SEP in name:
+            service = name.split(SEP, 1)[0]
+            if service != ALL_SERVICES:
+                out[g] = index.get(service, -1)
+    return out
+
+
+def _followed(
+    table: Table,
+    hashes: npt.NDArray[np.uint64],
+    hit: npt.NDArray[np.bool_],
+    owner: IntArray,
+    keys: npt.NDArray[np.uint64],
+) -> npt.NDArray[np.bool_]:
+    """Which ids of the service slices' parts are duplicates.
+
+    Those their service's part of the same chunk found to be: a slice's copy of an event is in
+    the chunk its service's copy is in.
+    """
+    follows = owner >= 0
+    as_service = table["id"][follows] ^ keys[owner[follows]]
+    chunk = table["chunk"][follows]
+    out = np.zeros(len(as_service), bool)
+    dup = hit & ~follows
+    for c in np.unique(chunk).tolist():
+        found = np.sort(hashes[dup & (table["chunk"] == c)])
+        if not len(found):
+            continue
+        mine = chunk == c
+        at = np.searchsorted(found, as_service[mine]).clip(max=len(found) - 1)
+        out[mine] = found[at] == as_service[mine]
+    return out
 
 
 def _newest_pane(chunk: ChunkSummary, watermark_ms: int) -> IntArray:

@@ -3,9 +3,12 @@
 Before a chunk is summarised, each event with a value for a dimension is copied twice more: once
 under its service's slice (`service SEP dimension SEP value`) and once under the slice across
 all services (`* SEP dimension SEP value`). The copies are groups like any service from then on,
-so every rule (watermark, de-duplication, late rows, stragglers, sketches) applies to a slice as
-it applies to a service, by the same code. Which values keep a slice of their own is decided by
-the stateful step (jobs/state/aggregate.py), which sees every batch of a (service, dimension).
+so every rule (watermark, late rows, stragglers, sketches) applies to a slice as it applies to
+a service, by the same code. De-duplication too, with two differences: a service's slices drop
+exactly the events their service drops and hold no ids of their own (jobs/state/batch.py), and
+the copies under `*` carry `service SEP id` as their id, since ids are per service. Which values
+keep a slice of their own is decided by the stateful step (jobs/state/aggregate.py), which sees
+every batch of a (service, dimension).
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from jobs.parse.columns import Columns
-from tidegauge.core.dimensions import Dimension, dimension_values, slice_group
+from tidegauge.core.dimensions import SEP, Dimension, dimension_values, slice_group
 from tidegauge.core.events import ALL_SERVICES, EventField
 
 __all__ = ["EXTRA", "with_slices"]
@@ -68,11 +72,32 @@ def with_slices(
     for k, v in events.items():
         if k == "service":
             out[k] = pa.concat_arrays([_as_strings(services), *names])
+        elif k == "event_id":
+            out[k] = _slice_ids(v, services, picks)
         elif isinstance(v, pa.Array):
             out[k] = v.take(pa.array(rows))
         else:
             out[k] = np.asarray(v)[rows]
     return out
+
+
+def _slice_ids(ids: Any, services: Any, picks: list[npt.NDArray[np.int64]]) -> pa.Array:
+    """The events' ids, then their copies': those under `*`'s slices made `service SEP id`.
+
+    Ids are per service (jobs/panes/dedup.py): two services may log one id (a request id passed
+    along), and the slice across all services must count both. `picks` alternate: a
+    dimension's service slices, then its `*` slices.
+    """
+    ids = _as_strings(ids)
+    svc = _as_strings(services)
+    parts = [ids]
+    for j, pick in enumerate(picks):
+        taken = pa.array(pick)
+        part = ids.take(taken)
+        if j % 2:
+            part = pc.binary_join_element_wise(svc.take(taken), part, SEP)
+        parts.append(part)
+    return pa.concat_arrays(parts)
 
 
 def _objects(col: Any, n: int) -> npt.NDArray[Any]:

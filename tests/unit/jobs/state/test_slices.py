@@ -170,3 +170,83 @@ def test_the_busiest_values_keep_their_slice_and_the_rest_are_other() -> None:
         want = {v: counts[v] for v in top}
         want[OTHER_VALUE] = sum(c for v, c in counts.items() if v not in top)
         assert {v: c for (w, v), c in got.items() if w == who} == want, who
+
+
+def _retried(rng: np.random.Generator, b: int, earlier: pd.DataFrame | None) -> pd.DataFrame:
+    """A batch of new events, retries of some of them (later in Kafka order, another chunk),
+    retries of the batch before's events, and other services' events reusing an id."""
+    pdf = _batch(rng, b, [6, 5, 4, 3, 2, 1])
+    events = pdf[pdf["kind"] == "event"]
+    again = [events.sample(60, random_state=b)]
+    if earlier is not None:
+        again.append(earlier[earlier["kind"] == "event"].sample(60, random_state=b + 10))
+    shared = events.sample(40, random_state=b + 20).copy()  # one request id, another service
+    shared["service"] = shared["service"].map({"api": "web", "web": "pay", "pay": "api"})
+    out = pd.concat([pdf, *again, shared], ignore_index=True)
+    for p in range(3):  # the copies after the batch's own records in every partition
+        mine = out["partition"] == p
+        out.loc[mine, "offset"] = np.arange(int(mine.sum()))
+    return out
+
+
+def _replayed(
+    pdf: pd.DataFrame, watermark: int, seen: dict[tuple[str, str], tuple[int, bool]], size: int
+) -> tuple[Counter[tuple[str, int]], Counter[tuple[str, int]]]:
+    """The definition (docs/time.md), event by event in Kafka order: (slice, window) -> events
+    accepted, and -> duplicates dropped; `seen`: accepted (service, id) -> (window end, has a
+    route)."""
+    accepted: Counter[tuple[str, int]] = Counter()
+    dropped: Counter[tuple[str, int]] = Counter()
+    events = pdf[pdf["kind"] == "event"].sort_values(["partition", "offset"], kind="stable")
+    for service, event_id, route, t in zip(
+        events["service"],
+        events["event_id"],
+        events[field_column("route")],
+        events["event_ms"],
+        strict=True,
+    ):
+        start = int(t) - int(t) % size
+        if is_late(start + size, watermark):
+            continue
+        into = dropped if (service, event_id) in seen else accepted
+        seen.setdefault((service, event_id), (start + size, route is not None))
+        if route is not None:
+            for who in (service, "*"):
+                into[(f"{who}{SEP}route{SEP}{route}", start)] += 1
+    return accepted, dropped
+
+
+@pytest.mark.usefixtures("route_field")
+def test_slices_drop_what_their_service_drops_and_hold_no_ids_of_their_own() -> None:
+    """Retries in the same batch (another chunk) and in the next one are duplicates of their
+    slices exactly as of their service; an id two services log is two events in `*`'s slice;
+    a service's slices add no ids to the state (only services and `*`'s slices hold them)."""
+    rng = np.random.default_rng(11)
+    cfg = _cfg(values=10)  # every route keeps its slice
+    state = FakeGroupState(0)
+    watermark, size = 0, TUMBLING.size_ms
+    seen: dict[tuple[str, str], tuple[int, bool]] = {}
+    accepted: Counter[tuple[str, int]] = Counter()
+    earlier = None
+    for b in range(3):
+        pdf = _retried(rng, b, earlier)
+        proc = T + b * 40 * S + 500
+        parts = [summary_frame(summarise(c, watermark, proc, cfg)) for c in chunks_of(pdf, rng)]
+        out = state_outputs(parts, cfg, watermark, state)
+        got, dropped = _replayed(pdf, watermark, seen, size)
+        accepted.update(got)
+        windows = _rows(out, "window")
+        route_windows = {k: c for k, c in windows.items() if f"{SEP}route{SEP}" in k[0]}
+        assert route_windows == {k: accepted[k] for k in route_windows}
+        assert set(got) <= set(route_windows)
+        dups = {k: c for k, c in _rows(out, "duplicate").items() if f"{SEP}route{SEP}" in k[0]}
+        assert dups == dict(dropped)
+        assert any(k[0].startswith("*") for k in dropped) and any(
+            not k[0].startswith("*") for k in dropped
+        )
+        # Held: each accepted id whose window is open, for its service and for `*`'s slice of
+        # each dimension it has a value of (status_class: every event; route: most).
+        held = sum(2 + has_route for end, has_route in seen.values() if end > watermark)
+        assert len(ShardState.from_bytes(state.value[0], cfg).ids) == held  # type: ignore[index]
+        watermark = max(watermark, int(pdf["event_ms"].max()) - cfg.allowed_lateness_ms)
+        earlier = pdf
