@@ -26,6 +26,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "alerts": ("tidegauge.alerts.cli", "evaluate alert rules against the store, tell webhooks"),
     "demo": ("cli.local.demo", "start broker, Redis, generator, job and dashboard together"),
     "topic": ("tidegauge.traffic.topics", "create the events topic"),
+    "catalog": ("tidegauge.catalog.cli", "write and read the service catalog (teams, tiers, SLOs)"),
     "cluster": (
         "cli.local.cluster",
         "start a Spark standalone master and workers from the installed pyspark",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Mapping
 
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
@@ -16,9 +17,15 @@ DEFAULT_PARTITIONS = 3
 
 
 def ensure_topic(
-    kafka: KafkaSettings, partitions: int = DEFAULT_PARTITIONS, timeout_s: float = 30
+    kafka: KafkaSettings,
+    partitions: int = DEFAULT_PARTITIONS,
+    timeout_s: float = 30,
+    configs: Mapping[str, str] | None = None,
 ) -> int:
-    """Create `kafka.topic` if missing; return its partition count (existing topics are kept)."""
+    """Create `kafka.topic` if missing; return its partition count (existing topics are kept).
+
+    `configs`: the topic's settings at creation (`cleanup.policy` ...).
+    """
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
     while time.monotonic() < deadline:
@@ -34,7 +41,9 @@ def ensure_topic(
             continue
         try:
             try:
-                admin.create_topics([NewTopic(kafka.topic, partitions, 1)])
+                admin.create_topics(
+                    [NewTopic(kafka.topic, partitions, 1, topic_configs=dict(configs or {}))]
+                )
             except TopicAlreadyExistsError:
                 pass
             for _ in range(50):

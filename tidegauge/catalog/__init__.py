@@ -1,0 +1,1 @@
+"""The service catalog: owners, tiers and SLOs per service, as versions in event time."""
