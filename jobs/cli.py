@@ -166,6 +166,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(docs/dimensions.md)",
     )
     p.add_argument(
+        "--catalog",
+        nargs="?",
+        const="catalog",
+        metavar="TOPIC",
+        help="join each event to the service catalog (default topic: catalog) as of its event "
+        "time, for --dimension team and --dimension tier (docs/catalog.md)",
+    )
+    p.add_argument(
         "--dimension-values",
         type=int,
         default=DEFAULT_VALUES,
@@ -285,6 +293,7 @@ def run(args: argparse.Namespace) -> int:
         f"{', ' + cfg.record_format.describe() if not cfg.record_format.own else ''}"
         f"{'' if cfg.dedup else ', de-duplication off'}"
         f"{', dimensions ' + ', '.join(d.name for d in cfg.dimensions) if cfg.dimensions else ''}"
+        f"{', catalog ' + cfg.catalog_topic + ' as of event time' if cfg.catalog_topic else ''}"
         f", retention {cfg.retention.for_source(cfg.rollup_source_ms).text()}"
         f"{'; kafka ' + redacted(cfg.kafka.options) if cfg.kafka.options else ''}",
         flush=True,

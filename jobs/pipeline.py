@@ -84,6 +84,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         None if cfg.record_format.own else cfg.record_format.to_json(),
         cfg.dimensions,
         cfg.dimension_values,
+        cfg.catalog_topic,
     )
     reader = (
         spark.readStream.format(SummaryDataSource.name())

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
@@ -45,6 +46,10 @@ from tidegauge.core.events import event_fields
 from tidegauge.core.plugins import ensure_plugins, load_plugins, loaded_plugins
 from tidegauge.core.registry import metrics
 from tidegauge.core.windows import WindowSpec
+
+if TYPE_CHECKING:
+    from tidegauge.catalog.join import CatalogJoin
+    from tidegauge.catalog.topic import CatalogFollower
 
 # The parser and the summaries (pandas and all) are imported in the read tasks that use them:
 # Spark starts several short-lived Python processes that only plan with these classes, and
@@ -129,13 +134,16 @@ def summary_source_options(
     record_format: str | None = None,
     dimensions: tuple[Dimension, ...] = (),
     dimension_values: int = DEFAULT_VALUES,
+    catalog_topic: str | None = None,
 ) -> dict[str, str]:
     """`event_source_options` plus the window settings the read tasks summarise with.
 
-    And the number of state shards they bundle services by (jobs/summary/shards.py), and the
-    job's `--max-services`, which the planner shares out among them (jobs/summary/slots.py).
+    And the number of state shards they bundle services by (jobs/summary/shards.py), the
+    job's `--max-services`, which the planner shares out among them (jobs/summary/slots.py),
+    and the catalog topic joined to the events (`--catalog`, jobs/summary/catalog.py).
     """
     return {
+        **({"catalogTopic": catalog_topic} if catalog_topic else {}),
         **event_source_options(correct_clock_skew, record_format, dimensions),
         "dimensionValues": str(dimension_values),
         "windows": json.dumps([s.key for s in specs]),
@@ -157,15 +165,20 @@ def _summary(
 
 
 class ClockedPartition(InputPartition):
-    """A task's offset ranges, the clock of its batch and its shards' slots (picklable)."""
+    """A task's offset ranges, its batch's clock, slots and catalog join (picklable)."""
 
     def __init__(
-        self, ranges: InputPartition, clock: BatchClock, slots: tuple[int, ...] = ()
+        self,
+        ranges: InputPartition,
+        clock: BatchClock,
+        slots: tuple[int, ...] = (),
+        catalog: CatalogJoin | None = None,
     ) -> None:
         super().__init__(value=(ranges.value, clock.batch_id))
         self.ranges = ranges
         self.clock = clock
         self.slots = slots
+        self.catalog = catalog
 
 
 class SummaryStreamReader(EventStreamReader):
@@ -180,9 +193,14 @@ class SummaryStreamReader(EventStreamReader):
         self.shards = int(options.get("stateShards", "1"))
         self.max_services = int(options.get("maxServices", "0"))
         self.dimension_values = int(options.get("dimensionValues", str(DEFAULT_VALUES)))
+        self.catalog_topic = options.get("catalogTopic")
+        self._catalog: CatalogFollower | None = None
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        """The Kafka source's tasks, each told the batch's watermark, timestamp and slots."""
+        """The Kafka source's tasks, each told the batch's watermark, timestamp and slots.
+
+        With `--catalog`, each also gets the batch's catalog join (jobs/summary/catalog.py).
+        """
         parts = super().partitions(start, end)
         if not parts:
             return parts
@@ -192,7 +210,23 @@ class SummaryStreamReader(EventStreamReader):
             if self.max_services
             else ()
         )
-        return [ClockedPartition(p, clock, slots) for p in parts]
+        catalog = None
+        if self.catalog_topic:
+            from jobs.summary.catalog import join_for_batch
+
+            catalog = join_for_batch(
+                self.checkpoint, clock.batch_id, clock.watermark_ms, self.specs, self._follower()
+            )
+        return [ClockedPartition(p, clock, slots, catalog) for p in parts]
+
+    def _follower(self) -> CatalogFollower:
+        if self._catalog is None:
+            from tidegauge.catalog.topic import CatalogFollower
+            from tidegauge.core.config import KafkaSettings
+
+            kafka = KafkaSettings(self.bootstrap, self.catalog_topic or "", self.client_options)
+            self._catalog = CatalogFollower(kafka)
+        return self._catalog
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Executor side: the task's parsed records summarised (jobs/summary/summarise.py).
@@ -213,6 +247,7 @@ class SummaryStreamReader(EventStreamReader):
             slots=partition.slots,
             dimensions=self.dimensions,
             dimension_values=self.dimension_values,
+            catalog=partition.catalog,
         )
         clock = partition.clock
         pending: list[pa.RecordBatch] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from jobs.summary.slots import even
+from tidegauge.catalog.join import CatalogJoin
 from tidegauge.core.dimensions import DEFAULT_VALUES, Dimension
 from tidegauge.core.events import EventField, event_fields
 from tidegauge.core.registry import metrics
@@ -48,6 +49,8 @@ class ExecutorConfig:
     dimensions: tuple[Dimension, ...] = ()
     #: Values with a slice of their own per (service, dimension); the rest are `(other)`.
     dimension_values: int = DEFAULT_VALUES
+    #: Read tasks: the batch's catalog, joined to each event as of its time (`--catalog`).
+    catalog: CatalogJoin | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.allowed_lateness_ms < 0:

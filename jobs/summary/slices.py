@@ -22,13 +22,32 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.parse.columns import Columns
+from tidegauge.catalog.join import CATALOG_FIELDS, CatalogJoin
 from tidegauge.core.dimensions import SEP, Dimension, dimension_values, slice_group
 from tidegauge.core.events import ALL_SERVICES, EventField
 
-__all__ = ["EXTRA", "with_slices"]
+__all__ = ["EXTRA", "with_catalog", "with_slices"]
 
 #: Prefix of registered event fields' columns in `Columns` (jobs/summary/summarise.py).
 EXTRA = "extra:"
+
+
+def with_catalog(events: Columns, join: CatalogJoin, fields: tuple[EventField, ...]) -> Columns:
+    """`events` with the catalog's `team` and `tier` of each, as of its time.
+
+    In the fields of those names the job has (its dimensions'): the catalog wins over what an
+    event says.
+    """
+    column_of = {f.name: f.column for f in fields}
+    wanted = [name for name in CATALOG_FIELDS if name in column_of]
+    n = len(events["event_ms"])
+    if not wanted or not n:
+        return events
+    found = join.lookup(_objects(events["service"], n), np.asarray(events["event_ms"], np.int64))
+    out = dict(events)
+    for name in wanted:
+        out[EXTRA + column_of[name]] = pa.array(found[name], pa.string())
+    return out
 
 
 def with_slices(

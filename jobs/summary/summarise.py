@@ -59,7 +59,7 @@ from jobs.summary.late_events import concat, late_columns
 from jobs.summary.schema import SUMMARY_ARROW, SummaryKind
 from jobs.summary.settings import ExecutorConfig
 from jobs.summary.shards import group_shard
-from jobs.summary.slices import EXTRA, with_slices
+from jobs.summary.slices import EXTRA, with_catalog, with_slices
 from sketches.tg64 import hash32
 from tidegauge.core.dimensions import SEP
 from tidegauge.core.events import BUILT_IN_FIELDS, EventField
@@ -514,6 +514,8 @@ def summarise(
         if not bool(np.all((p[1:] > p[:-1]) | ((p[1:] == p[:-1]) & (o[1:] >= o[:-1])))):
             order = np.lexsort((o, p))  # Kafka order, stable
             events = take_rows(events, order)
+        if cfg.catalog is not None:
+            events = with_catalog(events, cfg.catalog, cfg.fields)
         if cfg.dimensions:
             events = with_slices(events, cfg.dimensions, cfg.fields)
         names, codes = _by_service(events.pop("service"), cfg.shards)

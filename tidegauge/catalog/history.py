@@ -29,6 +29,7 @@ class CatalogRecord:
     broker_ms: int
     service: str
     value: bytes | None
+    partition: int = 0
 
 
 @dataclass(frozen=True, order=True)

@@ -18,7 +18,14 @@ from tidegauge.catalog.history import CatalogRecord
 from tidegauge.core.config import KafkaSettings
 from tidegauge.traffic.topics import ensure_topic
 
-__all__ = ["DEFAULT_CATALOG_TOPIC", "TOPIC_CONFIG", "CatalogError", "read_catalog", "write"]
+__all__ = [
+    "DEFAULT_CATALOG_TOPIC",
+    "TOPIC_CONFIG",
+    "CatalogError",
+    "CatalogFollower",
+    "read_catalog",
+    "write",
+]
 
 DEFAULT_CATALOG_TOPIC = "catalog"
 #: The topic's settings at creation: compacted, one partition (a few thousand keys at most, read
@@ -70,44 +77,79 @@ def write(
 
 
 def read_catalog(kafka: KafkaSettings, timeout_s: float = 30) -> list[CatalogRecord]:
-    """Every record the catalog topic holds, in offset order (empty if there is no topic).
+    """Every record the catalog topic holds, in offset order (empty if there is no topic)."""
+    follower = CatalogFollower(kafka)
+    try:
+        follower.catch_up(timeout_s=timeout_s)
+        return follower.records
+    finally:
+        follower.close()
+
+
+class CatalogFollower:
+    """A reader that stays at the end of the catalog topic: each `catch_up` reads what is new.
 
     Reads to the high watermark the broker reports in its fetch answers (Tansu's ListOffsets
-    can fall short of it: ../shared/NOTES.md).
+    can fall short of it: ../shared/NOTES.md). Offsets are `{partition: next offset}`.
     """
-    try:
-        consumer = KafkaConsumer(
-            bootstrap_servers=kafka.bootstrap.split(","),
-            enable_auto_commit=False,
-            group_id=None,
-            client_id="tidegauge-catalog",
-            **kafka.client_config("consumer"),
-        )
-    except KafkaError as e:
-        raise CatalogError(f"cannot reach Kafka at {kafka.bootstrap}: {e}") from None
-    try:
-        partitions = consumer.partitions_for_topic(kafka.topic)
-        if not partitions:
-            return []
-        tps = [TopicPartition(kafka.topic, p) for p in sorted(partitions)]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        out: list[CatalogRecord] = []
-        deadline = time.monotonic() + timeout_s
-        while True:
-            for records in consumer.poll(timeout_ms=200).values():
-                for r in records:
-                    key = r.key.decode("utf-8", "replace") if r.key is not None else ""
-                    out.append(CatalogRecord(r.offset, r.timestamp, key, r.value))
-            ends = [consumer.highwater(tp) for tp in tps]
-            done = zip(tps, ends, strict=True)
-            if all(e is not None and consumer.position(tp) >= e for tp, e in done):
-                return sorted(out, key=lambda r: r.offset)
-            if time.monotonic() > deadline:
-                raise CatalogError(
-                    f"reading the catalog topic {kafka.topic!r} did not finish in {timeout_s:g}s"
-                )
-    except KafkaError as e:
-        raise CatalogError(f"reading the catalog topic {kafka.topic!r} failed: {e}") from None
-    finally:
-        consumer.close()
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self.kafka = kafka
+        #: Every record read so far, in (partition, offset) order.
+        self.records: list[CatalogRecord] = []
+        self._partitions: list[TopicPartition] = []
+        try:
+            self._consumer = KafkaConsumer(
+                bootstrap_servers=kafka.bootstrap.split(","),
+                enable_auto_commit=False,
+                group_id=None,
+                client_id="tidegauge-catalog",
+                **kafka.client_config("consumer"),
+            )
+        except KafkaError as e:
+            raise CatalogError(f"cannot reach Kafka at {kafka.bootstrap}: {e}") from None
+
+    def catch_up(
+        self, until: dict[int, int] | None = None, timeout_s: float = 30
+    ) -> dict[int, int]:
+        """Read up to `until` (None: the end as of now); return the offsets read up to."""
+        try:
+            if not self._partitions:
+                found = self._consumer.partitions_for_topic(self.kafka.topic)
+                if not found:
+                    return {}
+                self._partitions = [TopicPartition(self.kafka.topic, p) for p in sorted(found)]
+                self._consumer.assign(self._partitions)
+                self._consumer.seek_to_beginning(*self._partitions)
+            deadline = time.monotonic() + timeout_s
+            while True:
+                positions = {tp.partition: self._consumer.position(tp) for tp in self._partitions}
+                if until is not None and all(positions.get(p, 0) >= o for p, o in until.items()):
+                    return dict(until)
+                if until is None:
+                    ends = {tp.partition: self._consumer.highwater(tp) for tp in self._partitions}
+                    if all(e is not None and positions[p] >= e for p, e in ends.items()):
+                        return positions
+                if time.monotonic() > deadline:
+                    raise CatalogError(
+                        f"reading the catalog topic {self.kafka.topic!r} did not finish in "
+                        f"{timeout_s:g}s"
+                    )
+                for tp, got in self._consumer.poll(timeout_ms=200).items():
+                    for r in got:
+                        key = r.key.decode("utf-8", "replace") if r.key is not None else ""
+                        self.records.append(
+                            CatalogRecord(r.offset, r.timestamp, key, r.value, tp.partition)
+                        )
+        except KafkaError as e:
+            raise CatalogError(
+                f"reading the catalog topic {self.kafka.topic!r} failed: {e}"
+            ) from None
+
+    def below(self, offsets: dict[int, int]) -> list[CatalogRecord]:
+        """The records read that lie below `offsets` (a batch's share of the catalog)."""
+        return [r for r in self.records if r.offset < offsets.get(r.partition, 0)]
+
+    def close(self) -> None:
+        """Close the consumer."""
+        self._consumer.close()

@@ -217,6 +217,8 @@ class JobConfig:
     dimensions: tuple[Dimension, ...] = ()
     #: Values with a slice of their own per (service, dimension) (`--dimension-values`).
     dimension_values: int = DEFAULT_VALUES
+    #: The service catalog's topic, joined to events as of their time (`--catalog`; None: off).
+    catalog_topic: str | None = None
     #: How long the sink retries an unreachable Redis before the job stops (`--sink-retry-for`).
     sink_retry_ms: int = 600_000
     #: Spark settings given with `--conf KEY=VALUE`, applied over Tidegauge's own
@@ -428,6 +430,7 @@ def job_config_from_args(args: argparse.Namespace) -> JobConfig:
         service_idle_ms=parse_duration(args.service_idle),
         dimensions=dimensions,
         dimension_values=args.dimension_values,
+        catalog_topic=args.catalog,
         sink_retry_ms=parse_duration(args.sink_retry_for),
         spark_conf=tuple(parse_conf(c) for c in args.conf or ()),
         retention=Retention.parse(args.retention),
