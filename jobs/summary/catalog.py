@@ -19,7 +19,7 @@ from tidegauge.catalog.join import CatalogJoin
 from tidegauge.catalog.topic import CatalogFollower
 from tidegauge.core.windows import WindowSpec
 
-__all__ = ["LOG_DIR", "batch_offsets", "horizon", "join_for_batch"]
+__all__ = ["LATE_JOIN_MS", "LOG_DIR", "batch_offsets", "horizon", "join_for_batch"]
 
 #: The log's folder in the query's checkpoint.
 LOG_DIR = "catalog-offsets"
@@ -27,13 +27,19 @@ LOG_DIR = "catalog-offsets"
 _KEPT = 200
 
 
-def horizon(watermark_ms: int, specs: tuple[WindowSpec, ...]) -> int:
-    """The oldest event time a batch's on-time events can have.
+#: How far behind the oldest on-time event a late event is still joined as of its own time.
+LATE_JOIN_MS = 3_600_000
 
-    The catalog's versions before it are not needed: older (late) events are joined as of it.
+
+def horizon(watermark_ms: int, specs: tuple[WindowSpec, ...]) -> int:
+    """The oldest event time a batch joins as of itself (older ones: as of this time).
+
+    On-time events reach back to the watermark less the largest window (or session gap); late
+    events, counted per team and tier too, an hour more (`LATE_JOIN_MS`). The catalog's
+    versions before the horizon are dropped.
     """
     reach = max([max(s.reach_ms, s.gap_ms) for s in specs] or [0])
-    return watermark_ms - reach
+    return watermark_ms - reach - LATE_JOIN_MS
 
 
 def batch_offsets(

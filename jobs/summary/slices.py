@@ -46,7 +46,7 @@ def with_catalog(events: Columns, join: CatalogJoin, fields: tuple[EventField, .
     found = join.lookup(_objects(events["service"], n), np.asarray(events["event_ms"], np.int64))
     out = dict(events)
     for name in wanted:
-        out[EXTRA + column_of[name]] = pa.array(found[name], pa.string())
+        out[EXTRA + column_of[name]] = found[name]
     return out
 
 

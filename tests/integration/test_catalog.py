@@ -11,6 +11,7 @@ import itertools
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cli.local.services import Service, free_port
@@ -116,3 +117,37 @@ def test_an_unreachable_broker_is_a_clean_error() -> None:
     proc = _cli(kafka, "show", check=False)
     assert proc.returncode == 1 and "cannot reach Kafka" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and time.monotonic() - started < 60
+
+
+def test_a_batch_planned_again_joins_the_catalog_it_first_read(
+    catalog: KafkaSettings, tmp_path: Path
+) -> None:
+    """A restart re-plans the batch the checkpoint had not committed: it must join the records
+    it read the first time, though the catalog has moved on since; the next batch reads on."""
+    from jobs.summary.catalog import join_for_batch
+    from tidegauge.catalog.topic import CatalogFollower
+    from tidegauge.core.windows import WindowSpec
+
+    specs = (WindowSpec(10_000, 10_000),)
+    _cli(catalog, "put", "checkout", "--team", "payments")
+    checkpoint = str(tmp_path / "checkpoint")
+    follower = CatalogFollower(catalog)
+    try:
+        first = join_for_batch(checkpoint, 5, 0, specs, follower)
+    finally:
+        follower.close()
+    _cli(catalog, "put", "checkout", "--team", "core", "--effective-from", "0")
+    services = np.array(["checkout"], dtype=object)
+    later = np.array([10**13], np.int64)  # any time: both entries are in force by then
+    fresh = CatalogFollower(catalog)  # a restarted planner
+    try:
+        again = join_for_batch(checkpoint, 5, 0, specs, fresh)
+        next_batch = join_for_batch(checkpoint, 6, 0, specs, fresh)
+    finally:
+        fresh.close()
+    assert first.lookup(services, later)["team"].tolist() == ["payments"]
+    assert again.lookup(services, later)["team"].tolist() == ["payments"]
+    assert next_batch.lookup(services, later)["team"].tolist() == ["payments"]
+    # ("core" holds from time 0, "payments" from its later broker time: as of now, payments)
+    assert next_batch.lookup(services, np.array([1], np.int64))["team"].tolist() == ["core"]
+    assert again.lookup(services, np.array([1], np.int64))["team"].tolist() == [None]

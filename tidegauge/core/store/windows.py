@@ -178,6 +178,8 @@ def read_windows(
             if cache is not None and _reusable(spec, start, watermark):
                 cache.put(kind, spec.key, start, shown)
         late = per_service(late_fields, LateAgg.count_of)
+        if keys.owner is not None:  # a dimension's store: its `*` values are members of it
+            late.pop(ALL_SERVICES, None)
         for svc in sorted(set(shown) | set(late)):
             if one is not None and svc not in one:
                 continue

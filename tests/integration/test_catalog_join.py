@@ -1,0 +1,144 @@
+"""The job joins each event to the catalog entry in force at the event's time.
+
+Two runs of `tidegauge job --catalog ... --dimension team --dimension tier` on one checkpoint,
+with the catalog changed between them: before the first, checkout (team payments, tier 1) and
+search (team discovery) are catalogued, ledger is not; between the runs, checkout moves to team
+core *for the past* (effective 30 s before the stream's midpoint) and search is removed (a
+tombstone, holding from its broker time, inside the second run's event times). Events arrive
+out of order, and the second run brings late events too. Redis must then hold, per (10 s
+window, service or `*`, team or tier), exactly the events (and late events) an independent
+as-of lookup gives: an event meets the catalog as its run read it, as of its own event time;
+the first run's events keep the team they were counted under (a change for the past reaches
+only events read after it).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from pathlib import Path
+
+import redis
+
+from tests.integration.helpers import send_events, tidegauge
+from tidegauge.catalog.entry import CatalogEntry
+from tidegauge.catalog.history import CatalogRecord
+from tidegauge.catalog.topic import read_catalog
+from tidegauge.core.config import KafkaSettings
+from tidegauge.core.dimensions import SEP
+from tidegauge.core.events import Event
+from tidegauge.core.store import Keys, read_windows
+
+SIZE = 10_000
+LATENESS = 15_000
+
+
+def _lookup(records: list[CatalogRecord], service: str, at: int) -> CatalogEntry | None:
+    """The definition (docs/catalog.md): the service's record latest in (effective time, offset)
+    at or before `at`, its effective time its `effective_from`, else its broker time."""
+    best: tuple[int, int] | None = None
+    found = None
+    for r in records:
+        if r.service != service:
+            continue
+        entry = CatalogEntry.from_bytes(r.value) if r.value is not None else None
+        eff = entry.effective_from_ms if entry and entry.effective_from_ms else r.broker_ms
+        if eff <= at and (best is None or (eff, r.offset) > best):
+            best, found = (eff, r.offset), entry
+    return found
+
+
+def _events(rng: random.Random, lo: int, hi: int, n: int, tag: str) -> list[Event]:
+    out = []
+    for i in range(n):
+        service = rng.choice(["checkout", "checkout", "search", "ledger"])
+        out.append(Event(f"{tag}{i}", rng.randrange(lo, hi), service, latency_ms=10.0, status=200))
+    out.sort(key=lambda e: e.event_time + rng.randrange(0, 4_000))  # out of order by up to 4 s
+    return out
+
+
+def _truth(
+    events: list[Event], records: list[CatalogRecord], watermark: int
+) -> tuple[Counter[tuple[str, int, str]], Counter[tuple[str, int, str]]]:
+    """(dimension, window start, `service SEP value`) -> accepted events, and -> late events."""
+    counted: Counter[tuple[str, int, str]] = Counter()
+    late: Counter[tuple[str, int, str]] = Counter()
+    for e in events:
+        start = e.event_time - e.event_time % SIZE
+        entry = _lookup(records, e.service, e.event_time)
+        into = late if start + SIZE <= watermark else counted
+        for dim in ("team", "tier"):
+            value = getattr(entry, dim) if entry else None
+            if value is not None:
+                for who in (e.service, "*"):
+                    into[(dim, start, f"{who}{SEP}{value}")] += 1
+    return counted, late
+
+
+def test_each_event_meets_the_catalog_as_of_its_time(
+    broker, job, redis_settings, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    rng = random.Random(4)
+    catalog = KafkaSettings(bootstrap=broker.address, topic="catalog-join")
+    cli = ["catalog", "--bootstrap", broker.address, "--topic", catalog.topic]
+    now = int(time.time() * 1000)
+    mid = now - now % SIZE  # the stream's midpoint: the first run's events are before it
+    hour_ago = str(mid - 3_600_000)
+    tidegauge(
+        *cli, "put", "checkout", "--team", "payments", "--tier", "1", "--effective-from", hour_ago
+    )
+    tidegauge(*cli, "put", "search", "--team", "discovery", "--effective-from", hour_ago)
+    first = _events(rng, mid - 60_000, mid, 1_200, "a")
+    send_events(broker.address, "catalog-events", first, partitions=3, partition_of=lambda i: i % 3)
+    options = dict(
+        window="10s",
+        allowed_lateness="15s",
+        catalog=catalog.topic,
+        dimension=["team", "tier"],
+    )
+    checkpoint = tmp_path / "checkpoint"
+    job("catalog-events", redis_settings.url, checkpoint, **options)
+    records_first = read_catalog(catalog)
+
+    # between the runs: checkout moves team for the past, search leaves the catalog
+    tidegauge(
+        *cli,
+        "put",
+        "checkout",
+        "--team",
+        "core",
+        "--tier",
+        "1",
+        "--effective-from",
+        str(mid - 30_000),
+    )
+    tidegauge(*cli, "rm", "search")
+    records_second = read_catalog(catalog)
+    removed = records_second[-1].broker_ms
+    assert records_second[-1].value is None and mid < removed
+    second = _events(rng, mid - 50_000, removed + 30_000, 1_500, "b")  # late ones among them
+    send_events(
+        broker.address, "catalog-events", second, partitions=3, partition_of=lambda i: i % 3
+    )
+    job("catalog-events", redis_settings.url, checkpoint, **options)
+
+    counted, late = _truth(first, records_first, watermark=0)
+    watermark = max(e.event_time for e in first) - LATENESS
+    more, more_late = _truth(second, records_second, watermark)
+    counted.update(more)
+    late.update(more_late)
+    assert sum(late.values()) > 100  # the second run brought late events
+    assert any(k[2] == f"checkout{SEP}core" for k in counted)  # the change for the past
+    assert any(k[2] == f"checkout{SEP}payments" and k[1] >= mid - 30_000 for k in counted)
+
+    r = redis.Redis.from_url(redis_settings.url)
+    for dim in ("team", "tier"):
+        rows = {(w.window_start, w.service): w for w in read_windows(r, Keys().by(dim))}
+        want = {(s, n): c for (d, s, n), c in counted.items() if d == dim}
+        want_late = {(s, n): c for (d, s, n), c in late.items() if d == dim}
+        got = {k: w.count for k, w in rows.items() if w.count}
+        assert got == want, dim
+        got_late = {k: w.late for k, w in rows.items() if w.late}
+        assert got_late == want_late, dim
+        assert not any(name.startswith("ledger") for _, name in rows)  # never catalogued
