@@ -26,11 +26,17 @@ running job's groups hold it: decoding and writing that state back counts too. `
 (repeatable) slices the batch as `tidegauge job --dimension` does (docs/dimensions.md); with
 `route`, `method`, `region` or `version` among them the records carry those as `tidegauge produce
 --attributes` writes them (`--routes`, `--regions`), `status_class` comes from the status.
+`--catalog-changes N` joins the batch to a service catalog as `tidegauge job --catalog` does
+(docs/catalog.md): every service catalogued (20 teams, 3 tiers) and N changes of team spread
+over the batch's event time; with `--dimension team` the join's result is sliced. It prints
+what the planner's part costs (building the join) and what it ships to each read task.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import pickle
 import statistics
 import sys
 import time
@@ -60,6 +66,9 @@ from jobs.summary.summarise import summarise, summary_batch  # noqa: E402
 
 # The stand-in for Spark's GroupState that the unit tests give the state function.
 from tests.unit.jobs.fixtures import FakeGroupState  # noqa: E402
+from tidegauge.catalog.entry import CatalogEntry  # noqa: E402
+from tidegauge.catalog.history import CatalogHistory, CatalogRecord  # noqa: E402
+from tidegauge.catalog.join import CatalogJoin  # noqa: E402
 from tidegauge.core.config import JobConfig  # noqa: E402
 from tidegauge.core.control import INCIDENT_DIMENSIONS  # noqa: E402
 from tidegauge.core.dimensions import (  # noqa: E402
@@ -72,6 +81,26 @@ from tidegauge.traffic.config import GeneratorConfig  # noqa: E402
 from tidegauge.traffic.generator import generate  # noqa: E402
 
 T0 = 1_780_000_000_000
+
+
+def _catalog(services: list[str], changes: int, span_ms: int) -> CatalogJoin:
+    """Every service catalogued an hour before T0, then `changes` moves of team over the span."""
+    rng = np.random.default_rng(7)
+    records = [
+        CatalogRecord(
+            i,
+            T0 - 3_600_000,
+            name,
+            CatalogEntry(team=f"team{i % 20}", tier=str(i % 3)).to_bytes(),
+        )
+        for i, name in enumerate(services)
+    ]
+    for k in range(changes):
+        name = services[int(rng.integers(len(services)))]
+        at = T0 + k * span_ms // max(changes, 1)
+        entry = CatalogEntry(team=f"team{int(rng.integers(20))}", tier="1")
+        records.append(CatalogRecord(len(records), at, name, entry.to_bytes()))
+    return CatalogJoin.of(CatalogHistory.of(records), T0 - 3_600_000)
 
 
 def read(raw: list[pa.RecordBatch], watermark: int, cfg: ExecutorConfig) -> pd.DataFrame:
@@ -163,6 +192,13 @@ def main() -> None:
     ap.add_argument("--dimension-values", type=int, default=DEFAULT_VALUES)
     ap.add_argument("--routes", type=int, default=7, help="as tidegauge produce's")
     ap.add_argument("--regions", type=int, default=3, help="as tidegauge produce's")
+    ap.add_argument(
+        "--catalog-changes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="join to a catalog of every service with N changes of team (docs/catalog.md)",
+    )
     args = ap.parse_args()
     print(describe(["pyarrow", "numpy", "redis"]))
     dims = parse_dimensions(args.dimension)
@@ -191,6 +227,22 @@ def main() -> None:
         attributes=bool({f for d in dims for f in d.fields()} & set(INCIDENT_DIMENSIONS)),
         **services,
     )
+    if args.catalog_changes is not None:
+        names = [name for name, _ in gen.services]
+        span = round(args.records * (2 if args.held else 1) / args.rate * 1000)
+        started = time.perf_counter()
+        join = _catalog(names, args.catalog_changes, span)
+        built_ms = (time.perf_counter() - started) * 1000
+        cfg = dataclasses.replace(cfg, catalog=join)
+        rng = np.random.default_rng(3)
+        who = np.array(names, dtype=object)[rng.integers(len(names), size=args.records)]
+        when = T0 + rng.integers(0, span, size=args.records)
+        lookup_ms = timed(lambda: join.lookup(who, when), args.rounds)
+        print(
+            f"catalog: {len(names):,} services, {args.catalog_changes:,} changes; the join "
+            f"built in {built_ms:.1f} ms, {len(pickle.dumps(join)):,} bytes to each read task; "
+            f"its lookup {min(lookup_ms) * 1000 / args.records:.2f} µs per event"
+        )
     values = [r.value for r in generate(gen)]
     held: dict[int, FakeGroupState] | None = None
     if args.held:  # the first half's state, as a running job's groups hold it
