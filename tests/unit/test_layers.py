@@ -12,17 +12,18 @@ Inside the floors, components have layers; a module imports its own component an
 layers, nothing sideways or upward. The job's stages are layers in the order an event crosses
 them, so executor code cannot import the sink and a stage cannot reach into a later one:
 
-    12 cli                      the dispatcher
-    11 cli.local                local services, cluster, the demo
-    10 jobs                     pipeline.py (wires the query), cli.py (`tidegauge job`)
-     9 jobs.runtime             Spark session, Java, class archive, worker daemon
-     8 jobs.sink                one Redis transaction per batch, roll-ups, status   (driver)
-     7 jobs.state               the stateful step and its output rows             (executors)
-     6 jobs.summary             the read task: chunks summarised per service      (executors)
-     5 jobs.panes               a service's panes, sessions, de-duplication ids   (executors)
-     4 jobs.parse               records into event columns                        (executors)
-     3 jobs.source | dashboard | tidegauge.traffic | tidegauge.query     (never each other)
-     2 tidegauge.alerts         rules, their stored states, evaluator, webhooks
+    13 cli                      the dispatcher
+    12 cli.local                local services, cluster, the demo
+    11 jobs                     pipeline.py (wires the query), cli.py (`tidegauge job`)
+    10 jobs.runtime             Spark session, Java, class archive, worker daemon
+     9 jobs.sink                one Redis transaction per batch, roll-ups, status   (driver)
+     8 jobs.state               the stateful step and its output rows             (executors)
+     7 jobs.summary             the read task: chunks summarised per service      (executors)
+     6 jobs.panes               a service's panes, sessions, de-duplication ids   (executors)
+     5 jobs.parse               records into event columns                        (executors)
+     4 jobs.source | dashboard | tidegauge.traffic | tidegauge.query     (never each other)
+     3 tidegauge.alerts         rules, their stored states, evaluator, webhooks
+     2 tidegauge.catalog        the service catalog, its versions in event time, SLO budgets
      1 tidegauge.core           no Spark, no Streamlit: contract, time, metrics, store
      0 sketches
 
@@ -50,26 +51,28 @@ COMPONENTS = (
     ("sketches", "sketches", 0),
     ("tidegauge", "tidegauge", 1),
     ("tidegauge.core", "core", 1),
-    ("tidegauge.alerts", "alerts", 2),
-    ("tidegauge.traffic", "traffic", 3),
-    ("tidegauge.query", "query", 3),
-    ("dashboard", "dashboard", 3),
-    ("jobs.source", "jobs.source", 3),
-    ("jobs.parse", "jobs.parse", 4),
-    ("jobs.panes", "jobs.panes", 5),
-    ("jobs.summary", "jobs.summary", 6),
-    ("jobs.state", "jobs.state", 7),
-    ("jobs.sink", "jobs.sink", 8),
-    ("jobs.runtime", "jobs.runtime", 9),
-    ("jobs", "jobs", 10),
-    ("cli.local", "local", 11),
-    ("cli", "cli", 12),
+    ("tidegauge.catalog", "catalog", 2),
+    ("tidegauge.alerts", "alerts", 3),
+    ("tidegauge.traffic", "traffic", 4),
+    ("tidegauge.query", "query", 4),
+    ("dashboard", "dashboard", 4),
+    ("jobs.source", "jobs.source", 4),
+    ("jobs.parse", "jobs.parse", 5),
+    ("jobs.panes", "jobs.panes", 6),
+    ("jobs.summary", "jobs.summary", 7),
+    ("jobs.state", "jobs.state", 8),
+    ("jobs.sink", "jobs.sink", 9),
+    ("jobs.runtime", "jobs.runtime", 10),
+    ("jobs", "jobs", 11),
+    ("cli.local", "local", 12),
+    ("cli", "cli", 13),
 )
 
 #: Third-party packages a component must not import: what keeps the lower layers light.
 FORBIDDEN = {
     "sketches": ("pyspark", "streamlit", "plotly", "redis", "kafka"),
     "core": ("pyspark", "streamlit", "plotly"),
+    "catalog": ("pyspark", "streamlit", "plotly"),
     "alerts": ("pyspark", "streamlit", "plotly", "kafka"),
     "traffic": ("pyspark", "streamlit", "plotly"),
     "query": ("pyspark", "streamlit", "plotly"),
@@ -291,10 +294,10 @@ def test_an_upward_or_sideways_import_is_reported() -> None:
         "sketches.hll": {"tidegauge.core.windows"},  # up
     }
     assert direction_violations(graph) == [
-        "dashboard.data (dashboard, layer 3) imports jobs.source.kafka_source "
-        "(jobs.source, layer 3): sideways",
+        "dashboard.data (dashboard, layer 4) imports jobs.source.kafka_source "
+        "(jobs.source, layer 4): sideways",
         "sketches.hll (sketches, layer 0) imports tidegauge.core.windows (core, layer 1): upward",
-        "tidegauge.core.store (core, layer 1) imports jobs.sink.redis_sink (jobs.sink, layer 8): "
+        "tidegauge.core.store (core, layer 1) imports jobs.sink.redis_sink (jobs.sink, layer 9): "
         "upward",
     ]
 
@@ -311,12 +314,12 @@ def test_a_stage_importing_a_later_stage_is_reported() -> None:
         "jobs.state.aggregate": {"jobs.summary.summarise", "jobs.panes.windows"},
     }
     assert direction_violations(graph) == [
-        "jobs.source.kafka_source (jobs.source, layer 3) imports jobs.parse.parser "
-        "(jobs.parse, layer 4): upward",
-        "jobs.state.rows (jobs.state, layer 7) imports jobs.sink.redis_sink (jobs.sink, layer 8): "
+        "jobs.source.kafka_source (jobs.source, layer 4) imports jobs.parse.parser "
+        "(jobs.parse, layer 5): upward",
+        "jobs.state.rows (jobs.state, layer 8) imports jobs.sink.redis_sink (jobs.sink, layer 9): "
         "upward",
-        "jobs.summary.read_task (jobs.summary, layer 6) imports jobs.state.aggregate "
-        "(jobs.state, layer 7): upward",
+        "jobs.summary.read_task (jobs.summary, layer 7) imports jobs.state.aggregate "
+        "(jobs.state, layer 8): upward",
     ]
 
 
@@ -373,15 +376,16 @@ def test_lazy_and_relative_imports_count(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("module", "expected"),
     [
-        ("cli", ("cli", 12)),
-        ("cli.main", ("cli", 12)),
-        ("cli.local.demo", ("local", 11)),
-        ("jobs.pipeline", ("jobs", 10)),
-        ("jobs.sink.redis_sink", ("jobs.sink", 8)),
-        ("jobs.summary.read_task", ("jobs.summary", 6)),
+        ("cli", ("cli", 13)),
+        ("cli.main", ("cli", 13)),
+        ("cli.local.demo", ("local", 12)),
+        ("jobs.pipeline", ("jobs", 11)),
+        ("jobs.sink.redis_sink", ("jobs.sink", 9)),
+        ("jobs.summary.read_task", ("jobs.summary", 7)),
         ("tidegauge.core.store", ("core", 1)),
-        ("tidegauge.alerts.rules", ("alerts", 2)),
-        ("tidegauge.query", ("query", 3)),
+        ("tidegauge.catalog.join", ("catalog", 2)),
+        ("tidegauge.alerts.rules", ("alerts", 3)),
+        ("tidegauge.query", ("query", 4)),
         ("sketches", ("sketches", 0)),
     ],
 )

@@ -16,7 +16,7 @@ from kafka.errors import KafkaError
 from tidegauge.catalog.entry import CatalogEntry
 from tidegauge.catalog.history import CatalogRecord
 from tidegauge.core.config import KafkaSettings
-from tidegauge.traffic.topics import ensure_topic
+from tidegauge.core.topics import ensure_topic
 
 __all__ = [
     "DEFAULT_CATALOG_TOPIC",
