@@ -22,6 +22,7 @@ from jobs.runtime.session import (
 )
 from jobs.sink.status import progress_summary
 from jobs.source.offset_log import next_watermark
+from tidegauge.catalog import SLO_COUNTS_PLUGIN
 from tidegauge.core.config import (
     DEFAULT_MAX_RECORDS_PER_TRIGGER,
     JobConfig,
@@ -33,6 +34,7 @@ from tidegauge.core.dimensions import DEFAULT_VALUES
 from tidegauge.core.durations import format_duration, to_iso
 from tidegauge.core.formats import FORMATS, SPAN_KINDS
 from tidegauge.core.kafka_options import redacted
+from tidegauge.core.plugins import load_plugins
 from tidegauge.core.retention import DEFAULT_RETENTION
 from tidegauge.core.store import connect
 from tidegauge.core.windows import WindowSpec
@@ -260,6 +262,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.verbose:
         # py4j logs a failed foreachBatch call's traceback; the query's failure says it once.
         logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+    if args.catalog:  # the exact SLO counts, loaded as plugins are (on executors too)
+        load_plugins([SLO_COUNTS_PLUGIN])
     try:
         cfg = job_config_from_args(args)
     except ValueError as e:

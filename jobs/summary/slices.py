@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from jobs.parse.columns import Columns
-from tidegauge.catalog.join import CATALOG_FIELDS, CatalogJoin
+from tidegauge.catalog.join import CATALOG_FIELDS, SLO_FIELDS, CatalogJoin
 from tidegauge.core.dimensions import SEP, Dimension, dimension_values, slice_group
 from tidegauge.core.events import ALL_SERVICES, EventField
 
@@ -33,13 +33,13 @@ EXTRA = "extra:"
 
 
 def with_catalog(events: Columns, join: CatalogJoin, fields: tuple[EventField, ...]) -> Columns:
-    """`events` with the catalog's `team` and `tier` of each, as of its time.
+    """`events` with the catalog's `team`, `tier` and objectives of each, as of its time.
 
-    In the fields of those names the job has (its dimensions'): the catalog wins over what an
-    event says.
+    In the fields of those names the job has (its dimensions', the SLO counts'): the catalog
+    wins over what an event says.
     """
     column_of = {f.name: f.column for f in fields}
-    wanted = [name for name in CATALOG_FIELDS if name in column_of]
+    wanted = [name for name in (*CATALOG_FIELDS, *SLO_FIELDS) if name in column_of]
     n = len(events["event_ms"])
     if not wanted or not n:
         return events

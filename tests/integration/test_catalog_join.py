@@ -14,6 +14,7 @@ only events read after it).
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections import Counter
@@ -22,6 +23,7 @@ from pathlib import Path
 import redis
 
 from tests.integration.helpers import send_events, tidegauge
+from tidegauge.catalog import SLO_COUNTS_PLUGIN
 from tidegauge.catalog.entry import CatalogEntry
 from tidegauge.catalog.history import CatalogRecord
 from tidegauge.catalog.topic import read_catalog
@@ -53,7 +55,9 @@ def _events(rng: random.Random, lo: int, hi: int, n: int, tag: str) -> list[Even
     out = []
     for i in range(n):
         service = rng.choice(["checkout", "checkout", "search", "ledger"])
-        out.append(Event(f"{tag}{i}", rng.randrange(lo, hi), service, latency_ms=10.0, status=200))
+        latency = round(rng.lognormvariate(3.7, 0.5), 1)  # ~40 ms, a tail past 50 and 80
+        status = 503 if rng.random() < 0.05 else 200
+        out.append(Event(f"{tag}{i}", rng.randrange(lo, hi), service, None, latency, status))
     out.sort(key=lambda e: e.event_time + rng.randrange(0, 4_000))  # out of order by up to 4 s
     return out
 
@@ -76,6 +80,27 @@ def _truth(
     return counted, late
 
 
+def _slo_truth(
+    events: list[Event], records: list[CatalogRecord], watermark: int
+) -> Counter[tuple[int, str, str]]:
+    """(window start, service, SLO count) -> the exact count, of the events on time."""
+    out: Counter[tuple[int, str, str]] = Counter()
+    for e in events:
+        start = e.event_time - e.event_time % SIZE
+        entry = _lookup(records, e.service, e.event_time)
+        if start + SIZE <= watermark or entry is None or entry.slo is None:
+            continue
+        slo = entry.slo
+        for who in (e.service, "*"):
+            if slo.latency_ms is not None and e.latency_ms is not None:
+                out[(start, who, "slo_latency_events")] += 1
+                out[(start, who, "slo_slow")] += e.latency_ms > slo.latency_ms
+            if slo.availability is not None and e.status is not None:
+                out[(start, who, "slo_availability_events")] += 1
+                out[(start, who, "slo_errors")] += e.status >= 500
+    return out
+
+
 def test_each_event_meets_the_catalog_as_of_its_time(
     broker, job, redis_settings, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -86,9 +111,13 @@ def test_each_event_meets_the_catalog_as_of_its_time(
     mid = now - now % SIZE  # the stream's midpoint: the first run's events are before it
     hour_ago = str(mid - 3_600_000)
     tidegauge(
-        *cli, "put", "checkout", "--team", "payments", "--tier", "1", "--effective-from", hour_ago
-    )
-    tidegauge(*cli, "put", "search", "--team", "discovery", "--effective-from", hour_ago)
+        *cli, "put", "checkout", "--team", "payments", "--tier", "1",
+        "--availability", "99.9", "--latency", "50ms:99", "--effective-from", hour_ago,
+    )  # fmt: skip
+    tidegauge(
+        *cli, "put", "search", "--team", "discovery", "--availability", "99.5",
+        "--effective-from", hour_ago,
+    )  # fmt: skip
     first = _events(rng, mid - 60_000, mid, 1_200, "a")
     send_events(broker.address, "catalog-events", first, partitions=3, partition_of=lambda i: i % 3)
     options = dict(
@@ -103,16 +132,9 @@ def test_each_event_meets_the_catalog_as_of_its_time(
 
     # between the runs: checkout moves team for the past, search leaves the catalog
     tidegauge(
-        *cli,
-        "put",
-        "checkout",
-        "--team",
-        "core",
-        "--tier",
-        "1",
-        "--effective-from",
-        str(mid - 30_000),
-    )
+        *cli, "put", "checkout", "--team", "core", "--tier", "1", "--latency", "80ms:99",
+        "--effective-from", str(mid - 30_000),
+    )  # fmt: skip
     tidegauge(*cli, "rm", "search")
     records_second = read_catalog(catalog)
     removed = records_second[-1].broker_ms
@@ -126,6 +148,7 @@ def test_each_event_meets_the_catalog_as_of_its_time(
     counted, late = _truth(first, records_first, watermark=0)
     watermark = max(e.event_time for e in first) - LATENESS
     more, more_late = _truth(second, records_second, watermark)
+    slo = _slo_truth(first, records_first, 0) + _slo_truth(second, records_second, watermark)
     counted.update(more)
     late.update(more_late)
     assert sum(late.values()) > 100  # the second run brought late events
@@ -142,3 +165,19 @@ def test_each_event_meets_the_catalog_as_of_its_time(
         got_late = {k: w.late for k, w in rows.items() if w.late}
         assert got_late == want_late, dim
         assert not any(name.startswith("ledger") for _, name in rows)  # never catalogued
+
+    # the exact SLO counts, per window and service, under the objectives in force at each time
+    rows = json.loads(
+        tidegauge(
+            "query", "windows", "--json", "--redis", redis_settings.url, "--since", "1h",
+            env={"TIDEGAUGE_PLUGINS": SLO_COUNTS_PLUGIN},
+        ).stdout
+    )  # fmt: skip
+    fields = ("slo_latency_events", "slo_slow", "slo_availability_events", "slo_errors")
+    got_slo = Counter(
+        {(w["window_start"], w["service"], f): w[f] for w in rows for f in fields if w.get(f)}
+    )
+    assert got_slo == +slo
+    assert slo[(mid - 20_000, "checkout", "slo_slow")] and sum(
+        c for (_, who, f), c in slo.items() if who == "search" and f == "slo_errors"
+    )

@@ -19,10 +19,12 @@ import numpy.typing as npt
 
 from tidegauge.catalog.history import CatalogHistory
 
-__all__ = ["CATALOG_FIELDS", "CatalogJoin"]
+__all__ = ["CATALOG_FIELDS", "SLO_FIELDS", "CatalogJoin"]
 
 #: What the join gives each event, as fields of the event contract (dimensions use them).
 CATALOG_FIELDS = ("team", "tier")
+#: And the objectives in force, for the exact SLO counts (tidegauge/catalog/slo_counts.py).
+SLO_FIELDS = ("slo_latency_ms", "slo_availability")
 
 #: Event times are placed after their service's index in one int64 key: 2^42 ms is 139 years.
 _TIME_BITS = 42
@@ -51,21 +53,33 @@ class CatalogJoin:
             [(i << _TIME_BITS) + (t - base) for (i, _), t in zip(versions, times, strict=True)],
             np.int64,
         )
-        values = {
+        values: dict[str, npt.NDArray[Any]] = {
             name: np.array(
                 [getattr(v.entry, name) if v.entry is not None else None for _, v in versions],
                 dtype=object,
             )
             for name in CATALOG_FIELDS
         }
+        slos = [v.entry.slo if v.entry is not None else None for _, v in versions]
+        values["slo_latency_ms"] = np.array(
+            [s.latency_ms if s and s.latency_ms is not None else np.nan for s in slos], np.float64
+        )
+        values["slo_availability"] = np.array(
+            [s.availability if s and s.availability is not None else np.nan for s in slos],
+            np.float64,
+        )
         return cls(services, keys, values, horizon_ms, base)
 
     def lookup(
         self, services: npt.NDArray[Any], event_ms: npt.NDArray[np.int64]
     ) -> dict[str, npt.NDArray[Any]]:
-        """Each event's `team` and `tier` as of its time (None: none in force, or removed)."""
+        """Each event's `team`, `tier` and objectives as of its time.
+
+        None (NaN for the objectives): none in force, or the service removed.
+        """
         n = len(event_ms)
         out = {name: np.full(n, None, dtype=object) for name in CATALOG_FIELDS}
+        out.update({name: np.full(n, np.nan) for name in SLO_FIELDS})
         if not n or not len(self.keys):
             return out
         index = {s: i for i, s in enumerate(self.services)}
@@ -76,7 +90,7 @@ class CatalogJoin:
         pos -= 1
         ok = (svc >= 0) & (pos >= 0)
         ok[ok] = (self.keys[pos[ok]] >> _TIME_BITS) == svc[ok]
-        for name in CATALOG_FIELDS:
+        for name in (*CATALOG_FIELDS, *SLO_FIELDS):
             out[name][ok] = self.values[name][pos[ok]]
         return out
 
