@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Mapping
@@ -13,12 +14,18 @@ import redis
 
 from tidegauge.alerts.rules import STATES, Firing, describe_firing
 from tidegauge.alerts.store import read_alert_heartbeat, read_alert_log, read_firings
+from tidegauge.catalog import SLO_COUNTS_PLUGIN
+from tidegauge.catalog.cli import ENV_CATALOG_TOPIC
+from tidegauge.catalog.history import CatalogHistory
+from tidegauge.catalog.report import slo_report
+from tidegauge.catalog.topic import DEFAULT_CATALOG_TOPIC, CatalogError, read_catalog
 from tidegauge.core import store
-from tidegauge.core.config import RedisSettings, redact_url
+from tidegauge.core.config import KafkaSettings, RedisSettings, add_kafka_options, redact_url
 from tidegauge.core.dimensions import split_member
 from tidegauge.core.durations import format_duration, parse_duration, parse_instant, to_iso
 from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.metrics import added_result_fields, field_label
+from tidegauge.core.plugins import load_plugins
 from tidegauge.core.store import ALL_SERVICES
 from tidegauge.core.store.ranking import (
     RANK_BY,
@@ -102,6 +109,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "range (e.g. 1h: a month in ~720 pieces); the same answer, fewer pieces to read",
     )
 
+    o = sub.add_parser(
+        "slo",
+        help="a service's SLO: budget used and left over its period, burn rates, the "
+        "burn-rate rules (docs/slo.md)",
+    )
+    common(o)
+    o.add_argument("--service", required=True)
+    o.add_argument("--period", help="the SLO period to measure (default: the SLO's own)")
+    o.add_argument(
+        "--at", help="when the period ends: epoch ms, ISO-8601, or a duration ago (default: now)"
+    )
+    o.add_argument(
+        "--bootstrap", help="Kafka HOST:PORT of the catalog (env TIDEGAUGE_KAFKA_BOOTSTRAP)"
+    )
+    o.add_argument("--catalog-topic", help="the catalog topic (env TIDEGAUGE_CATALOG_TOPIC)")
+    add_kafka_options(o)
+
     s = sub.add_parser(
         "status", help="the job's latest batch: id, age, watermark, freshness, offsets"
     )
@@ -182,10 +206,12 @@ def run(args: argparse.Namespace) -> int:
             return _late_events(r, keys, args)
         if args.view == "alerts":
             return _alerts(r, keys, args, now)
+        if args.view == "slo":
+            return _slo(r, keys, args, now)
         return _dead(r, keys, args)
     except redis.RedisError as e:
         return _fail(f"cannot read Redis at {redact_url(settings.url)}: {e}")
-    except ValueError as e:
+    except (ValueError, CatalogError) as e:
         return _fail(str(e))
 
 
@@ -684,3 +710,44 @@ def _alerts(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int
             f = Firing.from_dict(n["firing"])
             print(f"{to_iso(int(n['time']))}  {n['state']:<12} {f.rule_name} ({f.service})")
     return 1 if args.state and firings else 0
+
+
+def _slo(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int) -> int:
+    load_plugins([SLO_COUNTS_PLUGIN])  # the job's exact SLO counts, read from the windows
+    topic = args.catalog_topic or os.environ.get(ENV_CATALOG_TOPIC) or DEFAULT_CATALOG_TOPIC
+    kafka = KafkaSettings.from_env(bootstrap=args.bootstrap, topic=topic, options=args.kafka_option)
+    at = parse_instant(args.at, now) if args.at else now
+    entry = CatalogHistory.of(read_catalog(kafka)).as_of(args.service, at)
+    if entry is None or entry.slo is None:
+        raise ValueError(
+            f"{args.service} has no SLO in the catalog {topic!r} at {to_iso(at)} "
+            f"(tidegauge catalog put {args.service} --availability 99.9 ...)"
+        )
+    period = parse_duration(args.period) if args.period else entry.slo.period_ms
+    reports = slo_report(r, keys, args.service, entry.slo, period, at)
+    if args.json:
+        print(json.dumps({"service": args.service, "objectives": [x.to_dict() for x in reports]}))
+        return 0
+    print(
+        f"{args.service}: SLO over {format_duration(period)} to {to_iso(at)} "
+        "(windows still open: provisional)"
+    )
+    for x in reports:
+        b = x.budget
+        sli = "-" if b.sli is None else f"{b.sli:.3f}%"
+        print(
+            f"  {x.objective} {x.target:g}%: SLI {sli} of {b.events:,} events ({b.bad:,} bad); "
+            f"budget used {b.consumed:.1%}, left {b.left:.1%}"
+        )
+        pace = "-" if x.current_burn is None else f"{x.current_burn:.2f}"
+        lasts = (
+            "never runs out at this pace"
+            if x.exhausted_in_ms is None
+            else f"runs out in {format_duration(round(x.exhausted_in_ms))}"
+        )
+        print(f"    burn rate over the last hour {pace}: the budget left {lasts}")
+        for name, severity, rate, long_burn, short_burn, fires in x.rules:
+            shown = "/".join("-" if v is None else f"{v:.2f}" for v in (long_burn, short_burn))
+            state = "FIRES" if fires else "quiet"
+            print(f"    {name} ({severity}, rate {rate:.3g}): long/short {shown}  {state}")
+    return 0

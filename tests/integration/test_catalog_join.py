@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import redis
 
 from tests.integration.helpers import send_events, tidegauge
@@ -181,3 +182,24 @@ def test_each_event_meets_the_catalog_as_of_its_time(
     assert slo[(mid - 20_000, "checkout", "slo_slow")] and sum(
         c for (_, who, f), c in slo.items() if who == "search" and f == "slo_errors"
     )
+
+    # `query slo`: checkout's objective now (99 % under 80 ms), over its period and the rules'
+    # windows (every one of them holds the whole stream here), from those exact counts
+    slo_cli = ["--redis", redis_settings.url, "--bootstrap", broker.address]
+    slo_cli += ["--catalog-topic", catalog.topic, "--at", str(removed + 60_000)]
+    report = json.loads(
+        tidegauge("query", "slo", "--service", "checkout", "--json", *slo_cli).stdout
+    )
+    (latency,) = report["objectives"]
+    events = sum(
+        c for (_, who, f), c in slo.items() if who == "checkout" and f == "slo_latency_events"
+    )
+    slow = sum(c for (_, who, f), c in slo.items() if who == "checkout" and f == "slo_slow")
+    assert (latency["objective"], latency["target"]) == ("latency", 99.0)
+    assert (latency["events"], latency["bad"]) == (events, slow)
+    burn = (slow / events) / 0.01
+    assert latency["budget_consumed"] == pytest.approx(burn)
+    assert [(r["long"], r["short"]) for r in latency["rules"]] == [pytest.approx((burn, burn))] * 3
+    assert [r["fires"] for r in latency["rules"]] == [burn >= r["rate"] for r in latency["rules"]]
+    gone = tidegauge("query", "slo", "--service", "search", *slo_cli, check=False)
+    assert gone.returncode == 1 and "search has no SLO in the catalog" in gone.stderr
