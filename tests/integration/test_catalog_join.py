@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.catalog_truth import entry_at
 from tests.integration.helpers import send_events, tidegauge
 from tidegauge.catalog import SLO_COUNTS_PLUGIN
-from tidegauge.catalog.entry import CatalogEntry
 from tidegauge.catalog.history import CatalogRecord
 from tidegauge.catalog.topic import read_catalog
 from tidegauge.core.config import KafkaSettings
@@ -35,21 +35,6 @@ from tidegauge.core.store import Keys, read_windows
 
 SIZE = 10_000
 LATENESS = 15_000
-
-
-def _lookup(records: list[CatalogRecord], service: str, at: int) -> CatalogEntry | None:
-    """The definition (docs/catalog.md): the service's record latest in (effective time, offset)
-    at or before `at`, its effective time its `effective_from`, else its broker time."""
-    best: tuple[int, int] | None = None
-    found = None
-    for r in records:
-        if r.service != service:
-            continue
-        entry = CatalogEntry.from_bytes(r.value) if r.value is not None else None
-        eff = entry.effective_from_ms if entry and entry.effective_from_ms else r.broker_ms
-        if eff <= at and (best is None or (eff, r.offset) > best):
-            best, found = (eff, r.offset), entry
-    return found
 
 
 def _events(rng: random.Random, lo: int, hi: int, n: int, tag: str) -> list[Event]:
@@ -71,7 +56,7 @@ def _truth(
     late: Counter[tuple[str, int, str]] = Counter()
     for e in events:
         start = e.event_time - e.event_time % SIZE
-        entry = _lookup(records, e.service, e.event_time)
+        entry = entry_at(records, e.service, e.event_time)
         into = late if start + SIZE <= watermark else counted
         for dim in ("team", "tier"):
             value = getattr(entry, dim) if entry else None
@@ -88,7 +73,7 @@ def _slo_truth(
     out: Counter[tuple[int, str, str]] = Counter()
     for e in events:
         start = e.event_time - e.event_time % SIZE
-        entry = _lookup(records, e.service, e.event_time)
+        entry = entry_at(records, e.service, e.event_time)
         if start + SIZE <= watermark or entry is None or entry.slo is None:
             continue
         slo = entry.slo

@@ -10,6 +10,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.catalog_truth import entry_at
 from tidegauge.catalog.entry import CatalogEntry
 from tidegauge.catalog.history import CatalogHistory, CatalogRecord, describe_change
 
@@ -59,22 +60,8 @@ def test_a_record_that_is_not_an_entry_is_kept_apart_and_joins_nothing() -> None
 
 
 def _lookup(records: list[CatalogRecord], service: str, at: int) -> str | None:
-    """The definition: of the service's records in force by `at` (effective time, else broker
-    time), the one latest in (effective time, offset); its team, or None."""
-    best: tuple[int, int] | None = None
-    team = None
-    for r in records:
-        if r.service != service:
-            continue
-        entry = CatalogEntry.from_bytes(r.value) if r.value is not None else None
-        eff = (
-            entry.effective_from_ms
-            if entry and entry.effective_from_ms is not None
-            else r.broker_ms
-        )
-        if eff <= at and (best is None or (eff, r.offset) > best):
-            best, team = (eff, r.offset), (entry.team if entry else None)
-    return team
+    entry = entry_at(records, service, at)
+    return entry.team if entry else None
 
 
 _RECORDS = st.lists(
