@@ -236,11 +236,20 @@ def failure_reason(text: str) -> str:
     """The one line worth printing of a failed query's text (Spark wraps errors in tracebacks).
 
     A `SourceError` raised on an executor (an undecodable batch, an offset gone) is found in the
-    Python traceback Spark embeds and returned alone; anything else is the text's first line.
+    Python traceback Spark embeds and returned alone; any other Python error Spark embeds is
+    returned as its exception line (Spark's own first line only says a traceback follows);
+    anything else is the text's first line.
     """
     found = re.findall(r"(?:SourceError|SinkError): (.+)", text)
     if found:
         return str(found[-1]).strip()
+    raised = re.findall(
+        r"Traceback \(most recent call last\):\n(?:[ \t]+[^\n]*\n)+(\S[^\n]*)", text
+    )
+    # The worker's own error, not the wrappers Spark and py4j raise around it.
+    raised = [x.strip() for x in raised if not x.startswith(("pyspark.", "py4j."))]
+    if raised:
+        return f"{raised[-1]} (--verbose shows where)"
     return text.strip().splitlines()[0] if text.strip() else "unknown error"
 
 
