@@ -34,6 +34,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from jobs.runtime.metrics import JobMetrics
 from jobs.runtime.session import build_session
 from jobs.runtime.stopping import collect
+from jobs.sink.catalog import CatalogPublisher
 from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch
 from jobs.sink.retry import retry
 from jobs.sink.rollup import BatchTime
@@ -49,6 +50,7 @@ from jobs.summary.read_task import SummaryDataSource, summary_source_options
 from jobs.summary.schema import SUMMARY_SCHEMA, SummaryKind
 from jobs.summary.settings import ExecutorConfig
 from jobs.summary.slots import record
+from tidegauge.catalog.topic import CatalogError
 from tidegauge.core.config import JobConfig, KafkaSettings, redact_url
 from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.freshness import freshness, merge_times
@@ -171,6 +173,15 @@ class _BatchWriter:
             shards=cfg.state_shards,
         )
         self._client: redis.Redis | None = None
+        self.catalog = (
+            CatalogPublisher(
+                KafkaSettings(cfg.kafka.bootstrap, cfg.catalog_topic, cfg.kafka.options),
+                cfg.checkpoint,
+                self.keys,
+            )
+            if cfg.catalog_topic and cfg.checkpoint
+            else None
+        )
         #: Batch id -> its records and their freshness, measured when the batch is committed;
         #: the status listener takes them into the batch's history entry.
         self.committed: dict[int, Committed] = {}
@@ -207,6 +218,11 @@ class _BatchWriter:
                 rows.duplicate_events,
                 sum(lt.count for lt in results.late if lt.spec == self.primary_key),
             )
+        if self.catalog is not None:
+            try:
+                self.catalog.publish(self._redis(), batch_id)
+            except (CatalogError, redis.RedisError) as e:  # the next batch tries again
+                log.warning("publishing the catalog to Redis failed: %s", e)
         if rows.slots:  # what the shards track: the next batch's quotas (jobs/summary/slots.py)
             record(self.cfg.checkpoint, batch_id, self.cfg.state_shards, rows.slots)
         fresh = freshness(merge_times(rows.broker_times), round(time.time() * 1000), batch_id)

@@ -32,6 +32,7 @@ from tidegauge.core.config import KafkaSettings
 from tidegauge.core.dimensions import SEP
 from tidegauge.core.events import Event
 from tidegauge.core.store import Keys, read_windows
+from tidegauge.core.store.annotations import read_annotations
 
 SIZE = 10_000
 LATENESS = 15_000
@@ -188,3 +189,20 @@ def test_each_event_meets_the_catalog_as_of_its_time(
     assert [r["fires"] for r in latency["rules"]] == [burn >= r["rate"] for r in latency["rules"]]
     gone = tidegauge("query", "slo", "--service", "search", *slo_cli, check=False)
     assert gone.returncode == 1 and "search has no SLO in the catalog" in gone.stderr
+
+    # the catalog as the job last joined it, and its changes on the event-time charts
+    stored = {k.decode(): json.loads(v) for k, v in r.hgetall(Keys().catalog).items()}
+    assert set(stored) == {"checkout"}  # search was removed
+    assert stored["checkout"]["entry"]["team"] == "core"
+    assert stored["checkout"]["from"] == mid - 30_000
+    marks = {
+        (a.service, a.start, a.label)
+        for a in read_annotations(r, Keys(), 0, removed + 60_000)
+        if a.kind == "catalog"
+    }
+    assert (
+        "checkout",
+        mid - 30_000,
+        "checkout moved to team core, SLO changed",
+    ) in marks
+    assert ("search", removed, "search removed from the catalog") in marks

@@ -166,6 +166,14 @@ class Keys:
         return f"{self.prefix}:control"
 
     @property
+    def catalog(self) -> str:
+        """Hash: service -> JSON {"entry": its newest catalog entry, "from": ms it holds from}.
+
+        As the job last joined the catalog (tidegauge/catalog/, jobs/sink/catalog.py).
+        """
+        return f"{self.owner or self.prefix}:catalog"
+
+    @property
     def annotations(self) -> str:
         """Sorted set: JSON annotations (demo commands, job starts), score = start (ms)."""
         return f"{self.prefix}:annotations"
