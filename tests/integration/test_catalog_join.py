@@ -206,3 +206,23 @@ def test_each_event_meets_the_catalog_as_of_its_time(
         "checkout moved to team core, SLO changed",
     ) in marks
     assert ("search", removed, "search removed from the catalog") in marks
+
+    # `tidegauge alerts --slo`: checkout burns its latency budget ~20x in every window, so both
+    # page rules fire, confirmed (their first breaching windows are closed), with their labels
+    alerted = tidegauge("alerts", "--slo", "--once", "--redis", redis_settings.url)
+    assert "burn-rate rules of every SLO" in alerted.stdout
+    firings = json.loads(
+        tidegauge("query", "alerts", "--json", "--redis", redis_settings.url).stdout
+    )["firings"]
+    pages = {f["labels"]["alertname"]: f for f in firings if f["labels"].get("severity") == "page"}
+    assert set(pages) == {"SLO fast burn", "SLO slow burn"}, firings
+    fast = pages["SLO fast burn"]
+    assert fast["labels"] == {
+        "alertname": "SLO fast burn",
+        "service": "checkout",
+        "severity": "page",
+        "slo": "latency 99% under 80 ms",
+        "team": "core",
+    }
+    assert fast["state"] == "confirmed" and fast["peak"] >= 1.0
+    assert {f["service"] for f in firings} == {"checkout"}  # search left the catalog

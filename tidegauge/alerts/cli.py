@@ -22,10 +22,13 @@ import redis
 from tidegauge.alerts.evaluator import DEFAULT_LOOKBACK_MS, evaluate_store
 from tidegauge.alerts.metrics import AlertMetrics
 from tidegauge.alerts.rules import Rule, describe_firing, load_rules, parse_rule
+from tidegauge.alerts.slo import read_catalog_entries, slo_rules
 from tidegauge.alerts.webhook import WebhookSender
+from tidegauge.catalog import SLO_COUNTS_PLUGIN
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.config import RedisSettings, redact_url
 from tidegauge.core.durations import format_duration, parse_duration
+from tidegauge.core.plugins import load_plugins
 from tidegauge.core.signals import stop_on_signals
 from tidegauge.core.store import Keys, connect
 
@@ -52,6 +55,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="URL",
         help=f"POST every state change here as JSON (repeatable; env {ENV_WEBHOOKS})",
+    )
+    p.add_argument(
+        "--slo",
+        action="store_true",
+        help="also the burn-rate rules of every SLO in the catalog the job publishes "
+        "(tidegauge job --catalog; docs/slo.md)",
     )
     p.add_argument("--interval", default="2s", help="how often to evaluate (default 2s)")
     p.add_argument(
@@ -89,8 +98,8 @@ def rules_from_args(args: argparse.Namespace) -> list[Rule]:
             raise ValueError(f"cannot read rules file {args.rules}: {e.strerror}") from None
         rules += load_rules(text)
     rules += [parse_rule(t) for t in args.rule]
-    if not rules:
-        raise ValueError("no rules: give --rules FILE or --rule 'p99 > 800 for 3 on api'")
+    if not rules and not getattr(args, "slo", False):
+        raise ValueError("no rules: give --rules FILE, --rule 'p99 > 800 for 3 on api' or --slo")
     if len({r.name for r in rules}) != len(rules):
         raise ValueError("two rules share a name")
     return rules
@@ -107,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"tidegauge alerts: {e}", file=sys.stderr)
         return 2
+    if args.slo:  # the job's exact SLO counts, read from the windows
+        load_plugins([SLO_COUNTS_PLUGIN])
     urls = [*args.webhook, *os.environ.get(ENV_WEBHOOKS, "").split()]
     settings = RedisSettings.from_env(url=args.redis, prefix=args.redis_prefix)
     r, keys = connect(settings), Keys(settings.prefix)
@@ -120,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
     )
     for rule in rules:
         print(f"  {rule.name}: {rule.describe()}", flush=True)
+    if args.slo:
+        print("  and the burn-rate rules of every SLO in the published catalog", flush=True)
     metrics = server = None
     if args.metrics_port is not None:
         metrics = AlertMetrics(interval_s, len(rules))
@@ -156,8 +169,9 @@ def _evaluate(
             if time.monotonic() >= next_at:
                 next_at = time.monotonic() + interval_s
                 now_ms = time.time_ns() // 1_000_000
+                current = rules + (slo_rules(read_catalog_entries(r, keys)) if args.slo else [])
                 firings = evaluate_store(
-                    r, keys, rules, now_ms, lookback_ms, cache, deliver=sender is not None
+                    r, keys, current, now_ms, lookback_ms, cache, deliver=sender is not None
                 )
                 for f in firings:
                     print(describe_firing(f), flush=True)

@@ -7,7 +7,9 @@ from collections.abc import Sequence
 import redis
 
 from tidegauge.alerts.rules import Firing, Rule, advance, batch_points, evaluate, window_points
+from tidegauge.alerts.slo import burn_points
 from tidegauge.alerts.store import read_firings, write_evaluation
+from tidegauge.catalog.budget import BURN_RULES
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.store import (
     Keys,
@@ -16,7 +18,9 @@ from tidegauge.core.store import (
     read_status,
     read_window_specs,
     read_windows,
+    read_windows_tiered,
 )
+from tidegauge.core.store.records import WindowRow
 from tidegauge.core.windows import WindowSpec, match_spec
 
 __all__ = ["DEFAULT_LOOKBACK_MS", "evaluate_store"]
@@ -46,9 +50,26 @@ def evaluate_store(
     batches = read_batches(r, keys) if any(rule.per_batch for rule in rules) else []
     every: list[Firing] = []
     changed: list[Firing] = []
+    slo_rows: dict[str, tuple[list[WindowRow], list[WindowRow]]] = {}
     for rule in rules:
         mine = [f for f in known if f.rule == rule.key]
-        if rule.per_batch:
+        if rule.slo is not None:
+            spec = _spec_of(rule, specs)
+            if spec is None:
+                every += mine
+                continue
+            newest = read_newest_window_start(r, keys, spec)
+            until = spec.end(newest) if newest is not None else now_ms
+            oldest = until - lookback_ms
+            if rule.service not in slo_rows:  # once per service for its rules
+                windows = read_windows(r, keys, spec, rule.service, since_ms=oldest, cache=cache)
+                slo_rows[rule.service] = (
+                    windows,
+                    _counts(r, keys, spec, rule.service, oldest - _REACH_MS, until),
+                )
+            windows, counts = slo_rows[rule.service]
+            points = burn_points(rule, windows, counts, watermark)
+        elif rule.per_batch:
             points = batch_points(rule, batches)
             oldest = points[0].start if points else now_ms
         else:
@@ -74,3 +95,17 @@ def _spec_of(rule: Rule, specs: Sequence[WindowSpec]) -> WindowSpec | None:
     if rule.spec is None:
         return specs[0] if specs else None
     return match_spec(rule.spec, specs)
+
+
+#: How far before the oldest point SLO rules read counts: their longest window.
+_REACH_MS = max(b.long_ms for b in BURN_RULES)
+
+
+def _counts(
+    r: redis.Redis, keys: Keys, spec: WindowSpec, service: str, since: int, until: int
+) -> list[WindowRow]:
+    """A service's rows over [since, until): 1-minute roll-ups where kept, newer ones raw."""
+    tiered = read_windows_tiered(r, keys, since, until, service, min_size_ms=60_000)
+    if tiered is None:  # no retention tiers: the raw windows are all there is
+        return read_windows(r, keys, spec, service, since_ms=since, until_ms=until)
+    return tiered.rows

@@ -35,6 +35,8 @@ from tidegauge.core.store.records import WindowRow
 from tidegauge.core.windows import match_spec
 
 __all__ = [
+    "SLO_BURN",
+    "SloCheck",
     "State",
     "BATCH_METRICS",
     "METRICS",
@@ -98,6 +100,31 @@ def _get(d: Any, key: str) -> float | None:
     return None if v is None else float(v)
 
 
+#: The metric of burn-rate rules: both windows' burn over the rule's rate (fires at 1).
+SLO_BURN = "slo_burn"
+
+
+@dataclass(frozen=True)
+class SloCheck:
+    """What an SLO burn-rate rule checks: one objective against one of `BURN_RULES`."""
+
+    objective: str
+    target: float
+    period_ms: int
+    burn_rule: str
+    rate: float
+    long_ms: int
+    short_ms: int
+
+    def describe(self, service: str) -> str:
+        """`checkout latency 99% over 720h: burn >= 14.4 over 1h and 5m`."""
+        return (
+            f"{service} {self.objective} {self.target:g}% over {format_duration(self.period_ms)}: "
+            f"burn >= {self.rate:.3g} over {format_duration(self.long_ms)} and "
+            f"{format_duration(self.short_ms)}"
+        )
+
+
 @dataclass(frozen=True)
 class Rule:
     """One alert rule. `windows`: how many consecutive windows (or batches) must breach."""
@@ -110,9 +137,16 @@ class Rule:
     service: str = "*"
     #: The window spec key the rule reads (e.g. "10s"); None: the store's first spec.
     spec: str | None = None
+    #: A burn-rate rule of a catalogued SLO (tidegauge/alerts/slo.py) instead of a metric's.
+    slo: SloCheck | None = None
+    #: Labels its notices carry (Alertmanager style: service, team, severity, slo).
+    labels: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
-        if self.metric not in METRICS and self.metric not in BATCH_METRICS:
+        if self.slo is not None:
+            if self.metric != SLO_BURN:
+                raise ValueError(f"rule {self.name!r}: an SLO rule's metric is {SLO_BURN}")
+        elif self.metric not in METRICS and self.metric not in BATCH_METRICS:
             known = ", ".join([*METRICS, *BATCH_METRICS])
             raise ValueError(f"rule {self.name!r}: unknown metric {self.metric!r} (known: {known})")
         if self.op not in OPS:
@@ -130,7 +164,16 @@ class Rule:
     @property
     def key(self) -> str:
         """Stable id of what the rule checks (its name may change without losing firings)."""
-        parts = (self.metric, self.op, float(self.threshold), self.windows, self.service, self.spec)
+        parts: tuple[Any, ...] = (
+            self.metric,
+            self.op,
+            float(self.threshold),
+            self.windows,
+            self.service,
+            self.spec,
+        )
+        if self.slo is not None:
+            parts += (self.slo,)
         return hashlib.sha1("|".join(map(repr, parts)).encode()).hexdigest()[:12]
 
     def breaches(self, value: float | None) -> bool:
@@ -139,6 +182,8 @@ class Rule:
 
     def describe(self) -> str:
         """`p99 > 800 for 3 windows on api`."""
+        if self.slo is not None:
+            return self.slo.describe(self.service)
         unit = "batches" if self.per_batch else "windows"
         n = f" for {self.windows} {unit}" if self.windows > 1 else ""
         return f"{self.metric} {self.op} {self.threshold:g}{n} on {self.service}"
@@ -292,6 +337,8 @@ class Firing:
     text: str = ""
     #: Wall-clock ms of each state's first report (filled by `advance`).
     since: dict[str, int] = field(default_factory=dict)
+    #: The rule's labels (SLO rules: service, team, severity, slo).
+    labels: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (JSON in Redis and in webhook bodies)."""
@@ -308,6 +355,7 @@ class Firing:
             "windows": self.windows,
             "closed": self.closed,
             "since": dict(self.since),
+            **({"labels": dict(self.labels)} if self.labels else {}),
         }
 
     @classmethod
@@ -326,6 +374,7 @@ class Firing:
             id=str(d["id"]),
             text=str(d.get("text", "")),
             since={str(k): int(v) for k, v in dict(d.get("since", {})).items()},
+            labels={str(k): str(v) for k, v in dict(d.get("labels", {})).items()},
         )
 
 
@@ -359,6 +408,7 @@ def evaluate(rule: Rule, points: Sequence[Point]) -> list[Firing]:
                     closed=closed,
                     id=f"{rule.key}:{rule.service}:{run[0].start}",
                     text=rule.describe(),
+                    labels=dict(rule.labels),
                 )
             )
         run.clear()

@@ -17,6 +17,7 @@ from typing import Any
 import redis
 
 from tidegauge.alerts.rules import Firing, Rule
+from tidegauge.core.durations import to_iso
 from tidegauge.core.store.keys import Keys, _s
 
 __all__ = [
@@ -37,8 +38,37 @@ LOG_KEPT = 1_000
 
 
 def notice(f: Firing, now_ms: int) -> dict[str, Any]:
-    """What a state change is told as (webhook body, log entry)."""
-    return {"kind": "tidegauge.alert", "state": f.state, "time": now_ms, "firing": f.to_dict()}
+    """What a state change is told as (webhook body, log entry).
+
+    A firing with labels (the SLO burn-rate rules') is also told the way Alertmanager's
+    webhook tells an alert (`status`, `alerts` with `labels`, `annotations`, `startsAt`,
+    `endsAt`), so receivers built for Alertmanager take it as it is; a retraction is resolved.
+    """
+    out: dict[str, Any] = {
+        "kind": "tidegauge.alert",
+        "state": f.state,
+        "time": now_ms,
+        "firing": f.to_dict(),
+    }
+    if f.labels:
+        status = "resolved" if f.state == "retracted" else "firing"
+        labels = {**f.labels, "state": f.state}
+        out |= {
+            "version": "4",
+            "status": status,
+            "commonLabels": labels,
+            "alerts": [
+                {
+                    "status": status,
+                    "labels": labels,
+                    "annotations": {"summary": f.text, "rule": f.rule_name},
+                    "startsAt": to_iso(f.start),
+                    "endsAt": to_iso(f.end) if status == "resolved" else "0001-01-01T00:00:00Z",
+                    "fingerprint": f.id,
+                }
+            ],
+        }
+    return out
 
 
 def write_evaluation(
