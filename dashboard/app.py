@@ -36,6 +36,7 @@ from dashboard.lateness import digest_histogram, late_events_frame, what_if_fram
 from dashboard.marks import annotation_marks, clip, mark
 from dashboard.run import SERVER_PATH, app_settings
 from dashboard.shared import Derived
+from dashboard.slo import slo_table
 from dashboard.time_domains import arrivals_frame, watermark_frame
 from dashboard.windows import (
     HLL_RELATIVE_ERROR,
@@ -596,6 +597,21 @@ def _order(d: Derived, name: str, frame: pd.DataFrame, f: data.Filters) -> list[
     return [s for s in order if not f.services or s in f.services]
 
 
+def _slos() -> None:
+    """Budget and burn of every catalogued SLO (`tidegauge job --catalog`, docs/slo.md)."""
+    rows = data.shared_slos(settings.redis.url, keys.prefix, settings.refresh_ms)
+    if not rows:
+        return  # no catalog published: no panel
+    st.subheader("SLOs")
+    st.dataframe(slo_table(rows), hide_index=True, key="slos")
+    st.caption(
+        "Budget left over each SLO's period, burn rate over the last hour (1 = the budget lasts "
+        "the period exactly) and when the budget runs out at it; rules firing: the SRE "
+        "workbook's burn-rate pairs (`tidegauge alerts --slo`). Exact counts; windows still "
+        "open are provisional."
+    )
+
+
 def _latency(snap: data.Snapshot, d: Derived, f: data.Filters, metrics: pd.DataFrame) -> None:
     st.subheader("Latency")
     shown = snap.drawn
@@ -850,6 +866,7 @@ def live() -> None:
     _time_domains(snap, d, f)
     _events_chart(snap, d, f, windows)
     _breakdown(snap, d, f)
+    _slos()
     _latency(snap, d, f, metrics)
     _users(snap, d, f, windows, metrics)
     _lateness(snap, d, f)

@@ -23,9 +23,12 @@ from dashboard.breakdown import Breakdown, BreakdownView, read_breakdown
 from dashboard.shared import Derived, SharedReads
 from tidegauge.alerts.rules import Firing
 from tidegauge.alerts.store import read_firings
+from tidegauge.catalog import SLO_COUNTS_PLUGIN
+from tidegauge.catalog.report import service_reports
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.config import RedisSettings
 from tidegauge.core.dimensions import member, split_member
+from tidegauge.core.plugins import load_plugins
 from tidegauge.core.store import (
     ALL_SERVICES,
     TIME_DOMAINS,
@@ -536,6 +539,33 @@ def shared_breakdown(url: str, prefix: str, refresh_ms: int, view: BreakdownView
             "breakdown", lambda: read_breakdown(client(url), keys, view, cache)
         ),
     )
+
+
+@functools.cache
+def _shared_slos(url: str, prefix: str, refresh_ms: int) -> SharedReads[Any]:
+    cache: SharedReads[Any] = SharedReads(ttl_s=max(0.9 * refresh_ms / 1000, SLO_REFRESH_S))
+    _CACHES.append(cache)
+    return cache
+
+
+#: The SLO panel reads ranges of up to 30 days: at most this often, whatever the page's refresh.
+SLO_REFRESH_S = 10.0
+
+
+def shared_slos(url: str, prefix: str, refresh_ms: int) -> Any:
+    """Every catalogued service's SLO reports (tidegauge/catalog/report.py).
+
+    [] when the job publishes no catalog; read at most every `SLO_REFRESH_S` for this process.
+    """
+
+    def read() -> Any:
+        r, keys = client(url), Keys(prefix)
+        if not r.exists(keys.catalog):
+            return []
+        load_plugins([SLO_COUNTS_PLUGIN])  # the exact counts the reports sum
+        return service_reports(r, keys, round(time.time() * 1000))
+
+    return _shared_slos(url, prefix, refresh_ms).get("slos", read)
 
 
 def stored_dimensions(url: str, prefix: str) -> list[str]:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -226,3 +228,33 @@ def test_each_event_meets_the_catalog_as_of_its_time(
     }
     assert fast["state"] == "confirmed" and fast["peak"] >= 1.0
     assert {f["service"] for f in firings} == {"checkout"}  # search left the catalog
+
+    # the page's SLO panel: the same figures, one row per service and objective
+    panel = subprocess.run(
+        [sys.executable, "-c", PANEL, redis_settings.url, str(removed + 60_000)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    (row,) = json.loads(panel.stdout)
+    assert (row["service"], row["team"]) == ("checkout", "core")
+    assert row["objective"] == "99% under 80 ms / 720h"
+    assert row["budget left"] == pytest.approx(round(100 * (1 - burn), 1))
+    assert row["burn (1h)"] == pytest.approx(round(burn, 2))
+    assert row["firing"] == "fast burn, slow burn, budget leak"
+
+
+#: The dashboard's SLO panel read in a process of its own (it loads the SLO counts' plugin).
+PANEL = """
+import json, sys
+import redis
+from dashboard.slo import slo_table
+from tidegauge.catalog import SLO_COUNTS_PLUGIN
+from tidegauge.catalog.report import service_reports
+from tidegauge.core.plugins import load_plugins
+from tidegauge.core.store import Keys
+load_plugins([SLO_COUNTS_PLUGIN])
+rows = service_reports(redis.Redis.from_url(sys.argv[1]), Keys(), int(sys.argv[2]))
+print(slo_table(rows).to_json(orient="records"))
+"""

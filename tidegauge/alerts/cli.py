@@ -22,9 +22,10 @@ import redis
 from tidegauge.alerts.evaluator import DEFAULT_LOOKBACK_MS, evaluate_store
 from tidegauge.alerts.metrics import AlertMetrics
 from tidegauge.alerts.rules import Rule, describe_firing, load_rules, parse_rule
-from tidegauge.alerts.slo import read_catalog_entries, slo_rules
+from tidegauge.alerts.slo import slo_rules
 from tidegauge.alerts.webhook import WebhookSender
 from tidegauge.catalog import SLO_COUNTS_PLUGIN
+from tidegauge.catalog.report import read_catalog_entries
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.config import RedisSettings, redact_url
 from tidegauge.core.durations import format_duration, parse_duration

@@ -21,36 +21,22 @@ Notices carry Alertmanager-style labels: `alertname`, `service`, `team`, `severi
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-import redis
 
 from tidegauge.alerts.rules import SLO_BURN, Point, Rule, SloCheck
 from tidegauge.catalog.budget import BURN_RULES, burn_rate
 from tidegauge.catalog.entry import CatalogEntry
-from tidegauge.core.store import Keys
 from tidegauge.core.store.records import WindowRow
 
-__all__ = ["OBJECTIVES", "burn_points", "read_catalog_entries", "slo_rules"]
+__all__ = ["OBJECTIVES", "burn_points", "slo_rules"]
 
 #: Per objective: the result fields of the events it judged and of the bad ones.
 OBJECTIVES = {
     "availability": ("slo_availability_events", "slo_errors"),
     "latency": ("slo_latency_events", "slo_slow"),
 }
-
-
-def read_catalog_entries(r: redis.Redis, keys: Keys) -> dict[str, CatalogEntry]:
-    """The catalog as the job last published it: service -> its newest entry."""
-    out = {}
-    for service, raw in r.hgetall(keys.catalog).items():
-        doc = json.loads(raw)
-        out[service.decode() if isinstance(service, bytes) else str(service)] = (
-            CatalogEntry.from_json(doc["entry"])
-        )
-    return out
 
 
 def slo_rules(catalog: Mapping[str, CatalogEntry]) -> list[Rule]:

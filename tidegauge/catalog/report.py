@@ -10,16 +10,17 @@ open: their figures are provisional, as the alerts' are.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 from tidegauge.catalog.budget import BURN_RULES, Budget, burn_rate
-from tidegauge.catalog.entry import Slo
+from tidegauge.catalog.entry import CatalogEntry, Slo
 from tidegauge.core import store
 
-__all__ = ["ObjectiveReport", "slo_report"]
+__all__ = ["ObjectiveReport", "read_catalog_entries", "service_reports", "slo_report"]
 
 #: Per objective: its target, and the result fields of its judged and bad events.
 _OBJECTIVES = {
@@ -111,3 +112,30 @@ def _counts(
 ) -> dict[str, int]:
     result = store.read_range(r, keys, since, until, service, None, 0)
     return {k: int(v) for k, v in result.metrics.items() if k.startswith("slo_") and v is not None}
+
+
+def read_catalog_entries(r: redis.Redis, keys: store.Keys) -> dict[str, CatalogEntry]:
+    """The catalog as the job last published it: service -> its newest entry."""
+    out = {}
+    for service, raw in r.hgetall(keys.catalog).items():
+        doc = json.loads(raw)
+        out[service.decode() if isinstance(service, bytes) else str(service)] = (
+            CatalogEntry.from_json(doc["entry"])
+        )
+    return out
+
+
+def service_reports(
+    r: redis.Redis, keys: store.Keys, now_ms: int, limit: int = 20
+) -> list[tuple[str, CatalogEntry, list[ObjectiveReport]]]:
+    """Every catalogued service with an SLO (the first `limit` by name): its reports now."""
+    out = []
+    entries = read_catalog_entries(r, keys)
+    for service, entry in sorted(entries.items()):
+        if entry.slo is None:
+            continue
+        reports = slo_report(r, keys, service, entry.slo, entry.slo.period_ms, now_ms)
+        out.append((service, entry, reports))
+        if len(out) >= limit:
+            break
+    return out
