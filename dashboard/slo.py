@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from tidegauge.catalog.entry import CatalogEntry
-from tidegauge.catalog.report import ObjectiveReport
+from tidegauge.catalog.report import ObjectiveReport, lasting_text
 from tidegauge.core.durations import format_duration
 
 __all__ = ["slo_table"]
@@ -39,7 +39,7 @@ def slo_table(rows: Sequence[tuple[str, CatalogEntry, list[ObjectiveReport]]]) -
                 objective = f"{x.target:g}% under {entry.slo.latency_ms:g} ms"
             else:
                 objective = f"{x.target:g}% available"
-            lasts = "-" if x.exhausted_in_ms is None else format_duration(round(x.exhausted_in_ms))
+            lasts = lasting_text(x.exhausted_in_ms)
             out.append(
                 {
                     "service": service,

@@ -17,7 +17,7 @@ from tidegauge.alerts.store import read_alert_heartbeat, read_alert_log, read_fi
 from tidegauge.catalog import SLO_COUNTS_PLUGIN
 from tidegauge.catalog.cli import ENV_CATALOG_TOPIC
 from tidegauge.catalog.history import CatalogHistory
-from tidegauge.catalog.report import slo_report
+from tidegauge.catalog.report import lasting_text, slo_report
 from tidegauge.catalog.topic import DEFAULT_CATALOG_TOPIC, CatalogError, read_catalog
 from tidegauge.core import store
 from tidegauge.core.config import KafkaSettings, RedisSettings, add_kafka_options, redact_url
@@ -743,7 +743,7 @@ def _slo(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int) -
         lasts = (
             "never runs out at this pace"
             if x.exhausted_in_ms is None
-            else f"runs out in {format_duration(round(x.exhausted_in_ms))}"
+            else f"runs out in {lasting_text(x.exhausted_in_ms)}"
         )
         print(f"    burn rate over the last hour {pace}: the budget left {lasts}")
         for name, severity, rate, long_burn, short_burn, fires in x.rules:

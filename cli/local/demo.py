@@ -36,7 +36,7 @@ import urllib.error
 import urllib.request
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import TextIO, TypeVar
@@ -51,6 +51,9 @@ from cli.local.services import (
     wait_for_port,
 )
 from dashboard.view_url import WALL_PAGE
+from tidegauge.catalog.entry import CatalogEntry, Slo
+from tidegauge.catalog.topic import CatalogError
+from tidegauge.catalog.topic import write as write_catalog
 from tidegauge.core.config import (
     ENV_BOOTSTRAP,
     ENV_REDIS_URL,
@@ -111,7 +114,18 @@ DEMO_RULES = (
 
 #: The record formats the demo can run with, and the dimensions its job slices by (in each).
 DEMO_FORMATS = ("tidegauge", "otlp_proto", "otlp_json")
-DEMO_DIMENSIONS = ("route", "region", "version", "status_class")
+DEMO_DIMENSIONS = ("route", "region", "version", "status_class", "team")
+
+#: The demo's service catalog (docs/catalog.md): teams, tiers and SLOs whose budgets the
+#: generator's normal traffic keeps (1 % errors, the latencies of `DEFAULT_LATENCY`) and the
+#: incident buttons burn (a 5x latency incident sends most of a service's requests over).
+DEMO_CATALOG: dict[str, CatalogEntry] = {
+    "api": CatalogEntry("platform", "1", slo=Slo(98.5, 250.0, 99.0)),
+    "web": CatalogEntry("frontend", "1", slo=Slo(98.5, 800.0, 99.0)),
+    "search": CatalogEntry("discovery", "2", slo=Slo(98.0, 500.0, 99.0)),
+    "auth": CatalogEntry("platform", "1", slo=Slo(98.5, 150.0, 99.0)),
+    "payments": CatalogEntry("payments", "1", slo=Slo(98.5, 1_200.0, 99.0)),
+}
 
 
 def format_flags(record_format: str) -> tuple[list[str], list[str]]:
@@ -422,6 +436,21 @@ class _Demo:
         note = "" if n == DEFAULT_PARTITIONS else f" (existing topic; wanted {DEFAULT_PARTITIONS})"
         self.line("topic", "ready", f"{kafka.topic!r}, {n} partitions{note}")
 
+    def write_catalog(self, kafka: KafkaSettings) -> str:
+        """The demo's catalog (`DEMO_CATALOG`) in a topic of its own; returns its name."""
+        topic = f"{kafka.topic}-catalog"
+        target = replace(kafka, topic=topic)
+        entries = list(DEMO_CATALOG.items())
+        try:
+            self.in_thread(lambda: write_catalog(target, list(entries)), "catalog", 25)
+        except (CatalogError, OSError) as e:
+            raise DemoError(f"cannot write the catalog to {topic!r}: {e}") from e
+        teams = sorted({e.team for _, e in entries if e.team})
+        self.line(
+            "catalog", "ready", f"{topic!r}: {len(entries)} services, teams {', '.join(teams)}"
+        )
+        return topic
+
     def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> _Child:
         log_path = self.log_dir / f"{name}.log"
         with log_path.open("wb") as log:  # the child keeps its own copy of the descriptor
@@ -495,6 +524,8 @@ class _Demo:
         kafka = KafkaSettings.from_env(bootstrap=bootstrap)
         self.create_topic(kafka)
         self.check_stop()
+        catalog = self.write_catalog(kafka)
+        self.check_stop()
 
         keys = Keys(args.redis_prefix)
         status_client = connect(RedisSettings(url=redis_url, prefix=args.redis_prefix))
@@ -542,6 +573,8 @@ class _Demo:
                 args.redis_prefix,
                 *_JOB_KNOBS,
                 *format_flags(args.format)[1],
+                "--catalog",
+                catalog,
                 "--master",  # the last --master wins
                 master,
             ],
@@ -557,6 +590,7 @@ class _Demo:
                 "--redis-prefix",
                 args.redis_prefix,
                 *[x for rule in DEMO_RULES for x in ("--rule", rule)],
+                "--slo",
             ],
             env,
         )

@@ -19,8 +19,15 @@ import redis
 from tidegauge.catalog.budget import BURN_RULES, Budget, burn_rate
 from tidegauge.catalog.entry import CatalogEntry, Slo
 from tidegauge.core import store
+from tidegauge.core.durations import format_duration
 
-__all__ = ["ObjectiveReport", "read_catalog_entries", "service_reports", "slo_report"]
+__all__ = [
+    "ObjectiveReport",
+    "lasting_text",
+    "read_catalog_entries",
+    "service_reports",
+    "slo_report",
+]
 
 #: Per objective: its target, and the result fields of its judged and bad events.
 _OBJECTIVES = {
@@ -139,3 +146,10 @@ def service_reports(
         if len(out) >= limit:
             break
     return out
+
+
+def lasting_text(ms: float | None) -> str:
+    """How long a budget lasts, to the minute: "352h59m", "0s" (gone), "-" (for ever)."""
+    if ms is None:
+        return "-"
+    return format_duration(round(ms / 60_000) * 60_000)
