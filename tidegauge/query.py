@@ -17,7 +17,7 @@ from tidegauge.alerts.store import read_alert_heartbeat, read_alert_log, read_fi
 from tidegauge.catalog import SLO_COUNTS_PLUGIN
 from tidegauge.catalog.cli import ENV_CATALOG_TOPIC
 from tidegauge.catalog.history import CatalogHistory
-from tidegauge.catalog.report import lasting_text, slo_report
+from tidegauge.catalog.report import lasting_text, read_catalog_entries, slo_report
 from tidegauge.catalog.topic import DEFAULT_CATALOG_TOPIC, CatalogError, read_catalog
 from tidegauge.core import store
 from tidegauge.core.config import KafkaSettings, RedisSettings, add_kafka_options, redact_url
@@ -121,7 +121,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--at", help="when the period ends: epoch ms, ISO-8601, or a duration ago (default: now)"
     )
     o.add_argument(
-        "--bootstrap", help="Kafka HOST:PORT of the catalog (env TIDEGAUGE_KAFKA_BOOTSTRAP)"
+        "--bootstrap",
+        help="read the catalog from Kafka at HOST:PORT (env TIDEGAUGE_KAFKA_BOOTSTRAP) instead "
+        "of the copy the job publishes to Redis (`tidegauge job --catalog`)",
     )
     o.add_argument("--catalog-topic", help="the catalog topic (env TIDEGAUGE_CATALOG_TOPIC)")
     add_kafka_options(o)
@@ -717,7 +719,12 @@ def _slo(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int) -
     topic = args.catalog_topic or os.environ.get(ENV_CATALOG_TOPIC) or DEFAULT_CATALOG_TOPIC
     kafka = KafkaSettings.from_env(bootstrap=args.bootstrap, topic=topic, options=args.kafka_option)
     at = parse_instant(args.at, now) if args.at else now
-    entry = CatalogHistory.of(read_catalog(kafka)).as_of(args.service, at)
+    published = read_catalog_entries(r, keys)
+    if published and not (args.at or args.bootstrap or args.catalog_topic):
+        entry = published.get(args.service)  # as the job joins it now
+        topic = f"{topic} (as the job last published it)"
+    else:  # the topic itself: any time it still holds
+        entry = CatalogHistory.of(read_catalog(kafka)).as_of(args.service, at)
     if entry is None or entry.slo is None:
         raise ValueError(
             f"{args.service} has no SLO in the catalog {topic!r} at {to_iso(at)} "

@@ -191,6 +191,13 @@ def test_each_event_meets_the_catalog_as_of_its_time(
     assert [r["fires"] for r in latency["rules"]] == [burn >= r["rate"] for r in latency["rules"]]
     gone = tidegauge("query", "slo", "--service", "search", *slo_cli, check=False)
     assert gone.returncode == 1 and "search has no SLO in the catalog" in gone.stderr
+    # without Kafka flags: the catalog as the job published it to Redis, the same objective
+    published = json.loads(
+        tidegauge(
+            "query", "slo", "--service", "checkout", "--json", "--redis", redis_settings.url
+        ).stdout
+    )
+    assert [(o["objective"], o["target"]) for o in published["objectives"]] == [("latency", 99.0)]
 
     # the catalog as the job last joined it, and its changes on the event-time charts
     stored = {k.decode(): json.loads(v) for k, v in r.hgetall(Keys().catalog).items()}
