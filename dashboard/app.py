@@ -597,13 +597,28 @@ def _order(d: Derived, name: str, frame: pd.DataFrame, f: data.Filters) -> list[
     return [s for s in order if not f.services or s in f.services]
 
 
+#: The SLO panel's team filter: every team.
+ALL_TEAMS = "all teams"
+
+
 def _slos() -> None:
     """Budget and burn of every catalogued SLO (`tidegauge job --catalog`, docs/slo.md)."""
     rows = data.shared_slos(settings.redis.url, keys.prefix, settings.refresh_ms)
     if not rows:
         return  # no catalog published: no panel
     st.subheader("SLOs")
-    st.dataframe(slo_table(rows), hide_index=True, key="slos")
+    table = slo_table(rows)
+    teams = sorted({t for t in table["team"] if t})
+    if len(teams) > 1:
+        team = st.selectbox(
+            "Team",
+            [ALL_TEAMS, *teams],
+            key="slo_team",
+            help="The services of one team (the catalog's owner of each service).",
+        )
+        if team != ALL_TEAMS:
+            table = table[table["team"] == team]
+    st.dataframe(table, hide_index=True, key="slos")
     st.caption(
         "Budget left over each SLO's period, burn rate over the last hour (1 = the budget lasts "
         "the period exactly) and when the budget runs out at it; rules firing: the SRE "
