@@ -28,15 +28,10 @@ import numpy as np
 from tidegauge.alerts.rules import SLO_BURN, Point, Rule, SloCheck
 from tidegauge.catalog.budget import BURN_RULES, burn_rate
 from tidegauge.catalog.entry import CatalogEntry
+from tidegauge.catalog.report import OBJECTIVE_COUNTS
 from tidegauge.core.store.records import WindowRow
 
-__all__ = ["OBJECTIVES", "burn_points", "slo_rules"]
-
-#: Per objective: the result fields of the events it judged and of the bad ones.
-OBJECTIVES = {
-    "availability": ("slo_availability_events", "slo_errors"),
-    "latency": ("slo_latency_events", "slo_slow"),
-}
+__all__ = ["burn_points", "slo_rules"]
 
 
 def slo_rules(catalog: Mapping[str, CatalogEntry]) -> list[Rule]:
@@ -46,13 +41,8 @@ def slo_rules(catalog: Mapping[str, CatalogEntry]) -> list[Rule]:
         slo = entry.slo
         if slo is None:
             continue
-        targets = {"availability": slo.availability, "latency": slo.latency_target}
-        for objective, target in targets.items():
-            if target is None:
-                continue
-            name = f"{objective} {target:g}%"
-            if objective == "latency" and slo.latency_ms is not None:
-                name = f"latency {target:g}% under {slo.latency_ms:g} ms"
+        for objective, target in slo.objectives().items():
+            name = slo.name(objective)
             for b in BURN_RULES:
                 check = SloCheck(
                     objective,
@@ -95,7 +85,7 @@ def burn_points(
     check = rule.slo
     if check is None:
         raise ValueError(f"rule {rule.name!r} is not an SLO rule")
-    judged_field, bad_field = OBJECTIVES[check.objective]
+    judged_field, bad_field = OBJECTIVE_COUNTS[check.objective]
     rows = sorted((w for w in counts if w.service == rule.service), key=lambda w: w.window_start)
     starts = np.array([w.window_start for w in rows], np.int64)
     ends = np.array([w.window_end for w in rows], np.int64)

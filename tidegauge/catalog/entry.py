@@ -62,6 +62,22 @@ class Slo:
         if self.period_ms <= 0:
             raise ValueError("slo.period must be > 0")
 
+    def objectives(self) -> dict[str, float]:
+        """Objective (`availability`, `latency`) -> its target, for those the SLO has."""
+        out = {}
+        if self.availability is not None:
+            out["availability"] = self.availability
+        if self.latency_target is not None:
+            out["latency"] = self.latency_target
+        return out
+
+    def name(self, objective: str) -> str:
+        """How an objective is called: "availability 99.9%", "latency 99% under 800 ms"."""
+        target = self.objectives()[objective]
+        if objective == "latency":
+            return f"latency {target:g}% under {self.latency_ms:g} ms"
+        return f"availability {target:g}%"
+
     def budget(self, target: float) -> float:
         """The error budget of a target: the share of events allowed to be bad (0.1 % -> 0.001)."""
         return 1 - target / 100

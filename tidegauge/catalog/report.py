@@ -22,6 +22,7 @@ from tidegauge.core import store
 from tidegauge.core.durations import format_duration
 
 __all__ = [
+    "OBJECTIVE_COUNTS",
     "ObjectiveReport",
     "lasting_text",
     "read_catalog_entries",
@@ -29,8 +30,9 @@ __all__ = [
     "slo_report",
 ]
 
-#: Per objective: its target, and the result fields of its judged and bad events.
-_OBJECTIVES = {
+#: Per objective: the result fields (tidegauge/catalog/slo_counts.py) of the events it judged
+#: and of the bad ones.
+OBJECTIVE_COUNTS = {
     "availability": ("slo_availability_events", "slo_errors"),
     "latency": ("slo_latency_events", "slo_slow"),
 }
@@ -79,10 +81,8 @@ def slo_report(
     }
     counts = {span: _counts(r, keys, service, now_ms - span, now_ms) for span in sorted(spans)}
     out = []
-    for objective, (judged, bad) in _OBJECTIVES.items():
-        target = slo.availability if objective == "availability" else slo.latency_target
-        if target is None:
-            continue
+    for objective, target in slo.objectives().items():
+        judged, bad = OBJECTIVE_COUNTS[objective]
 
         def burn(
             span: int, target: float = target, judged: str = judged, bad: str = bad
