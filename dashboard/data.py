@@ -24,7 +24,7 @@ from dashboard.shared import Derived, SharedReads
 from tidegauge.alerts.rules import Firing
 from tidegauge.alerts.store import read_firings
 from tidegauge.catalog import SLO_COUNTS_PLUGIN
-from tidegauge.catalog.report import service_reports
+from tidegauge.catalog.report import ServiceSlos, service_reports
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.config import RedisSettings
 from tidegauge.core.dimensions import member, split_member
@@ -542,8 +542,10 @@ def shared_breakdown(url: str, prefix: str, refresh_ms: int, view: BreakdownView
 
 
 @functools.cache
-def _shared_slos(url: str, prefix: str, refresh_ms: int) -> SharedReads[Any]:
-    cache: SharedReads[Any] = SharedReads(ttl_s=max(0.9 * refresh_ms / 1000, SLO_REFRESH_S))
+def _shared_slos(url: str, prefix: str, refresh_ms: int) -> SharedReads[list[ServiceSlos]]:
+    cache: SharedReads[list[ServiceSlos]] = SharedReads(
+        ttl_s=max(0.9 * refresh_ms / 1000, SLO_REFRESH_S)
+    )
     _CACHES.append(cache)
     return cache
 
@@ -552,13 +554,13 @@ def _shared_slos(url: str, prefix: str, refresh_ms: int) -> SharedReads[Any]:
 SLO_REFRESH_S = 10.0
 
 
-def shared_slos(url: str, prefix: str, refresh_ms: int) -> Any:
+def shared_slos(url: str, prefix: str, refresh_ms: int) -> list[ServiceSlos]:
     """Every catalogued service's SLO reports (tidegauge/catalog/report.py).
 
     [] when the job publishes no catalog; read at most every `SLO_REFRESH_S` for this process.
     """
 
-    def read() -> Any:
+    def read() -> list[ServiceSlos]:
         r, keys = client(url), Keys(prefix)
         if not r.exists(keys.catalog):
             return []

@@ -11,8 +11,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from tidegauge.catalog.entry import CatalogEntry
-from tidegauge.catalog.report import ObjectiveReport, lasting_text
+from tidegauge.catalog.report import ServiceSlos, lasting_text
 from tidegauge.core.durations import format_duration
 
 __all__ = ["slo_table"]
@@ -29,7 +28,7 @@ COLUMNS = [
 ]
 
 
-def slo_table(rows: Sequence[tuple[str, CatalogEntry, list[ObjectiveReport]]]) -> pd.DataFrame:
+def slo_table(rows: Sequence[ServiceSlos]) -> pd.DataFrame:
     """One row per (service, objective), worst budget first."""
     out = []
     for service, entry, reports in rows:

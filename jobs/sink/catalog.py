@@ -19,7 +19,7 @@ from tidegauge.catalog.history import CatalogHistory
 from tidegauge.catalog.topic import CatalogFollower
 from tidegauge.core.config import KafkaSettings
 from tidegauge.core.store import Keys
-from tidegauge.core.store.annotations import Annotation, write_annotation
+from tidegauge.core.store.annotations import Annotation, write_annotations
 
 __all__ = ["CatalogPublisher"]
 
@@ -45,7 +45,8 @@ class CatalogPublisher:
         if self._follower is None:
             self._follower = CatalogFollower(self._kafka)
         self._follower.catch_up(offsets)
-        history = CatalogHistory.of(self._follower.below(offsets))
+        records = self._follower.below(offsets)
+        history = CatalogHistory.of(records)
         pipe = r.pipeline(transaction=True)
         pipe.delete(self.keys.catalog)
         now = {s: vs[-1] for s, vs in sorted(history.versions.items()) if vs[-1].entry is not None}
@@ -61,12 +62,20 @@ class CatalogPublisher:
                 },
             )
         pipe.execute()
-        for service in history.versions:
-            for version, change in history.changes(service):
-                at = version.effective_ms
-                write_annotation(
-                    r, self.keys, Annotation("catalog", change, "event", at, at, service)
-                )
+        # Each change once, when its record is new (after a restart: all of them again, which
+        # changes nothing), in one round trip however large the catalog.
+        before = self._published or {}
+        fresh = {x.offset for x in records if x.offset >= before.get(x.partition, 0)}
+        write_annotations(
+            r,
+            self.keys,
+            [
+                Annotation("catalog", change, "event", v.effective_ms, v.effective_ms, service)
+                for service in history.versions
+                for v, change in history.changes(service)
+                if v.offset in fresh
+            ],
+        )
         self._published = offsets
 
     def close(self) -> None:

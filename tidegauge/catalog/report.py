@@ -24,6 +24,7 @@ from tidegauge.core.durations import format_duration
 __all__ = [
     "OBJECTIVE_COUNTS",
     "ObjectiveReport",
+    "ServiceSlos",
     "lasting_text",
     "read_catalog_entries",
     "service_reports",
@@ -132,9 +133,13 @@ def read_catalog_entries(r: redis.Redis, keys: store.Keys) -> dict[str, CatalogE
     return out
 
 
+#: A catalogued service, its entry and its objectives' reports.
+ServiceSlos = tuple[str, CatalogEntry, list[ObjectiveReport]]
+
+
 def service_reports(
     r: redis.Redis, keys: store.Keys, now_ms: int, limit: int = 20
-) -> list[tuple[str, CatalogEntry, list[ObjectiveReport]]]:
+) -> list[ServiceSlos]:
     """Every catalogued service with an SLO (the first `limit` by name): its reports now."""
     out = []
     entries = read_catalog_entries(r, keys)

@@ -10,7 +10,7 @@ with their own states (`tidegauge/alerts/store.py`), and drawn the same way.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -18,7 +18,13 @@ import redis
 
 from tidegauge.core.store.keys import ALL_SERVICES, Keys
 
-__all__ = ["ANNOTATIONS_KEPT", "Annotation", "read_annotations", "write_annotation"]
+__all__ = [
+    "ANNOTATIONS_KEPT",
+    "Annotation",
+    "read_annotations",
+    "write_annotation",
+    "write_annotations",
+]
 
 #: Annotations kept (the newest by start).
 ANNOTATIONS_KEPT = 1_000
@@ -62,8 +68,15 @@ class Annotation:
 
 def write_annotation(r: redis.Redis, keys: Keys, a: Annotation) -> None:
     """Add `a` (the same annotation twice is kept once); the oldest beyond the cap go."""
-    pipe = r.pipeline(transaction=False)  # one round trip; a reader sees it with or without
-    pipe.zadd(keys.annotations, {json.dumps(a.to_dict(), sort_keys=True): a.start})
+    write_annotations(r, keys, [a])
+
+
+def write_annotations(r: redis.Redis, keys: Keys, items: Sequence[Annotation]) -> None:
+    """`write_annotation` of each of `items`, in one round trip."""
+    if not items:
+        return
+    pipe = r.pipeline(transaction=False)  # a reader sees them with or without
+    pipe.zadd(keys.annotations, {json.dumps(a.to_dict(), sort_keys=True): a.start for a in items})
     pipe.zremrangebyrank(keys.annotations, 0, -ANNOTATIONS_KEPT - 1)
     pipe.execute()
 
