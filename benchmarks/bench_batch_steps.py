@@ -27,7 +27,8 @@ running job's groups hold it: decoding and writing that state back counts too. `
 `route`, `method`, `region` or `version` among them the records carry those as `tidegauge produce
 --attributes` writes them (`--routes`, `--regions`), `status_class` comes from the status.
 `--catalog-changes N` joins the batch to a service catalog as `tidegauge job --catalog` does
-(docs/catalog.md): every service catalogued (20 teams, 3 tiers) and N changes of team spread
+(docs/catalog.md): every service catalogued (20 teams, 3 tiers, SLOs whose exact counts the
+panes keep) and N changes of team spread
 over the batch's event time; with `--dimension team` the join's result is sliced. It prints
 what the planner's part costs (building the join) and what it ships to each read task.
 """
@@ -66,7 +67,8 @@ from jobs.summary.summarise import summarise, summary_batch  # noqa: E402
 
 # The stand-in for Spark's GroupState that the unit tests give the state function.
 from tests.unit.jobs.fixtures import FakeGroupState  # noqa: E402
-from tidegauge.catalog.entry import CatalogEntry  # noqa: E402
+from tidegauge.catalog import SLO_COUNTS_PLUGIN  # noqa: E402
+from tidegauge.catalog.entry import CatalogEntry, Slo  # noqa: E402
 from tidegauge.catalog.history import CatalogHistory, CatalogRecord  # noqa: E402
 from tidegauge.catalog.join import CatalogJoin  # noqa: E402
 from tidegauge.core.config import JobConfig  # noqa: E402
@@ -76,6 +78,7 @@ from tidegauge.core.dimensions import (  # noqa: E402
     parse_dimensions,
     register_dimension_fields,
 )
+from tidegauge.core.plugins import load_plugins  # noqa: E402
 from tidegauge.core.store import Keys  # noqa: E402
 from tidegauge.traffic.config import GeneratorConfig  # noqa: E402
 from tidegauge.traffic.generator import generate  # noqa: E402
@@ -91,7 +94,9 @@ def _catalog(services: list[str], changes: int, span_ms: int) -> CatalogJoin:
             i,
             T0 - 3_600_000,
             name,
-            CatalogEntry(team=f"team{i % 20}", tier=str(i % 3)).to_bytes(),
+            CatalogEntry(
+                team=f"team{i % 20}", tier=str(i % 3), slo=Slo(99.0, 500.0, 99.0)
+            ).to_bytes(),
         )
         for i, name in enumerate(services)
     ]
@@ -201,6 +206,8 @@ def main() -> None:
     )
     args = ap.parse_args()
     print(describe(["pyarrow", "numpy", "redis"]))
+    if args.catalog_changes is not None:  # and the exact SLO counts, as the job loads them
+        load_plugins([SLO_COUNTS_PLUGIN])
     dims = parse_dimensions(args.dimension)
     register_dimension_fields(dims)
     cfg = ExecutorConfig(  # the job's defaults
