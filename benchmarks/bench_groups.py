@@ -146,7 +146,9 @@ def main() -> None:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--contenders", default="baseline,tidegauge")
     ap.add_argument(
-        "--phases", action="store_true", help="print each batch's phases (Spark's durationMs)"
+        "--phases",
+        action="store_true",
+        help="print each batch's phases (Spark's durationMs), state operator times and stages",
     )
     args = ap.parse_args()
     print(f"machine: {machine()}", flush=True)
@@ -219,10 +221,16 @@ def main() -> None:
                         for k, p in enumerate(steady(progress)):
                             phases = {k: v for k, v in p.durationMs.items() if v}
                             state = sum(op.memoryUsedBytes for op in p.stateOperators)
+                            ops = "; ".join(
+                                f"update {op.allUpdatesTimeMs} ms, commit {op.commitTimeMs} ms, "
+                                f"remove {op.allRemovalsTimeMs} ms"
+                                for op in p.stateOperators
+                            )
                             sink = f", sink {rows_ms[k + 1]:.0f} ms" if k + 1 < len(rows_ms) else ""
                             print(
                                 f"    batch {p.batchId} {name}: {phases}, state "
-                                f"{state / 1e6:.1f} MB; stages {stages.get(p.batchId, '-')}{sink}",
+                                f"{state / 1e6:.1f} MB ({ops}); "
+                                f"stages {stages.get(p.batchId, '-')}{sink}",
                                 flush=True,
                             )
                     runs.append(run)
