@@ -44,6 +44,7 @@ from jobs.source.kafka_source import CLIENT_PREFIX, true_end_offsets
 from jobs.source.offset_log import clock_of
 from jobs.state.aggregate import StateGroup, make_state_fn
 from jobs.state.codec import STATE_SCHEMA
+from jobs.state.keys import state_keys
 from jobs.state.rows import OUTPUT_SCHEMA, decode_table
 from jobs.summary.late_events import batch_members
 from jobs.summary.read_task import SummaryDataSource, summary_source_options
@@ -111,13 +112,16 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
     summaries = reader.load()  # parsed and summarised in the read task (jobs/summary/summarise.py)
     watermarked = summaries.withWatermark("event_time", f"{cfg.allowed_lateness_ms} milliseconds")
     n = cfg.state_shards
+    # each shard's state key, spread over the stateful step's tasks (jobs/state/keys.py)
+    keys = state_keys(cfg.checkpoint, n, cfg.shuffle_partitions)
+    key_of = F.array(*[F.lit(k) for k in keys])
     kind = F.col("kind")
     routed = watermarked.withColumn(
         "shard",
         F.explode(
-            F.when(kind == SummaryKind.HEARTBEAT.value, F.sequence(F.lit(0), F.lit(n - 1)))
+            F.when(kind == SummaryKind.HEARTBEAT.value, key_of)
             # the read task routed each chunk's services: Spark's pmod(hash(service), n)
-            .when(kind == SummaryKind.SHARD.value, F.array(F.col("shard")))
+            .when(kind == SummaryKind.SHARD.value, F.array(key_of[F.col("shard")]))
             .otherwise(F.array(F.lit(0)))
         ),
     )
@@ -132,6 +136,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         allowed_lateness_ms=cfg.allowed_lateness_ms,
         late_events_max=cfg.late_events_max,
         shards=n,
+        shard_keys=keys,
         plugins=plugins,
         dedup=cfg.dedup,
         max_services=cfg.max_services,
