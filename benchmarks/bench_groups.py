@@ -146,6 +146,9 @@ def main() -> None:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--contenders", default="baseline,tidegauge")
     ap.add_argument(
+        "--state-shards", type=int, default=JobConfig.state_shards, help="the job's (default 4)"
+    )
+    ap.add_argument(
         "--phases",
         action="store_true",
         help="print each batch's phases (Spark's durationMs), state operator times and stages",
@@ -206,6 +209,7 @@ def main() -> None:
                             max_records_per_trigger=args.per_trigger,
                             master=args.master,
                             shuffle_partitions=2,
+                            state_shards=args.state_shards,
                             # every service its own group: no names counted under "(other)"
                             max_services=max(JobConfig.max_services, 2 * services),
                         )
