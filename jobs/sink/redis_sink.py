@@ -206,14 +206,16 @@ def _queue(r: redis.Redis, tx: Any, keys: Keys, batch: SinkBatch, config: SinkCo
         assert arrival_window_ms is not None
         size = arrival_window_ms
         tx.sadd(keys.arrival_sizes, str(size))
-        counted: dict[str, dict[str, tuple[int, int, int]]] = defaultdict(dict)
+        # (domain, start) -> service -> counts: keys are spelled once per window, not per row
+        counted: dict[tuple[str, int], dict[str, tuple[int, int, int]]] = defaultdict(dict)
         for a in arrivals:
-            key = keys.arrivals(a.domain, size, a.start_ms)
-            have = counted[key].get(a.service, (0, 0, 0))
+            window = counted[(a.domain, a.start_ms)]
+            have = window.get(a.service, (0, 0, 0))
             n_late, n_strag = int(a.metrics["late"]), int(a.metrics["stragglers"])
-            counted[key][a.service] = (have[0] + a.count, have[1] + n_late, have[2] + n_strag)
-            indexed[keys.arrivals_index(a.domain, size)][str(a.start_ms)] = a.start_ms
-        for key, counts in counted.items():
+            window[a.service] = (have[0] + a.count, have[1] + n_late, have[2] + n_strag)
+        for (domain, start), counts in counted.items():
+            key = keys.arrivals(domain, size, start)
+            indexed[keys.arrivals_index(domain, size)][str(start)] = start
             fields[key][str(batch_id)] = batch_arrivals(counts)
     for key, mapping in fields.items():
         tx.hset(key, mapping=mapping)

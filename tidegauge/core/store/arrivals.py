@@ -136,7 +136,7 @@ def batch_arrivals(counts: Mapping[str, tuple[int, int, int]]) -> str:
     `*` holds the batch's totals, so a reader of the totals looks up one entry.
     """
     total = [sum(c[i] for c in counts.values()) for i in range(3)]
-    doc = {ALL_SERVICES: total, **{svc: list(counts[svc]) for svc in sorted(counts)}}
+    doc = {ALL_SERVICES: total, **{svc: counts[svc] for svc in sorted(counts)}}  # tuples: lists
     return json.dumps(doc, separators=(",", ":"))
 
 
