@@ -42,10 +42,14 @@ def state_keys(checkpoint: str | None, shards: int, partitions: int) -> tuple[in
     if path.exists():
         try:
             doc = json.loads(path.read_text())
+            if not isinstance(doc["keys"], list):
+                raise ValueError("its keys are not a list")
             keys = tuple(int(k) for k in doc["keys"])
+            if len(set(keys)) != len(keys):
+                raise ValueError("a key given to two shards")
         except (OSError, KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{path}: not a readable record of state keys ({e})") from e
-        if len(keys) != shards or len(set(keys)) != shards:
+        if len(keys) != shards:
             raise ValueError(
                 f"{path}: the checkpoint's state has {len(keys)} shards, the job asks for "
                 f"{shards} (--state-shards): keep {len(keys)} or start a new --checkpoint"

@@ -67,9 +67,10 @@ def test_another_shard_count_is_refused_with_what_to_do(tmp_path: Path) -> None:
         state_keys(ck, 8, 2)
 
 
-def test_an_unreadable_record_is_an_error_naming_the_file(tmp_path: Path) -> None:
-    (tmp_path / KEYS_FILE).write_text("{not json")
-    with pytest.raises(ValueError, match=KEYS_FILE):
+@pytest.mark.parametrize("text", ["{not json", '{"keys": [0, 1, 1, 2]}', '{"keys": "0123"}'])
+def test_an_unreadable_record_is_an_error_naming_the_file(tmp_path: Path, text: str) -> None:
+    (tmp_path / KEYS_FILE).write_text(text)
+    with pytest.raises(ValueError, match=f"{KEYS_FILE}: not a readable record"):
         state_keys(str(tmp_path), 4, 2)
 
 
