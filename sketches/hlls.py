@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import itertools
 import math
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from sketches.hll import (
     _DEFLATE_FROM,
+    _DEFLATED,
+    _DENSE,
     _HEADER,
     _SPARSE,
     _SPARSE_COUNT,
@@ -285,13 +289,18 @@ class Hlls:
 
     @classmethod
     def _decode_each(cls, blobs: Sequence[bytes]) -> Hlls:
-        """`decode`, one blob at a time (dense and deflated sketches)."""
+        """`decode` of blobs of any encoding, sparse or not, in one pass.
+
+        Sparse blobs are read where they lie; the others' registers (dense, deflated) are laid
+        out in one matrix whose non-zero cells are the entries: a page reading hundreds of
+        busy windows' `*` does not build a sketch object for each.
+        """
         n = len(blobs)
         if not n:
             return cls.empty(0)
         start = HLL.size + _HEADER.size + _SPARSE_COUNT.size
-        parts: list[npt.NDArray[np.void]] = []
-        sizes = np.zeros(n, np.int64)
+        sparse: dict[int, npt.NDArray[np.void]] = {}
+        full: list[int] = []  # blobs holding every register
         p = None
         for i, blob in enumerate(blobs):
             HLL.check(blob)
@@ -300,25 +309,84 @@ class Hlls:
                 (count,) = _SPARSE_COUNT.unpack_from(blob, HLL.size + _HEADER.size)
                 if len(blob) != start + count * _SPARSE_ENTRY.itemsize or count > (1 << bp):
                     raise ValueError(f"corrupt HyperLogLog: {count} sparse entries do not fit")
-                e = np.frombuffer(blob, _SPARSE_ENTRY, count, start)
+                sparse[i] = np.frombuffer(blob, _SPARSE_ENTRY, count, start)
+            elif len(blob) >= HLL.size + _HEADER.size:
+                bp = blob[HLL.size]
+                full.append(i)
             else:
-                s = HyperLogLog.from_bytes(blob)
-                bp = s.p
-                nz = np.flatnonzero(s.registers)
-                e = np.empty(nz.size, _SPARSE_ENTRY)
-                e["index"], e["value"] = nz, s.registers[nz]
+                HyperLogLog.from_bytes(blob)  # raises, naming what is wrong
             if p is None:
                 p = _check_p(bp)
             elif bp != p:
                 raise ValueError("Hlls.decode: sketches of different precisions")
-            parts.append(e)
-            sizes[i] = e.size
-        entries = np.concatenate(parts)
-        offsets = np.zeros(n + 1, np.int64)
-        np.cumsum(sizes, out=offsets[1:])
         assert p is not None
-        index = entries["index"].astype(np.int64)
-        return cls._checked(p, offsets, index, entries["value"].astype(np.uint8))
+        if sparse:  # checked as `decode` checks them: indices increasing, values in range
+            e = np.concatenate(list(sparse.values()))
+            sizes = np.array([x.size for x in sparse.values()], np.int64)
+            cls._checked(
+                p,
+                np.concatenate([[0], np.cumsum(sizes)]),
+                e["index"].astype(np.int64),
+                e["value"].astype(np.uint8),
+            )
+        pieces: dict[int, tuple[npt.NDArray[Any], npt.NDArray[np.uint8]]] = {
+            i: (e["index"], e["value"]) for i, e in sparse.items()
+        }
+        if full:
+            registers = _registers([blobs[i] for i in full], p)
+            flat = np.flatnonzero(registers)  # row by row, indices increasing: valid as made
+            index, rank = flat & ((1 << p) - 1), registers.reshape(-1)[flat]
+            sizes = np.count_nonzero(registers, axis=1)
+            if not sparse:  # every blob full (as `decode` hands them over): in order already
+                offsets = np.zeros(n + 1, np.int64)
+                np.cumsum(sizes, out=offsets[1:])
+                return cls(p, offsets, index, rank)
+            cuts = np.cumsum(sizes)[:-1]
+            for i, x, v in zip(full, np.split(index, cuts), np.split(rank, cuts), strict=True):
+                pieces[i] = (x, v)
+        ordered = [pieces[i] for i in range(n)]
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum([x.size for x, _ in ordered], out=offsets[1:])
+        return cls(
+            p,
+            offsets,
+            np.concatenate([x for x, _ in ordered]).astype(np.int64, copy=False),
+            np.concatenate([v for _, v in ordered]).astype(np.uint8, copy=False),
+        )
+
+
+def _registers(blobs: Sequence[bytes], p: int) -> npt.NDArray[np.uint8]:
+    """The registers of dense and deflated `HyperLogLog.to_bytes` blobs of precision `p`.
+
+    One row per blob; the 5-bit packed ones unpacked together, the deflated ones inflated
+    into their rows. A blob that is neither, or malformed, raises `from_bytes`' own error.
+    """
+    m = 1 << p
+    out = np.empty((len(blobs), m), np.uint8)
+    head = HLL.size + _HEADER.size
+    dense_rows: list[int] = []
+    for row, blob in enumerate(blobs):
+        encoding, body = blob[HLL.size + 1], blob[head:]
+        if encoding == _DENSE and len(body) == (5 * m) // 8:
+            dense_rows.append(row)
+            continue
+        raw = b""
+        if encoding == _DEFLATED:
+            try:
+                raw = zlib.decompress(body, bufsize=m)
+            except zlib.error:
+                pass
+        if len(raw) != m:
+            HyperLogLog.from_bytes(blob)  # raises, naming what is wrong
+            raise ValueError("corrupt HyperLogLog")  # (from_bytes raises first)
+        out[row] = np.frombuffer(raw, np.uint8)
+    if dense_rows:
+        packed = np.frombuffer(b"".join(blobs[r][head:] for r in dense_rows), np.uint8)
+        bits = np.unpackbits(packed, bitorder="little").reshape(-1, 5)
+        out[dense_rows] = np.packbits(bits, axis=1, bitorder="little")[:, 0].reshape(-1, m)
+    if out.size and int(out.max()) > 33 - p:
+        raise ValueError(f"register values must be in [0, {33 - p}] for p={p}")
+    return out
 
 
 def _sigma(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

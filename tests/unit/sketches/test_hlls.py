@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sketches import HyperLogLog
+from sketches import HyperLogLog, hll
 from sketches.hlls import Hlls
 
 
@@ -77,3 +77,54 @@ def test_many_sparse_sketches_among_dense_ones_decode_as_the_objects() -> None:
     assert decoded.encode() == blobs
     with pytest.raises(ValueError):
         Hlls.decode([*blobs[:30], blobs[30][:-2], *blobs[31:]])
+
+
+def _sketch(rng: np.random.Generator, size: int, p: int = 14) -> HyperLogLog:
+    s = HyperLogLog(p)
+    s.update_hashes(rng.integers(0, 2**32, size, dtype=np.uint64).astype(np.uint32))
+    return s
+
+
+def _dense(s: HyperLogLog, monkeypatch: pytest.MonkeyPatch) -> bytes:
+    """`s` written 5 bits a register (what `to_bytes` writes when deflating does not help)."""
+    with monkeypatch.context() as m:
+        m.setattr(hll, "_DEFLATE_FROM", 1 << 30)
+        return s.to_bytes()
+
+
+def test_dense_and_deflated_sketches_decode_together_as_the_objects(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Full-register blobs (5-bit dense, deflated) are read as one matrix: same registers."""
+    rng = np.random.default_rng(11)
+    expected = [_sketch(rng, n) for n in (200_000, 3_000, 0, 7, 200_000, 5_000, 1)]
+    blobs = [s.to_bytes() for s in expected]
+    blobs[4] = _dense(expected[4], monkeypatch)
+    assert {b[6] for b in blobs} == {0, 1, 2}  # dense, sparse and deflated among them
+    for chosen in (blobs, [b for b in blobs if b[6] != 1], blobs[:2]):
+        decoded = Hlls.decode(chosen)
+        assert [decoded.sketch(i) for i in range(len(chosen))] == [
+            HyperLogLog.from_bytes(b) for b in chosen
+        ]
+        assert decoded.encode() == [HyperLogLog.from_bytes(b).to_bytes() for b in chosen]
+
+
+def test_bad_full_register_blobs_are_refused_naming_the_fault(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rng = np.random.default_rng(12)
+    dense = _dense(_sketch(rng, 200_000), monkeypatch)
+    deflated = _sketch(rng, 3_000).to_bytes()
+    assert (dense[6], deflated[6]) == (0, 2)
+    with pytest.raises(ValueError, match="dense body"):
+        Hlls.decode([deflated, dense[:-1]])
+    with pytest.raises(ValueError, match="deflated"):
+        Hlls.decode([dense, deflated[:20] + b"\x00" * 8])
+    too_high = bytearray(dense)
+    too_high[8:] = b"\xff" * (len(dense) - 8)  # every 5-bit register 31 > 33 - 14
+    with pytest.raises(ValueError, match="register values"):
+        Hlls.decode([bytes(too_high)])
+    with pytest.raises(ValueError, match="precisions"):
+        Hlls.decode([dense, _sketch(rng, 50_000, p=10).to_bytes()])
+    with pytest.raises(ValueError, match="unknown encoding"):
+        Hlls.decode([dense[:6] + b"\x07" + dense[7:]])
