@@ -6,6 +6,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import redis
 
 from tidegauge.core.closed_windows import ClosedWindows
@@ -503,10 +504,33 @@ def _merge_block(
     one by one: once merged, the block stands for them (keeping both would hold an hour of
     decoded HyperLogLogs twice).
     """
-    aggs = _window_aggs(r, keys, spec, starts, services, True, None, None)
-    services = sorted({s for a in aggs for s in a})
-    merged = {s: WindowAgg.merged(a[s] for a in aggs if s in a) for s in services}
-    return merged, {s: sum(s in a for a in aggs) for s in services}
+    pipe = r.pipeline(transaction=False)
+    for start in starts:
+        if services is None:
+            pipe.hgetall(keys.window_aggs(spec.key, start))
+        else:
+            pipe.hmget(keys.window_aggs(spec.key, start), list(services))
+    names: list[str] = []
+    blobs: list[bytes] = []
+    for fetched in pipe.execute() if starts else []:
+        pairs = fetched.items() if services is None else zip(services, fetched, strict=True)
+        for svc, blob in pairs:
+            if blob is not None:
+                names.append(_s(svc))
+                blobs.append(blob)
+    # every window's aggregates decoded at once and merged per service in window order: what
+    # `WindowAgg.merged` of the objects gives (tidegauge/core/window_aggs.py)
+    order = sorted(set(names))
+    code = {s: i for i, s in enumerate(order)}
+    group = np.array([code[s] for s in names], np.int64)
+    ranked = np.argsort(group, kind="stable")
+    table = WindowAggs.decode([blobs[i] for i in ranked.tolist()]) if blobs else None
+    merged = table.combine(group[ranked], len(order)) if table is not None else None
+    counts = np.bincount(group, minlength=len(order)).tolist()
+    return (
+        {s: merged.agg(i) for i, s in enumerate(order)} if merged is not None else {},
+        dict(zip(order, counts, strict=True)),
+    )
 
 
 def _window_aggs(
