@@ -210,8 +210,8 @@ class Hlls:
     def decode(cls, blobs: Sequence[bytes]) -> Hlls:
         """Sketches of `HyperLogLog.to_bytes` blobs (any encoding); ValueError on bad ones.
 
-        Sparse sketches are read all at once, others one by one: a few dense ones (a busy
-        window's users, the `*` of many services) do not slow down thousands of sparse ones.
+        Sparse sketches are read all at once where they lie; dense and deflated ones (a busy
+        window's users, the `*` of many services) as one matrix of registers (`_decode_each`).
         """
         if not blobs:
             return cls.empty(0)
@@ -252,7 +252,7 @@ class Hlls:
         """`decode` of sparse sketches of one precision, every field read at once.
 
         None when some blob is dense, deflated or of another precision (`decode` then reads
-        them one by one).
+        those apart).
         """
         n = len(blobs.starts)
         starts = blobs.starts
