@@ -339,13 +339,10 @@ def main() -> None:
         run_worker(json.loads(args.worker))
         return
 
-    from benchmarks.bench_groups import START_MS, parse_shapes
+    from benchmarks.bench_groups import parse_shapes, produce_shape
     from benchmarks.machine import describe
     from cli.local.services import start_broker
     from tidegauge.core.config import KafkaSettings
-    from tidegauge.traffic.config import GeneratorConfig
-    from tidegauge.traffic.producer import produce
-    from tidegauge.traffic.topics import ensure_topic
 
     print(f"machine: {describe(('bytewax', 'confluent-kafka', 'datasketch', 'orjson'))}")
     print(
@@ -360,21 +357,8 @@ def main() -> None:
         for i, (services, rate) in enumerate(parse_shapes(args.shapes)):
             shape = f"{services}:{rate:g}"
             kafka = KafkaSettings(bootstrap=broker.address, topic=f"bytewax-{i}")
-            ensure_topic(kafka, 3)
             t = time.monotonic()
-            summary = produce(
-                GeneratorConfig(
-                    seed=1,
-                    rate=rate,
-                    count=args.events,
-                    pace="fast",
-                    start_time_ms=START_MS,
-                    services=tuple((f"s{k:05d}", 1.0) for k in range(services)),
-                    out_of_order_fraction=0.05,
-                    heartbeat_interval_ms=1000,
-                ),
-                kafka,
-            )
+            summary = produce_shape(kafka, services, rate, args.events)
             print(
                 f"shape {shape}: produced {summary.events:,} events in {summary.records:,} "
                 f"records in {time.monotonic() - t:.1f}s",

@@ -87,6 +87,29 @@ def parse_shapes(text: str) -> list[tuple[int, float]]:
     return out
 
 
+def produce_shape(kafka: KafkaSettings, services: int, rate: float, events: int) -> Any:
+    """A shape's topic (3 partitions): `events` seeded events of `services` equal services.
+
+    The generator of `tidegauge produce` at a fast pace, `rate` events per second of event
+    time, 5 % out of order, heartbeats; the same records for every contender (and
+    bench_bytewax.py). Returns the producer's summary.
+    """
+    ensure_topic(kafka, 3)
+    return produce(
+        GeneratorConfig(
+            seed=1,
+            rate=rate,
+            count=events,
+            pace="fast",
+            start_time_ms=START_MS,
+            services=tuple((f"s{k:05d}", 1.0) for k in range(services)),
+            out_of_order_fraction=0.05,
+            heartbeat_interval_ms=1000,
+        ),
+        kafka,
+    )
+
+
 def steady(progress: list[Any]) -> list[Any]:
     """The batches with records, without the first (it starts the query's Python workers)."""
     return [p for p in progress if records_of(p)][1:]
@@ -167,21 +190,8 @@ def main() -> None:
         for i, (services, rate) in enumerate(parse_shapes(args.shapes)):
             shape = f"{services}:{rate:g}"
             kafka = KafkaSettings(bootstrap=broker.address, topic=f"groups-{i}")
-            ensure_topic(kafka, 3)
             t = time.monotonic()
-            summary = produce(
-                GeneratorConfig(
-                    seed=1,
-                    rate=rate,
-                    count=args.events,
-                    pace="fast",
-                    start_time_ms=START_MS,
-                    services=tuple((f"s{k:05d}", 1.0) for k in range(services)),
-                    out_of_order_fraction=0.05,
-                    heartbeat_interval_ms=1000,
-                ),
-                kafka,
-            )
+            summary = produce_shape(kafka, services, rate, args.events)
             print(
                 f"shape {shape}: produced {summary.records:,} records in "
                 f"{time.monotonic() - t:.1f}s",
