@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sketches.digests import Digests
+from sketches.packed import Packed
 from sketches.preamble import LATE_AGG
 from sketches.tdigest import TDigest
 
@@ -104,9 +105,42 @@ def merge_late(parts: Sequence[bytes], keys: npt.ArrayLike, n: int) -> list[byte
     merge thousands of them.
     """
     k = np.asarray(keys, np.int64)
-    unpacked = [LateAgg.unpack(blob) for blob in parts]
+    columns = _unpacked(parts)
+    if columns is None:  # some part is not of this layout: one by one, naming what is wrong
+        unpacked = [LateAgg.unpack(blob) for blob in parts]
+        counts = np.array([c for c, _, _ in unpacked], np.int64)
+        lateness = Digests.decode([a for _, a, _ in unpacked])
+        overdue = Digests.decode([b for _, _, b in unpacked])
+    else:
+        counts, lateness, overdue = columns
     total = np.zeros(n, np.int64)
-    np.add.at(total, k, np.array([c for c, _, _ in unpacked], np.int64))
-    a_all = Digests.decode([a for _, a, _ in unpacked]).combine(k, n).encode()
-    b_all = Digests.decode([b for _, _, b in unpacked]).combine(k, n).encode()
+    np.add.at(total, k, counts)
+    a_all = lateness.combine(k, n).encode()
+    b_all = overdue.combine(k, n).encode()
     return [LateAgg.pack(c, a, b) for c, a, b in zip(total.tolist(), a_all, b_all, strict=True)]
+
+
+def _unpacked(parts: Sequence[bytes]) -> tuple[npt.NDArray[np.int64], Digests, Digests] | None:
+    """Counts and both digests of `LateAgg` blobs, every header read at once.
+
+    None when a blob is not a well-formed `LateAgg` of this layout (`merge_late` then unpacks
+    them one by one and raises on the first bad one).
+    """
+    if not parts:
+        return None
+    blobs = Packed(parts)
+    starts, sizes = blobs.starts, blobs.sizes
+    if (sizes < _HEADER_END).any() or not blobs.equal_at(starts, LATE_AGG.preamble):
+        return None
+    head = starts + LATE_AGG.size
+    counts = blobs.read(head, "<i8").astype(np.int64)
+    n_lateness = blobs.read(head + 8, "<u4").astype(np.int64)
+    n_overdue = blobs.read(head + 12, "<u4").astype(np.int64)
+    if (sizes != _HEADER_END + n_lateness + n_overdue).any():
+        return None
+    at = starts + _HEADER_END
+    lateness = Digests.unpack(Packed.of(blobs.buf, at, n_lateness))
+    overdue = Digests.unpack(Packed.of(blobs.buf, at + n_lateness, n_overdue))
+    if lateness is None or overdue is None:
+        return None
+    return counts, lateness, overdue
