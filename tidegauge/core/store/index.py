@@ -58,14 +58,12 @@ def _stamped(
     starts: Sequence[int],
     key_of: Callable[[int], str],
     parse: Callable[[int, dict[Any, Any]], T],
-    parse_many: Callable[[list[dict[Any, Any]]], list[T]] | None = None,
 ) -> list[T]:
     """`parse(start, fields)` of one "service|batch" hash per window start, memoised by HLEN.
 
     Each batch adds its own field and a replayed batch rewrites its field unchanged, so within
     one store epoch the number of fields is a version stamp: with `cache` (synced by the
-    caller's first read), a hash is fetched again only when its HLEN changed. `parse_many`,
-    if given, parses every fetched hash in one call instead (what `parse` gives, in order).
+    caller's first read), a hash is fetched again only when its HLEN changed.
     """
     known: dict[int, tuple[int, T]] = {}
     if cache is not None and cache.synced and starts:
@@ -80,14 +78,8 @@ def _stamped(
     pipe = r.pipeline(transaction=False)
     for start in misses:
         pipe.hgetall(key_of(start))
-    fetched = pipe.execute() if misses else []
-    parsed = (
-        parse_many(fetched)
-        if parse_many is not None and fetched
-        else [parse(s, f) for s, f in zip(misses, fetched, strict=True)]
-    )
-    for start, fields, value in zip(misses, fetched, parsed, strict=True):
-        known[start] = (len(fields), value)
+    for start, fields in zip(misses, pipe.execute() if misses else [], strict=True):
+        known[start] = (len(fields), parse(start, fields))
         if cache is not None and cache.synced:
             cache.put(kind, tag, start, known[start])
     return [known[s][1] for s in starts]

@@ -183,7 +183,6 @@ def _lateness_of(
             starts,
             partial(keys.window_late, spec.key),
             lambda _, fields: _late_of(fields, service),
-            lambda hashes: _late_of_many(hashes, service),
         )
         strags += _stamped(
             r,
@@ -218,28 +217,6 @@ def _lateness_of(
         overdue=TDigest.merged([accepted.overdue] + [x.overdue for x in picked]),
         duplicates=sum(per.get(service, 0) for per in dups),
     )
-
-
-def _late_of_many(hashes: Sequence[dict[Any, Any]], service: str) -> list[bytes | None]:
-    """`_late_of` of each window's late hash, all merged in one pass.
-
-    A first read of a long range at many services merges hundreds of thousands of fields.
-    """
-    blobs: list[bytes] = []
-    keys: list[int] = []
-    for i, fields in enumerate(hashes):
-        mine = [
-            v
-            for k, v in sorted(fields.items())
-            if service in (ALL_SERVICES, split_batch_field(k)[0])
-        ]
-        blobs += mine
-        keys += [i] * len(mine)
-    if not blobs:
-        return [None] * len(hashes)
-    merged = merge_late(blobs, np.array(keys, np.int64), len(hashes))
-    has = np.bincount(keys, minlength=len(hashes)) > 0
-    return [blob if h else None for blob, h in zip(merged, has.tolist(), strict=True)]
 
 
 def _late_of(fields: dict[Any, Any], service: str) -> bytes | None:

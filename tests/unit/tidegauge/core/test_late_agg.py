@@ -19,7 +19,6 @@ import pytest
 from sketches.tdigest import TDigest
 from tests.unit.tidegauge.core.fixtures import NAN, exact_values, f64, i64
 from tidegauge.core.late_agg import LateAgg, merge_late
-from tidegauge.core.store.lateness import _late_of, _late_of_many
 from tidegauge.core.window_agg import WindowAgg
 
 
@@ -114,21 +113,3 @@ def test_late_agg_digests_are_the_window_agg_kind() -> None:
     merged = TDigest.merged([agg.lateness, late.lateness])
     assert exact_values(merged) == [2.0, 5.0]
     assert exact_values(TDigest.merged([agg.overdue, late.overdue])) == [1.0, 3.0]
-
-
-def test_late_fields_of_many_windows_merge_as_each_window_alone() -> None:
-    """A first read merges every window's late hash in one pass: what each gives alone."""
-    rng = np.random.default_rng(9)
-
-    def part() -> bytes:
-        late = LateAgg()
-        late.add(rng.exponential(500.0, int(rng.integers(1, 20))), float(rng.integers(0, 900)))
-        return late.to_bytes()
-
-    hashes = [
-        {f"{svc}|{batch}".encode(): part() for svc in ("a", "b") for batch in range(k)}
-        for k in (3, 0, 1, 5)
-    ]
-    hashes.append({b"a|7": part()})  # one service only
-    for service in ("*", "a", "b"):
-        assert _late_of_many(hashes, service) == [_late_of(h, service) for h in hashes]
