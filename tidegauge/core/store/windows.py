@@ -504,20 +504,12 @@ def _merge_block(
     one by one: once merged, the block stands for them (keeping both would hold an hour of
     decoded HyperLogLogs twice).
     """
-    pipe = r.pipeline(transaction=False)
-    for start in starts:
-        if services is None:
-            pipe.hgetall(keys.window_aggs(spec.key, start))
-        else:
-            pipe.hmget(keys.window_aggs(spec.key, start), list(services))
     names: list[str] = []
     blobs: list[bytes] = []
-    for fetched in pipe.execute() if starts else []:
-        pairs = fetched.items() if services is None else zip(services, fetched, strict=True)
+    for pairs in _fetch_aggs(r, keys, spec, starts, services):
         for svc, blob in pairs:
-            if blob is not None:
-                names.append(_s(svc))
-                blobs.append(blob)
+            names.append(svc)
+            blobs.append(blob)
     # every window's aggregates decoded at once and merged per service in window order: what
     # `WindowAgg.merged` of the objects gives (tidegauge/core/window_aggs.py)
     order = sorted(set(names))
@@ -531,6 +523,27 @@ def _merge_block(
         {s: merged.agg(i) for i, s in enumerate(order)} if merged is not None else {},
         dict(zip(order, counts, strict=True)),
     )
+
+
+def _fetch_aggs(
+    r: redis.Redis,
+    keys: Keys,
+    spec: WindowSpec,
+    starts: Sequence[int],
+    services: Sequence[str] | None,
+) -> list[list[tuple[str, bytes]]]:
+    """Each window's stored (service, aggregate bytes) of `services` (None: all), one pipeline."""
+    pipe = r.pipeline(transaction=False)
+    for start in starts:
+        if services is None:
+            pipe.hgetall(keys.window_aggs(spec.key, start))
+        else:
+            pipe.hmget(keys.window_aggs(spec.key, start), list(services))
+    out = []
+    for fetched in pipe.execute() if starts else []:
+        pairs = fetched.items() if services is None else zip(services, fetched, strict=True)
+        out.append([(_s(svc), blob) for svc, blob in pairs if blob is not None])
+    return out
 
 
 def _window_aggs(
@@ -547,25 +560,14 @@ def _window_aggs(
     kind = "aggs" if services is None else "aggs|" + "\x1f".join(sorted(set(services)))
     known = {s: cache.get(kind, spec.key, s) for s in starts} if cache else {}
     misses = [s for s in starts if known.get(s) is None]
-    whole = services is None
-    pipe = r.pipeline(transaction=False)
-    for start in misses:
-        if whole:
-            pipe.hgetall(keys.window_aggs(spec.key, start))
-        else:
-            pipe.hmget(keys.window_aggs(spec.key, start), list(services or ()))
-    got = iter(pipe.execute() if misses else [])
+    got = iter(_fetch_aggs(r, keys, spec, misses, services))
     out = []
     for start in starts:
         aggs = known.get(start)
         if aggs is None:
-            fetched = next(got)
             reuse = cache is not None and _reusable(spec, start, watermark)
-            pairs = fetched.items() if whole else zip(services or (), fetched, strict=True)
             aggs = {
-                _s(svc): WindowAgg.from_bytes(blob, with_lateness or reuse)
-                for svc, blob in pairs
-                if blob is not None
+                svc: WindowAgg.from_bytes(blob, with_lateness or reuse) for svc, blob in next(got)
             }
             if cache is not None and reuse:
                 cache.put(kind, spec.key, start, aggs)
