@@ -10,6 +10,7 @@ have drained the topic and Redis must hold exactly what an uninterrupted run wro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -293,7 +294,8 @@ def test_a_supervisor_stopping_the_whole_job_is_a_clean_stop_and_a_restart_resum
             os.killpg(job.proc.pid, signal.SIGTERM)
         else:
             for pid in procs.living(pids):
-                os.kill(pid, signal.SIGTERM)
+                with contextlib.suppress(ProcessLookupError):  # ended since it was listed
+                    os.kill(pid, signal.SIGTERM)
         job.proc.wait(60)
     finally:
         code = job.stop()
