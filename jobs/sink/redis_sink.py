@@ -26,7 +26,7 @@ from jobs.state.rows import (
     WindowCount,
     WindowUpdate,
 )
-from tidegauge.core.late_agg import LateAgg
+from tidegauge.core.late_agg import LateAgg, merge_late
 from tidegauge.core.retention import Retention
 from tidegauge.core.store import ALL_SERVICES, DeadLetter, Keys, batch_field
 from tidegauge.core.store.arrivals import batch_arrivals
@@ -121,6 +121,26 @@ def write_batch(
         tx.execute()
 
 
+def _all_late(late: Sequence[LateUpdate]) -> list[LateUpdate]:
+    """`*`'s late rows: each window's late rows of the batch merged (in service order).
+
+    Stored as "*|batch" beside the services' fields, so a reader of `*`'s lateness merges one
+    field per batch, not one per (service, batch) (tidegauge/core/store/lateness.py).
+    """
+    cells = sorted({(lt.spec, lt.start_ms) for lt in late})
+    code = {cell: k for k, cell in enumerate(cells)}
+    rows = sorted(late, key=lambda lt: (code[(lt.spec, lt.start_ms)], lt.service))
+    blobs = [lt.agg or LateAgg(lt.count).to_bytes() for lt in rows]
+    keys = np.array([code[(lt.spec, lt.start_ms)] for lt in rows], np.int64)
+    counts = np.zeros(len(cells), np.int64)
+    np.add.at(counts, keys, [lt.count for lt in rows])
+    merged = merge_late(blobs, keys, len(cells))
+    return [
+        LateUpdate(spec, start, ALL_SERVICES, int(n), blob)
+        for (spec, start), n, blob in zip(cells, counts.tolist(), merged, strict=True)
+    ]
+
+
 def _queue(r: redis.Redis, tx: Any, keys: Keys, batch: SinkBatch, config: SinkConfig) -> None:
     """Queue one store's batch: windows (and the `*` rows they imply), corrections, arrivals.
 
@@ -151,6 +171,8 @@ def _queue(r: redis.Redis, tx: Any, keys: Keys, batch: SinkBatch, config: SinkCo
         raise ValueError("'*' is computed by the sink (of the state shards' parts), not sent whole")
     if arrivals and not arrival_window_ms:
         raise ValueError("arrivals need arrival_window_ms")
+    if late and config.totals:
+        late = [*late, *_all_late(late)]
     plan = None
     if retention is not None and at is not None:
         plan = plan_retention(r, keys, retention, config.source, at, late, arrivals)

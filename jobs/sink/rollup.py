@@ -113,12 +113,23 @@ def roll_periods(
             agg_cells.append((p, s))
         agg_parts += [(code[s], blob) for w in ordered for s, blob in w.aggs.items()]
         # Facts of the batches before this one, folded into one field per service ("svc|-1").
+        # A period some of whose batches wrote `*`'s late rows ("*|batch") folds `*` too:
+        # a batch that wrote none counts by its services' fields (`all_late_fields`).
         fields: dict[str, int] = {}
-        for w in ordered:
-            for f, blob in sorted(w.late.items()):
-                service, batch = split_batch_field(f)
-                if batch < batch_id:
-                    folded = batch_field(service, FOLDED)
+        facts = [
+            [(*split_batch_field(f), blob) for f, blob in sorted(w.late.items())] for w in ordered
+        ]
+        star = any(service == ALL_SERVICES for window in facts for service, _, _ in window)
+        for window in facts:
+            totals = {batch for service, batch, _ in window if service == ALL_SERVICES}
+            for service, batch, blob in window:
+                if batch >= batch_id:
+                    continue
+                into = [service]
+                if star and service != ALL_SERVICES and batch not in totals:
+                    into.append(ALL_SERVICES)
+                for name in into:
+                    folded = batch_field(name, FOLDED)
                     if folded not in fields:
                         fields[folded] = len(late_cells)
                         late_cells.append((p, folded))

@@ -346,6 +346,45 @@ def test_late_counts_replay_safe_but_add_across_batches(redis_client: redis.Redi
     assert _late(redis_client, T + W) == {"api": 0, "*": 0}
 
 
+def test_a_batch_stores_stars_late_rows_as_one_field_and_readers_of_older_stores_agree(
+    redis_client: redis.Redis,
+) -> None:
+    """Each batch writes `*`'s late rows of a window as one "*|batch" field, the merge of its
+    services' (count and both lateness digests); `*`'s lateness reads it instead of every
+    service's field, and a batch of a store written before (no `*` field) counts by its
+    services' fields: the same counts and digest weights either way."""
+    from tidegauge.core.late_agg import LateAgg
+    from tidegauge.core.store import read_lateness
+
+    tk = TUMBLING.key
+
+    def late(service: str, lateness: list[float]) -> LateUpdate:
+        agg = LateAgg()
+        agg.add(np.array(lateness), 5_000.0)
+        return LateUpdate(tk, T, service, agg.count, agg.to_bytes())
+
+    b5 = [late("web", [40_000.0]), late("api", [31_000.0, 35_000.0])]
+    write_batch(
+        redis_client, KEYS, SinkBatch(5, [update(TUMBLING, T + W, "api", agg_of(1, 1))], late=b5)
+    )
+    fields = redis_client.hgetall(KEYS.window_late(tk, T))
+    assert sorted(fields) == [b"*|5", b"api|5", b"web|5"]
+    star = LateAgg.from_bytes(fields[b"*|5"])
+    assert star.count == 3 and star.lateness.count == 3 and star.lateness.max == 40_000.0
+    # batch 6 as a store written before wrote it: no `*` field
+    write_batch(redis_client, KEYS, SinkBatch(6, [], late=[late("api", [50_000.0])]))
+    redis_client.hdel(KEYS.window_late(tk, T), "*|6")
+    got = read_lateness(redis_client, KEYS, T, T + 2 * W, "*")
+    assert (got.late, got.lateness.max) == (4, 50_000.0)
+    # each late event weighs once in the digests (the accepted event's agg holds none)
+    assert got.lateness.count == got.overdue.count == 4 and got.events == 5
+    assert [read_lateness(redis_client, KEYS, T, T + 2 * W, s).late for s in ("api", "web")] == [
+        3,
+        1,
+    ]
+    assert _late(redis_client, T) == {"api": 3, "web": 1, "*": 4}
+
+
 def test_duplicates_replay_safe_but_add_across_batches(redis_client: redis.Redis) -> None:
     tk = TUMBLING.key
     win = [update(TUMBLING, T, "api", agg_of(3, 0)), update(TUMBLING, T, "web", agg_of(1, 0))]

@@ -316,6 +316,32 @@ def test_lateness_of_a_range_reads_the_roll_ups_too(stores: dict[str, Any], svc:
     assert set(got.spec.split("+")) == {"10000", "r60000", "r600000"}
 
 
+def test_stars_lateness_is_whole_where_some_batches_kept_no_star_fields(
+    module_redis_db: Callable[[], RedisSettings],
+) -> None:
+    """Batches that kept `*`'s late rows as "*|batch" fields beside batches that did not (as a
+    store written before them has), in the same windows and their roll-ups: `*`'s lateness
+    over every tier counts each late row once (the truth), and its digests weigh what the
+    services' digests weigh together."""
+    batches, truth = _stream()
+    r = redis.Redis.from_url(module_redis_db().url)
+    for b in batches:
+        _write(r, b, TIERS)
+        if b.batch_id % 2:  # as written before: no `*` field
+            for key in r.scan_iter("tg:late:*", _type="hash"):
+                r.hdel(key, f"*|{b.batch_id}")
+    assert any(
+        f.startswith(b"*|") for k in r.scan_iter("tg:late:*", _type="hash") for f in r.hkeys(k)
+    )
+    lo, hi = T0, T0 + 2 * H + 58 * M + 20 * S
+    star = read_lateness(r, KEYS, lo, hi, "*")
+    assert star.late == sum(n for (s, _), n in truth.late.items() if lo <= s < hi) > 0
+    each = [read_lateness(r, KEYS, lo, hi, svc) for svc in SERVICES]
+    assert star.late == sum(x.late for x in each)
+    assert star.lateness.count == sum(x.lateness.count for x in each)
+    assert star.overdue.count == sum(x.overdue.count for x in each)
+
+
 def test_a_store_grown_without_retention_is_rolled_up_over_batches_and_loses_nothing(
     module_redis_db: Callable[[], RedisSettings], monkeypatch: pytest.MonkeyPatch
 ) -> None:

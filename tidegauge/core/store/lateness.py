@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
@@ -220,17 +220,37 @@ def _lateness_of(
 
 
 def _late_of(fields: dict[Any, Any], service: str) -> bytes | None:
-    """A late hash's "service|batch" fields of `service` (`*`: all of them) merged, encoded.
+    """A late hash's "service|batch" fields of `service` (`*`: `all_late_fields`) merged.
 
     Merged as columns, and memoised per window and service by the readers (`_stamped`): a
     refresh then decodes one aggregate per window, not one per (window, service, batch).
     """
-    blobs = [
-        v for k, v in sorted(fields.items()) if service in (ALL_SERVICES, split_batch_field(k)[0])
-    ]
+    if service == ALL_SERVICES:
+        blobs = all_late_fields(fields)
+    else:
+        blobs = [v for k, v in sorted(fields.items()) if split_batch_field(k)[0] == service]
     if not blobs:
         return None
     return merge_late(blobs, np.zeros(len(blobs), np.int64), 1)[0]
+
+
+def all_late_fields(fields: Mapping[Any, bytes]) -> list[bytes]:
+    """The fields of a late hash whose merge is `*`'s late aggregate, in a fixed order.
+
+    A batch writes its late rows' merge as "*|batch" beside the services' own, so `*` is one
+    field per batch, not one per (service, batch); a batch that wrote none (stores written
+    before, a roll-up of them) counts by its services' fields.
+    """
+    by_batch: dict[int, dict[str, bytes]] = {}
+    for k, v in fields.items():
+        service, batch = split_batch_field(k)
+        by_batch.setdefault(batch, {})[service] = v
+    out: list[bytes] = []
+    for batch in sorted(by_batch):
+        own = by_batch[batch]
+        total = own.get(ALL_SERVICES)
+        out += [total] if total is not None else [own[s] for s in sorted(own)]
+    return out
 
 
 @dataclass(frozen=True)
