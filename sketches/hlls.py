@@ -51,6 +51,10 @@ _VALUE_BITS = 6
 #: Sparse sketches among others from which `Hlls.decode` reads them at once.
 _MIXED_FROM = 16
 
+#: Mean entries per sketch from which `Hlls._placed` copies a slice per sketch rather than
+#: indexing every entry (a slice costs about what indexing a few hundred entries does).
+_SLICED_FROM = 256
+
 
 @dataclass(eq=False)
 class Hlls:
@@ -227,10 +231,35 @@ class Hlls:
         few = cls._decode_each([blobs[i] for i in rest.tolist()])
         if many is None or (len(few) and few.p != many.p):
             return cls._decode_each(blobs)  # (names what is wrong)
-        order = np.empty(len(blobs), np.int64)
-        order[at] = np.arange(len(at))
-        order[rest] = len(at) + np.arange(len(rest))
-        return cls.concat([many, few]).take(order) if len(few) else many
+        return cls._placed(len(blobs), [(at, many), (rest, few)]) if len(few) else many
+
+    @classmethod
+    def _placed(cls, n: int, parts: Sequence[tuple[IntArray, Hlls]]) -> Hlls:
+        """`n` sketches: part j's sketch i goes to row `rows_j[i]` (every row filled once).
+
+        Big sketches (a busy `*`'s 16,384 registers) are copied a slice each; small ones
+        through one index of their entries.
+        """
+        p = parts[0][1].p
+        sizes = np.zeros(n, np.int64)
+        for rows, part in parts:
+            sizes[rows] = part.sizes
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        index = np.empty(int(offsets[-1]), np.int64)
+        rank = np.empty(int(offsets[-1]), np.uint8)
+        for rows, part in parts:
+            to = offsets[:-1][rows]
+            if len(rows) and part.index.size >= _SLICED_FROM * len(rows):
+                lows, highs = part.offsets[:-1].tolist(), part.offsets[1:].tolist()
+                for dst, lo, hi in zip(to.tolist(), lows, highs, strict=True):
+                    index[dst : dst + hi - lo] = part.index[lo:hi]
+                    rank[dst : dst + hi - lo] = part.rank[lo:hi]
+            else:
+                at = ranges(to, part.sizes)
+                index[at] = part.index
+                rank[at] = part.rank
+        return cls(p, offsets, index, rank)
 
     @classmethod
     def _sparse(cls, blobs: Packed) -> npt.NDArray[np.bool_]:

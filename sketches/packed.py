@@ -18,6 +18,9 @@ __all__ = ["Packed", "joined_offsets", "ranges"]
 
 IntArray = npt.NDArray[np.int64]
 
+#: Mean bytes per run from which `Packed.runs` joins slices instead of indexing every byte.
+_JOINED_FROM = 128
+
 
 def ranges(starts: IntArray, sizes: IntArray) -> IntArray:
     """Concatenated aranges [start, start + size) (the points of some groups, in order)."""
@@ -74,9 +77,22 @@ class Packed:
         return np.ascontiguousarray(self.bytes_at(at, size)).view(dtype).reshape(-1)
 
     def runs(self, at: IntArray, counts: IntArray, dtype: str) -> npt.NDArray[np.generic]:
-        """`counts[i]` consecutive values of `dtype` from each offset, concatenated."""
+        """`counts[i]` consecutive values of `dtype` from each offset, concatenated.
+
+        Long runs (a busy window's digest) are joined a slice each (~0.75 µs a run); short ones
+        gathered through one index of their bytes (~9 ns a byte).
+        """
         size = np.dtype(dtype).itemsize
-        idx = ranges(at, counts * size)
+        nbytes = np.asarray(counts, np.int64) * size
+        total = int(nbytes.sum())
+        if len(at) and total >= _JOINED_FROM * len(at):
+            ends = at + nbytes
+            if int(ends.max()) > len(self.buf) or int(at.min()) < 0:
+                raise IndexError("a run runs past the end of its blob")
+            view = memoryview(self.buf.data)
+            joined = b"".join([view[a:e] for a, e in zip(at.tolist(), ends.tolist(), strict=True)])
+            return np.frombuffer(bytearray(joined), dtype)
+        idx = ranges(at, nbytes)
         if len(idx) and int(idx.max()) >= len(self.buf):
             raise IndexError("a run runs past the end of its blob")
         return self.buf[idx].view(dtype)

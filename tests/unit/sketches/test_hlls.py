@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sketches import HyperLogLog, hll
+from sketches import HyperLogLog, hll, hlls
 from sketches.hlls import Hlls
 
 
@@ -61,7 +61,11 @@ def test_bad_blobs_are_refused() -> None:
         Hlls.decode([b"nope" + blob[4:]])
 
 
-def test_many_sparse_sketches_among_dense_ones_decode_as_the_objects() -> None:
+@pytest.mark.parametrize("sliced_from", [0, 1 << 30])  # every part copied a slice each, or none
+def test_many_sparse_sketches_among_dense_ones_decode_as_the_objects(
+    sliced_from: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hlls, "_SLICED_FROM", sliced_from)
     rng = np.random.default_rng(5)
     sizes = [3] * 40 + [50_000, 5] * 3 + [0, 2]  # mostly sparse, a few dense, empty ones
     expected = []
