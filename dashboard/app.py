@@ -846,7 +846,9 @@ def live() -> None:
     # The range picker lives inside this fragment; its value is known before it is drawn.
     latency_label = st.session_state.get("latency_range", "15 min")
     f = dataclasses.replace(
-        filters, latency_range_ms=data.LATENCY_RANGES_MS.get(latency_label, 15 * 60_000)
+        filters,
+        latency_range_ms=data.LATENCY_RANGES_MS.get(latency_label, 15 * 60_000),
+        latency_service=st.session_state.get("latency_service", _link().latency_service),
     )
     try:
         snap, d = data.shared_snapshot(settings.redis.url, keys.prefix, settings.refresh_ms, f)

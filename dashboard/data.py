@@ -141,6 +141,8 @@ class Filters:
     #: (dimension, value): the per-window charts show only the events with that value, each
     #: service's and all services' (from the dimension's store, docs/dimensions.md).
     only: tuple[str, str] | None = None
+    #: The latency chart's service: the one whose sliding-window p99 is read (dashed line).
+    latency_service: str = ALL_SERVICES
 
     def __post_init__(self) -> None:
         if self.kind not in WINDOW_KINDS:
@@ -341,12 +343,15 @@ def read_snapshot(
             }
     sliding_spec = next((s for s in specs if s.kind == "sliding"), None)
     sliding: list[WindowRow] = []
+    # the sliding rows of `*` (the busiest interval) and of the latency chart's service (its
+    # p99 line; a service that left: `*`, as the page falls back to)
+    rolling = sorted({ALL_SERVICES, f.latency_service} & {ALL_SERVICES, *services})
     if sliding_spec is not None:
         sliding = (
             windows
             if sliding_spec == spec
             else sliced.rows(
-                _sliding_rows(r, wkeys, sliding_spec, f, cache, sliced.members(read_only))
+                _sliding_rows(r, wkeys, sliding_spec, f, cache, sliced.members(rolling))
             )
         )
     limit = MAX_BATCHES

@@ -68,6 +68,7 @@ def filters_of(
         top=data.DEFAULT_TOP if v.top is None else v.top,
         rank_by=v.rank_by,
         only=v.only,
+        latency_service=v.latency_service,
     )
     return f, v
 

@@ -212,6 +212,11 @@ def test_a_sliding_window_shows_its_busiest_interval_and_rolling_p99(
     assert len(values(rolling["y"])) == truth.sliding_rows
     ends = [round(pd.Timestamp(x).timestamp() * 1000) for x in rolling["x"]]
     assert ends == [s + 10_000 for s in truth.starts]
+    # a service's latency chart carries its own rolling p99 (its sliding rows are read then)
+    at.selectbox(key="latency_service").set_value("svc-01").run(timeout=30)
+    assert not at.exception and not at.error
+    own = trace(chart(at, "latency_ts"), "p99, last 30s")
+    assert len(values(own["y"])) == truth.sliding_rows and values(own["y"]) != values(rolling["y"])
     # chosen as the window kind, every chart shows the sliding rows (one per primary window)
     at.sidebar.radio(key="kind").set_value("sliding").run(timeout=30)
     assert not at.exception and not at.error
