@@ -51,6 +51,10 @@ _VALUE_BITS = 6
 #: Sparse sketches among others from which `Hlls.decode` reads them at once.
 _MIXED_FROM = 16
 
+#: `Hlls._of_entries` lays out every register of its groups when they are at most this many
+#: per entry (a byte each, against ~9 bytes an entry and a sort of them).
+_MATRIX_PER_ENTRY = 4
+
 #: Mean entries per sketch from which `Hlls._placed` copies a slice per sketch rather than
 #: indexing every entry (a slice costs about what indexing a few hundred entries does).
 _SLICED_FROM = 256
@@ -84,7 +88,18 @@ class Hlls:
     def _of_entries(
         cls, p: int, group: IntArray, index: IntArray, rank: npt.NDArray[np.uint8], n: int
     ) -> Hlls:
-        """Sketches of (group, register index, value) entries: the largest value per register."""
+        """Sketches of (group, register index, value) entries: the largest value per register.
+
+        Where the entries would fill most of the groups' registers (the `*` of a busy range,
+        many users), in one matrix of every register; otherwise by sorting the entries.
+        """
+        if index.size and (n << p) <= _MATRIX_PER_ENTRY * index.size:
+            registers = np.zeros(n << p, np.uint8)
+            np.maximum.at(registers, (group << p) | index, rank)
+            cells = np.flatnonzero(registers)
+            offsets = np.zeros(n + 1, np.int64)
+            np.cumsum(np.bincount(cells >> p, minlength=n), out=offsets[1:])
+            return cls(p, offsets, cells & ((1 << p) - 1), registers[cells])
         packed = (((group << p) | index) << _VALUE_BITS) | rank.astype(np.int64)
         packed.sort()
         register = packed >> _VALUE_BITS

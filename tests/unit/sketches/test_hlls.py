@@ -21,8 +21,12 @@ def objects(hashes: np.ndarray, groups: np.ndarray, n: int) -> list[HyperLogLog]
     return out
 
 
+@pytest.mark.parametrize("matrix", [0, 1 << 30])  # registers laid out never, or always
 @pytest.mark.parametrize("shape", [(1, 0), (3, 1), (100, 40), (20, 3_000), (3, 200_000)])
-def test_build_estimate_encode_combine_equal_the_objects(shape: tuple[int, int]) -> None:
+def test_build_estimate_encode_combine_equal_the_objects(
+    shape: tuple[int, int], matrix: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hlls, "_MATRIX_PER_ENTRY", matrix)
     rng = np.random.default_rng(shape[0])
     n, per = shape
     groups = rng.integers(0, n, n * per)
