@@ -30,6 +30,7 @@ from tidegauge.core.late_agg import LateAgg, merge_late
 from tidegauge.core.retention import Retention
 from tidegauge.core.store import ALL_SERVICES, DeadLetter, Keys, batch_field
 from tidegauge.core.store.arrivals import batch_arrivals
+from tidegauge.core.store.ranking import ranked_counts, ranks_spec
 from tidegauge.core.window_aggs import WindowAggs
 from tidegauge.core.windows import WindowSpec
 
@@ -198,6 +199,7 @@ def _queue(r: redis.Redis, tx: Any, keys: Keys, batch: SinkBatch, config: SinkCo
     for key, field_name, blob in parts:
         tx.hset(key, field_name, blob)
     services: set[str] = set()
+    ranked: list[tuple[str, int, dict[str, bytes]]] = []
     for spec, start in wins:
         fresh = by_window[(spec, start)]
         blobs: dict[Any, Any] = {s: w.agg for s, w in fresh.items()}
@@ -205,6 +207,10 @@ def _queue(r: redis.Redis, tx: Any, keys: Keys, batch: SinkBatch, config: SinkCo
         tx.zadd(keys.window_index(spec), {str(start): start})
         tx.sadd(keys.window_specs, spec)
         services.update(fresh)
+        if ranks_spec(spec):
+            ranked.append((spec, start, blobs))
+    for key, scores in ranked_counts(keys, ranked).items():
+        tx.zadd(key, scores)
     services.discard(ALL_SERVICES)
     if services:
         tx.sadd(keys.services, *sorted(services))

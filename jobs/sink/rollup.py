@@ -40,6 +40,7 @@ from tidegauge.core.store.keys import (
     straggler_counts,
     straggler_revisions,
 )
+from tidegauge.core.store.ranking import ranked_counts
 from tidegauge.core.window_aggs import WindowAggs
 from tidegauge.core.windows import ARRIVAL_DOMAINS, WindowSpec, tumbling_start
 
@@ -226,7 +227,11 @@ class RetentionPlan:
 
     def apply(self, tx: Any, keys: Keys) -> None:
         """Queue every write on `tx` (a MULTI pipeline), roll-ups before deletes."""
-        for (spec, start), w in sorted(self.rolled.items()):
+        rolled = sorted(self.rolled.items())
+        ranked = [(spec, start, w.aggs) for (spec, start), w in rolled if w.aggs]
+        for key, scores in ranked_counts(keys, ranked).items():
+            tx.zadd(key, scores)
+        for (spec, start), w in rolled:
             if w.aggs:
                 tx.hset(keys.window_aggs(spec, start), mapping=w.aggs)
                 tx.zadd(keys.window_index(spec), {str(start): start})
@@ -249,6 +254,8 @@ class RetentionPlan:
                     keys.window_stragglers(spec, start),
                     keys.window_duplicates(spec, start),
                     keys.window_parts(spec, start),
+                    keys.window_events(spec, start),
+                    keys.window_errors(spec, start),
                 )
             if starts:
                 members = [str(s) for s in starts]

@@ -90,6 +90,42 @@ def test_totals_are_the_windows_sums_in_both_layouts(redis_client: redis.Redis) 
     assert rank_services(totals, "errors", 9) == sorted(errors, key=lambda s: (-errors[s], s))
 
 
+def test_windows_keep_their_counts_in_sorted_sets_summed_by_redis(
+    redis_client: redis.Redis,
+) -> None:
+    """The sink keeps each window's services' events and errors in sorted sets beside their
+    aggregates; the totals come from them where they hold every service of the window, and
+    from the script elsewhere (a window written in part before: here the first, whose
+    "legacy" aggregate has no score), and stay the same without any sorted set (a store
+    written before)."""
+    from tidegauge.core.store.ranking import _by_sorted_sets
+
+    events, errors, starts = _seed(redis_client)
+    for start in starts:
+        stored = redis_client.hgetall(KEYS.window_aggs(SPEC.key, start))
+        scores = dict(
+            redis_client.zrange(KEYS.window_events(SPEC.key, start), 0, -1, withscores=True)
+        )
+        wrong = dict(
+            redis_client.zrange(KEYS.window_errors(SPEC.key, start), 0, -1, withscores=True)
+        )
+        aggs = {k: WindowAgg.from_bytes(v) for k, v in stored.items() if k not in (b"*", b"legacy")}
+        assert scores == {k: float(a.count) for k, a in aggs.items()}
+        assert wrong == {k: float(a.errors) for k, a in aggs.items()}
+    scored, scripted = _by_sorted_sets(redis_client, KEYS, [(SPEC, starts)])
+    assert scored == [(SPEC.key, s) for s in starts[1:]] and scripted == [(SPEC, starts[:1])]
+    for without in (False, True):
+        if without:
+            for start in starts:
+                redis_client.delete(
+                    KEYS.window_events(SPEC.key, start), KEYS.window_errors(SPEC.key, start)
+                )
+        totals = read_service_totals(redis_client, KEYS, [(SPEC, starts)])
+        assert {s: (t.events, t.errors) for s, t in totals.items()} == {
+            s: (events[s], errors[s]) for s in events
+        }
+
+
 def test_a_user_without_scripts_gets_the_same_totals(redis_client: redis.Redis) -> None:
     events, errors, starts = _seed(redis_client)
     redis_client.acl_setuser(

@@ -161,6 +161,26 @@ def test_raw_windows_and_fine_roll_ups_expire_and_memory_stays_bounded(
     assert [la.spec.key for la in stored.layers] == ["10000", "r60000", "r600000"]
 
 
+def test_roll_ups_keep_their_services_counts_for_ranking(stores: dict[str, Any]) -> None:
+    """Every roll-up, as every raw window, keeps its services' events and errors in sorted
+    sets beside its aggregates (`*` left out), equal to the aggregates' counts."""
+    r: redis.Redis = stores["tiered"]
+    checked = 0
+    for spec in ("r60000", "r600000", SRC.key):
+        for start in [int(s) for s in r.zrange(KEYS.window_index(spec), 0, -1)][:20]:
+            aggs = {
+                k: WindowAgg.from_bytes(v)
+                for k, v in r.hgetall(KEYS.window_aggs(spec, start)).items()
+                if k != b"*"
+            }
+            events = r.zrange(KEYS.window_events(spec, start), 0, -1, withscores=True)
+            errors = r.zrange(KEYS.window_errors(spec, start), 0, -1, withscores=True)
+            assert dict(events) == {k: float(a.count) for k, a in aggs.items()}
+            assert dict(errors) == {k: float(a.errors) for k, a in aggs.items()}
+            checked += len(aggs)
+    assert checked > 100
+
+
 @pytest.mark.parametrize("kind", ["late", "strag", "dup"])
 def test_late_rows_stragglers_and_duplicates_survive_the_roll_ups(
     stores: dict[str, Any], kind: str

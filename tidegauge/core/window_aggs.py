@@ -388,6 +388,35 @@ class WindowAggs:
         return out
 
     @classmethod
+    def counts(cls, blobs: Sequence[bytes]) -> tuple[IntArray, IntArray]:
+        """(count, errors) of each aggregate, read where they sit, sketches left alone.
+
+        `WindowAgg.to_bytes` writes them as its first two entries; a blob laid out otherwise
+        (another version, other metrics first) is decoded whole.
+        """
+        if not blobs:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        packed = Packed(blobs)
+        head = len(_HEAD_V3) + _ENTRIES.size
+        count_at = head + _NAME.size + len(b"count") + _PAYLOAD.size
+        errors_at = count_at + 8 + _NAME.size + len(b"errors") + _PAYLOAD.size
+        layout = (
+            b"\x05count" + _PAYLOAD.pack(8),
+            b"\x06errors" + _PAYLOAD.pack(8),
+        )
+        starts = packed.starts
+        if (
+            (packed.sizes >= errors_at + 8).all()
+            and packed.equal_at(starts, _HEAD_V3)
+            and packed.equal_at(starts + head, layout[0])
+            and packed.equal_at(starts + count_at + 8, layout[1])
+        ):
+            count = packed.read(starts + count_at, "<i8").astype(np.int64)
+            return count, packed.read(starts + errors_at, "<i8").astype(np.int64)
+        whole = cls.decode(blobs)
+        return whole.ints["count"], whole.ints["errors"]
+
+    @classmethod
     def decode(cls, blobs: Sequence[bytes]) -> WindowAggs:
         """The aggregates of `WindowAgg.to_bytes` blobs (any version `WindowAgg.from_bytes` reads).
 

@@ -38,6 +38,18 @@ class Keys:
         """Sorted set of window starts (member and score = start ms) of one window spec."""
         return f"{self.prefix}:win:{spec}:idx"
 
+    def window_events(self, spec: str, start_ms: int) -> str:
+        """Sorted set: service -> the window's events (tumbling windows and roll-ups only).
+
+        The services' counts beside their aggregates, so ranking them over a range is one
+        `ZUNION` inside Redis (tidegauge/core/store/ranking.py).
+        """
+        return f"{self.prefix}:evt:{spec}:{start_ms}"
+
+    def window_errors(self, spec: str, start_ms: int) -> str:
+        """Sorted set: service -> the window's errors (as `window_events`)."""
+        return f"{self.prefix}:err:{spec}:{start_ms}"
+
     def window_late(self, spec: str, start_ms: int) -> str:
         """Hash: "service|batch_id" -> LateAgg bytes of the window's late rows in that batch."""
         return f"{self.prefix}:late:{spec}:{start_ms}"

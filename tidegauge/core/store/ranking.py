@@ -11,7 +11,7 @@ A Redis user without `EVAL_RO` gets the same numbers read in Python (every aggre
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -32,6 +32,8 @@ __all__ = [
     "RANK_BY",
     "ServiceTotals",
     "rank_services",
+    "ranked_counts",
+    "ranks_spec",
     "ranked_parts",
     "read_service_totals",
 ]
@@ -118,6 +120,33 @@ class ServiceTotals:
         return self.events if by == "events" else self.errors
 
 
+def ranked_counts(
+    keys: Keys, windows: Sequence[tuple[str, int, Mapping[str, bytes]]]
+) -> dict[str, dict[str, int]]:
+    """What a writer stores beside aggregates for ranking: sorted set key -> service -> score.
+
+    `windows`: (spec key, start, service -> aggregate bytes) of tumbling windows and roll-ups
+    (`ranks_spec`); `*` is left out, as the ranking leaves it out.
+    """
+    cells = [
+        (spec, start, svc, blob)
+        for spec, start, aggs in windows
+        for svc, blob in aggs.items()
+        if svc != ALL_SERVICES
+    ]
+    count, errors = WindowAggs.counts([blob for _, _, _, blob in cells])
+    out: dict[str, dict[str, int]] = {}
+    for (spec, start, svc, _), n, e in zip(cells, count.tolist(), errors.tolist(), strict=True):
+        out.setdefault(keys.window_events(spec, start), {})[svc] = n
+        out.setdefault(keys.window_errors(spec, start), {})[svc] = e
+    return out
+
+
+def ranks_spec(spec_key: str) -> bool:
+    """Whether windows of this spec keep their counts in sorted sets (`ranked_counts`)."""
+    return WindowSpec.from_key(spec_key).kind == "tumbling"
+
+
 def read_service_totals(
     r: redis.Redis,
     keys: Keys,
@@ -133,15 +162,61 @@ def read_service_totals(
     """
     parts = [(spec, list(starts)) for spec, starts in parts]
     watermark = _sync(r, keys, cache) if cache is not None else None
-    per_window = _memoised(r, keys, parts, cache, watermark, "totals", _count)
-    events: dict[str, int] = {}
-    errors: dict[str, int] = {}
-    for counts in per_window:
+    scored, scripted = _by_sorted_sets(r, keys, parts)
+    events, errors = _summed(r, keys, scored)
+    for counts in _memoised(r, keys, scripted, cache, watermark, "totals", _count):
         for svc, (n, e) in counts.items():
             events[svc] = events.get(svc, 0) + n
             errors[svc] = errors.get(svc, 0) + e
     p99 = _p99s(r, keys, parts, cache, watermark) if with_p99 else {}
     return {s: ServiceTotals(s, events[s], errors[s], p99.get(s)) for s in sorted(events)}
+
+
+#: Windows summed per `ZUNION` (one command, its keys on one line).
+_KEYS_PER_UNION = 500
+
+
+def _by_sorted_sets(
+    r: redis.Redis, keys: Keys, parts: Sequence[tuple[WindowSpec, Sequence[int]]]
+) -> tuple[list[tuple[str, int]], list[tuple[WindowSpec, list[int]]]]:
+    """The windows whose counts sorted sets hold every service, and the parts of the others.
+
+    A window written before the sink kept them (or in part before: a store upgraded while the
+    window was open) is read by the script instead.
+    """
+    cells = [(spec, start) for spec, starts in parts for start in starts if ranks_spec(spec.key)]
+    pipe = r.pipeline(transaction=False)
+    for spec, start in cells:
+        pipe.zcard(keys.window_events(spec.key, start))
+        pipe.hlen(keys.window_aggs(spec.key, start))
+        pipe.hexists(keys.window_aggs(spec.key, start), ALL_SERVICES)
+    got = iter(pipe.execute() if cells else [])
+    whole = {
+        (spec.key, start)
+        for spec, start in cells
+        if (n := next(got)) > 0 and n == next(got) - int(bool(next(got)))
+    }
+    scored = [(spec.key, start) for spec, start in cells if (spec.key, start) in whole]
+    rest = [(spec, [s for s in starts if (spec.key, s) not in whole]) for spec, starts in parts]
+    return scored, [(spec, starts) for spec, starts in rest if starts]
+
+
+def _summed(
+    r: redis.Redis, keys: Keys, windows: Sequence[tuple[str, int]]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Events and errors per service over these windows' sorted sets, summed by Redis."""
+    events: dict[str, int] = {}
+    errors: dict[str, int] = {}
+    for at in range(0, len(windows), _KEYS_PER_UNION):
+        chunk = windows[at : at + _KEYS_PER_UNION]
+        for out, key_of in ((events, keys.window_events), (errors, keys.window_errors)):
+            got: Any = r.zunion([key_of(spec, start) for spec, start in chunk], withscores=True)
+            for svc, score in got:
+                name = _s(svc)
+                out[name] = out.get(name, 0) + int(score)
+    for svc in events:
+        errors.setdefault(svc, 0)
+    return events, errors
 
 
 def _memoised(
