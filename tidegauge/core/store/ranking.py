@@ -128,17 +128,17 @@ def ranked_counts(
     `windows`: (spec key, start, service -> aggregate bytes) of tumbling windows and roll-ups
     (`ranks_spec`); `*` is left out, as the ranking leaves it out.
     """
-    cells = [
-        (spec, start, svc, blob)
-        for spec, start, aggs in windows
-        for svc, blob in aggs.items()
-        if svc != ALL_SERVICES
-    ]
-    count, errors = WindowAggs.counts([blob for _, _, _, blob in cells])
+    named = [[s for s in aggs if s != ALL_SERVICES] for _, _, aggs in windows]
+    blobs = [aggs[s] for (_, _, aggs), names in zip(windows, named, strict=True) for s in names]
+    counts, errors = (x.tolist() for x in WindowAggs.counts(blobs))
     out: dict[str, dict[str, int]] = {}
-    for (spec, start, svc, _), n, e in zip(cells, count.tolist(), errors.tolist(), strict=True):
-        out.setdefault(keys.window_events(spec, start), {})[svc] = n
-        out.setdefault(keys.window_errors(spec, start), {})[svc] = e
+    at = 0
+    for (spec, start, _), names in zip(windows, named, strict=True):
+        if names:
+            end = at + len(names)
+            out[keys.window_events(spec, start)] = dict(zip(names, counts[at:end], strict=True))
+            out[keys.window_errors(spec, start)] = dict(zip(names, errors[at:end], strict=True))
+            at = end
     return out
 
 
