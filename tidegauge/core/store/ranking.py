@@ -1,12 +1,15 @@
 """Services ranked over a range by events, errors or p99 latency, read inside Redis.
 
 A page that draws the busiest services of a thousand must not fetch a thousand aggregates per
-window to find them. The count and the errors of an aggregate sit at known places in its bytes
-(`WindowAgg.to_bytes`, versions 2 and 3), so a read-only Lua script (`EVAL_RO`) reads them
-where the windows are and returns a few numbers per (window, service); for p99 it returns
-each aggregate's latency t-digest only, which are merged per service here. Closed windows are
-read once per reader (`ClosedWindows`); a refresh reads only the windows still open.
-A Redis user without `EVAL_RO` gets the same numbers read in Python (every aggregate fetched).
+window to find them. The sink keeps each tumbling window's and roll-up's events and errors per
+service in two sorted sets beside its aggregates (`ranked_counts`), and Redis sums them over
+the range (`ZUNION`): a few numbers per (window, service), added in C. Windows without them
+(written before the sink kept them) and the p99 ranking are read by a read-only Lua script
+(`EVAL_RO`): the count and errors of an aggregate sit at known places in its bytes
+(`WindowAgg.to_bytes`, versions 2 and 3), and for p99 it returns each aggregate's latency
+t-digest only, merged per service here. Closed windows the script reads are read once per
+reader (`ClosedWindows`). A Redis user without `EVAL_RO` gets the same numbers read in Python
+(every aggregate fetched).
 """
 
 from __future__ import annotations
