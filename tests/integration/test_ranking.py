@@ -1,9 +1,10 @@
 """Services ranked by events and errors, counted inside a real redis-server.
 
-`tidegauge/core/store/ranking.py` reads each aggregate's count and errors with a read-only Lua
-script; the totals must be the sums of what the windows hold, for both stored layouts of an
-aggregate (version 3, and version 2 of stores written before), with and without the reader's
-memo, and the same when the Redis user may not run scripts.
+`tidegauge/core/store/ranking.py` sums the sorted sets of counts the sink keeps beside the
+aggregates, and reads the windows without them with a read-only Lua script; the totals must be
+the sums of what the windows hold, for both stored layouts of an aggregate (version 3, and
+version 2 of stores written before), with and without the sorted sets and the reader's memo,
+and the same when the Redis user may not run scripts.
 """
 
 from __future__ import annotations
