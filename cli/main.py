@@ -8,8 +8,10 @@ does not pay for importing PySpark.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -52,6 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     selected = next((a for a in args_list if a in _COMMANDS), None)
     args = _parser(selected).parse_args(args_list)
+    # `kill -USR1 PID`: every thread's stack to stderr, the process goes on (a stop that hangs,
+    # a batch that takes forever: where is it?)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         load_plugins(plugins_from_env())
     except PluginError as e:

@@ -80,7 +80,14 @@ def test_a_group_sigterm_is_one_stop_line_exit_0_and_nothing_left(
         assert proc.poll() is None, log.read_text(errors="replace")
         pids = {proc.pid, *procs.descendants(proc.pid)}
         os.killpg(proc.pid, signal.SIGTERM)
-        code = proc.wait(60)
+        try:
+            code = proc.wait(60)
+        except subprocess.TimeoutExpired:  # where it hangs: its threads' stacks, in its log
+            os.kill(proc.pid, signal.SIGUSR1)
+            time.sleep(2)
+            raise AssertionError(
+                f"{name} did not stop within 60 s:\n{log.read_text(errors='replace')}"
+            ) from None
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -90,3 +97,33 @@ def test_a_group_sigterm_is_one_stop_line_exit_0_and_nothing_left(
     assert out.count(stopped) == 1, out
     assert "Traceback" not in out, out
     procs.wait_until(lambda: not procs.living(pids), 30, f"every process of {name} to exit")
+
+
+def test_sigusr1_prints_every_threads_stack_and_the_command_goes_on(broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`kill -USR1` on a running command writes each thread's stack to its stderr (where a
+    stop or a batch hangs), and the command carries on and still stops cleanly."""
+    args, _, stopped = _command("produce", broker.address, "", tmp_path)
+    log = tmp_path / "produce.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", *args],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=tempfile.gettempdir(),
+    )
+    try:
+        time.sleep(3)
+        os.kill(proc.pid, signal.SIGUSR1)
+        procs.wait_until(
+            lambda: "most recent call first" in log.read_text(errors="replace"), 20, "a stack dump"
+        )
+        assert proc.poll() is None
+        os.killpg(proc.pid, signal.SIGTERM)
+        code = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    out = log.read_text(errors="replace")
+    assert "Thread 0x" in out and "tidegauge/traffic/producer.py" in out, out
+    assert code == 0 and out.count(stopped) == 1, out
