@@ -54,13 +54,9 @@ def _command(name: str, broker: str, redis_url: str, work: Path) -> tuple[list[s
     )
 
 
-@pytest.mark.parametrize("name", ["dashboard", "alerts", "produce", "cluster"])
-def test_a_group_sigterm_is_one_stop_line_exit_0_and_nothing_left(
-    name: str, broker, redis_settings, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
-    args, up, stopped = _command(name, broker.address, redis_settings.url, tmp_path)
-    log = tmp_path / f"{name}.log"
-    proc = subprocess.Popen(
+def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """`tidegauge ARGS` leading a session (process group) of its own, its output in `log`."""
+    return subprocess.Popen(
         [sys.executable, "-m", "cli.main", *args],
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
@@ -68,6 +64,15 @@ def test_a_group_sigterm_is_one_stop_line_exit_0_and_nothing_left(
         cwd=tempfile.gettempdir(),
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+
+
+@pytest.mark.parametrize("name", ["dashboard", "alerts", "produce", "cluster"])
+def test_a_group_sigterm_is_one_stop_line_exit_0_and_nothing_left(
+    name: str, broker, redis_settings, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    args, up, stopped = _command(name, broker.address, redis_settings.url, tmp_path)
+    log = tmp_path / f"{name}.log"
+    proc = _start(args, log)
     try:
         if up:
             procs.wait_until(
@@ -104,13 +109,7 @@ def test_sigusr1_prints_every_threads_stack_and_the_command_goes_on(broker, tmp_
     stop or a batch hangs), and the command carries on and still stops cleanly."""
     args, _, stopped = _command("produce", broker.address, "", tmp_path)
     log = tmp_path / "produce.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", *args],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        cwd=tempfile.gettempdir(),
-    )
+    proc = _start(args, log)
     try:
         time.sleep(3)
         os.kill(proc.pid, signal.SIGUSR1)
