@@ -331,14 +331,29 @@ def read_snapshot(
             until = tumbling.end(t_newest)
             since = until - f.latency_range_ms
             merged = read_range_merged(
-                r, wkeys, since, until, tumbling, sliced.members(read_only), cache=cache
+                r,
+                wkeys,
+                since,
+                until,
+                tumbling,
+                sliced.members(read_only),
+                with_lateness=True,  # `*`'s is the lateness figures' accepted part
+                cache=cache,
             )
+            every = sliced.member(ALL_SERVICES)
             snap_range = {
                 "range_aggs": sliced.own_keys(merged.aggs),
                 "range_from_ms": since,
                 "range_to_ms": until,
                 "lateness": read_lateness(
-                    r, wkeys, since, until, sliced.member(ALL_SERVICES), tumbling, cache=cache
+                    r,
+                    wkeys,
+                    since,
+                    until,
+                    every,
+                    tumbling,
+                    cache=cache,
+                    accepted=merged.aggs.get(every, WindowAgg()),
                 ),
             }
     sliding_spec = next((s for s in specs if s.kind == "sliding"), None)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
@@ -13,18 +13,16 @@ import redis
 
 from sketches.tdigest import TDigest
 from tidegauge.core.closed_windows import ClosedWindows
-from tidegauge.core.late_agg import LateAgg, merge_late
+from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.metrics import fraction_at_least
 from tidegauge.core.retention import Layer, cover_by_spec
 from tidegauge.core.store.arrivals import arrival_counts, read_arrival_size
+from tidegauge.core.store.corrections import late_of, read_corrections, read_late
 from tidegauge.core.store.index import _stamped, _starts
 from tidegauge.core.store.keys import (
     ALL_SERVICES,
     Keys,
     _s,
-    per_service,
-    split_batch_field,
-    straggler_counts,
 )
 from tidegauge.core.store.status import read_batches
 from tidegauge.core.store.tiers import read_retention
@@ -111,11 +109,14 @@ def read_lateness(
     service: str = ALL_SERVICES,
     spec: WindowSpec | None = None,
     cache: ClosedWindows | None = None,
+    accepted: WindowAgg | None = None,
 ) -> LatenessResult:
     """Merge the lateness of every window of `spec` inside [since, until): accepted + late.
 
     With `cache`, closed windows' aggregates are merged once (`read_range_merged`) and the
-    late and straggler hashes are re-read only when a batch added to them.
+    late and straggler hashes are re-read only when a batch added to them. `accepted`: the
+    service's windows of the range already merged, lateness included (a page that merged
+    them for its own charts), so they are not merged twice.
     """
     if until_ms <= since_ms:
         raise ValueError("the range must end after it starts")
@@ -125,9 +126,10 @@ def read_lateness(
     if spec is None:
         specs = [s for s in read_window_specs(r, keys) if s.kind != "session"]
         spec = specs[0] if specs else WindowSpec.tumbling(10_000)
-    accepted = read_range_merged(
-        r, keys, since_ms, until_ms, spec, [service], with_lateness=True, cache=cache
-    ).aggs.get(service, WindowAgg())
+    if accepted is None:
+        accepted = read_range_merged(
+            r, keys, since_ms, until_ms, spec, [service], with_lateness=True, cache=cache
+        ).aggs.get(service, WindowAgg())
     starts = [
         s
         for s in _starts(r, keys, spec, since_ms, until_ms)
@@ -175,33 +177,21 @@ def _lateness_of(
     strags: list[dict[str, int]] = []
     dups: list[dict[str, int]] = []
     for spec, starts in parts:
-        lates += _stamped(
-            r,
-            cache,
-            f"late|{service}",
-            spec.key,
-            starts,
-            partial(keys.window_late, spec.key),
-            lambda _, fields: _late_of(fields, service),
-        )
-        strags += _stamped(
-            r,
-            cache,
-            "stragglers",
-            spec.key,
-            starts,
-            partial(keys.window_stragglers, spec.key),
-            lambda _, fields: straggler_counts(fields),
-        )
-        dups += _stamped(
-            r,
-            cache,
-            "duplicates",
-            spec.key,
-            starts,
-            partial(keys.window_duplicates, spec.key),
-            lambda _, fields: per_service(fields, lambda v: int(v)),
-        )
+        if service == ALL_SERVICES and keys.owner is None:  # as the window rows read them
+            lates += [x.every_merged for x in read_late(r, keys, spec, starts, cache)]
+        else:
+            lates += _stamped(
+                r,
+                cache,
+                f"late|{service}",
+                spec.key,
+                starts,
+                partial(keys.window_late, spec.key),
+                lambda _, fields: late_of(fields, service),
+            )
+        counts, duplicates = read_corrections(r, keys, spec, starts, cache)
+        strags += [per for per, _ in counts]
+        dups += duplicates
     picked = [LateAgg.from_bytes(blob) for blob in lates if blob is not None]
     late = sum(x.count for x in picked)
     return LatenessResult(
@@ -217,40 +207,6 @@ def _lateness_of(
         overdue=TDigest.merged([accepted.overdue] + [x.overdue for x in picked]),
         duplicates=sum(per.get(service, 0) for per in dups),
     )
-
-
-def _late_of(fields: dict[Any, Any], service: str) -> bytes | None:
-    """A late hash's "service|batch" fields of `service` (`*`: `all_late_fields`) merged.
-
-    Merged as columns, and memoised per window and service by the readers (`_stamped`): a
-    refresh then decodes one aggregate per window, not one per (window, service, batch).
-    """
-    if service == ALL_SERVICES:
-        blobs = all_late_fields(fields)
-    else:
-        blobs = [v for k, v in sorted(fields.items()) if split_batch_field(k)[0] == service]
-    if not blobs:
-        return None
-    return merge_late(blobs, np.zeros(len(blobs), np.int64), 1)[0]
-
-
-def all_late_fields(fields: Mapping[Any, bytes]) -> list[bytes]:
-    """The fields of a late hash whose merge is `*`'s late aggregate, in a fixed order.
-
-    A batch writes its late rows' merge as "*|batch" beside the services' own, so `*` is one
-    field per batch, not one per (service, batch); a batch that wrote none (stores written
-    before, a roll-up of them) counts by its services' fields.
-    """
-    by_batch: dict[int, dict[str, bytes]] = {}
-    for k, v in fields.items():
-        service, batch = split_batch_field(k)
-        by_batch.setdefault(batch, {})[service] = v
-    out: list[bytes] = []
-    for batch in sorted(by_batch):
-        own = by_batch[batch]
-        total = own.get(ALL_SERVICES)
-        out += [total] if total is not None else [own[s] for s in sorted(own)]
-    return out
 
 
 @dataclass(frozen=True)

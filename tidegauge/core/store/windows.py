@@ -11,17 +11,14 @@ import redis
 
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.durations import to_iso
-from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.metrics import BUILT_IN_METRICS, TIMELINE_FIELDS, added_result_fields
 from tidegauge.core.retention import Layer, cover_by_spec, format_span, plan_reads
+from tidegauge.core.store.corrections import read_corrections, read_late
 from tidegauge.core.store.index import _reusable, _starts, _sync
 from tidegauge.core.store.keys import (
     ALL_SERVICES,
     Keys,
     _s,
-    per_service,
-    straggler_counts,
-    straggler_revisions,
 )
 from tidegauge.core.store.records import WindowRow
 from tidegauge.core.store.tiers import read_retention, resolution_text
@@ -130,61 +127,54 @@ def read_windows(
         return []
     kind = "rows" if one is None else "rows|" + "\x1f".join(one)  # the memo of these names
     known = {s: cache.get(kind, spec.key, s) for s in starts} if cache else {}
+    misses = [s for s in starts if known.get(s) is None]
     pipe = r.pipeline(transaction=False)
-    for start in starts:
-        if known.get(start) is None:
-            if one is None:
-                pipe.hgetall(keys.window_aggs(spec.key, start))
-            else:
-                pipe.hmget(keys.window_aggs(spec.key, start), one)
-        pipe.hgetall(keys.window_late(spec.key, start))
-        if known.get(start) is None:
-            pipe.hgetall(keys.window_stragglers(spec.key, start))
-            pipe.hgetall(keys.window_duplicates(spec.key, start))
-    got = iter(pipe.execute() if starts else [])
-    fetched: dict[int, tuple[dict[str, bytes], Any, Any, Any]] = {}
-    for start in starts:
-        if known.get(start) is None:
-            blobs, late_fields, strag_fields, dup_fields = (next(got) for _ in range(4))
-            pairs = blobs.items() if one is None else zip(one, blobs, strict=True)
-            aggs = {_s(k): v for k, v in pairs if v is not None}
-            fetched[start] = (aggs, late_fields, strag_fields, dup_fields)
+    for start in misses:
+        if one is None:
+            pipe.hgetall(keys.window_aggs(spec.key, start))
         else:
-            fetched[start] = ({}, next(got), None, None)
-    metrics = _window_metrics(spec, [fetched[s][0] for s in starts if known.get(s) is None])
+            pipe.hmget(keys.window_aggs(spec.key, start), one)
+    fetched = []
+    for blobs in pipe.execute() if misses else []:
+        pairs = blobs.items() if one is None else zip(one, blobs, strict=True)
+        fetched.append({_s(k): v for k, v in pairs if v is not None})
+    # late rows still change once a window closed: their hashes are checked on every read
+    lates = dict(zip(starts, read_late(r, keys, spec, starts, cache), strict=True))
+    corrections = iter(zip(*read_corrections(r, keys, spec, misses, cache), strict=True))
+    metrics = _window_metrics(spec, fetched)
+    extra = added_result_fields()  # (once: the registry is read per call, not per row)
     rows: list[WindowRow] = []
     for start in starts:
         closed = spec.is_closed(start, watermark)
         shown = known.get(start)
-        aggs, late_fields, strag_fields, dup_fields = fetched[start]
+        late = lates[start].counts
         if shown is None:
             docs = next(metrics)
-            strag = straggler_counts(strag_fields)
-            dups = per_service(dup_fields, lambda v: int(v))
-            revisions = straggler_revisions(strag_fields)
+            (strag, revisions), dups = next(corrections)
             shown = {
                 svc: _row(
                     spec,
                     start,
                     svc,
                     doc,
-                    0,
+                    late.get(svc, 0),
                     stragglers=strag.get(svc, 0),
                     revision=revisions.get(svc, 0),
                     duplicates=dups.get(svc, 0),
                     closed=closed,
+                    extra=extra,
                 )
                 for svc, doc in docs.items()
             }
             if cache is not None and _reusable(spec, start, watermark):
                 cache.put(kind, spec.key, start, shown)
-        late = per_service(late_fields, LateAgg.count_of)
-        if keys.owner is not None:  # a dimension's store: its `*` values are members of it
-            late.pop(ALL_SERVICES, None)
-        for svc in sorted(set(shown) | set(late)):
-            if one is not None and svc not in one:
-                continue
-            row = shown.get(svc) or _row(spec, start, svc, {}, 0, closed=closed)
+        names = (
+            sorted(set(shown) | set(late))
+            if one is None
+            else ([s for s in one if s in shown or s in late])
+        )
+        for svc in names:
+            row = shown.get(svc) or _row(spec, start, svc, {}, 0, closed=closed, extra=extra)
             n = late.get(svc, 0)
             rows.append(row if row.late == n else replace(row, late=n))
     return rows
@@ -282,7 +272,9 @@ def _row(
     revision: int = 0,
     duplicates: int = 0,
     closed: bool = False,
+    extra: tuple[str, ...] = (),
 ) -> WindowRow:
+    """A window's row of `doc` (its metrics); `extra`: the plugins' result fields."""
     n = int(doc.get("count", 0))
     return WindowRow(
         window_start=start,
@@ -297,7 +289,7 @@ def _row(
         closed=closed,
         spec=spec.key,
         kind=spec.kind,
-        extra={f: doc.get(f) for f in added_result_fields()},
+        extra={f: doc.get(f) for f in extra},
         **{f: doc[f] for f in METRIC_FIELDS if f in doc},
     )
 

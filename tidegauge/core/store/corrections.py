@@ -1,0 +1,129 @@
+"""Corrections: what batches add to a window besides its aggregate, read once per version.
+
+Late rows, stragglers and duplicates live in one hash per window and kind, a "service|batch"
+field per service a batch touched: thousands of fields in a window of many services. The
+window rows and the lateness figures of one refresh both need them, so each hash is read and
+parsed once per version (`_stamped`: a batch adds fields, a replayed one rewrites its own) and
+the parse is shared through the closed-window memo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property, partial
+from typing import Any
+
+import numpy as np
+import redis
+
+from tidegauge.core.closed_windows import ClosedWindows
+from tidegauge.core.late_agg import LateAgg, merge_late
+from tidegauge.core.store.index import _stamped
+from tidegauge.core.store.keys import (
+    ALL_SERVICES,
+    Keys,
+    per_service,
+    split_batch_field,
+    straggler_counts,
+    straggler_revisions,
+)
+from tidegauge.core.windows import WindowSpec
+
+#: (stragglers, revisions) per service and `*` of one window's straggler hash.
+Stragglers = tuple[dict[str, int], dict[str, int]]
+
+
+def read_corrections(
+    r: redis.Redis,
+    keys: Keys,
+    spec: WindowSpec,
+    starts: Sequence[int],
+    cache: ClosedWindows | None,
+) -> tuple[list[Stragglers], list[dict[str, int]]]:
+    """Each window's stragglers (counts, revisions) and duplicates, per service and `*`."""
+    strags = _stamped(
+        r,
+        cache,
+        "stragglers",
+        spec.key,
+        starts,
+        partial(keys.window_stragglers, spec.key),
+        lambda _, fields: (straggler_counts(fields), straggler_revisions(fields)),
+    )
+    dups = _stamped(
+        r,
+        cache,
+        "duplicates",
+        spec.key,
+        starts,
+        partial(keys.window_duplicates, spec.key),
+        lambda _, fields: per_service(fields, int),
+    )
+    return strags, dups
+
+
+@dataclass(frozen=True)
+class LateFields:
+    """One window's late hash, parsed: late rows per service and `*`, and `*`'s late rows."""
+
+    counts: dict[str, int]
+    #: The fields whose merge is `*`'s late aggregate (`all_late_fields`).
+    every: list[bytes]
+
+    @cached_property
+    def every_merged(self) -> bytes | None:
+        """`*`'s late aggregate of the window (None: no late row), merged once."""
+        return merged_late(self.every)
+
+
+def read_late(
+    r: redis.Redis,
+    keys: Keys,
+    spec: WindowSpec,
+    starts: Sequence[int],
+    cache: ClosedWindows | None,
+) -> list[LateFields]:
+    """Each window's late hash parsed (`LateFields`); of a dimension's store, no `*` count."""
+    owned = keys.owner is not None  # a dimension's store: its `*` values are members of it
+
+    def parse(_: int, fields: dict[Any, Any]) -> LateFields:
+        counts = per_service(fields, LateAgg.count_of)
+        if owned:
+            counts.pop(ALL_SERVICES, None)
+        return LateFields(counts, [] if owned else all_late_fields(fields))
+
+    return _stamped(r, cache, "late", spec.key, starts, partial(keys.window_late, spec.key), parse)
+
+
+def late_of(fields: Mapping[Any, bytes], service: str) -> bytes | None:
+    """A late hash's "service|batch" fields of `service` (`*`: `all_late_fields`) merged."""
+    if service == ALL_SERVICES:
+        return merged_late(all_late_fields(fields))
+    return merged_late([v for k, v in sorted(fields.items()) if split_batch_field(k)[0] == service])
+
+
+def merged_late(blobs: Sequence[bytes]) -> bytes | None:
+    """`LateAgg` blobs merged as columns (None for none)."""
+    if not blobs:
+        return None
+    return merge_late(blobs, np.zeros(len(blobs), np.int64), 1)[0]
+
+
+def all_late_fields(fields: Mapping[Any, bytes]) -> list[bytes]:
+    """The fields of a late hash whose merge is `*`'s late aggregate, in a fixed order.
+
+    A batch writes its late rows' merge as "*|batch" beside the services' own, so `*` is one
+    field per batch, not one per (service, batch); a batch that wrote none (stores written
+    before, a roll-up of them) counts by its services' fields.
+    """
+    by_batch: dict[int, dict[str, bytes]] = {}
+    for k, v in fields.items():
+        service, batch = split_batch_field(k)
+        by_batch.setdefault(batch, {})[service] = v
+    out: list[bytes] = []
+    for batch in sorted(by_batch):
+        own = by_batch[batch]
+        total = own.get(ALL_SERVICES)
+        out += [total] if total is not None else [own[s] for s in sorted(own)]
+    return out
