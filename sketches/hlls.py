@@ -190,19 +190,50 @@ class Hlls:
 
     def estimate(self) -> npt.NDArray[np.float64]:
         """`HyperLogLog.estimate` of every sketch (Ertl's estimator)."""
-        n = len(self)
-        q = 32 - self.p
-        m = 1 << self.p
+        return _estimate(self._histogram(), self.p)
+
+    def _histogram(self) -> IntArray:
+        """Registers per value (0 to 33 - p) of every sketch, one row each."""
+        n, q, m = len(self), 32 - self.p, 1 << self.p
         group = np.repeat(np.arange(n), self.sizes)
         hist = np.bincount(group * (q + 2) + self.rank, minlength=n * (q + 2)).reshape(n, q + 2)
         hist[:, 0] = m - self.sizes
-        z = m * _tau(1.0 - hist[:, q + 1] / m)
-        for k in range(q, 0, -1):
-            z = 0.5 * (z + hist[:, k].astype(np.float64))
-        z = z + m * _sigma(hist[:, 0] / m)
-        with np.errstate(divide="ignore"):
-            out = m * m / (2.0 * math.log(2.0)) / z
-        return np.where(z == 0.0, math.inf, out)
+        return hist
+
+    @classmethod
+    def estimate_blobs(cls, blobs: Sequence[bytes]) -> npt.NDArray[np.float64]:
+        """`estimate` of `decode(blobs)`, the same floats, without decoding full sketches.
+
+        A sketch holding every register (a busy window's `*`: 16,384 of them) is estimated
+        from its registers where they lie, one histogram each; building its entries first
+        cost several times that (a page estimates hundreds of them on its first draw).
+        """
+        if not blobs:
+            return np.zeros(0, np.float64)
+        packed = Packed(blobs)
+        fast = cls.unpack(packed)
+        if fast is not None:
+            return fast.estimate()
+        sparse = cls._sparse(packed)
+        at, rest = np.flatnonzero(sparse), np.flatnonzero(~sparse)
+        for i in rest.tolist():
+            HLL.check(blobs[i])
+            if len(blobs[i]) < HLL.size + _HEADER.size:
+                HyperLogLog.from_bytes(blobs[i])  # raises, naming what is wrong
+        ps = {int(blobs[i][HLL.size]) for i in rest.tolist()}
+        few = cls.decode([blobs[i] for i in at.tolist()]) if at.size else None
+        if few is not None:
+            ps.add(few.p)
+        if len(ps) != 1:
+            raise ValueError("Hlls.decode: sketches of different precisions")
+        p = _check_p(ps.pop())
+        hist = np.empty((len(blobs), 34 - p), np.int64)
+        if few is not None:
+            hist[at] = few._histogram()
+        registers = _registers([blobs[i] for i in rest.tolist()], p)
+        for row, regs in zip(rest.tolist(), registers, strict=True):
+            hist[row] = np.bincount(regs, minlength=34 - p)
+        return _estimate(hist, p)
 
     # --- bytes ------------------------------------------------------------------------------
 
@@ -431,6 +462,18 @@ def _registers(blobs: Sequence[bytes], p: int) -> npt.NDArray[np.uint8]:
     if out.size and int(out.max()) > 33 - p:
         raise ValueError(f"register values must be in [0, {33 - p}] for p={p}")
     return out
+
+
+def _estimate(hist: IntArray, p: int) -> npt.NDArray[np.float64]:
+    """Ertl's estimator of each row of register counts per value (`Hlls._histogram`)."""
+    q, m = 32 - p, 1 << p
+    z = m * _tau(1.0 - hist[:, q + 1] / m)
+    for k in range(q, 0, -1):
+        z = 0.5 * (z + hist[:, k].astype(np.float64))
+    z = z + m * _sigma(hist[:, 0] / m)
+    with np.errstate(divide="ignore"):
+        out = m * m / (2.0 * math.log(2.0)) / z
+    return np.where(z == 0.0, math.inf, out)
 
 
 def _sigma(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

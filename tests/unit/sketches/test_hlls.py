@@ -83,6 +83,7 @@ def test_many_sparse_sketches_among_dense_ones_decode_as_the_objects(
     decoded = Hlls.decode(blobs)
     assert [decoded.sketch(i) for i in range(len(blobs))] == expected
     assert decoded.encode() == blobs
+    assert Hlls.estimate_blobs(blobs).tolist() == [s.estimate() for s in expected]
     with pytest.raises(ValueError):
         Hlls.decode([*blobs[:30], blobs[30][:-2], *blobs[31:]])
 
@@ -115,6 +116,15 @@ def test_dense_and_deflated_sketches_decode_together_as_the_objects(
             HyperLogLog.from_bytes(b) for b in chosen
         ]
         assert decoded.encode() == [HyperLogLog.from_bytes(b).to_bytes() for b in chosen]
+        # estimated where they lie (full ones from their registers): the objects' floats
+        assert Hlls.estimate_blobs(chosen).tolist() == [
+            HyperLogLog.from_bytes(b).estimate() for b in chosen
+        ]
+    sparse = [b for b in blobs if b[6] == 1]
+    assert Hlls.estimate_blobs(sparse).tolist() == [
+        HyperLogLog.from_bytes(b).estimate() for b in sparse
+    ]
+    assert Hlls.estimate_blobs([]).tolist() == []
 
 
 def test_bad_full_register_blobs_are_refused_naming_the_fault(
@@ -136,3 +146,16 @@ def test_bad_full_register_blobs_are_refused_naming_the_fault(
         Hlls.decode([dense, _sketch(rng, 50_000, p=10).to_bytes()])
     with pytest.raises(ValueError, match="unknown encoding"):
         Hlls.decode([dense[:6] + b"\x07" + dense[7:]])
+    # estimating without decoding refuses the same blobs
+    for bad, fault in [
+        ([deflated, dense[:-1]], "dense body"),
+        ([dense, deflated[:20] + b"\x00" * 8], "deflated"),
+        ([bytes(too_high)], "register values"),
+        ([dense, _sketch(rng, 50_000, p=10).to_bytes()], "precisions"),
+        ([dense, _sketch(rng, 5, p=10).to_bytes()], "precisions"),
+        ([dense[:6] + b"\x07" + dense[7:]], "unknown encoding"),
+        ([b"nope" + dense[4:]], ""),
+        ([dense[:7]], ""),
+    ]:
+        with pytest.raises(ValueError, match=fault):
+            Hlls.estimate_blobs(bad)

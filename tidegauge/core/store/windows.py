@@ -189,7 +189,7 @@ def _window_metrics(
     per (window, service), the aggregate, and every reader computes the same figures from it.
     """
     blobs = [blob for aggs in windows for blob in aggs.values()]
-    results = iter(WindowAggs.decode(blobs).results(spec.size_ms) if blobs else [])
+    results = iter(WindowAggs.results_of(blobs, spec.size_ms))
     for aggs in windows:
         yield {svc: next(results) for svc in aggs}
 

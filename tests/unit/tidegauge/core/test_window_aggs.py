@@ -120,6 +120,10 @@ def test_build_results_and_bytes_equal_the_objects(shape: tuple[int, int], timel
     blobs = cols.encode()
     assert blobs == [a.to_bytes() for a in objs]
     assert [WindowAggs.decode(blobs).agg(i) for i in range(n_groups)] == objs
+    # the rows' reading: sketches estimated where they lie (full ones among them), same values
+    assert [json.dumps(r) for r in WindowAggs.results_of(blobs, durations)] == [
+        json.dumps(a.metrics(10_000)) for a in objs
+    ]
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -177,6 +181,11 @@ def test_decode_reads_mixed_versions_and_names_a_bad_entry() -> None:
         *objs,
         WindowAgg.from_bytes(older.to_bytes()),
     ]
+    assert WindowAggs.results_of(mixed, 10_000) == [
+        *(a.metrics(10_000) for a in objs),
+        WindowAgg.from_bytes(older.to_bytes()).metrics(10_000),
+    ]
+    assert WindowAggs.results_of([], 10_000) == []
     agg = objs[0]
     tampered = bytearray(agg.to_bytes())
     latency = agg.latency.to_bytes()
