@@ -320,7 +320,8 @@ def read_snapshot(
                 end - f.range_ms,
                 end,
                 cache=cache,
-                services=read_only if f.only is None else None,
+                # the chart sums the chosen services, or draws the `*` rows
+                services=[ALL_SERVICES, *f.services],
             )
         )
     snap_range: dict[str, Any] = {}

@@ -39,6 +39,7 @@ from tidegauge.core.store import (
     read_window_specs,
     read_windows,
 )
+from tidegauge.core.store.arrivals import arrival_totals
 from tidegauge.core.window_agg import WindowAgg
 from tidegauge.core.windows import WindowSpec
 
@@ -429,6 +430,12 @@ def test_arrivals_are_one_field_per_batch_replay_safe_and_old_fields_still_count
         "web": (7, 2, 2),
         "*": (15, 3, 3),
     }
+    # the totals alone (what the page draws) are read from each field's head: the same sums
+    totals = read_arrivals(r, KEYS, "broker", service=ALL_SERVICES)
+    assert [(a.service, a.events, a.late, a.stragglers) for a in totals] == [("*", 15, 3, 3)]
+    assert arrival_totals(b"7", b'{"*":[9,1,2],"api":[9,1,2]}') == [9, 1, 2]
+    assert arrival_totals(b"7", b'{"api":[9,1,2],"*":[9,1,2]}') == [9, 1, 2]  # (not first)
+    assert arrival_totals(b"web|6", json.dumps(old).encode()) == [4, 2, 0]
 
 
 def test_late_counts_are_per_spec(redis_client: redis.Redis) -> None:

@@ -160,10 +160,34 @@ def arrival_counts(
     return batch, {svc: counts}, counts
 
 
+#: How a batch's arrival field begins (`batch_arrivals` writes the totals first).
+_TOTALS_HEAD = b'{"' + ALL_SERVICES.encode() + b'":['
+
+
+def arrival_totals(field_name: bytes | str, value: bytes) -> list[int]:
+    """The totals [events, late, stragglers] of one arrival field (`arrival_counts`' third).
+
+    Read from the head of a batch's field, where the totals are, not from every service's
+    entry after them: a reader of the `*` series at 1,000 services parses 1/1000 of it.
+    """
+    if value.startswith(_TOTALS_HEAD):
+        end = value.find(b"]", len(_TOTALS_HEAD))
+        cells = value[len(_TOTALS_HEAD) : end].split(b",")
+        if end > 0 and len(cells) == 3 and all(c.isdigit() for c in cells):
+            return [int(c) for c in cells]
+    return arrival_counts(field_name, value)[2]
+
+
 def _arrival_rows(
     domain: str, start: int, size: int, fields: dict[Any, Any], wanted: set[str] | None
 ) -> list[ArrivalRow]:
     """One window's batch fields summed per service (of `wanted`; None: all) and as `*`."""
+    if not fields:
+        return []
+    if wanted is not None and wanted <= {ALL_SERVICES}:  # the totals only
+        each = [arrival_totals(k, v) for k, v in fields.items()]
+        total = [sum(c) for c in zip(*each, strict=True)]
+        return [ArrivalRow(domain, start, start + size, ALL_SERVICES, *total)]
     sums: dict[str, list[int]] = {ALL_SERVICES: [0, 0, 0]}
     for k, v in fields.items():
         _, counts, total = arrival_counts(k, v)
@@ -174,8 +198,6 @@ def _arrival_rows(
             c = counts[svc]
             acc = sums.setdefault(svc, [0, 0, 0])
             acc[0], acc[1], acc[2] = acc[0] + c[0], acc[1] + c[1], acc[2] + c[2]
-    if not fields:
-        return []
     return [ArrivalRow(domain, start, start + size, svc, *sums[svc]) for svc in sorted(sums)]
 
 
