@@ -1,17 +1,21 @@
 """Many viewers of one dashboard server: refresh latency and server CPU per viewer.
 
     .venv/bin/python benchmarks/bench_viewers.py [--viewers 1,10,50] [--seconds 30] [--wall]
-        [--services 10] [--minutes 60] [--range 15m]
+        [--services 10] [--minutes 60] [--range 15m] [--redis URL]
 
 Starts its own redis-server, seeded with an hour of 10 services through the job's sink code
-(tests/integration/seed.py), and one `tidegauge dashboard` process. Then, for each count, connects
+(tests/integration/seed.py), or reads the store at `--redis` as it is (seeding 1,000 services
+takes ~12 minutes: seed once, measure the page and the wall page against it), and one
+`tidegauge dashboard` process. Then, for each count, connects
 that many Streamlit sessions as real websocket clients speaking Streamlit's own protocol
 (`streamlit.proto`): each runs the page once, then does what a browser does for the page's
 `st.fragment(run_every=...)`: whenever the server's auto-rerun interval comes round, it asks for a
 rerun of the fragment. Measured per refresh: the time from the request to the server's
-"fragment run finished"; over the interval: the dashboard process's CPU seconds (its own and its
-children's, from /proc) and the Redis commands it sent, per viewer, and this process's own CPU
-(the clients decode every message the server sends: on a small machine they compete with it).
+"fragment run finished"; apart, each viewer's first draw (its session's whole page, or its first
+document: the first count's first viewer meets the fresh process's empty memo); over the
+interval: the dashboard process's CPU seconds (its own and its children's, from /proc) and the
+Redis commands it sent, per viewer, and this process's own CPU (the clients decode every message
+the server sends: on a small machine they compete with it).
 The sessions run in this process on the same machine (no browser draws anything: what is
 measured is the server's work).
 
@@ -68,8 +72,11 @@ def _cpu_s(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-async def _viewer(port: int, stop_at: float, measure_from: float, out: list[float]) -> None:
-    """One session: the page once, then fragment reruns at the server's interval."""
+async def _viewer(
+    port: int, stop_at: float, measure_from: float, out: list[float], firsts: list[float]
+) -> None:
+    """One session: the page once (its time to `firsts`), then fragment reruns at the server's
+    interval."""
     async with connect(
         f"ws://127.0.0.1:{port}/_stcore/stream",
         subprotocols=["streamlit"],  # type: ignore[list-item]
@@ -79,6 +86,7 @@ async def _viewer(port: int, stop_at: float, measure_from: float, out: list[floa
         first = BackMsg()
         first.rerun_script.query_string = ""
         first.rerun_script.page_script_hash = ""
+        opened: float | None = time.monotonic()
         await ws.send(first.SerializeToString())
         page_hash = ""
         fragment: str | None = None
@@ -100,7 +108,10 @@ async def _viewer(port: int, stop_at: float, measure_from: float, out: list[floa
                     fragment, interval = msg.auto_rerun.fragment_id, msg.auto_rerun.interval
                     next_at = time.monotonic() + interval
                 elif kind == "script_finished" and msg.script_finished in DONE:
-                    if sent is not None:
+                    if opened is not None:
+                        firsts.append(time.monotonic() - opened)
+                        opened = None
+                    elif sent is not None:
                         if sent >= measure_from:
                             out.append(time.monotonic() - sent)
                         sent = None
@@ -115,10 +126,13 @@ async def _viewer(port: int, stop_at: float, measure_from: float, out: list[floa
                 await ws.send(req.SerializeToString())
 
 
-def _screen(port: int, stop_at: float, measure_from: float, out: list[float]) -> None:
+def _screen(
+    port: int, stop_at: float, measure_from: float, out: list[float], firsts: list[float]
+) -> None:
     """One wall screen: GET the document, wait the interval after each answer, again."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     etag = None
+    firsts_done = False
     while time.monotonic() < stop_at:
         sent = time.monotonic()
         conn.request("GET", "/tidegauge/wall.json", headers={"If-None-Match": etag} if etag else {})
@@ -127,18 +141,24 @@ def _screen(port: int, stop_at: float, measure_from: float, out: list[float]) ->
         if resp.status not in (200, 304):
             raise RuntimeError(f"wall.json answered {resp.status}")
         etag = resp.getheader("ETag", etag)
-        if sent >= measure_from:
+        if not firsts_done:
+            firsts.append(time.monotonic() - sent)
+            firsts_done = True
+        elif sent >= measure_from:
             out.append(time.monotonic() - sent)
         time.sleep(1.0)  # the page's script: the next poll one refresh (1 s) after the answer
     conn.close()
 
 
-def _run_wall(port: int, n: int, warmup_s: float, seconds: float) -> list[float]:
+def _run_wall(
+    port: int, n: int, warmup_s: float, seconds: float, firsts: list[float]
+) -> list[float]:
     start = time.monotonic()
     out: list[float] = []
     threads = [
         threading.Thread(
-            target=_screen, args=(port, start + warmup_s + seconds, start + warmup_s, out)
+            target=_screen,
+            args=(port, start + warmup_s + seconds, start + warmup_s, out, firsts),
         )
         for _ in range(n)
     ]
@@ -149,11 +169,16 @@ def _run_wall(port: int, n: int, warmup_s: float, seconds: float) -> list[float]
     return out
 
 
-async def _run(port: int, n: int, warmup_s: float, seconds: float) -> list[float]:
+async def _run(
+    port: int, n: int, warmup_s: float, seconds: float, firsts: list[float]
+) -> list[float]:
     start = time.monotonic()
     out: list[float] = []
     await asyncio.gather(
-        *(_viewer(port, start + warmup_s + seconds, start + warmup_s, out) for _ in range(n))
+        *(
+            _viewer(port, start + warmup_s + seconds, start + warmup_s, out, firsts)
+            for _ in range(n)
+        )
     )
     return out
 
@@ -167,17 +192,29 @@ def main() -> None:
     p.add_argument("--minutes", type=int, default=60)
     p.add_argument("--wall", action="store_true", help="screens of the wall page, not sessions")
     p.add_argument("--range", default="15m", help="the page's time range (--window-range)")
+    p.add_argument(
+        "--redis",
+        help="read this store as it is (no redis-server started, nothing seeded; e.g. one "
+        "`seed_live` filled before)",
+    )
     args = p.parse_args()
     print(describe(("redis", "streamlit", "websockets", "plotly")))
-    svc = start_redis()
+    svc = None if args.redis else start_redis()
     port = free_port()
-    url = f"redis://{svc.address}/0"
+    url = args.redis or f"redis://{svc.address}/0"  # type: ignore[union-attr]
     dash = None
     try:
         r = redis.Redis.from_url(url)
-        seed_live(
-            r, Keys(), time.time_ns() // 1_000_000, services=args.services, minutes=args.minutes
-        )
+        stored = f"the store at {url}: {r.scard(Keys().services)} services"
+        if svc is not None:
+            seed_live(
+                r,
+                Keys(),
+                time.time_ns() // 1_000_000,
+                services=args.services,
+                minutes=args.minutes,
+            )
+            stored = f"seeded {args.services} services x {args.minutes} min"
         dash = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "dashboard", "--redis", url]
             + ["--port", str(port), "--address", "127.0.0.1", "--window-range", args.range],
@@ -187,19 +224,18 @@ def main() -> None:
         )
         wait_for_port("127.0.0.1", port, timeout_s=60, proc=dash)
         urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=30).read()
-        print(
-            f"seeded {args.services} services x {args.minutes} min; dashboard on port {port}, "
-            f"showing {args.range}"
-        )
+        print(f"{stored}; dashboard on port {port}, showing {args.range}")
         for n in [int(x) for x in args.viewers.split(",")]:
             cpu0, cmd0, t0, mine0 = None, None, None, 0.0
 
-            async def measured(n: int = n) -> list[float]:
+            firsts: list[float] = []
+
+            async def measured(n: int = n, firsts: list[float] = firsts) -> list[float]:
                 nonlocal cpu0, cmd0, t0, mine0
                 task = asyncio.ensure_future(
-                    asyncio.to_thread(_run_wall, port, n, args.warmup, args.seconds)
+                    asyncio.to_thread(_run_wall, port, n, args.warmup, args.seconds, firsts)
                     if args.wall
-                    else _run(port, n, args.warmup, args.seconds)
+                    else _run(port, n, args.warmup, args.seconds, firsts)
                 )
                 await asyncio.sleep(args.warmup)
                 assert dash is not None
@@ -222,13 +258,23 @@ def main() -> None:
                 f"per viewer per s); refresh latency median {1000 * statistics.median(lat):.0f} "
                 f"ms, p95 {1000 * lat[int(0.95 * (len(lat) - 1))]:.0f} ms; server CPU "
                 f"{cpu / span:.2f} cores ({1000 * cpu / span / n:.0f} ms per viewer per s); "
-                f"Redis commands {cmds / span:,.0f}/s; the clients' own CPU {mine / span:.2f} cores"
+                f"Redis commands {cmds / span:,.0f}/s; the clients' own CPU "
+                f"{mine / span:.2f} cores; first draws {_span_ms(firsts)}"
             )
     finally:
         if dash is not None:
             dash.terminate()
             dash.wait(10)
-        svc.stop()
+        if svc is not None:
+            svc.stop()
+
+
+def _span_ms(values: list[float]) -> str:
+    """ "1,234 ms" or "980–1,234 ms" (the first of them met the process's empty memo)."""
+    if not values:
+        return "none finished"
+    lo, hi = 1000 * min(values), 1000 * max(values)
+    return f"{hi:,.0f} ms" if len(values) == 1 else f"{lo:,.0f}–{hi:,.0f} ms"
 
 
 if __name__ == "__main__":
