@@ -25,8 +25,7 @@ from tidegauge.core.store.keys import (
     Keys,
     per_service,
     split_batch_field,
-    straggler_counts,
-    straggler_revisions,
+    stragglers_of,
 )
 from tidegauge.core.windows import WindowSpec
 
@@ -49,7 +48,7 @@ def read_corrections(
         spec.key,
         starts,
         partial(keys.window_stragglers, spec.key),
-        lambda _, fields: (straggler_counts(fields), straggler_revisions(fields)),
+        lambda _, fields: stragglers_of(fields),
     )
     dups = _stamped(
         r,
@@ -84,16 +83,42 @@ def read_late(
     starts: Sequence[int],
     cache: ClosedWindows | None,
 ) -> list[LateFields]:
-    """Each window's late hash parsed (`LateFields`); of a dimension's store, no `*` count."""
+    """Each window's late hash parsed (`late_fields`); of a dimension's store, no `*` count."""
     owned = keys.owner is not None  # a dimension's store: its `*` values are members of it
+    return _stamped(
+        r,
+        cache,
+        "late",
+        spec.key,
+        starts,
+        partial(keys.window_late, spec.key),
+        lambda _, fields: late_fields(fields, owned),
+    )
 
-    def parse(_: int, fields: dict[Any, Any]) -> LateFields:
-        counts = per_service(fields, LateAgg.count_of)
-        if owned:
-            counts.pop(ALL_SERVICES, None)
-        return LateFields(counts, [] if owned else all_late_fields(fields))
 
-    return _stamped(r, cache, "late", spec.key, starts, partial(keys.window_late, spec.key), parse)
+def late_fields(fields: Mapping[Any, bytes], owned: bool = False) -> LateFields:
+    """One late hash parsed in one pass: `per_service`'s counts and `all_late_fields`.
+
+    `owned`: a dimension's store, whose `*` values are members of it (no `*` count summed,
+    no `*` late rows).
+    """
+    counts: dict[str, int] = {}
+    totals: dict[int, bytes] = {}
+    parts: dict[int, list[tuple[str, bytes]]] = {}
+    for k, v in fields.items():
+        svc, batch = split_batch_field(k)
+        if svc == ALL_SERVICES:
+            totals[batch] = v
+            continue
+        counts[svc] = counts.get(svc, 0) + LateAgg.count_of(v)
+        parts.setdefault(batch, []).append((svc, v))
+    if counts and not owned:
+        counts[ALL_SERVICES] = sum(counts.values())
+    every: list[bytes] = []
+    for batch in [] if owned else sorted(totals.keys() | parts.keys()):
+        total = totals.get(batch)
+        every += [total] if total is not None else [v for _, v in sorted(parts[batch])]
+    return LateFields(counts, every)
 
 
 def late_of(fields: Mapping[Any, bytes], service: str) -> bytes | None:

@@ -287,6 +287,29 @@ def straggler_counts(fields: dict[Any, Any]) -> dict[str, int]:
     return per_service(fields, lambda v: straggler_value(v)[0])
 
 
+def stragglers_of(fields: dict[Any, Any]) -> tuple[dict[str, int], dict[str, int]]:
+    """(`straggler_counts`, `straggler_revisions`) of one hash, in one pass over its fields."""
+    counts: dict[str, int] = {}
+    revisions: dict[str, int] = {}
+    batches: set[int] = set()
+    folded_all = 0
+    for k, v in fields.items():
+        svc, batch = split_batch_field(k)
+        count, folded = straggler_value(v)
+        n = folded if batch == FOLDED else 1
+        if svc == ALL_SERVICES:
+            folded_all += n
+            continue
+        counts[svc] = counts.get(svc, 0) + count
+        revisions[svc] = revisions.get(svc, 0) + n
+        if batch != FOLDED:
+            batches.add(batch)
+    if counts:
+        counts[ALL_SERVICES] = sum(counts.values())
+        revisions[ALL_SERVICES] = len(batches) + folded_all
+    return counts, revisions
+
+
 def straggler_revisions(fields: dict[Any, Any]) -> dict[str, int]:
     """Batches that corrected each service's window; `*` counts distinct batches.
 
