@@ -9,7 +9,7 @@ the parse is shared through the closed-window memo.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, partial
 from typing import Any
@@ -23,6 +23,7 @@ from tidegauge.core.store.index import _stamped
 from tidegauge.core.store.keys import (
     ALL_SERVICES,
     Keys,
+    T,
     per_service,
     split_batch_field,
     stragglers_of,
@@ -41,25 +42,26 @@ def read_corrections(
     cache: ClosedWindows | None,
 ) -> tuple[list[Stragglers], list[dict[str, int]]]:
     """Each window's stragglers (counts, revisions) and duplicates, per service and `*`."""
-    strags = _stamped(
-        r,
-        cache,
-        "stragglers",
-        spec.key,
-        starts,
-        partial(keys.window_stragglers, spec.key),
-        lambda _, fields: stragglers_of(fields),
-    )
-    dups = _stamped(
-        r,
-        cache,
-        "duplicates",
-        spec.key,
-        starts,
-        partial(keys.window_duplicates, spec.key),
-        lambda _, fields: per_service(fields, int),
+    strags = _parsed(r, cache, "stragglers", keys.window_stragglers, spec, starts, stragglers_of)
+    dups = _parsed(
+        r, cache, "duplicates", keys.window_duplicates, spec, starts, lambda f: per_service(f, int)
     )
     return strags, dups
+
+
+def _parsed(
+    r: redis.Redis,
+    cache: ClosedWindows | None,
+    kind: str,
+    key_of: Callable[[str, int], str],
+    spec: WindowSpec,
+    starts: Sequence[int],
+    parse: Callable[[dict[Any, Any]], T],
+) -> list[T]:
+    """`parse` of each window's hash of `kind`, once per version (`_stamped`)."""
+    return _stamped(
+        r, cache, kind, spec.key, starts, partial(key_of, spec.key), lambda _, f: parse(f)
+    )
 
 
 @dataclass(frozen=True)
@@ -85,14 +87,8 @@ def read_late(
 ) -> list[LateFields]:
     """Each window's late hash parsed (`late_fields`); of a dimension's store, no `*` count."""
     owned = keys.owner is not None  # a dimension's store: its `*` values are members of it
-    return _stamped(
-        r,
-        cache,
-        "late",
-        spec.key,
-        starts,
-        partial(keys.window_late, spec.key),
-        lambda _, fields: late_fields(fields, owned),
+    return _parsed(
+        r, cache, "late", keys.window_late, spec, starts, lambda f: late_fields(f, owned)
     )
 
 
