@@ -24,11 +24,13 @@ import pyarrow as pa
 import redis
 
 from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch
+from jobs.sink.rollup import BatchTime
 from jobs.sink.status import touch_status, write_progress
 from jobs.state.rows import ArrivalUpdate, LateUpdate, WindowCount, WindowUpdate
 from jobs.summary.late_events import members, stored
 from sketches.tg64 import hash32
 from tidegauge.core.late_agg import LateAgg
+from tidegauge.core.retention import Retention
 from tidegauge.core.sliding import Timeline, frame_of
 from tidegauge.core.store import DeadLetter, Keys
 from tidegauge.core.window_agg import WindowAgg
@@ -96,8 +98,13 @@ def seed_live(
     pause_windows: int = 6,
     seed: int = 0,
     names: Sequence[str] | None = None,
+    retention: Retention | None = None,
 ) -> Seeded:
-    """Write windows, lateness, arrivals, batches and dead letters as the job would."""
+    """Write windows, lateness, arrivals, batches and dead letters as the job would.
+
+    With `retention`, each window's batch also does the job's retention work (roll-ups of
+    the periods its watermark closed, expiry), as a job run with `--retention` does.
+    """
     rng = np.random.default_rng(seed)
     times_rng = np.random.default_rng(seed + 1_000)  # event times: the other values unchanged
     parts: dict[tuple[str, int], tuple[WindowAgg, Timeline]] = {}
@@ -193,8 +200,9 @@ def seed_live(
                 stragglers=strags,
                 arrivals=arrivals,
                 late_events=late_events,
+                at=BatchTime(batch_id, start + W - 1 - LATENESS_MS, start + W + 300),
             ),
-            SinkConfig(arrival_window_ms=W),
+            SinkConfig(arrival_window_ms=W, retention=retention, source=SPEC),
         )
         rows = sum(WindowAgg.from_bytes(u.agg).count for u in updates)
         seen = start + W - 1  # the batch's max event time; the watermark trails it
