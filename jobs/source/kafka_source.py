@@ -23,8 +23,8 @@ import json
 import logging
 import os
 import time
-from collections.abc import Generator, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Generator, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -120,6 +120,41 @@ def true_end_offsets(bootstrap: str, topic: str, options: ClientOptions = ()) ->
 def _stable_end(client: LogClient) -> Offsets:
     ends = client.stable_end_offsets(client.partitions())
     return {str(p): off for p, off in ends.items()}
+
+
+#: How long the planner keeps asking a broker that does not answer (a request timed out, the
+#: connection lost) for the offsets of the next batch before the query fails: a broker paused
+#: or restarted for a while delays the batches, it does not end the job.
+BROKER_RETRY_FOR_MS = 300_000
+
+T = TypeVar("T")
+
+
+def retrying(
+    what: str,
+    ask: Callable[[], T],
+    retry_for_ms: int = BROKER_RETRY_FOR_MS,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> T:
+    """`ask()`, asked again every second while Kafka's error is retriable, for `retry_for_ms`.
+
+    A retriable error (kafka-python's `retriable`: a timeout, a lost connection, no leader
+    yet) is logged and asked again; any other error, or one after the budget, is raised.
+    """
+    from kafka.errors import KafkaError
+
+    deadline = clock() + retry_for_ms / 1000
+    attempt = 0
+    while True:
+        try:
+            return ask()
+        except KafkaError as e:
+            if not getattr(e, "retriable", False) or clock() >= deadline:
+                raise
+            attempt += 1
+            log.warning("the broker did not answer %s (%s): asking again (%d)", what, e, attempt)
+            sleep(1.0)
 
 
 class KafkaPartition(InputPartition):
@@ -416,7 +451,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         return self._log
 
     def _true_end(self) -> Offsets:
-        return _stable_end(self._client())
+        return retrying("for the latest offsets", lambda: _stable_end(self._client()))
 
     def initialOffset(self) -> dict:
         """Where a new query starts: every partition's earliest or true latest offset."""
@@ -425,7 +460,10 @@ class KafkaStreamReader(DataSourceStreamReader):
                 self._initial = self._true_end()
             else:
                 client = self._client()
-                begin = client.beginning_offsets(client.partitions())
+                begin = retrying(
+                    "for the earliest offsets",
+                    lambda: client.beginning_offsets(client.partitions()),
+                )
                 self._initial = {str(p): off for p, off in begin.items()}
         return dict(self._initial)
 

@@ -9,6 +9,11 @@ import random
 from typing import Any
 
 import pytest
+from kafka.errors import (
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    TopicAuthorizationFailedError,
+)
 
 from jobs.source.kafka_source import (
     KafkaPartition,
@@ -16,6 +21,7 @@ from jobs.source.kafka_source import (
     balance_ranges,
     group_ranges,
     ranges_of,
+    retrying,
     split_limit,
 )
 
@@ -288,3 +294,46 @@ def test_balance_ranges_reads_every_offset_once_in_equal_tasks() -> None:
             assert share - len(parts) < sizes_of[-1] <= share
             assert share >= min_records
         assert _pieces(parts) == _pieces(balance_ranges(ranges, min_records, max_tasks))
+
+
+# --- asking a broker that does not answer -------------------------------------------------------
+
+
+class _Clock:
+    """A clock the retries' sleeps move (no real waiting)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+
+def test_the_planner_asks_again_while_the_broker_times_out_then_gives_up() -> None:
+    clock = _Clock()
+    answers: list[Any] = [KafkaTimeoutError("no answer"), KafkaConnectionError("lost"), {"0": 7}]
+
+    def ask() -> Any:
+        got = answers.pop(0)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    assert retrying("offsets", ask, 60_000, clock.sleep, lambda: clock.now) == {"0": 7}
+    assert clock.now == 2.0  # asked three times, a second apart
+
+    def never() -> Any:
+        raise KafkaTimeoutError("no answer")
+
+    clock = _Clock()
+    with pytest.raises(KafkaTimeoutError):
+        retrying("offsets", never, 30_000, clock.sleep, lambda: clock.now)
+    assert clock.now == 30.0  # the budget, then the error
+
+    def refused() -> Any:  # not retriable: raised at once
+        raise TopicAuthorizationFailedError("denied")
+
+    clock = _Clock()
+    with pytest.raises(TopicAuthorizationFailedError):
+        retrying("offsets", refused, 30_000, clock.sleep, lambda: clock.now)
+    assert clock.now == 0.0
