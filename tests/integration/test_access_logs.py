@@ -233,7 +233,9 @@ def shipped(broker, nginx: tuple[int, Path]) -> Path:  # type: ignore[no-untyped
     # input in blocks of 1 KiB (kcat 1.8 reads what is there): lines reach the topic as the
     # log grows, the last block's at the end of the input.
     ship = subprocess.Popen(
-        [*kcat, "-P", "-b", broker.address, "-t", TOPIC, "-X", "linger.ms=20"],
+        # idempotent: a send retried under load is not written twice ("each line once")
+        [*kcat, "-P", "-b", broker.address, "-t", TOPIC, "-X", "linger.ms=20"]
+        + ["-X", "enable.idempotence=true"],
         stdin=tail.stdout,
         stderr=subprocess.PIPE,
         env=env,

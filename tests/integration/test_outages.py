@@ -3,7 +3,8 @@
 Each test runs `tidegauge job` as a process, continuously (500 ms trigger, 400 records per
 batch), over the seeded stream of tests/integration/test_job_replay.py, and breaks something
 after a few batches: Redis stopped (SIGSTOP) for 60 s, Redis restarted with persistence on,
-Redis gone for longer than `--sink-retry-for`, the broker stopped for 30 s. Then the job must
+Redis gone for longer than `--sink-retry-for`, the broker stopped for 30 s, or (the topic
+drained) for longer than the Kafka client's request timeout. Then the job must
 have drained the topic and Redis must hold exactly what an uninterrupted run wrote
 (`snapshot`), and the job's log must say what happened. docs/reliability.md lists these.
 """
@@ -220,6 +221,32 @@ def test_broker_stopped_for_30s_mid_stream(
         finally:
             os.kill(broker.proc.pid, signal.SIGCONT)
         job.wait_until_drained(r, reference, 180)
+    finally:
+        code = job.stop()
+    assert code == 0, job.output()
+    _same_as_the_reference(reference, own_redis.url)
+
+
+def test_a_broker_pause_longer_than_the_request_timeout_is_waited_out(
+    reference: dict[str, Any],
+    broker,
+    own_redis: PersistentRedis,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    """The topic drained, only the planner asks the broker (for the next batch's offsets); its
+    requests time out (5 s here) while the broker is stopped, and are asked again."""
+    r = redis.Redis.from_url(own_redis.url)
+    job = Job(reference, own_redis.url, tmp_path, "--kafka-option", "request_timeout_ms=5000")
+    try:
+        job.wait_until_drained(r, reference, 180)
+        os.kill(broker.proc.pid, signal.SIGSTOP)
+        try:
+            time.sleep(14)  # nearly three request timeouts
+            assert job.proc.poll() is None, job.output()
+        finally:
+            os.kill(broker.proc.pid, signal.SIGCONT)
+        time.sleep(3)
+        assert job.proc.poll() is None, job.output()
     finally:
         code = job.stop()
     assert code == 0, job.output()
