@@ -115,7 +115,7 @@ def roll_periods(
         agg_parts += [(code[s], blob) for w in ordered for s, blob in w.aggs.items()]
         # Facts of the batches before this one, folded into one field per service ("svc|-1").
         # A period some of whose batches wrote `*`'s late rows ("*|batch") folds `*` too:
-        # a batch that wrote none counts by its services' fields (`all_late_fields`).
+        # a batch that wrote none counts by its services' fields (`late_fields`).
         fields: dict[str, int] = {}
         facts = [
             [(*split_batch_field(f), blob) for f, blob in sorted(w.late.items())] for w in ordered

@@ -69,7 +69,7 @@ class LateFields:
     """One window's late hash, parsed: late rows per service and `*`, and `*`'s late rows."""
 
     counts: dict[str, int]
-    #: The fields whose merge is `*`'s late aggregate (`all_late_fields`).
+    #: The fields whose merge is `*`'s late aggregate (`late_fields`).
     every: list[bytes]
 
     @cached_property
@@ -93,7 +93,12 @@ def read_late(
 
 
 def late_fields(fields: Mapping[Any, bytes], owned: bool = False) -> LateFields:
-    """One late hash parsed in one pass: `per_service`'s counts and `all_late_fields`.
+    """One late hash parsed in one pass: `per_service`'s counts and `*`'s late fields.
+
+    The fields whose merge is `*`'s late aggregate, in a fixed order: a batch writes its late
+    rows' merge as "*|batch" beside the services' own, so `*` is one field per batch, not one
+    per (service, batch); a batch that wrote none (stores written before, a roll-up of them)
+    counts by its services'.
 
     `owned`: a dimension's store, whose `*` values are members of it (no `*` count summed,
     no `*` late rows).
@@ -118,9 +123,9 @@ def late_fields(fields: Mapping[Any, bytes], owned: bool = False) -> LateFields:
 
 
 def late_of(fields: Mapping[Any, bytes], service: str) -> bytes | None:
-    """A late hash's "service|batch" fields of `service` (`*`: `all_late_fields`) merged."""
+    """A late hash's "service|batch" fields of `service` (`*`: `late_fields`) merged."""
     if service == ALL_SERVICES:
-        return merged_late(all_late_fields(fields))
+        return late_fields(fields).every_merged
     return merged_late([v for k, v in sorted(fields.items()) if split_batch_field(k)[0] == service])
 
 
@@ -129,22 +134,3 @@ def merged_late(blobs: Sequence[bytes]) -> bytes | None:
     if not blobs:
         return None
     return merge_late(blobs, np.zeros(len(blobs), np.int64), 1)[0]
-
-
-def all_late_fields(fields: Mapping[Any, bytes]) -> list[bytes]:
-    """The fields of a late hash whose merge is `*`'s late aggregate, in a fixed order.
-
-    A batch writes its late rows' merge as "*|batch" beside the services' own, so `*` is one
-    field per batch, not one per (service, batch); a batch that wrote none (stores written
-    before, a roll-up of them) counts by its services' fields.
-    """
-    by_batch: dict[int, dict[str, bytes]] = {}
-    for k, v in fields.items():
-        service, batch = split_batch_field(k)
-        by_batch.setdefault(batch, {})[service] = v
-    out: list[bytes] = []
-    for batch in sorted(by_batch):
-        own = by_batch[batch]
-        total = own.get(ALL_SERVICES)
-        out += [total] if total is not None else [own[s] for s in sorted(own)]
-    return out

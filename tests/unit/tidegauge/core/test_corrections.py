@@ -8,20 +8,42 @@ folded `-1` fields.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
 from tidegauge.core.late_agg import LateAgg
-from tidegauge.core.store.corrections import all_late_fields, late_fields
+from tidegauge.core.store.corrections import late_fields
 from tidegauge.core.store.keys import (
     ALL_SERVICES,
     FOLDED,
     folded_stragglers,
     per_service,
+    split_batch_field,
     straggler_counts,
     straggler_revisions,
     stragglers_of,
 )
+
+
+def all_late_fields(fields: dict[Any, bytes]) -> list[bytes]:
+    """The reference: the fields of a late hash whose merge is `*`'s late aggregate, in order.
+
+    A batch writes its late rows' merge as "*|batch" beside the services' own, so `*` is one
+    field per batch, not one per (service, batch); a batch that wrote none (stores written
+    before, a roll-up of them) counts by its services' fields.
+    """
+    by_batch: dict[int, dict[str, bytes]] = {}
+    for k, v in fields.items():
+        service, batch = split_batch_field(k)
+        by_batch.setdefault(batch, {})[service] = v
+    out: list[bytes] = []
+    for batch in sorted(by_batch):
+        own = by_batch[batch]
+        total = own.get(ALL_SERVICES)
+        out += [total] if total is not None else [own[s] for s in sorted(own)]
+    return out
 
 
 def _late(rng: np.random.Generator, n: int) -> bytes:
