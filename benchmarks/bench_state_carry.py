@@ -83,9 +83,10 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10)
     args = parser.parse_args()
     print(describe(["pyspark", "pyarrow", "pandas"]))
-    spark = build_session("local[2]", shuffle_partitions=2, ui=False)
     figures: list[tuple[float, float, float]] = []
     with tempfile.TemporaryDirectory(prefix="tg-carry-") as tmp:
+        # the job's settings for a checkpoint on the local disk (no Spark checksum files)
+        spark = build_session("local[2]", shuffle_partitions=2, ui=False, checkpoint=tmp)
         for k, mb in enumerate(float(x) for x in args.mb.split(",")):
             t = time.perf_counter()
             batch, update = run(spark, Path(tmp) / str(k), mb, args.keys, args.batches)
