@@ -212,8 +212,8 @@ def test_p99_of_each_service_is_its_merged_latencies_and_ranks_them(
 def test_p99_over_many_closed_windows_merges_blocks_once_and_follows_the_open_ones(
     redis_client: redis.Redis,
 ) -> None:
-    """An hour-like range: closed windows are merged in blocks of `P99_BLOCK` once per memo;
-    the p99 stays within the digests' rank error of every latency written, a block cut by the
+    """An hour-like range: closed windows are merged in blocks of `P99_BLOCK` once per memo
+    (each block read while the one before is merged); the p99 stays within the digests' rank error of every latency written, a block cut by the
     range's start counts only its windows in the range, and a refresh sees the open window."""
     from jobs.sink.status import write_progress
     from tidegauge.core.store.ranking import P99_BLOCK
@@ -252,6 +252,8 @@ def test_p99_over_many_closed_windows_merges_blocks_once_and_follows_the_open_on
                 assert p99 is not None and _rank_error(values, p99, 0.99) <= 0.01 + 1 / len(values)
                 assert p99 == pytest.approx(bare[svc].p99, rel=0.05)
     assert memo.size("p99-blocks") >= 3
+    # a closed block inside the range is kept merged only; the edges' windows one by one
+    assert 0 < memo.size("latency") <= 2 * P99_BLOCK < len(starts) - 1
     # the open window gets slower: the next refresh's p99 has it
     slow = WindowAgg()
     slow.add(np.full(400, 5_000.0), np.full(400, 200), np.array(["u"] * 400, dtype=object))

@@ -14,7 +14,8 @@ reader (`ClosedWindows`). A Redis user without `EVAL_RO` gets the same numbers r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -251,9 +252,26 @@ def _memoised(
     return [got[(spec.key, start)] for spec, starts in parts for start in starts]
 
 
-#: For p99, closed windows' latency digests are merged in aligned blocks of this many, each
-#: merged once per memo: an hour of 10 s windows is then ~30 pieces per refresh, not 360.
+#: For p99, windows' latency digests are read and merged in blocks of this many: an hour of
+#: 10 s windows is ~30 pieces, a closed block is merged once per memo, and each block is one
+#: script call, so Redis copies the next block out while this process merges the last (and no
+#: call holds Redis, and the job's writes, for long).
 P99_BLOCK = 12
+
+
+@dataclass(frozen=True)
+class _Block:
+    """Consecutive windows of one spec whose latency digests are merged together.
+
+    `aligned`: a tumbling spec's block of `P99_BLOCK` windows starting at a multiple of that
+    span (the same block at every refresh); `edge`: the first or last block of its part, which
+    the range's moving ends cut, so its windows are worth keeping one by one.
+    """
+
+    spec: WindowSpec
+    members: tuple[int, ...]
+    aligned: bool
+    edge: bool
 
 
 def _p99s(
@@ -265,35 +283,95 @@ def _p99s(
 ) -> dict[str, float]:
     """p99 latency per service of its windows' latency digests merged.
 
-    Closed windows are read once, and merged in blocks of `P99_BLOCK` once.
+    With a memo, a closed aligned block is merged once; windows of the other blocks are read once.
     """
-    windows = _memoised(r, keys, parts, cache, watermark, "latency", _latencies)
-    pieces: list[tuple[list[str], Digests]] = []
-    at = 0
-    for spec, starts in parts:
-        mine, at = windows[at : at + len(starts)], at + len(starts)
-        if cache is None or spec.kind != "tumbling":
-            pieces += mine
-            continue
-        blocks: dict[int, list[int]] = {}
-        for k, start in enumerate(starts):
-            blocks.setdefault(tumbling_start(start, P99_BLOCK * spec.size_ms), []).append(k)
-        for idx in blocks.values():
-            members = tuple(starts[k] for k in idx)
-            if not _reusable(spec, members[-1], watermark):
-                pieces += [mine[k] for k in idx]
-                continue
-            # a block cut by the range's start holds fewer windows: its members say which
-            known = cache.get("p99-blocks", spec.key, members[0])
-            if known is None or known[0] != members:
-                known = (members, *_merged([mine[k] for k in idx]))
-                cache.put("p99-blocks", spec.key, members[0], known)
+    pieces: list[tuple[list[str], Digests] | None] = []
+    wanted: list[tuple[int, _Block, bool]] = []
+    for block in _blocks(parts):
+        spec, members = block.spec, block.members
+        reuse = cache is not None and block.aligned and _reusable(spec, members[-1], watermark)
+        # a block cut by the range's start holds fewer windows: its members say which
+        known = cache.get("p99-blocks", spec.key, members[0]) if cache and reuse else None
+        if known is not None and known[0] == members:
             pieces.append((known[1], known[2]))
-    names, merged = _merged(pieces)
+            continue
+        wanted.append((len(pieces), block, reuse))
+        pieces.append(None)
+    reads = _read_ahead(r, keys, [b for _, b, _ in wanted], cache, watermark)
+    for (at, block, reuse), windows in zip(wanted, reads, strict=True):
+        names, merged = _merged(windows)
+        pieces[at] = (names, merged)
+        if reuse:
+            assert cache is not None
+            cache.put(
+                "p99-blocks", block.spec.key, block.members[0], (block.members, names, merged)
+            )
+    names, merged = _merged([p for p in pieces if p is not None])
     if not names:
         return {}
     q = merged.quantiles([0.99])[:, 0]
     return {svc: float(q[i]) for i, svc in enumerate(names) if merged.count[i] > 0}
+
+
+def _blocks(parts: Sequence[tuple[WindowSpec, Sequence[int]]]) -> list[_Block]:
+    """The windows of `parts` in blocks of at most `P99_BLOCK`, in order.
+
+    A tumbling spec's blocks are aligned to multiples of `P99_BLOCK` windows; other specs' are
+    cut in turn from the first window.
+    """
+    out: list[_Block] = []
+    for spec, starts in parts:
+        if spec.kind == "tumbling":
+            span = P99_BLOCK * spec.size_ms
+            aligned: dict[int, list[int]] = {}
+            for start in starts:
+                aligned.setdefault(tumbling_start(start, span), []).append(start)
+            runs = list(aligned.values())
+        else:
+            runs = [list(starts[k : k + P99_BLOCK]) for k in range(0, len(starts), P99_BLOCK)]
+        last = len(runs) - 1
+        for k, members in enumerate(runs):
+            out.append(_Block(spec, tuple(members), spec.kind == "tumbling", k in (0, last)))
+    return out
+
+
+def _read_ahead(
+    r: redis.Redis,
+    keys: Keys,
+    blocks: Sequence[_Block],
+    cache: ClosedWindows | None,
+    watermark: int | None,
+) -> Iterator[list[tuple[list[str], Digests]]]:
+    """Each block's windows' (services, latency digests), closed ones from `cache` if there.
+
+    Closed windows are memoised unless their block is aligned and not at an edge (its merge
+    is memoised instead). The next block is read from Redis (and decoded) by a thread while
+    the caller merges this one; the memo is read and written by the caller's thread only.
+    """
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tg-p99") as pool:
+
+        def submit(block: _Block) -> tuple[dict[int, Any], list[int], Future[Any] | None]:
+            known: dict[int, Any] = {}
+            for start in block.members:
+                got = cache.get("latency", block.spec.key, start) if cache is not None else None
+                if got is not None:
+                    known[start] = got
+            missing = [start for start in block.members if start not in known]
+            window_keys = [keys.window_aggs(block.spec.key, start) for start in missing]
+            return known, missing, pool.submit(_latencies, r, window_keys) if missing else None
+
+        ahead = submit(blocks[0]) if blocks else None
+        for k, block in enumerate(blocks):
+            assert ahead is not None
+            known, missing, future = ahead
+            ahead = submit(blocks[k + 1]) if k + 1 < len(blocks) else None
+            keep = cache is not None and (block.edge or not block.aligned)
+            for start, value in zip(missing, future.result() if future else [], strict=True):
+                if keep and _reusable(block.spec, start, watermark):
+                    assert cache is not None
+                    cache.put("latency", block.spec.key, start, value)
+                known[start] = value
+            yield [known[start] for start in block.members]
 
 
 def _merged(pieces: Sequence[tuple[list[str], Digests]]) -> tuple[list[str], Digests]:
