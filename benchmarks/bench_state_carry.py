@@ -1,6 +1,7 @@
 """What `applyInPandasWithState` costs to carry its state from batch to batch, before any work.
 
     .venv/bin/python benchmarks/bench_state_carry.py [--mb 0,1,3] [--keys 4] [--batches 10]
+        [--conf KEY=VALUE ...]
 
 A file stream of `--batches` tiny batches (one row per key) goes through `applyInPandasWithState`
 whose function does nothing but keep a state of `--mb` MB per key (random bytes: the job's
@@ -81,12 +82,16 @@ def main() -> None:
     parser.add_argument("--mb", default="0,1,3", help="state sizes per key, MB")
     parser.add_argument("--keys", type=int, default=4, help="state keys (the job's shards)")
     parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting (repeat)"
+    )
     args = parser.parse_args()
+    conf = [tuple(c.split("=", 1)) for c in args.conf]
     print(describe(["pyspark", "pyarrow", "pandas"]))
     figures: list[tuple[float, float, float]] = []
     with tempfile.TemporaryDirectory(prefix="tg-carry-") as tmp:
         # the job's settings for a checkpoint on the local disk (no Spark checksum files)
-        spark = build_session("local[2]", shuffle_partitions=2, ui=False, checkpoint=tmp)
+        spark = build_session("local[2]", shuffle_partitions=2, ui=False, conf=conf, checkpoint=tmp)
         for k, mb in enumerate(float(x) for x in args.mb.split(",")):
             t = time.perf_counter()
             batch, update = run(spark, Path(tmp) / str(k), mb, args.keys, args.batches)
