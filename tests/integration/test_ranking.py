@@ -213,8 +213,9 @@ def test_p99_over_many_closed_windows_merges_blocks_once_and_follows_the_open_on
     redis_client: redis.Redis,
 ) -> None:
     """An hour-like range: closed windows are merged in blocks of `P99_BLOCK` once per memo
-    (each block read while the one before is merged); the p99 stays within the digests' rank error of every latency written, a block cut by the
-    range's start counts only its windows in the range, and a refresh sees the open window."""
+    (each block read while the one before is merged); the p99 stays within the digests' rank
+    error of every latency written, a block cut by the range's start counts only its windows
+    in the range, and a refresh sees the open window."""
     from jobs.sink.status import write_progress
     from tidegauge.core.store.ranking import P99_BLOCK
 
