@@ -148,12 +148,6 @@ def session_settings(
         # every 60 s, writes their first snapshot (a dozen warnings at every start). 20 x 10
         # versions keeps the report for a maintenance that really stalls.
         "spark.sql.streaming.stateStore.multiplierForMinVersionDiffToLog": "20",
-        # The JVM and its Python workers (read tasks, the state function, the planners) talk
-        # over Unix domain sockets, not loopback TCP: over TCP a state task spent ~40 ms with
-        # neither side busy, waiting on the socket, and a live micro-batch takes a fifth less
-        # time without it (BENCHMARKS.md, "The fixed cost of a micro-batch"). Workers always
-        # run on their executor's machine, so this holds on a cluster too.
-        "spark.python.unix.domain.socket.enabled": "true",
     }
     if checkpoint is not None and local_checkpoint(checkpoint):
         # On a local disk Hadoop's LocalFileSystem already writes a .crc file beside every

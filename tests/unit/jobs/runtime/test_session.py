@@ -35,13 +35,6 @@ def test_checksum_files_are_off_only_for_a_local_checkpoint() -> None:
     assert on[CHECKSUM] == "true"
 
 
-def test_python_workers_talk_over_unix_sockets_on_any_master_unless_turned_off() -> None:
-    uds = "spark.python.unix.domain.socket.enabled"
-    assert session_settings("local[2]")[uds] == "true"
-    assert session_settings("spark://10.0.0.5:7077")[uds] == "true"
-    assert session_settings("local[2]", conf=[(uds, "false")])[uds] == "false"
-
-
 def test_conf_replaces_settings_but_adds_java_options() -> None:
     s = session_settings(
         "local[2]",
