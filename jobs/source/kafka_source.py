@@ -140,12 +140,14 @@ def retrying(
     """`ask()`, asked again every second while Kafka's error is retriable, for `retry_for_ms`.
 
     A retriable error (kafka-python's `retriable`: a timeout, a lost connection, no leader
-    yet) is logged and asked again; any other error, or one after the budget, is raised.
+    yet) is asked again, logged at the first attempt and then every 30 s (as the sink's
+    retries are); any other error, or one after the budget, is raised.
     """
     from kafka.errors import KafkaError
 
-    deadline = clock() + retry_for_ms / 1000
-    attempt = 0
+    started = clock()
+    deadline = started + retry_for_ms / 1000
+    attempt, logged = 0, None
     while True:
         try:
             return ask()
@@ -153,7 +155,16 @@ def retrying(
             if not getattr(e, "retriable", False) or clock() >= deadline:
                 raise
             attempt += 1
-            log.warning("the broker did not answer %s (%s): asking again (%d)", what, e, attempt)
+            if logged is None or clock() - logged >= 30:
+                logged = clock()
+                log.warning(
+                    "the broker did not answer %s (%s): asking again every second (attempt %d, "
+                    "%.0f s so far)",
+                    what,
+                    e,
+                    attempt,
+                    logged - started,
+                )
             sleep(1.0)
 
 
