@@ -35,7 +35,7 @@ from tidegauge.core.durations import format_duration, to_iso
 from tidegauge.core.formats import FORMATS, SPAN_KINDS
 from tidegauge.core.kafka_options import redacted
 from tidegauge.core.plugins import load_plugins
-from tidegauge.core.retention import DEFAULT_RETENTION
+from tidegauge.core.retention import DEFAULT_RETENTION, DEFAULT_RETENTION_SIZE, format_size
 from tidegauge.core.store import connect
 from tidegauge.core.windows import WindowSpec
 
@@ -206,6 +206,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "1m roll-ups for 7d, 1h roll-ups for 90d; 'forever' keeps everything; docs/redis.md)",
     )
     p.add_argument(
+        "--retention-size",
+        default=DEFAULT_RETENTION_SIZE,
+        metavar="SIZE",
+        help=f"bytes each store may take once its tiers are full (default "
+        f"{DEFAULT_RETENTION_SIZE}; 'none': no limit): when the windows' measured sizes say "
+        "--retention would not fit, all its TTLs are shortened by one factor (docs/redis.md)",
+    )
+    p.add_argument(
         "--metrics-port",
         type=int,
         metavar="PORT",
@@ -308,6 +316,7 @@ def run(args: argparse.Namespace) -> int:
         f"{', dimensions ' + ', '.join(d.name for d in cfg.dimensions) if cfg.dimensions else ''}"
         f"{', catalog ' + cfg.catalog_topic + ' as of event time' if cfg.catalog_topic else ''}"
         f", retention {cfg.retention.for_source(cfg.rollup_source_ms).text()}"
+        f"{' within ' + format_size(cfg.retention_size) if cfg.retention_size else ''}"
         f"{'; kafka ' + redacted(cfg.kafka.options) if cfg.kafka.options else ''}",
         flush=True,
     )

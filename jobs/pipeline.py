@@ -174,6 +174,7 @@ class _BatchWriter:
             arrival_window_ms=self.primary_ms,
             # the retention tiers and the spec they roll up (jobs/sink/rollup.py)
             retention=cfg.retention.for_source(source),
+            retention_size=cfg.retention_size,
             source=None if source is None else WindowSpec.tumbling(source),
             shards=cfg.state_shards,
         )

@@ -50,6 +50,9 @@ class SinkConfig:
     #: Retention tiers and the window spec they roll up; None keeps every window.
     retention: Retention | None = None
     source: WindowSpec | None = None
+    #: Bytes each store may take once its tiers are full (`--retention-size`; None: no
+    #: budget): the retention's TTLs are scaled down together to fit (jobs/sink/footprint.py).
+    retention_size: int | None = None
     #: The job's state shards: a window's `*` is the merge of their `*` parts once every shard
     #: has one (else of every service stored for it); None: always the latter.
     shards: int | None = None
@@ -176,7 +179,9 @@ def _queue(r: redis.Redis, tx: Any, keys: Keys, batch: SinkBatch, config: SinkCo
         late = [*late, *_all_late(late)]
     plan = None
     if retention is not None and at is not None:
-        plan = plan_retention(r, keys, retention, config.source, at, late, arrivals)
+        plan = plan_retention(
+            r, keys, retention, config.source, at, late, arrivals, config.retention_size
+        )
         if arrival_window_ms:
             size = arrival_window_ms
             arrivals = [a for a in arrivals if plan.keeps_arrival(a.domain, a.start_ms, size)]

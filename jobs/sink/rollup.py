@@ -21,6 +21,7 @@ the tiers and the rules; docs/redis.md "Retention" the key lifetimes):
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,8 +30,9 @@ from typing import Any
 import numpy as np
 import redis
 
+from jobs.sink.footprint import SIZED_EVERY_MS, footprints, measure, window_keys
 from tidegauge.core.late_agg import LateAgg, merge_late
-from tidegauge.core.retention import Retention, Tier, expired
+from tidegauge.core.retention import Retention, Tier, expired, fit, format_size
 from tidegauge.core.store import ALL_SERVICES, Keys, batch_field
 from tidegauge.core.store.keys import (
     FOLDED,
@@ -52,6 +54,8 @@ __all__ = [
     "roll_period",
     "roll_periods",
 ]
+
+log = logging.getLogger("tidegauge.sink")
 
 #: Windows (per spec) one batch deletes at most; the rest go with the next batches, so a store
 #: that grew before retention was on is trimmed without one huge transaction.
@@ -247,16 +251,7 @@ class RetentionPlan:
             tx.zadd(keys.late_index(spec), {str(start): start})
         for spec, (starts, _) in sorted(self.expire.items()):
             for start in starts:
-                tx.delete(
-                    keys.window(spec, start),
-                    keys.window_aggs(spec, start),
-                    keys.window_late(spec, start),
-                    keys.window_stragglers(spec, start),
-                    keys.window_duplicates(spec, start),
-                    keys.window_parts(spec, start),
-                    keys.window_events(spec, start),
-                    keys.window_errors(spec, start),
-                )
+                tx.delete(*window_keys(keys, spec, start))
             if starts:
                 members = [str(s) for s in starts]
                 tx.zrem(keys.window_index(spec), *members)
@@ -281,23 +276,41 @@ def plan_retention(
     at: BatchTime,
     late: Sequence[Any] = (),
     arrivals: Sequence[Any] = (),
+    size_budget: int | None = None,
 ) -> RetentionPlan:
     """Read what the batch's retention work needs and plan it (nothing is written here).
 
     `source`: the smallest tumbling spec, rolled up into the tiers (None: no roll-ups).
     `late`: the batch's LateUpdates (jobs/sink/redis_sink.py), added to rolled-up periods;
     `arrivals`: its ArrivalUpdates, whose broker times move the broker-time clock.
+    `size_budget`: bytes the store may take once its tiers are full (`--retention-size`):
+    the retention in force is `retention` fitted to it (jobs/sink/footprint.py).
     """
     plan = RetentionPlan()
     wm = at.watermark_ms
-    tiers = retention.tiers if source is not None else ()
     pipe = r.pipeline(transaction=False)
     pipe.hgetall(keys.retention)
     pipe.smembers(keys.window_specs)
     pipe.smembers(keys.arrival_sizes)
     meta_raw, specs_raw, sizes_raw = pipe.execute()
     meta = {_s(k): _s(v) for k, v in meta_raw.items()}
-    plan.meta = {"retention": retention.text(), "watermark": str(wm)}
+    specs = sorted((WindowSpec.from_key(_s(k)) for k in specs_raw), key=lambda x: x.key)
+    sizes = sorted(int(_s(v)) for v in sizes_raw)
+    plan.meta = {"watermark": str(wm)}
+    if size_budget is not None and retention.raw_ttl_ms is not None:
+        chosen = retention
+        _measure_if_due(r, keys, retention, source, specs, sizes, at, meta, plan)
+        plan.meta |= {"retention_set": chosen.text(), "retention_size": str(size_budget)}
+        retention = fit(retention, footprints(meta, retention, source, specs, sizes), size_budget)
+        if retention.text() != meta.get("retention"):
+            log.info(
+                "retention %s in force: --retention %s fitted to --retention-size %s",
+                retention.text(),
+                chosen.text(),
+                format_size(size_budget),
+            )
+    plan.meta["retention"] = retention.text()
+    tiers = retention.tiers if source is not None else ()
     if source is not None:
         plan.meta["source"] = source.key
     broker = max(
@@ -313,10 +326,34 @@ def plan_retention(
     if source is not None and tiers:
         _plan_rollups(r, keys, tiers, source, at, meta, plan)
         _plan_late(tiers, source, at, late, plan)
-    specs = [WindowSpec.from_key(_s(k)) for k in specs_raw]
     ttls = [(s, retention.raw_ttl_ms) for s in specs] + [(t.spec, t.ttl_ms) for t in tiers]
-    _plan_expiry(r, keys, ttls, {int(_s(v)) for v in sizes_raw}, retention, at, plan)
+    _plan_expiry(r, keys, ttls, set(sizes), retention, at, plan)
     return plan
+
+
+def _measure_if_due(
+    r: redis.Redis,
+    keys: Keys,
+    retention: Retention,
+    source: WindowSpec | None,
+    specs: Sequence[WindowSpec],
+    sizes: Sequence[int],
+    at: BatchTime,
+    meta: dict[str, str],
+    plan: RetentionPlan,
+) -> None:
+    """The windows' sizes measured again (into `meta` and the plan's writes).
+
+    Once `SIZED_EVERY_MS` of processing time has passed since the last time.
+    """
+    if at.watermark_ms <= 0 or at.proc_ms - int(meta.get("sized_at", 0)) < SIZED_EVERY_MS:
+        return
+    tiers = [t.spec for t in retention.tiers] if source is not None else []
+    got = measure(r, keys, [*specs, *tiers], sizes, at.watermark_ms)
+    if got:  # nothing closed yet: again with the next batch
+        measured = {name: f"{n:.0f}" for name, n in got.items()}
+        meta.update(measured)
+        plan.meta |= measured | {"sized_at": str(at.proc_ms)}
 
 
 def _plan_rollups(

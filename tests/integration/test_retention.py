@@ -449,3 +449,65 @@ def test_a_dimensions_store_rolls_up_and_expires_as_the_services_store_does(
     main = {k for k in r.scan_iter(f"{KEYS.prefix}:agg:*")}
     copy = {k.replace(b":by:copy", b"") for k in r.scan_iter(f"{by.prefix}:agg:*")}
     assert copy == main and r.scard(by.services) == len(SERVICES)
+
+
+def _window_bytes(r: redis.Redis, spec_key: str) -> float:
+    """Mean bytes of a stored window of this spec, every one of its keys counted."""
+    starts = [int(s) for s in r.zrange(KEYS.window_index(spec_key), 0, -1)]
+    pipe = r.pipeline(transaction=False)
+    for start in starts:
+        for key in r.keys(f"tg:*:{spec_key}:{start}"):
+            pipe.memory_usage(key, samples=0)
+    return sum(pipe.execute()) / len(starts)
+
+
+def test_a_size_budget_shortens_every_tier_to_fit_and_reads_stay_exact(
+    stores: dict[str, Any], module_redis_db: Callable[[], RedisSettings]
+) -> None:
+    """`--retention-size`: the store written with a quarter of what the tiers would hold.
+
+    What the tiers hold once full is counted here from the unbudgeted store's own windows
+    (every key of every window, `MEMORY USAGE`), independently of the sink's sampling.
+    """
+    full = stores["tiered"]
+    sizes = {spec: _window_bytes(full, spec) for spec in (SRC.key, "r60000", "r600000")}
+
+    def held(retention: Retention) -> float:
+        raw = retention.raw_ttl_ms
+        assert raw is not None
+        steps = [(SRC.key, raw, W)] + [(t.spec.key, t.ttl_ms, t.size_ms) for t in retention.tiers]
+        return sum(sizes[spec] * ttl / step for spec, ttl, step in steps)
+
+    budget = int(held(TIERS) / 4)
+    r = redis.Redis.from_url(module_redis_db().url)
+    config = SinkConfig(arrival_window_ms=W, retention=TIERS, source=SRC, retention_size=budget)
+    for b in stores["batches"]:
+        write_batch(r, KEYS, SinkBatch(b.batch_id, b.windows, late=b.late, at=b.at), config)
+    stored = read_retention(r, KEYS)
+    assert stored is not None
+    got = stored.retention
+    meta = {k.decode(): v.decode() for k, v in r.hgetall(KEYS.retention).items()}
+    assert meta["retention_set"] == TIERS.text() and int(meta["retention_size"]) == budget
+    # every TTL shorter by about one factor, and what they hold once full within the budget
+    assert got.raw_ttl_ms is not None and TIERS.raw_ttl_ms is not None
+    factors = [got.raw_ttl_ms / TIERS.raw_ttl_ms]
+    factors += [g.ttl_ms / t.ttl_ms for g, t in zip(got.tiers, TIERS.tiers, strict=True)]
+    assert all(0.15 < f < 0.35 for f in factors), got.text()
+    assert 0.8 * budget <= held(got) <= 1.1 * budget
+    # the raw windows expired at the shorter TTL, every key of them
+    last = stores["batches"][-1].at.watermark_ms
+    raw_starts = [int(s) for s in r.zrange(KEYS.window_index(SRC.key), 0, -1)]
+    assert min(raw_starts) + W > last - got.raw_ttl_ms
+    assert len(raw_starts) <= (got.raw_ttl_ms + 2 * M) // W
+    for k in r.scan_iter(f"tg:*:{SRC.key}:*"):
+        if k.split(b":")[-1].isdigit() and not k.startswith(b"tg:arr:"):
+            assert int(k.split(b":")[-1]) + W > last - got.raw_ttl_ms
+    # and what is still held reads exactly as before, from the tiers that hold it
+    truth: Truth = stores["truth"]
+    for svc in SERVICES:
+        part = read_range(r, KEYS, T0, T0 + 3 * H, svc)
+        assert part.covered_from is not None and part.covered_to is not None
+        held_slots = _slots(part.covered_from, part.covered_to)
+        want = sum(len(truth.latency.get((s, svc), [])) for s in held_slots)
+        assert part.metrics["count"] == want, part.resolution
+        assert len(part.pieces) >= 2  # some of it from roll-ups

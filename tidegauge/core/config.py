@@ -24,7 +24,12 @@ from tidegauge.core.dimensions import (
 from tidegauge.core.durations import format_duration, parse_duration
 from tidegauge.core.formats import RecordFormat
 from tidegauge.core.kafka_options import ClientKind, client_config, parse_kafka_options
-from tidegauge.core.retention import DEFAULT_RETENTION, Retention
+from tidegauge.core.retention import (
+    DEFAULT_RETENTION,
+    DEFAULT_RETENTION_SIZE,
+    Retention,
+    parse_size,
+)
 from tidegauge.core.windows import SLIDING_NEEDS_STEP, WindowSpec, is_sliding_text
 
 __all__ = [
@@ -226,6 +231,8 @@ class JobConfig:
     spark_conf: tuple[tuple[str, str], ...] = ()
     #: How long windows are kept and the roll-up tiers after them (`--retention`).
     retention: Retention = field(default_factory=lambda: Retention.parse(DEFAULT_RETENTION))
+    #: Bytes each store may take once its tiers are full (`--retention-size`; None: no budget).
+    retention_size: int | None = field(default_factory=lambda: parse_size(DEFAULT_RETENTION_SIZE))
 
     def __post_init__(self) -> None:
         if not self.windows:
@@ -434,4 +441,5 @@ def job_config_from_args(args: argparse.Namespace) -> JobConfig:
         sink_retry_ms=parse_duration(args.sink_retry_for),
         spark_conf=tuple(parse_conf(c) for c in args.conf or ()),
         retention=Retention.parse(args.retention),
+        retention_size=parse_size(args.retention_size),
     )

@@ -20,7 +20,9 @@ the raw TTL exactly the raw windows, after a tier expires the next one answers f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from tidegauge.core.durations import parse_duration
@@ -28,20 +30,58 @@ from tidegauge.core.windows import WindowSpec, tumbling_start
 
 __all__ = [
     "DEFAULT_RETENTION",
+    "DEFAULT_RETENTION_SIZE",
+    "Footprint",
     "Layer",
     "Retention",
     "Tier",
     "cover",
     "cover_by_spec",
     "expired",
+    "fit",
+    "format_size",
     "format_span",
+    "parse_size",
     "plan_reads",
+    "projected_bytes",
 ]
 
 #: `--retention` when not given.
 DEFAULT_RETENTION = "6h,1m:7d,1h:90d"
 
+#: `--retention-size` when not given: the store's byte budget (`fit`).
+DEFAULT_RETENTION_SIZE = "2GB"
+
+#: No TTL is scaled below this: a tier that keeps less than a minute answers nothing useful.
+MIN_TTL_MS = 60_000
+
 _DAY = 86_400_000
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int | None:
+    """A byte budget as people write it: "2GB", "512MB", "1.5G", "800MiB" (powers of 1024).
+
+    "0", "none" or "off": no budget (None).
+    """
+    s = text.strip().lower().replace(" ", "")
+    if s in ("0", "none", "off", "unlimited"):
+        return None
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgt]?)(?:i?b)?", s)
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(
+            f"--retention-size {text!r}: expected a size such as 2GB, 512MB or 1.5G "
+            "(powers of 1024), or none"
+        )
+    return round(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
+
+
+def format_size(n: float) -> str:
+    """Bytes as `parse_size` reads them: "2GB", "1.5GB", "512MB"."""
+    for unit, size in (("TB", 1 << 40), ("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return f"{round(n)}B"
 
 
 def format_span(ms: int) -> str:
@@ -161,6 +201,82 @@ class Retention:
         parts = [format_span(self.raw_ttl_ms)]
         parts += [f"{format_span(t.size_ms)}:{format_span(t.ttl_ms)}" for t in self.tiers]
         return ",".join(parts)
+
+    def scaled(self, factor: float) -> Retention:
+        """Every TTL times `factor` (whole seconds), as far as `check` allows.
+
+        No TTL drops below `MIN_TTL_MS`, below one period of the next tier (built from it)
+        or below the finer tier's TTL, so the tiers keep their shape: each still answers for
+        a longer past than the one before it.
+        """
+        if self.raw_ttl_ms is None or factor >= 1.0:
+            return self
+        ttls = [self.raw_ttl_ms] + [t.ttl_ms for t in self.tiers]
+        sizes = [t.size_ms for t in self.tiers] + [0]
+        out: list[int] = []
+        for i, ttl in enumerate(ttls):
+            scaled = _round_down(ttl * factor)
+            floor = max(MIN_TTL_MS, sizes[i], out[-1] if out else 0)
+            out.append(min(ttl, max(scaled, floor)))
+        tiers = tuple(Tier(t.size_ms, ttl) for t, ttl in zip(self.tiers, out[1:], strict=True))
+        return Retention(out[0], tiers)
+
+
+def _round_down(ms: float) -> int:
+    """A scaled TTL people can read (rounded down: it still fits).
+
+    Whole seconds under 10 minutes, minutes under a day, hours beyond.
+    """
+    unit = 1_000 if ms < 600_000 else 60_000 if ms < _DAY else 3_600_000
+    return int(ms // unit) * unit
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What one kind of window costs the store: `bytes` each, a new one every `step_ms`.
+
+    `tier`: the TTL it is kept for, None for the raw TTL (the job's windows, arrivals) or the
+    index of a roll-up tier in `Retention.tiers`.
+    """
+
+    step_ms: int
+    bytes: float
+    tier: int | None = None
+
+
+def projected_bytes(retention: Retention, footprints: Iterable[Footprint]) -> float:
+    """What the store holds once every tier is full: the windows each TTL keeps, in bytes.
+
+    Infinite when the windows are kept for ever.
+    """
+    if retention.raw_ttl_ms is None:
+        return math.inf
+    total = 0.0
+    for f in footprints:
+        ttl = retention.raw_ttl_ms if f.tier is None else retention.tiers[f.tier].ttl_ms
+        total += f.bytes * ttl / f.step_ms
+    return total
+
+
+def fit(retention: Retention, footprints: Sequence[Footprint], budget: int | None) -> Retention:
+    """The longest retention of `retention`'s shape whose projection fits `budget` bytes.
+
+    `retention` itself when it fits (or without a budget, or kept for ever); else every TTL
+    scaled by the largest factor that fits (`Retention.scaled`), or by the smallest one
+    allowed when even that does not (the TTLs' floors).
+    """
+    if budget is None or retention.raw_ttl_ms is None:
+        return retention
+    if projected_bytes(retention, footprints) <= budget:
+        return retention
+    lo, hi = 0.0, 1.0
+    for _ in range(40):  # the projection grows with the factor: bisect it
+        mid = (lo + hi) / 2
+        if projected_bytes(retention.scaled(mid), footprints) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return retention.scaled(lo)
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,17 @@ from hypothesis import strategies as st
 from tests.fixtures import D, H, M, S
 from tidegauge.core.retention import (
     DEFAULT_RETENTION,
+    DEFAULT_RETENTION_SIZE,
+    Footprint,
     Layer,
     Retention,
     Tier,
     cover,
     expired,
+    fit,
+    format_size,
     format_span,
+    parse_size,
 )
 from tidegauge.core.windows import WindowSpec
 
@@ -201,3 +206,96 @@ def test_reads_do_not_overlap_and_stay_inside_the_range(
     assert all(p[2] <= q[1] for p, q in zip(parts, parts[1:], strict=False)), parts
     if layers[0].held_after is None:  # the raw tier holds everything: it answers to the end
         assert parts and parts[-1][2] == until
+
+
+# --- a byte budget (`--retention-size`) -------------------------------------------------------
+
+GB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("2GB", 2 * GB),
+        ("2g", 2 * GB),
+        ("1.5GiB", 3 * GB // 2),
+        ("512MB", 512 << 20),
+        ("800k", 800 << 10),
+    ],
+)
+def test_sizes_read_as_people_write_them(text: str, size: int) -> None:
+    assert parse_size(text) == size
+    assert parse_size(format_size(size)) == size
+
+
+@pytest.mark.parametrize("text", ["none", "0", "off"])
+def test_no_budget(text: str) -> None:
+    assert parse_size(text) is None
+
+
+@pytest.mark.parametrize("text", ["2 parsecs", "-1GB", "GB", "0.0MB"])
+def test_a_size_that_is_not_one_says_what_is_expected(text: str) -> None:
+    with pytest.raises(ValueError, match="such as 2GB"):
+        parse_size(text)
+
+
+def _demo(services: int) -> list[Footprint]:
+    """The demo's windows' measured bytes (BENCHMARKS.md, bench_store) for so many services."""
+    per = [
+        Footprint(10 * S, 877),  # 10 s windows
+        Footprint(10 * S, 2_832),  # a 60 s sliding window, a row per 10 s
+        Footprint(M, 2_286, 0),  # 1 m roll-ups
+        Footprint(H, 7_556, 1),  # 1 h roll-ups
+        Footprint(10 * S, 205),  # arrivals, processing time
+        Footprint(10 * S, 205),  # arrivals, broker time
+    ]
+    return [Footprint(f.step_ms, f.bytes * services, f.tier) for f in per]
+
+
+def _held(r: Retention, services: int) -> float:
+    """Bytes once full, counted window by window: what each TTL keeps, times its size."""
+    raw, minutes, hours = r.raw_ttl_ms, r.tiers[0].ttl_ms, r.tiers[1].ttl_ms
+    assert raw is not None
+    per_service = (
+        raw // (10 * S) * (877 + 2_832 + 205 + 205) + minutes // M * 2_286 + hours // H * 7_556
+    )
+    return float(per_service * services)
+
+
+def test_a_store_that_fits_keeps_the_retention_as_set() -> None:
+    default = Retention.parse(DEFAULT_RETENTION)
+    assert _held(default, 10) < 0.5 * GB  # ten services: 90 days of hours fit in 2 GB
+    assert fit(default, _demo(10), parse_size(DEFAULT_RETENTION_SIZE)) == default
+    assert fit(default, _demo(1_000), None) == default
+    forever = Retention.parse("forever")
+    assert fit(forever, _demo(1_000), 2 * GB) == forever
+
+
+@pytest.mark.parametrize("services", [100, 1_000, 3_000])
+def test_a_larger_store_shortens_every_ttl_by_one_factor_to_fit(services: int) -> None:
+    default = Retention.parse(DEFAULT_RETENTION)
+    assert _held(default, services) > 2 * GB
+    got = fit(default, _demo(services), 2 * GB)
+    got.check()  # still a valid retention: each tier outlives the next one's period
+    assert 0.95 * 2 * GB <= _held(got, services) <= 2 * GB  # as much as fits
+    ttls = [got.raw_ttl_ms] + [t.ttl_ms for t in got.tiers]
+    wanted = [default.raw_ttl_ms] + [t.ttl_ms for t in default.tiers]
+    factors = [g / w for g, w in zip(ttls, wanted, strict=True) if g is not None and w]
+    assert max(factors) < 1 and max(factors) - min(factors) < 0.05  # one factor, rounded
+    assert [t.size_ms for t in got.tiers] == [M, H]
+
+
+def test_a_budget_too_small_for_any_useful_retention_keeps_the_shortest_one() -> None:
+    got = fit(Retention.parse(DEFAULT_RETENTION), _demo(100_000), 2 * GB)
+    # a minute of raw windows, an hour of minutes (a period of the hour tier), an hour's more
+    assert got.raw_ttl_ms == M and got.tiers[0].ttl_ms == H and got.tiers[1].ttl_ms == H
+    assert _held(got, 100_000) > 2 * GB
+
+
+@given(st.floats(min_value=0.0001, max_value=1.0))
+def test_scaling_never_breaks_the_tiers_shape(factor: float) -> None:
+    default = Retention.parse(DEFAULT_RETENTION)
+    got = default.scaled(factor)
+    got.check()
+    assert got.raw_ttl_ms is not None and got.raw_ttl_ms <= 6 * H
+    assert all(g.ttl_ms <= d.ttl_ms for g, d in zip(got.tiers, default.tiers, strict=True))

@@ -1,0 +1,119 @@
+"""What the store's windows cost, measured in Redis: the sizes `--retention-size` fits to.
+
+Once a minute of processing time the sink asks Redis (`MEMORY USAGE`) what a closed window of
+each spec and each roll-up tier takes, with every key that goes with it (the mean of the oldest,
+the middle and the newest one), and what an arrival window of each time domain takes. The sizes
+are kept in `tg:retention` (`bytes:{spec key}`, `bytes:arr:{domain}:{size}`, `sized_at`), and
+every batch's retention is the configured one fitted to the budget with them
+(tidegauge/core/retention.py `fit`): the store's footprint once every tier is full, not what it
+holds today, so a young store already ages at the pace it will keep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import redis
+
+from tidegauge.core.retention import Footprint, Retention
+from tidegauge.core.store import Keys
+from tidegauge.core.store.keys import _s
+from tidegauge.core.windows import ARRIVAL_DOMAINS, WindowSpec
+
+__all__ = ["SIZED_EVERY_MS", "footprints", "measure", "window_keys"]
+
+#: How often (processing time) the sink measures the windows' sizes again.
+SIZED_EVERY_MS = 60_000
+
+
+def window_keys(keys: Keys, spec_key: str, start: int) -> list[str]:
+    """Every key of one window: what expiry deletes and what its size counts."""
+    return [
+        keys.window(spec_key, start),
+        keys.window_aggs(spec_key, start),
+        keys.window_late(spec_key, start),
+        keys.window_stragglers(spec_key, start),
+        keys.window_duplicates(spec_key, start),
+        keys.window_parts(spec_key, start),
+        keys.window_events(spec_key, start),
+        keys.window_errors(spec_key, start),
+    ]
+
+
+def measure(
+    r: redis.Redis,
+    keys: Keys,
+    specs: Sequence[WindowSpec],
+    arrival_sizes: Sequence[int],
+    watermark_ms: int,
+) -> dict[str, float]:
+    """Mean bytes of a window of each spec, and of an arrival window of each series.
+
+    As `tg:retention` fields. Each is the mean of the oldest, the middle and the newest closed
+    window held: an old window has had its late rows added, a new one has not. A spec
+    without a closed window is left out.
+    """
+    arrivals = [(domain, size) for size in arrival_sizes for domain in ARRIVAL_DOMAINS]
+    indexes = [(f"bytes:{s.key}", keys.window_index(s.key), s.end(0), s.key) for s in specs]
+    indexes += [
+        (f"bytes:arr:{d}:{size}", keys.arrivals_index(d, size), None, (d, size))
+        for d, size in arrivals
+    ]
+    pipe = r.pipeline(transaction=False)
+    for _, index, size, _ in indexes:
+        closed = "+inf" if size is None else watermark_ms - size  # start <= it: closed
+        pipe.zcount(index, "-inf", closed)
+    counts = pipe.execute() if indexes else []
+    pipe = r.pipeline(transaction=False)
+    for (_, index, _, _), n in zip(indexes, counts, strict=True):
+        for rank in sorted({0, (n - 1) // 2, n - 1}) if n else ():
+            pipe.zrange(index, rank, rank)
+    picked = iter(pipe.execute() if any(counts) else [])
+    asked: list[tuple[str, list[list[str]]]] = []
+    for (name, _, _, what), n in zip(indexes, counts, strict=True):
+        if not n:
+            continue
+        starts = [int(_s(next(picked)[0])) for _ in sorted({0, (n - 1) // 2, n - 1})]
+        if isinstance(what, str):
+            asked.append((name, [window_keys(keys, what, start) for start in starts]))
+        else:
+            asked.append((name, [[keys.arrivals(what[0], what[1], start)] for start in starts]))
+    pipe = r.pipeline(transaction=False)
+    for _, windows in asked:
+        for names in windows:
+            for key in names:
+                pipe.memory_usage(key, samples=0)
+    sizes = iter(pipe.execute() if asked else [])
+    out = {}
+    for name, windows in asked:
+        total = sum(next(sizes) or 0 for names in windows for _ in names)
+        out[name] = total / len(windows)
+    return out
+
+
+def footprints(
+    meta: Mapping[str, str],
+    retention: Retention,
+    source: WindowSpec | None,
+    specs: Sequence[WindowSpec],
+    arrival_sizes: Sequence[int],
+) -> list[Footprint]:
+    """The measured sizes in `meta` as `Footprint`s of the retention's TTLs.
+
+    A roll-up tier not built yet counts as its source's windows (too little: the next
+    measurement after its first window corrects it).
+    """
+    out = []
+    for spec in specs:
+        if f"bytes:{spec.key}" in meta:
+            out.append(Footprint(spec.slide_ms, float(meta[f"bytes:{spec.key}"])))
+    if source is not None:
+        for i, tier in enumerate(retention.tiers):
+            got = meta.get(f"bytes:{tier.spec.key}") or meta.get(f"bytes:{source.key}")
+            if got is not None:
+                out.append(Footprint(tier.size_ms, float(got), i))
+    for size in arrival_sizes:
+        for domain in ARRIVAL_DOMAINS:
+            if f"bytes:arr:{domain}:{size}" in meta:
+                out.append(Footprint(size, float(meta[f"bytes:arr:{domain}:{size}"])))
+    return out
