@@ -24,7 +24,8 @@ log = logging.getLogger("tidegauge.job")
 #: What to do when Redis refuses writes at its `maxmemory` (docs/redis.md, "Retention").
 FULL_REDIS = (
     "Redis is full: it refuses writes at its maxmemory. Raise maxmemory, or keep less with a "
-    "shorter --retention (what each tier takes: docs/redis.md), with maxmemory-policy "
+    "smaller --retention-size or a shorter --retention (what each tier takes: docs/redis.md), "
+    "with maxmemory-policy "
     "noeviction; the job retries meanwhile"
 )
 
