@@ -109,7 +109,12 @@ from jobs.state.rows import ArrivalUpdate, LateUpdate, WindowCount, WindowUpdate
 from jobs.summary.late_events import members, stored  # noqa: E402
 from jobs.summary.shards import shard_of  # noqa: E402
 from sketches.tg64 import hash32  # noqa: E402
-from tidegauge.core.retention import DEFAULT_RETENTION, Retention  # noqa: E402
+from tidegauge.core.retention import (  # noqa: E402
+    DEFAULT_RETENTION,
+    DEFAULT_RETENTION_SIZE,
+    Retention,
+    parse_size,
+)
 from tidegauge.core.store import ALL_SERVICES, Keys  # noqa: E402
 from tidegauge.core.window_agg import WindowAgg  # noqa: E402
 from tidegauge.core.window_aggs import WindowAggs  # noqa: E402
@@ -238,6 +243,7 @@ class Run:
             retention=Retention.parse(args.retention),
             source=TUMBLING,
             shards=SHARDS,
+            retention_size=parse_size(args.retention_size),
         )
         self.arriving: dict[int, list[Events]] = defaultdict(list)
         self.retries: dict[int, list[Events]] = defaultdict(list)
@@ -582,6 +588,8 @@ class Measured:
     used_memory: int
     keys: int
     written: Written
+    #: The retention the sink had in force at the end (`--retention` fitted to the budget).
+    in_force: str = ""
 
 
 def classify(key: str) -> tuple[str, str]:
@@ -676,7 +684,12 @@ def measure(
         int(r.info("memory")["used_memory"]),
         len(names),
         written,
+        _text(r.hget(keys.retention, "retention")),
     )
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value or "")
 
 
 def _sample(r: redis.Redis, keys: Keys, tier: Tier, starts: list[int], n: int) -> None:
@@ -902,6 +915,17 @@ def report(results: Sequence[Measured], retention: Retention) -> None:
         f"  target: <= {TARGET_TOTAL / 1e9:g} GB for {TARGET_SERVICES:,} services "
         "(per 1,000 svc: that N's total / N x 1,000)"
     )
+    fitted = [m for m in results if m.in_force and m.in_force != retention.text()]
+    if fitted:
+        print(
+            "\nthe retention the sink put in force to fit --retention-size "
+            "(tg:retention at the end), and its total the same way:"
+        )
+        frows = []
+        for m in fitted:
+            tot = extrapolate(m, results, Retention.parse(m.in_force))
+            frows.append([f"{m.n:,}", str(m.events), m.in_force, _gb(tot.total)])
+        print(table(["N", "events", "in force", "total"], frows))
     print("\nwritten, and how long it took:")
     wrows = []
     for m in results:
@@ -991,6 +1015,11 @@ def main() -> int:
     p.add_argument("--sweep-groups", type=int, default=200, help="... at this N ('0': none)")
     p.add_argument("--batch-s", type=int, default=1, choices=(1, 2, 5, 10))
     p.add_argument("--retention", default=DEFAULT_RETENTION)
+    p.add_argument(
+        "--retention-size",
+        default=DEFAULT_RETENTION_SIZE,
+        help="the job's byte budget, as the sink applies it ('none': off)",
+    )
     p.add_argument("--out-of-order", type=float, default=0.05, help="share 0-5 s behind")
     p.add_argument("--late", type=float, default=0.005, help="share 40-180 s behind")
     p.add_argument("--seed", type=int, default=1)

@@ -54,7 +54,9 @@ def measure(
     without a closed window is left out.
     """
     arrivals = [(domain, size) for size in arrival_sizes for domain in ARRIVAL_DOMAINS]
-    indexes = [(f"bytes:{s.key}", keys.window_index(s.key), s.end(0), s.key) for s in specs]
+    indexes: list[tuple[str, str, int | None, str | tuple[str, int]]] = [
+        (f"bytes:{s.key}", keys.window_index(s.key), s.end(0), s.key) for s in specs
+    ]
     indexes += [
         (f"bytes:arr:{d}:{size}", keys.arrivals_index(d, size), None, (d, size))
         for d, size in arrivals
