@@ -602,9 +602,17 @@ def _status(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int
         return _fail("no status yet: the job has not finished a batch")
     age = now - status.status_time
     recent = store.read_batches(r, keys, limit=_RECENT_BATCHES)
+    kept = store.read_retention(r, keys)
     doc: dict[str, Any] = status.to_dict() | {
         "age_ms": age,
         "overflow": store.overflow_summary(recent),
+        "retention": None
+        if kept is None
+        else {
+            "in_force": kept.retention.text(),
+            "set": kept.configured.text() if kept.configured else None,
+            "size_bytes": kept.size_budget,
+        },
     }
     if args.json:
         print(json.dumps(doc))
@@ -625,6 +633,8 @@ def _status(r: redis.Redis, keys: store.Keys, args: argparse.Namespace, now: int
             s = status.spark
             print(f"spark {s['master']}: {s['executors']} executor(s), {s['cores']} core(s)")
         print("offsets " + ", ".join(f"p{p}={o}" for p, o in sorted(status.offsets.items())))
+        if kept is not None:
+            print(kept.text())
     if args.max_age and age > parse_duration(args.max_age):
         return _fail(f"stale: last report {format_duration(age)} ago (> {args.max_age})")
     return 0

@@ -44,7 +44,7 @@ from tests.integration.fixtures import (
 from tidegauge.core.config import RedisSettings
 from tidegauge.core.dimensions import member
 from tidegauge.core.late_agg import LateAgg
-from tidegauge.core.retention import Retention
+from tidegauge.core.retention import Retention, format_size
 from tidegauge.core.store import (
     read_lateness,
     read_range,
@@ -486,8 +486,10 @@ def test_a_size_budget_shortens_every_tier_to_fit_and_reads_stay_exact(
     stored = read_retention(r, KEYS)
     assert stored is not None
     got = stored.retention
-    meta = {k.decode(): v.decode() for k, v in r.hgetall(KEYS.retention).items()}
-    assert meta["retention_set"] == TIERS.text() and int(meta["retention_size"]) == budget
+    assert stored.configured == TIERS and stored.size_budget == budget
+    assert stored.text().endswith(
+        f"(--retention {TIERS.text()} shortened to fit {format_size(budget)})"
+    )
     # every TTL shorter by about one factor, and what they hold once full within the budget
     assert got.raw_ttl_ms is not None and TIERS.raw_ttl_ms is not None
     factors = [got.raw_ttl_ms / TIERS.raw_ttl_ms]

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from tidegauge import query
-from tidegauge.core.store import JobStatus, Keys
+from tidegauge.core.retention import Retention
+from tidegauge.core.store import JobStatus, Keys, StoredRetention
+from tidegauge.core.windows import WindowSpec
 
 pytestmark = pytest.mark.unit
 
@@ -65,7 +67,9 @@ def _run_status(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], st: JobStatus, **kw: Any
 ) -> tuple[int, str]:
     batches = kw.pop("batches", [])
+    kept = kw.pop("retention", None)
     monkeypatch.setattr(query.store, "read_status", lambda r, keys: st)
+    monkeypatch.setattr(query.store, "read_retention", lambda r, keys: kept)
     monkeypatch.setattr(query.store, "read_batches", lambda r, keys, limit=None: batches)
     args = argparse.Namespace(**({"json": False, "max_age": None} | kw))
     code = query._status(None, Keys("tg"), args, T + 6_000)  # type: ignore[arg-type]
@@ -125,3 +129,40 @@ def test_status_json_carries_freshness_as_stored(
     assert doc["age_ms"] == 6_000 - 5_400
     _, out = _run_status(monkeypatch, capsys, status(), json=True)
     assert json.loads(out)["freshness"] is None
+
+
+@pytest.mark.parametrize(
+    ("in_force", "budget", "line"),
+    [
+        ("6h,1m:7d,1h:90d", None, "retention 6h,1m:7d,1h:90d"),
+        ("6h,1m:7d,1h:90d", 2 << 30, "retention 6h,1m:7d,1h:90d (within --retention-size 2GB)"),
+        (
+            "16m,1m:7h29m,1h:4d",
+            2 << 30,
+            "retention 16m,1m:7h29m,1h:4d (--retention 6h,1m:7d,1h:90d shortened to fit 2GB)",
+        ),
+    ],
+)
+def test_status_says_which_retention_is_in_force_and_why(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    in_force: str,
+    budget: int | None,
+    line: str,
+) -> None:
+    kept = StoredRetention(
+        Retention.parse(in_force),
+        WindowSpec.tumbling(10_000),
+        T,
+        (),
+        Retention.parse("6h,1m:7d,1h:90d") if budget else None,
+        budget,
+    )
+    code, out = _run_status(monkeypatch, capsys, status(), retention=kept)
+    assert code == 0 and out.splitlines()[-1] == line
+    _, out = _run_status(monkeypatch, capsys, status(), retention=kept, json=True)
+    assert json.loads(out)["retention"] == {
+        "in_force": in_force,
+        "set": "6h,1m:7d,1h:90d" if budget else None,
+        "size_bytes": budget,
+    }

@@ -12,7 +12,7 @@ from typing import Any
 
 import redis
 
-from tidegauge.core.retention import Layer, Retention, format_span
+from tidegauge.core.retention import Layer, Retention, format_size, format_span
 from tidegauge.core.store.keys import Keys, _s
 from tidegauge.core.windows import WindowSpec
 
@@ -23,12 +23,26 @@ __all__ = ["StoredRetention", "read_retention", "resolution_text"]
 class StoredRetention:
     """The retention the job wrote with, and what its tiers hold now."""
 
+    #: In force: `--retention` fitted to `--retention-size` (jobs/sink/footprint.py).
     retention: Retention
     #: The spec rolled up (the smallest tumbling one), or None when there are no roll-ups.
     source: WindowSpec | None
     watermark_ms: int
     #: Finest first: the source's raw windows, then each roll-up tier.
     layers: tuple[Layer, ...]
+    #: `--retention` as set, and `--retention-size` (None: no budget).
+    configured: Retention | None = None
+    size_budget: int | None = None
+
+    def text(self) -> str:
+        """One line: the retention in force, and how it came from the flags when it differs."""
+        line = f"retention {self.retention.text()}"
+        if self.size_budget is None:
+            return line
+        budget = format_size(self.size_budget)
+        if self.configured is None or self.configured == self.retention:
+            return f"{line} (within --retention-size {budget})"
+        return f"{line} (--retention {self.configured.text()} shortened to fit {budget})"
 
 
 def read_retention(r: redis.Redis, keys: Keys) -> StoredRetention | None:
@@ -54,7 +68,9 @@ def read_retention(r: redis.Redis, keys: Keys) -> StoredRetention | None:
             rolled_on = ready[i + 1] if i + 1 < len(ready) else None
             horizon = _horizon(wm, ttls[i], rolled_on, i + 1 < len(specs))
             layers.append(Layer(spec, horizon, ready[i]))
-    return StoredRetention(retention, source, wm, tuple(layers))
+    configured = Retention.parse(meta["retention_set"]) if "retention_set" in meta else None
+    budget = int(meta["retention_size"]) if "retention_size" in meta else None
+    return StoredRetention(retention, source, wm, tuple(layers), configured, budget)
 
 
 def _horizon(
