@@ -447,3 +447,16 @@ def test_otlp_takes_span_kinds_and_refuses_what_does_not_fit() -> None:
         job_config_from_args(_args("--span-kind", "client"))
     with pytest.raises(ValueError, match="--correct-clock-skew needs the contract"):
         job_config_from_args(_args("--format", "otlp_proto", "--correct-clock-skew"))
+
+
+def test_the_retention_size_reaches_the_sink() -> None:
+    from jobs.pipeline import _BatchWriter
+
+    default = job_config_from_args(_args())
+    assert default.retention_size == 2 << 30
+    assert _BatchWriter(default).sink.retention_size == 2 << 30
+    cfg = job_config_from_args(_args("--retention-size", "512MB"))
+    assert _BatchWriter(cfg).sink.retention_size == 512 << 20
+    assert job_config_from_args(_args("--retention-size", "none")).retention_size is None
+    with pytest.raises(ValueError, match="such as 2GB"):
+        job_config_from_args(_args("--retention-size", "lots"))
