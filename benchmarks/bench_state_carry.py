@@ -1,7 +1,7 @@
 """What `applyInPandasWithState` costs to carry its state from batch to batch, before any work.
 
     .venv/bin/python benchmarks/bench_state_carry.py [--mb 0,1,3] [--keys 4] [--batches 10]
-        [--conf KEY=VALUE ...]
+        [--operator state|files] [--conf KEY=VALUE ...]
 
 A file stream of `--batches` tiny batches (one row per key) goes through `applyInPandasWithState`
 whose function does nothing but keep a state of `--mb` MB per key (random bytes: the job's
@@ -10,6 +10,11 @@ shuffle partitions, into Spark's `noop` sink. Per state size it prints the media
 median of Spark's `allUpdatesTimeMs` (summed over tasks) over the batches after the first three,
 and what one more byte of state costs. The job's state shards (jobs/state/codec.py) go through
 this operator every batch: this is the floor under its state step. Nothing is asserted.
+
+`--operator files` measures the alternative: no Spark state at all, each batch (`foreachBatch`)
+shuffled by key into a `mapInArrow` whose task reads each key's state from a file of the batch
+before and writes the batch's own (kept per batch id, as a replay needs), into the `noop` sink;
+its "state updates" column is the batch's `foreachBatch` time (addBatch).
 """
 
 from __future__ import annotations
@@ -77,11 +82,64 @@ def run(spark: Any, root: Path, mb: float, keys: int, batches: int) -> tuple[flo
     return batch, update
 
 
+def run_files(spark: Any, root: Path, mb: float, keys: int, batches: int) -> tuple[float, float]:
+    """`run` with the state in files of its own: (median batch ms, median addBatch ms)."""
+    import pyarrow as pa
+
+    source = root / "in"
+    source.mkdir(parents=True)
+    for i in range(batches):
+        lines = [json.dumps({"k": k, "v": i}) for k in range(keys)]
+        (source / f"{i:04d}.json").write_text("\n".join(lines) + "\n")
+    store = root / "state"
+    size = int(mb * 1e6)
+
+    def each(df: Any, batch_id: int) -> None:
+        def carry(batches_in: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            table = pa.Table.from_batches(list(batches_in))
+            ks = sorted(set(table.column("k").to_pylist())) if table.num_rows else []
+            for k in ks:
+                prev = store / str(k) / str(batch_id - 1)
+                kept = prev.read_bytes() if prev.exists() else os.urandom(size)
+                (store / str(k)).mkdir(parents=True, exist_ok=True)
+                tmp = store / str(k) / f".{batch_id}.tmp"
+                tmp.write_bytes(kept)
+                tmp.replace(store / str(k) / str(batch_id))
+            yield pa.RecordBatch.from_pydict(
+                {"k": ks, "n": [1] * len(ks)},
+                schema=pa.schema([("k", pa.int64()), ("n", pa.int64())]),
+            )
+
+        out = df.repartition(2, "k").mapInArrow(carry, "k long, n long")
+        out.write.format("noop").mode("overwrite").save()
+
+    query = (
+        spark.readStream.schema("k long, v long")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(source))
+        .writeStream.foreachBatch(each)
+        .option("checkpointLocation", str(root / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    done = [p for p in query.recentProgress if p["numInputRows"]][3:]
+    batch = statistics.median(p["durationMs"]["triggerExecution"] for p in done)
+    update = statistics.median(p["durationMs"]["addBatch"] for p in done)
+    return batch, update
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mb", default="0,1,3", help="state sizes per key, MB")
     parser.add_argument("--keys", type=int, default=4, help="state keys (the job's shards)")
     parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument(
+        "--operator",
+        choices=("state", "files"),
+        default="state",
+        help="applyInPandasWithState, or a mapInArrow keeping its state in files",
+    )
     parser.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting (repeat)"
     )
@@ -94,7 +152,8 @@ def main() -> None:
         spark = build_session("local[2]", shuffle_partitions=2, ui=False, conf=conf, checkpoint=tmp)
         for k, mb in enumerate(float(x) for x in args.mb.split(",")):
             t = time.perf_counter()
-            batch, update = run(spark, Path(tmp) / str(k), mb, args.keys, args.batches)
+            how = run if args.operator == "state" else run_files
+            batch, update = how(spark, Path(tmp) / str(k), mb, args.keys, args.batches)
             figures.append((mb, batch, update))
             print(
                 f"{mb:g} MB x {args.keys} keys: batch {batch:,.0f} ms, state updates "

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_store.py [--groups 10,1000,10000] [--minutes 70]
         [--large-from 5000] [--large-minutes 15] [--events 30] [--sweep-events 10,100]
         [--sweep-groups 200] [--batch-s 1] [--out-of-order 0.05] [--late 0.005]
-        [--retention 6h,1m:7d,1h:90d]
+        [--retention 6h,1m:7d,1h:90d] [--retention-size 2GB]
 
 What a live job keeps in Redis per (window, group) (a group is a service here) in each retention
 tier, and what the default retention (`6h,1m:7d,1h:90d`) adds up to for N services. Targets:
@@ -73,6 +73,10 @@ retention's total for N services:
   + arr     (B(processing) + B(broker)) x 6h/10s
     each x N; + the indexes (bytes per member x members kept) + the fixed keys (the late events
     and batch history at their caps of 10,000 and 2,000, status, retention, ...)
+
+The sink runs with `--retention-size` (default 2GB, as the job's): where the budget binds, the
+retention it put in force (`tg:retention`) and that one's total, extrapolated the same way, are
+printed after the totals.
 
 Prints the machine, progress lines, what each N wrote and how long it took, then the tables.
 Nothing is asserted. Redis is stopped on exit and on Ctrl-C.
