@@ -209,7 +209,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--retention-size",
         default=DEFAULT_RETENTION_SIZE,
         metavar="SIZE",
-        help=f"bytes each store may take once its tiers are full (default "
+        help=f"bytes the job's stores (the services' and each --dimension's) may take once "
+        f"their tiers are full (default "
         f"{DEFAULT_RETENTION_SIZE}; 'none': no limit): when the windows' measured sizes say "
         "--retention would not fit, all its TTLs are shortened by one factor (docs/redis.md)",
     )

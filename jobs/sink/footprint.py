@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 
 import redis
 
-from tidegauge.core.retention import Footprint, Retention
+from tidegauge.core.retention import Footprint, Retention, fit
 from tidegauge.core.store import Keys
 from tidegauge.core.store.keys import _s
 from tidegauge.core.windows import ARRIVAL_DOMAINS, WindowSpec
 
-__all__ = ["SIZED_EVERY_MS", "footprints", "measure", "window_keys"]
+__all__ = ["SIZED_EVERY_MS", "fit_stores", "footprints", "measure", "window_keys"]
 
 #: How often (processing time) the sink measures the windows' sizes again.
 SIZED_EVERY_MS = 60_000
@@ -119,3 +119,34 @@ def footprints(
             if f"bytes:arr:{domain}:{size}" in meta:
                 out.append(Footprint(size, float(meta[f"bytes:arr:{domain}:{size}"])))
     return out
+
+
+def fit_stores(
+    r: redis.Redis,
+    stores: Sequence[Keys],
+    retention: Retention,
+    source: WindowSpec | None,
+    budget: int,
+) -> tuple[Retention, str | None]:
+    """The retention in force for every store a job writes, fitted to one budget together.
+
+    The services' store and each dimension's (`Keys.by`) share `--retention-size`: their
+    windows' measured sizes add up, and one retention (the same tiers everywhere) fits them.
+    Also returns the first store's retention in force before (None: none recorded).
+    """
+    pipe = r.pipeline(transaction=False)
+    for keys in stores:
+        pipe.hgetall(keys.retention)
+        pipe.smembers(keys.window_specs)
+        pipe.smembers(keys.arrival_sizes)
+    got = pipe.execute()
+    every: list[Footprint] = []
+    before = None
+    for i in range(len(stores)):
+        meta = {_s(k): _s(v) for k, v in got[3 * i].items()}
+        specs = sorted((WindowSpec.from_key(_s(k)) for k in got[3 * i + 1]), key=lambda x: x.key)
+        sizes = sorted(int(_s(v)) for v in got[3 * i + 2])
+        every += footprints(meta, retention, source, specs, sizes)
+        if i == 0:
+            before = meta.get("retention")
+    return fit(retention, every, budget), before

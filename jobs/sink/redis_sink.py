@@ -9,6 +9,7 @@ increment, so replaying a batch after a crash leaves Redis byte-for-byte the sam
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 import redis
 
+from jobs.sink.footprint import fit_stores
 from jobs.sink.rollup import BatchTime, plan_retention, services_seen
 from jobs.state.rows import (
     ArrivalUpdate,
@@ -27,7 +29,7 @@ from jobs.state.rows import (
     WindowUpdate,
 )
 from tidegauge.core.late_agg import LateAgg, merge_late
-from tidegauge.core.retention import Retention
+from tidegauge.core.retention import Retention, format_size
 from tidegauge.core.store import ALL_SERVICES, DeadLetter, Keys, batch_field
 from tidegauge.core.store.arrivals import batch_arrivals
 from tidegauge.core.store.ranking import ranked_counts, ranks_spec
@@ -35,6 +37,10 @@ from tidegauge.core.window_aggs import WindowAggs
 from tidegauge.core.windows import WindowSpec
 
 __all__ = ["SinkBatch", "SinkConfig", "write_batch"]
+
+
+#: The job's own logger: a change of the retention in force is said where the job speaks.
+log = logging.getLogger("tidegauge.job")
 
 
 @dataclass(frozen=True)
@@ -50,8 +56,9 @@ class SinkConfig:
     #: Retention tiers and the window spec they roll up; None keeps every window.
     retention: Retention | None = None
     source: WindowSpec | None = None
-    #: Bytes each store may take once its tiers are full (`--retention-size`; None: no
-    #: budget): the retention's TTLs are scaled down together to fit (jobs/sink/footprint.py).
+    #: Bytes the job's stores may take together once their tiers are full
+    #: (`--retention-size`; None: no budget): the retention's TTLs are scaled down together to
+    #: fit (jobs/sink/footprint.py).
     retention_size: int | None = None
     #: The job's state shards: a window's `*` is the merge of their `*` parts once every shard
     #: has one (else of every service stored for it); None: always the latter.
@@ -114,12 +121,24 @@ def write_batch(
     `dimensions`: dimension -> the batch of its store (`Keys.by`, jobs/sink/slices.py), which
     is written like the services' but without `*` rows, arrivals or letters. See `_queue`.
     """
+    in_force = None
+    budget, retention = config.retention_size, config.retention
+    if budget is not None and retention is not None and retention.raw_ttl_ms is not None:
+        stores = [keys, *(keys.by(dim) for dim in sorted(dimensions or {}))]
+        in_force, before = fit_stores(r, stores, retention, config.source, budget)
+        if in_force.text() != (before or retention.text()):  # shortened, or back
+            log.info(
+                "retention %s in force: --retention %s fitted to --retention-size %s",
+                in_force.text(),
+                retention.text(),
+                format_size(budget),
+            )
     tx = r.pipeline(transaction=True)
-    _queue(r, tx, keys, batch, config)
+    _queue(r, tx, keys, batch, config, in_force)
     if dimensions:
         sliced = dataclasses.replace(config, totals=False, shards=None)
         for dim in sorted(dimensions):
-            _queue(r, tx, keys.by(dim), dimensions[dim], sliced)
+            _queue(r, tx, keys.by(dim), dimensions[dim], sliced, in_force)
         tx.sadd(keys.dimensions, *sorted(dimensions))
     if len(tx):
         tx.execute()
@@ -145,7 +164,14 @@ def _all_late(late: Sequence[LateUpdate]) -> list[LateUpdate]:
     ]
 
 
-def _queue(r: redis.Redis, tx: Any, keys: Keys, batch: SinkBatch, config: SinkConfig) -> None:
+def _queue(
+    r: redis.Redis,
+    tx: Any,
+    keys: Keys,
+    batch: SinkBatch,
+    config: SinkConfig,
+    in_force: Retention | None = None,
+) -> None:
     """Queue one store's batch: windows (and the `*` rows they imply), corrections, arrivals.
 
     With `config.retention` (and the batch's time `at`), the same transaction rolls windows
@@ -180,7 +206,7 @@ def _queue(r: redis.Redis, tx: Any, keys: Keys, batch: SinkBatch, config: SinkCo
     plan = None
     if retention is not None and at is not None:
         plan = plan_retention(
-            r, keys, retention, config.source, at, late, arrivals, config.retention_size
+            r, keys, retention, config.source, at, late, arrivals, config.retention_size, in_force
         )
         if arrival_window_ms:
             size = arrival_window_ms

@@ -21,7 +21,6 @@ the tiers and the rules; docs/redis.md "Retention" the key lifetimes):
 
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ import redis
 
 from jobs.sink.footprint import SIZED_EVERY_MS, footprints, measure, window_keys
 from tidegauge.core.late_agg import LateAgg, merge_late
-from tidegauge.core.retention import Retention, Tier, expired, fit, format_size
+from tidegauge.core.retention import Retention, Tier, expired, fit
 from tidegauge.core.store import ALL_SERVICES, Keys, batch_field
 from tidegauge.core.store.keys import (
     FOLDED,
@@ -54,8 +53,6 @@ __all__ = [
     "roll_period",
     "roll_periods",
 ]
-
-log = logging.getLogger("tidegauge.sink")
 
 #: Windows (per spec) one batch deletes at most; the rest go with the next batches, so a store
 #: that grew before retention was on is trimmed without one huge transaction.
@@ -277,14 +274,17 @@ def plan_retention(
     late: Sequence[Any] = (),
     arrivals: Sequence[Any] = (),
     size_budget: int | None = None,
+    in_force: Retention | None = None,
 ) -> RetentionPlan:
     """Read what the batch's retention work needs and plan it (nothing is written here).
 
     `source`: the smallest tumbling spec, rolled up into the tiers (None: no roll-ups).
     `late`: the batch's LateUpdates (jobs/sink/redis_sink.py), added to rolled-up periods;
     `arrivals`: its ArrivalUpdates, whose broker times move the broker-time clock.
-    `size_budget`: bytes the store may take once its tiers are full (`--retention-size`):
-    the retention in force is `retention` fitted to it (jobs/sink/footprint.py).
+    `size_budget`: bytes the job's stores may take once their tiers are full
+    (`--retention-size`): the retention in force is `in_force`, `retention` fitted to it over
+    every store the batch writes (jobs/sink/footprint.py `fit_stores`), or over this store's
+    windows alone when not given; this store's windows are measured again when due.
     """
     plan = RetentionPlan()
     wm = at.watermark_ms
@@ -298,17 +298,12 @@ def plan_retention(
     sizes = sorted(int(_s(v)) for v in sizes_raw)
     plan.meta = {"watermark": str(wm)}
     if size_budget is not None and retention.raw_ttl_ms is not None:
-        chosen = retention
+        plan.meta |= {"retention_set": retention.text(), "retention_size": str(size_budget)}
+        fitted = in_force or fit(
+            retention, footprints(meta, retention, source, specs, sizes), size_budget
+        )
         _measure_if_due(r, keys, retention, source, specs, sizes, at, meta, plan)
-        plan.meta |= {"retention_set": chosen.text(), "retention_size": str(size_budget)}
-        retention = fit(retention, footprints(meta, retention, source, specs, sizes), size_budget)
-        if retention.text() != meta.get("retention"):
-            log.info(
-                "retention %s in force: --retention %s fitted to --retention-size %s",
-                retention.text(),
-                chosen.text(),
-                format_size(size_budget),
-            )
+        retention = fitted
     plan.meta["retention"] = retention.text()
     tiers = retention.tiers if source is not None else ()
     if source is not None:

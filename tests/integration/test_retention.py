@@ -451,14 +451,28 @@ def test_a_dimensions_store_rolls_up_and_expires_as_the_services_store_does(
     assert copy == main and r.scard(by.services) == len(SERVICES)
 
 
-def _window_bytes(r: redis.Redis, spec_key: str) -> float:
-    """Mean bytes of a stored window of this spec, every one of its keys counted."""
+def _window_bytes(r: redis.Redis, spec_key: str, dimensions: bool = True) -> float:
+    """Mean bytes of a stored window of this spec, every one of its keys counted (with
+    `dimensions`, a dimension's store's keys of the same window too)."""
     starts = [int(s) for s in r.zrange(KEYS.window_index(spec_key), 0, -1)]
     pipe = r.pipeline(transaction=False)
     for start in starts:
         for key in r.keys(f"tg:*:{spec_key}:{start}"):
-            pipe.memory_usage(key, samples=0)
+            if dimensions or not key.startswith(b"tg:by:"):
+                pipe.memory_usage(key, samples=0)
     return sum(pipe.execute()) / len(starts)
+
+
+def _tier_bytes(r: redis.Redis, dimensions: bool = True) -> dict[str, float]:
+    return {spec: _window_bytes(r, spec, dimensions) for spec in (SRC.key, "r60000", "r600000")}
+
+
+def _held(sizes: dict[str, float], retention: Retention) -> float:
+    """Bytes the tiers hold once full: windows kept x their measured size."""
+    raw = retention.raw_ttl_ms
+    assert raw is not None
+    steps = [(SRC.key, raw, W)] + [(t.spec.key, t.ttl_ms, t.size_ms) for t in retention.tiers]
+    return sum(sizes[spec] * ttl / step for spec, ttl, step in steps)
 
 
 def test_a_size_budget_shortens_every_tier_to_fit_and_reads_stay_exact(
@@ -469,14 +483,10 @@ def test_a_size_budget_shortens_every_tier_to_fit_and_reads_stay_exact(
     What the tiers hold once full is counted here from the unbudgeted store's own windows
     (every key of every window, `MEMORY USAGE`), independently of the sink's sampling.
     """
-    full = stores["tiered"]
-    sizes = {spec: _window_bytes(full, spec) for spec in (SRC.key, "r60000", "r600000")}
+    sizes = _tier_bytes(stores["tiered"])
 
     def held(retention: Retention) -> float:
-        raw = retention.raw_ttl_ms
-        assert raw is not None
-        steps = [(SRC.key, raw, W)] + [(t.spec.key, t.ttl_ms, t.size_ms) for t in retention.tiers]
-        return sum(sizes[spec] * ttl / step for spec, ttl, step in steps)
+        return _held(sizes, retention)
 
     budget = int(held(TIERS) / 4)
     r = redis.Redis.from_url(module_redis_db().url)
@@ -513,3 +523,29 @@ def test_a_size_budget_shortens_every_tier_to_fit_and_reads_stay_exact(
         want = sum(len(truth.latency.get((s, svc), [])) for s in held_slots)
         assert part.metrics["count"] == want, part.resolution
         assert len(part.pieces) >= 2  # some of it from roll-ups
+
+
+def test_the_services_and_a_dimensions_store_share_one_budget_and_one_retention(
+    stores: dict[str, Any], module_redis_db: Callable[[], RedisSettings]
+) -> None:
+    """`--retention-size` bounds what the job keeps: its dimensions' stores count too."""
+    budget = int(_held(_tier_bytes(stores["tiered"]), TIERS) / 4)  # the services' store alone
+    r = redis.Redis.from_url(module_redis_db().url)
+    config = SinkConfig(arrival_window_ms=W, retention=TIERS, source=SRC, retention_size=budget)
+    for b in stores["batches"]:
+        copy = [dataclasses.replace(x, service=member(x.service, "v")) for x in b.windows]
+        write_batch(
+            r,
+            KEYS,
+            SinkBatch(b.batch_id, b.windows, at=b.at),
+            config,
+            {"copy": SinkBatch(b.batch_id, copy, at=b.at)},
+        )
+    kept, by_copy = read_retention(r, KEYS), read_retention(r, KEYS.by("copy"))
+    assert kept is not None and by_copy is not None
+    assert kept.retention == by_copy.retention  # one retention in force for the job
+    # the two stores together (every key of each window, both prefixes) within the budget,
+    # the services' own about half of it
+    both = _held(_tier_bytes(r), kept.retention)
+    assert 0.8 * budget <= both <= 1.1 * budget, kept.text()
+    assert _held(_tier_bytes(r, dimensions=False), kept.retention) <= 0.6 * budget

@@ -231,7 +231,7 @@ class JobConfig:
     spark_conf: tuple[tuple[str, str], ...] = ()
     #: How long windows are kept and the roll-up tiers after them (`--retention`).
     retention: Retention = field(default_factory=lambda: Retention.parse(DEFAULT_RETENTION))
-    #: Bytes each store may take once its tiers are full (`--retention-size`; None: no budget).
+    #: Bytes the job's stores may take together once full (`--retention-size`; None: no budget).
     retention_size: int | None = field(default_factory=lambda: parse_size(DEFAULT_RETENTION_SIZE))
 
     def __post_init__(self) -> None:
