@@ -35,6 +35,7 @@ from jobs.runtime.metrics import JobMetrics
 from jobs.runtime.session import build_session
 from jobs.runtime.stopping import collect
 from jobs.sink.catalog import CatalogPublisher
+from jobs.sink.footprint import Fitted
 from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch
 from jobs.sink.retry import retry
 from jobs.sink.rollup import BatchTime
@@ -209,8 +210,13 @@ class _BatchWriter:
         )
         dims = {dim: SinkBatch.of_rows(batch_id, r, at=at) for dim, r in slices.items()}
         sink_started = time.monotonic()
+        fitted: list[Fitted | None] = [None]
+
+        def write() -> None:
+            fitted[0] = write_batch(self._redis(), self.keys, results, self.sink, dims)
+
         retries = retry(
-            lambda: write_batch(self._redis(), self.keys, results, self.sink, dims),
+            write,
             what=f"writing batch {batch_id}",
             budget_ms=self.cfg.sink_retry_ms,
             where=f"Redis at {redact_url(self.cfg.redis.url)}",
@@ -224,6 +230,8 @@ class _BatchWriter:
                 rows.duplicate_events,
                 sum(lt.count for lt in results.late if lt.spec == self.primary_key),
             )
+            if fitted[0] is not None:
+                self.metrics.retention(fitted[0])
         if self.catalog is not None:
             try:
                 self.catalog.publish(self._redis(), batch_id)

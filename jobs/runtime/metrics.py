@@ -16,7 +16,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from jobs.sink.footprint import Fitted
 from tidegauge.core.metrics_http import MetricsServer, serve_metrics
+from tidegauge.core.retention import format_span
 
 __all__ = ["JobMetrics", "READY_WITHIN_REPORTS"]
 
@@ -103,6 +105,22 @@ class JobMetrics:
             registry=r,
         )
 
+        self.retention_seconds = Gauge(
+            "tidegauge_retention_seconds",
+            "How long each tier keeps its windows, in force (--retention fitted to "
+            "--retention-size)",
+            ["tier"],
+            registry=r,
+        )
+        self.projected_bytes = Gauge(
+            "tidegauge_store_projected_bytes",
+            "What the job's stores hold once every tier is full, under the retention in force",
+            registry=r,
+        )
+        self.retention_size = Gauge(
+            "tidegauge_retention_size_bytes", "The byte budget (--retention-size)", registry=r
+        )
+
     # --- what the job tells it ------------------------------------------------------------
 
     def committed(
@@ -127,6 +145,16 @@ class JobMetrics:
             self.duplicates.inc(duplicates)
         if late:
             self.late.inc(late)
+
+    def retention(self, fitted: Fitted) -> None:
+        """The retention in force after a batch (a byte budget set)."""
+        kept = fitted.retention
+        if kept.raw_ttl_ms is not None:
+            self.retention_seconds.labels("raw").set(kept.raw_ttl_ms / 1000)
+        for tier in kept.tiers:
+            self.retention_seconds.labels(format_span(tier.size_ms)).set(tier.ttl_ms / 1000)
+        self.projected_bytes.set(fitted.projected_bytes)
+        self.retention_size.set(fitted.budget)
 
     def progress(self, summary: Mapping[str, Any], progress: Mapping[str, Any]) -> None:
         """Spark's progress of a batch (`progress_summary` and the raw progress JSON)."""

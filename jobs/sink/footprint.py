@@ -12,15 +12,16 @@ holds today, so a young store already ages at the pace it will keep.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import redis
 
-from tidegauge.core.retention import Footprint, Retention, fit
+from tidegauge.core.retention import Footprint, Retention, fit, projected_bytes
 from tidegauge.core.store import Keys
 from tidegauge.core.store.keys import _s
 from tidegauge.core.windows import ARRIVAL_DOMAINS, WindowSpec
 
-__all__ = ["SIZED_EVERY_MS", "fit_stores", "footprints", "measure", "window_keys"]
+__all__ = ["SIZED_EVERY_MS", "Fitted", "fit_stores", "footprints", "measure", "window_keys"]
 
 #: How often (processing time) the sink measures the windows' sizes again.
 SIZED_EVERY_MS = 60_000
@@ -121,18 +122,29 @@ def footprints(
     return out
 
 
+@dataclass(frozen=True)
+class Fitted:
+    """The retention in force for a job's stores, and what they hold once full under it."""
+
+    retention: Retention
+    #: Bytes of every store's windows once full (`projected_bytes`; 0: nothing measured yet).
+    projected_bytes: float
+    budget: int
+    #: The services' store's retention in force before this batch (None: none recorded).
+    before: str | None
+
+
 def fit_stores(
     r: redis.Redis,
     stores: Sequence[Keys],
     retention: Retention,
     source: WindowSpec | None,
     budget: int,
-) -> tuple[Retention, str | None]:
+) -> Fitted:
     """The retention in force for every store a job writes, fitted to one budget together.
 
     The services' store and each dimension's (`Keys.by`) share `--retention-size`: their
     windows' measured sizes add up, and one retention (the same tiers everywhere) fits them.
-    Also returns the first store's retention in force before (None: none recorded).
     """
     pipe = r.pipeline(transaction=False)
     for keys in stores:
@@ -149,4 +161,5 @@ def fit_stores(
         every += footprints(meta, retention, source, specs, sizes)
         if i == 0:
             before = meta.get("retention")
-    return fit(retention, every, budget), before
+    in_force = fit(retention, every, budget)
+    return Fitted(in_force, projected_bytes(in_force, every), budget, before)

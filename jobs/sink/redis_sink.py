@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import redis
 
-from jobs.sink.footprint import fit_stores
+from jobs.sink.footprint import Fitted, fit_stores
 from jobs.sink.rollup import BatchTime, plan_retention, services_seen
 from jobs.state.rows import (
     ArrivalUpdate,
@@ -115,18 +115,20 @@ def write_batch(
     batch: SinkBatch,
     config: SinkConfig = SinkConfig(),
     dimensions: Mapping[str, SinkBatch] | None = None,
-) -> None:
+) -> Fitted | None:
     """Write one batch, and its dimensions' slices to their stores, in one transaction.
 
     `dimensions`: dimension -> the batch of its store (`Keys.by`, jobs/sink/slices.py), which
     is written like the services' but without `*` rows, arrivals or letters. See `_queue`.
+    Returns the retention in force with a byte budget (`config.retention_size`), else None.
     """
-    in_force = None
+    fitted = in_force = None
     budget, retention = config.retention_size, config.retention
     if budget is not None and retention is not None and retention.raw_ttl_ms is not None:
         stores = [keys, *(keys.by(dim) for dim in sorted(dimensions or {}))]
-        in_force, before = fit_stores(r, stores, retention, config.source, budget)
-        if in_force.text() != (before or retention.text()):  # shortened, or back
+        fitted = fit_stores(r, stores, retention, config.source, budget)
+        in_force = fitted.retention
+        if in_force.text() != (fitted.before or retention.text()):  # shortened, or back
             log.info(
                 "retention %s in force: --retention %s fitted to --retention-size %s",
                 in_force.text(),
@@ -142,6 +144,7 @@ def write_batch(
         tx.sadd(keys.dimensions, *sorted(dimensions))
     if len(tx):
         tx.execute()
+    return fitted
 
 
 def _all_late(late: Sequence[LateUpdate]) -> list[LateUpdate]:

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from jobs.runtime.metrics import READY_WITHIN_REPORTS, JobMetrics
+from jobs.sink.footprint import Fitted
+from tidegauge.core.retention import Retention
 
 
 def value(m: JobMetrics, name: str, **labels: str) -> float | None:
@@ -48,6 +50,17 @@ def test_batches_add_up_and_gauges_hold_the_last_one() -> None:
     assert value(m, "tidegauge_state_rows") == 15
     delay = value(m, "tidegauge_watermark_delay_seconds")
     assert delay is not None and 19 < delay < 30
+
+
+def test_the_retention_in_force_and_the_store_it_projects() -> None:
+    m = JobMetrics(1_000)
+    kept = Retention.parse("16m,1m:7h29m,1h:4d")
+    m.retention(Fitted(kept, 1.9e9, 2 << 30, "6h,1m:7d,1h:90d"))
+    assert value(m, "tidegauge_retention_seconds", tier="raw") == 16 * 60
+    assert value(m, "tidegauge_retention_seconds", tier="1m") == 7 * 3600 + 29 * 60
+    assert value(m, "tidegauge_retention_seconds", tier="1h") == 4 * 86_400
+    assert value(m, "tidegauge_store_projected_bytes") == 1.9e9
+    assert value(m, "tidegauge_retention_size_bytes") == 2 << 30
 
 
 def test_committed_batches_count_dead_letters_by_reason_duplicates_late_and_redis() -> None:
