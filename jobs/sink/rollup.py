@@ -323,6 +323,12 @@ def plan_retention(
         _plan_late(tiers, source, at, late, plan)
     ttls = [(s, retention.raw_ttl_ms) for s in specs] + [(t.spec, t.ttl_ms) for t in tiers]
     _plan_expiry(r, keys, ttls, set(sizes), retention, at, plan)
+    for spec_key, (starts, _) in plan.expire.items():
+        # what has gone, for readers: a TTL that grows again (a larger budget, a longer
+        # --retention) must not make them look for windows already deleted
+        end = WindowSpec.from_key(spec_key).end(max(starts))
+        gone = max(int(meta.get(f"dropped:{spec_key}", 0)), end)
+        plan.meta[f"dropped:{spec_key}"] = str(gone)
     return plan
 
 

@@ -515,7 +515,18 @@ def test_a_size_budget_shortens_every_tier_to_fit_and_reads_stay_exact(
         if k.split(b":")[-1].isdigit() and not k.startswith(b"tg:arr:"):
             assert int(k.split(b":")[-1]) + W > last - got.raw_ttl_ms
     # and what is still held reads exactly as before, from the tiers that hold it
-    truth: Truth = stores["truth"]
+    _reads_exactly(r, stores["truth"])
+    # the budget lifted: the TTLs grow back, and readers do not look for what has gone
+    last = stores["batches"][-1]
+    again = SinkBatch(last.batch_id, last.windows, late=last.late, at=last.at)
+    write_batch(r, KEYS, again, dataclasses.replace(config, retention_size=None))
+    lifted = read_retention(r, KEYS)
+    assert lifted is not None and lifted.retention == TIERS
+    _reads_exactly(r, stores["truth"])
+
+
+def _reads_exactly(r: redis.Redis, truth: Truth) -> None:
+    """Three hours of each service read from the tiers: exact counts over what they cover."""
     for svc in SERVICES:
         part = read_range(r, KEYS, T0, T0 + 3 * H, svc)
         assert part.covered_from is not None and part.covered_to is not None

@@ -67,6 +67,9 @@ def read_retention(r: redis.Redis, keys: Keys) -> StoredRetention | None:
         for i, spec in enumerate(specs[: len(ready)]):
             rolled_on = ready[i + 1] if i + 1 < len(ready) else None
             horizon = _horizon(wm, ttls[i], rolled_on, i + 1 < len(specs))
+            dropped = meta.get(f"dropped:{spec.key}")
+            if dropped is not None:  # deleted under a shorter TTL before
+                horizon = max(horizon or 0, int(dropped))
             layers.append(Layer(spec, horizon, ready[i]))
     configured = Retention.parse(meta["retention_set"]) if "retention_set" in meta else None
     budget = int(meta["retention_size"]) if "retention_size" in meta else None
