@@ -135,6 +135,13 @@ def write_batch(
                 retention.text(),
                 format_size(budget),
             )
+            if fitted.projected_bytes > budget:
+                log.warning(
+                    "--retention-size %s cannot hold even the shortest retention of these "
+                    "tiers (%s once full): raise it, or keep fewer tiers or windows",
+                    format_size(budget),
+                    format_size(fitted.projected_bytes),
+                )
     tx = r.pipeline(transaction=True)
     _queue(r, tx, keys, batch, config, in_force)
     if dimensions:

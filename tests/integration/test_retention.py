@@ -44,7 +44,7 @@ from tests.integration.fixtures import (
 from tidegauge.core.config import RedisSettings
 from tidegauge.core.dimensions import member
 from tidegauge.core.late_agg import LateAgg
-from tidegauge.core.retention import Retention, format_size
+from tidegauge.core.retention import Retention, Tier, format_size
 from tidegauge.core.store import (
     read_lateness,
     read_range,
@@ -476,7 +476,9 @@ def _held(sizes: dict[str, float], retention: Retention) -> float:
 
 
 def test_a_size_budget_shortens_every_tier_to_fit_and_reads_stay_exact(
-    stores: dict[str, Any], module_redis_db: Callable[[], RedisSettings]
+    stores: dict[str, Any],
+    module_redis_db: Callable[[], RedisSettings],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """`--retention-size`: the store written with a quarter of what the tiers would hold.
 
@@ -491,8 +493,9 @@ def test_a_size_budget_shortens_every_tier_to_fit_and_reads_stay_exact(
     budget = int(held(TIERS) / 4)
     r = redis.Redis.from_url(module_redis_db().url)
     config = SinkConfig(arrival_window_ms=W, retention=TIERS, source=SRC, retention_size=budget)
-    for b in stores["batches"]:
-        write_batch(r, KEYS, SinkBatch(b.batch_id, b.windows, late=b.late, at=b.at), config)
+    with caplog.at_level(logging.INFO, logger="tidegauge.job"):
+        for b in stores["batches"]:
+            write_batch(r, KEYS, SinkBatch(b.batch_id, b.windows, late=b.late, at=b.at), config)
     stored = read_retention(r, KEYS)
     assert stored is not None
     got = stored.retention
@@ -506,6 +509,10 @@ def test_a_size_budget_shortens_every_tier_to_fit_and_reads_stay_exact(
     factors += [g.ttl_ms / t.ttl_ms for g, t in zip(got.tiers, TIERS.tiers, strict=True)]
     assert all(0.15 < f < 0.35 for f in factors), got.text()
     assert 0.8 * budget <= held(got) <= 1.1 * budget
+    said = [m for m in caplog.messages if " in force: --retention " in m]
+    assert said and said[-1].startswith(f"retention {got.text()} in force")
+    assert len(said) <= 6  # once per change: the sizes are measured once a minute
+    assert "cannot hold" not in caplog.text
     # the raw windows expired at the shorter TTL, every key of them
     last = stores["batches"][-1].at.watermark_ms
     raw_starts = [int(s) for s in r.zrange(KEYS.window_index(SRC.key), 0, -1)]
@@ -560,3 +567,20 @@ def test_the_services_and_a_dimensions_store_share_one_budget_and_one_retention(
     both = _held(_tier_bytes(r), kept.retention)
     assert 0.8 * budget <= both <= 1.1 * budget, kept.text()
     assert _held(_tier_bytes(r, dimensions=False), kept.retention) <= 0.6 * budget
+
+
+def test_a_budget_too_small_for_the_tiers_says_so_and_keeps_the_shortest_retention(
+    stores: dict[str, Any],
+    module_redis_db: Callable[[], RedisSettings],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    r = redis.Redis.from_url(module_redis_db().url)
+    config = SinkConfig(arrival_window_ms=W, retention=TIERS, source=SRC, retention_size=10_000)
+    with caplog.at_level(logging.INFO, logger="tidegauge.job"):
+        for b in stores["batches"][:90]:
+            write_batch(r, KEYS, SinkBatch(b.batch_id, b.windows, at=b.at), config)
+    kept = read_retention(r, KEYS)
+    assert kept is not None
+    # the floors: a minute of raw windows, one period of the next tier for each roll-up
+    assert kept.retention == Retention(M, (Tier(M, 10 * M), Tier(10 * M, 10 * M)))
+    assert "--retention-size 9.77KB cannot hold even the shortest retention" in caplog.text
