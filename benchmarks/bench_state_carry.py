@@ -26,7 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +38,21 @@ from benchmarks.machine import describe  # noqa: E402
 from jobs.runtime.session import build_session  # noqa: E402
 
 
-def run(spark: Any, root: Path, mb: float, keys: int, batches: int) -> tuple[float, float]:
-    """(median batch ms, median update ms) of a stream carrying `mb` MB of state per key."""
-    from pyspark.sql.streaming.state import GroupStateTimeout
-
+def _source(root: Path, keys: int, batches: int) -> Path:
+    """A directory of `batches` JSON files, one row per key each: one file a batch."""
     source = root / "in"
     source.mkdir(parents=True)
     for i in range(batches):
         lines = [json.dumps({"k": k, "v": i}) for k in range(keys)]
         (source / f"{i:04d}.json").write_text("\n".join(lines) + "\n")
+    return source
+
+
+def run(spark: Any, root: Path, mb: float, keys: int, batches: int) -> tuple[float, float]:
+    """(median batch ms, median update ms) of a stream carrying `mb` MB of state per key."""
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    source = _source(root, keys, batches)
     blob = os.urandom(int(mb * 1e6))
 
     def carry(key: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: Any) -> Any:
@@ -68,36 +74,21 @@ def run(spark: Any, root: Path, mb: float, keys: int, batches: int) -> tuple[flo
             timeoutConf=GroupStateTimeout.NoTimeout,
         )
     )
-    query = (
-        stream.writeStream.format("noop")
-        .outputMode("update")
-        .option("checkpointLocation", str(root / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    done = [p for p in query.recentProgress if p["numInputRows"]][3:]
-    batch = statistics.median(p["durationMs"]["triggerExecution"] for p in done)
-    update = statistics.median(p["stateOperators"][0]["allUpdatesTimeMs"] for p in done)
-    return batch, update
+    writer = stream.writeStream.format("noop").outputMode("update")
+    return _medians(writer, root, lambda p: p["stateOperators"][0]["allUpdatesTimeMs"])
 
 
 def run_files(spark: Any, root: Path, mb: float, keys: int, batches: int) -> tuple[float, float]:
     """`run` with the state in files of its own: (median batch ms, median addBatch ms)."""
     import pyarrow as pa
 
-    source = root / "in"
-    source.mkdir(parents=True)
-    for i in range(batches):
-        lines = [json.dumps({"k": k, "v": i}) for k in range(keys)]
-        (source / f"{i:04d}.json").write_text("\n".join(lines) + "\n")
+    source = _source(root, keys, batches)
     store = root / "state"
     size = int(mb * 1e6)
 
     def each(df: Any, batch_id: int) -> None:
         def carry(batches_in: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            table = pa.Table.from_batches(list(batches_in))
-            ks = sorted(set(table.column("k").to_pylist())) if table.num_rows else []
+            ks = sorted({k for b in batches_in for k in b.column("k").to_pylist()})
             for k in ks:
                 prev = store / str(k) / str(batch_id - 1)
                 kept = prev.read_bytes() if prev.exists() else os.urandom(size)
@@ -113,20 +104,22 @@ def run_files(spark: Any, root: Path, mb: float, keys: int, batches: int) -> tup
         out = df.repartition(2, "k").mapInArrow(carry, "k long, n long")
         out.write.format("noop").mode("overwrite").save()
 
+    stream = spark.readStream.schema("k long, v long").option("maxFilesPerTrigger", 1)
+    writer = stream.json(str(source)).writeStream.foreachBatch(each)
+    return _medians(writer, root, lambda p: p["durationMs"]["addBatch"])
+
+
+def _medians(writer: Any, root: Path, part: Callable[[Any], float]) -> tuple[float, float]:
+    """Run the query to its end: (median batch ms, median of `part` ms) after three batches."""
     query = (
-        spark.readStream.schema("k long, v long")
-        .option("maxFilesPerTrigger", 1)
-        .json(str(source))
-        .writeStream.foreachBatch(each)
-        .option("checkpointLocation", str(root / "checkpoint"))
+        writer.option("checkpointLocation", str(root / "checkpoint"))
         .trigger(availableNow=True)
         .start()
     )
     query.awaitTermination()
     done = [p for p in query.recentProgress if p["numInputRows"]][3:]
     batch = statistics.median(p["durationMs"]["triggerExecution"] for p in done)
-    update = statistics.median(p["durationMs"]["addBatch"] for p in done)
-    return batch, update
+    return batch, statistics.median(part(p) for p in done)
 
 
 def main() -> None:
