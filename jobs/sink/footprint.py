@@ -3,7 +3,7 @@
 Once a minute of processing time the sink asks Redis (`MEMORY USAGE`) what a closed window of
 each spec and each roll-up tier takes, with every key that goes with it (the mean of the oldest,
 the middle and the newest one), and what an arrival window of each time domain takes. The sizes
-are kept in `tg:retention` (`bytes:{spec key}`, `bytes:arr:{domain}:{size}`, `sized_at`), and
+are kept in `tg:retention:sizes` (`bytes:{spec key}`, `bytes:arr:{domain}:{size}`, `sized_at`), and
 every batch's retention is the configured one fitted to the budget with them
 (tidegauge/core/retention.py `fit`): the store's footprint once every tier is full, not what it
 holds today, so a young store already ages at the pace it will keep.
@@ -95,30 +95,30 @@ def measure(
 
 
 def footprints(
-    meta: Mapping[str, str],
+    sized: Mapping[str, str],
     retention: Retention,
     source: WindowSpec | None,
     specs: Sequence[WindowSpec],
     arrival_sizes: Sequence[int],
 ) -> list[Footprint]:
-    """The measured sizes in `meta` as `Footprint`s of the retention's TTLs.
+    """The measured sizes (`Keys.retention_sizes`' fields) as `Footprint`s of the retention's TTLs.
 
     A roll-up tier not built yet counts as its source's windows (too little: the next
     measurement after its first window corrects it).
     """
     out = []
     for spec in specs:
-        if f"bytes:{spec.key}" in meta:
-            out.append(Footprint(spec.slide_ms, float(meta[f"bytes:{spec.key}"])))
+        if f"bytes:{spec.key}" in sized:
+            out.append(Footprint(spec.slide_ms, float(sized[f"bytes:{spec.key}"])))
     if source is not None:
         for i, tier in enumerate(retention.tiers):
-            got = meta.get(f"bytes:{tier.spec.key}") or meta.get(f"bytes:{source.key}")
+            got = sized.get(f"bytes:{tier.spec.key}") or sized.get(f"bytes:{source.key}")
             if got is not None:
                 out.append(Footprint(tier.size_ms, float(got), i))
     for size in arrival_sizes:
         for domain in ARRIVAL_DOMAINS:
-            if f"bytes:arr:{domain}:{size}" in meta:
-                out.append(Footprint(size, float(meta[f"bytes:arr:{domain}:{size}"])))
+            if f"bytes:arr:{domain}:{size}" in sized:
+                out.append(Footprint(size, float(sized[f"bytes:arr:{domain}:{size}"])))
     return out
 
 
@@ -148,18 +148,20 @@ def fit_stores(
     """
     pipe = r.pipeline(transaction=False)
     for keys in stores:
-        pipe.hgetall(keys.retention)
+        pipe.hget(keys.retention, "retention")
         pipe.smembers(keys.window_specs)
         pipe.smembers(keys.arrival_sizes)
+        pipe.hgetall(keys.retention_sizes)
     got = pipe.execute()
     every: list[Footprint] = []
     before = None
     for i in range(len(stores)):
-        meta = {_s(k): _s(v) for k, v in got[3 * i].items()}
-        specs = sorted((WindowSpec.from_key(_s(k)) for k in got[3 * i + 1]), key=lambda x: x.key)
-        sizes = sorted(int(_s(v)) for v in got[3 * i + 2])
-        every += footprints(meta, retention, source, specs, sizes)
-        if i == 0:
-            before = meta.get("retention")
+        kept, specs_raw, sizes_raw, measured = got[4 * i : 4 * i + 4]
+        specs = sorted((WindowSpec.from_key(_s(k)) for k in specs_raw), key=lambda x: x.key)
+        sizes = sorted(int(_s(v)) for v in sizes_raw)
+        sized = {_s(k): _s(v) for k, v in measured.items()}
+        every += footprints(sized, retention, source, specs, sizes)
+        if i == 0 and kept is not None:
+            before = _s(kept)
     in_force = fit(retention, every, budget)
     return Fitted(in_force, projected_bytes(in_force, every), budget, before)

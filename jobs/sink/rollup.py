@@ -196,6 +196,8 @@ class RetentionPlan:
     arrival_clocks: dict[str, int] = field(default_factory=dict)
     #: The raw TTL arrivals are kept for (None: for ever).
     arrival_ttl_ms: int | None = None
+    #: Fields of `Keys.retention_sizes`: the windows' sizes measured by this batch.
+    sizes: dict[str, str] = field(default_factory=dict)
     #: The watermark the batch's expiry runs with, and each spec's TTL (raw specs: the raw TTL).
     watermark_ms: int = 0
     raw_ttl_ms: int | None = None
@@ -263,6 +265,8 @@ class RetentionPlan:
             tx.zrem(keys.services_seen, *self.services_gone)
         if self.meta:
             tx.hset(keys.retention, mapping=self.meta)
+        if self.sizes:
+            tx.hset(keys.retention_sizes, mapping=self.sizes)
 
 
 def plan_retention(
@@ -292,17 +296,19 @@ def plan_retention(
     pipe.hgetall(keys.retention)
     pipe.smembers(keys.window_specs)
     pipe.smembers(keys.arrival_sizes)
-    meta_raw, specs_raw, sizes_raw = pipe.execute()
+    pipe.hgetall(keys.retention_sizes)
+    meta_raw, specs_raw, sizes_raw, measured_raw = pipe.execute()
     meta = {_s(k): _s(v) for k, v in meta_raw.items()}
+    measured = {_s(k): _s(v) for k, v in measured_raw.items()}
     specs = sorted((WindowSpec.from_key(_s(k)) for k in specs_raw), key=lambda x: x.key)
     sizes = sorted(int(_s(v)) for v in sizes_raw)
     plan.meta = {"watermark": str(wm)}
     if size_budget is not None and retention.raw_ttl_ms is not None:
         plan.meta |= {"retention_set": retention.text(), "retention_size": str(size_budget)}
         fitted = in_force or fit(
-            retention, footprints(meta, retention, source, specs, sizes), size_budget
+            retention, footprints(measured, retention, source, specs, sizes), size_budget
         )
-        _measure_if_due(r, keys, retention, source, specs, sizes, at, meta, plan)
+        _measure_if_due(r, keys, retention, source, specs, sizes, at, measured, plan)
         retention = fitted
     plan.meta["retention"] = retention.text()
     tiers = retention.tiers if source is not None else ()
@@ -340,21 +346,21 @@ def _measure_if_due(
     specs: Sequence[WindowSpec],
     sizes: Sequence[int],
     at: BatchTime,
-    meta: dict[str, str],
+    measured: dict[str, str],
     plan: RetentionPlan,
 ) -> None:
-    """The windows' sizes measured again (into `meta` and the plan's writes).
+    """The windows' sizes measured again (into `measured` and the plan's writes).
 
     Once `SIZED_EVERY_MS` of processing time has passed since the last time.
     """
-    if at.watermark_ms <= 0 or at.proc_ms - int(meta.get("sized_at", 0)) < SIZED_EVERY_MS:
+    if at.watermark_ms <= 0 or at.proc_ms - int(measured.get("sized_at", 0)) < SIZED_EVERY_MS:
         return
     tiers = [t.spec for t in retention.tiers] if source is not None else []
     got = measure(r, keys, [*specs, *tiers], sizes, at.watermark_ms)
     if got:  # nothing closed yet: again with the next batch
-        measured = {name: f"{n:.0f}" for name, n in got.items()}
-        meta.update(measured)
-        plan.meta |= measured | {"sized_at": str(at.proc_ms)}
+        fields = {name: f"{n:.0f}" for name, n in got.items()}
+        measured.update(fields)
+        plan.sizes = fields | {"sized_at": str(at.proc_ms)}
 
 
 def _plan_rollups(

@@ -42,19 +42,22 @@ MAX_PER_TRIGGER = 400
 
 #: Times of day live in the status and batch history; the epoch is a random token per store.
 EXCLUDED = {"tg:status", "tg:batches", "tg:epoch"}
+#: Measurements of the store itself (`MEMORY USAGE` at a batch's time of day), not results.
+MEASURED = ":retention:sizes"
 
 
 def snapshot(r: redis.Redis) -> dict[str, Any]:
     """Every key's full content, type-aware, except what records wall-clock times.
 
-    That is the status keys, and the processing-time series: a replayed batch keeps its
-    timestamp (Spark stores it in the offset log), but two separate runs process the same
-    batch at different times of day, so only the event- and broker-time content must match.
+    That is the status keys, the store's measured sizes, and the processing-time series: a
+    replayed batch keeps its timestamp (Spark stores it in the offset log), but two separate
+    runs process the same batch at different times of day, so only the event- and broker-time
+    content must match.
     """
     out: dict[str, Any] = {}
     for raw_key in sorted(r.keys("*")):
         key = raw_key.decode()
-        if key in EXCLUDED or key.startswith("tg:arr:processing:"):
+        if key in EXCLUDED or key.startswith("tg:arr:processing:") or key.endswith(MEASURED):
             continue
         kind = r.type(key).decode()
         if kind == "hash":

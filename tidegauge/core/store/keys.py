@@ -134,6 +134,16 @@ class Keys:
         return f"{self.prefix}:retention"
 
     @property
+    def retention_sizes(self) -> str:
+        """Hash: what one window of each spec and tier takes, measured for `--retention-size`.
+
+        `bytes:{spec key}`, `bytes:arr:{domain}:{size}` (mean bytes, `MEMORY USAGE`) and
+        `sized_at` (the batch timestamp they were measured at): measurements, not results,
+        kept apart from them (jobs/sink/footprint.py).
+        """
+        return f"{self.prefix}:retention:sizes"
+
+    @property
     def epoch(self) -> str:
         """String: a random token the sink sets when it first writes to an empty store.
 
