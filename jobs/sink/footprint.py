@@ -50,9 +50,9 @@ def measure(
 ) -> dict[str, float]:
     """Mean bytes of a window of each spec, and of an arrival window of each series.
 
-    As `tg:retention` fields. Each is the mean of the oldest, the middle and the newest closed
-    window held: an old window has had its late rows added, a new one has not. A spec
-    without a closed window is left out.
+    As `Keys.retention_sizes` fields. Each is the mean of the oldest, the middle and the
+    newest closed window held: an old window has had its late rows added, a new one has not.
+    A spec without a closed window is left out.
     """
     arrivals = [(domain, size) for size in arrival_sizes for domain in ARRIVAL_DOMAINS]
     indexes: list[tuple[str, str, int | None, str | tuple[str, int]]] = [

@@ -124,7 +124,8 @@ def write_batch(
     """
     fitted = in_force = None
     budget, retention = config.retention_size, config.retention
-    if budget is not None and retention is not None and retention.raw_ttl_ms is not None:
+    timed = batch.at is not None  # a batch without a time does no retention work
+    if timed and budget is not None and retention is not None and retention.raw_ttl_ms is not None:
         stores = [keys, *(keys.by(dim) for dim in sorted(dimensions or {}))]
         fitted = fit_stores(r, stores, retention, config.source, budget)
         in_force = fitted.retention

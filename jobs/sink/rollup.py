@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 import redis
 
-from jobs.sink.footprint import SIZED_EVERY_MS, footprints, measure, window_keys
+from jobs.sink.footprint import SIZED_EVERY_MS, measure, window_keys
 from tidegauge.core.late_agg import LateAgg, merge_late
-from tidegauge.core.retention import Retention, Tier, expired, fit
+from tidegauge.core.retention import Retention, Tier, expired
 from tidegauge.core.store import ALL_SERVICES, Keys, batch_field
 from tidegauge.core.store.keys import (
     FOLDED,
@@ -286,9 +286,9 @@ def plan_retention(
     `late`: the batch's LateUpdates (jobs/sink/redis_sink.py), added to rolled-up periods;
     `arrivals`: its ArrivalUpdates, whose broker times move the broker-time clock.
     `size_budget`: bytes the job's stores may take once their tiers are full
-    (`--retention-size`): the retention in force is `in_force`, `retention` fitted to it over
-    every store the batch writes (jobs/sink/footprint.py `fit_stores`), or over this store's
-    windows alone when not given; this store's windows are measured again when due.
+    (`--retention-size`), recorded with `retention` as set; the retention in force is then
+    `in_force` (`retention` fitted to it over every store the batch writes, by the caller:
+    jobs/sink/footprint.py `fit_stores`), and this store's windows are measured again when due.
     """
     plan = RetentionPlan()
     wm = at.watermark_ms
@@ -296,20 +296,18 @@ def plan_retention(
     pipe.hgetall(keys.retention)
     pipe.smembers(keys.window_specs)
     pipe.smembers(keys.arrival_sizes)
-    pipe.hgetall(keys.retention_sizes)
-    meta_raw, specs_raw, sizes_raw, measured_raw = pipe.execute()
+    pipe.hget(keys.retention_sizes, "sized_at")
+    meta_raw, specs_raw, sizes_raw, sized_at = pipe.execute()
     meta = {_s(k): _s(v) for k, v in meta_raw.items()}
-    measured = {_s(k): _s(v) for k, v in measured_raw.items()}
     specs = sorted((WindowSpec.from_key(_s(k)) for k in specs_raw), key=lambda x: x.key)
     sizes = sorted(int(_s(v)) for v in sizes_raw)
     plan.meta = {"watermark": str(wm)}
     if size_budget is not None and retention.raw_ttl_ms is not None:
         plan.meta |= {"retention_set": retention.text(), "retention_size": str(size_budget)}
-        fitted = in_force or fit(
-            retention, footprints(measured, retention, source, specs, sizes), size_budget
-        )
-        _measure_if_due(r, keys, retention, source, specs, sizes, at, measured, plan)
-        retention = fitted
+        since = at.proc_ms - int(_s(sized_at or b"0"))
+        if at.watermark_ms > 0 and since >= SIZED_EVERY_MS:
+            _measure(r, keys, retention, source, specs, sizes, at, plan)
+        retention = in_force or retention
     plan.meta["retention"] = retention.text()
     tiers = retention.tiers if source is not None else ()
     if source is not None:
@@ -338,7 +336,7 @@ def plan_retention(
     return plan
 
 
-def _measure_if_due(
+def _measure(
     r: redis.Redis,
     keys: Keys,
     retention: Retention,
@@ -346,20 +344,13 @@ def _measure_if_due(
     specs: Sequence[WindowSpec],
     sizes: Sequence[int],
     at: BatchTime,
-    measured: dict[str, str],
     plan: RetentionPlan,
 ) -> None:
-    """The windows' sizes measured again (into `measured` and the plan's writes).
-
-    Once `SIZED_EVERY_MS` of processing time has passed since the last time.
-    """
-    if at.watermark_ms <= 0 or at.proc_ms - int(measured.get("sized_at", 0)) < SIZED_EVERY_MS:
-        return
+    """The windows' sizes measured again, into the plan's writes (once `SIZED_EVERY_MS`)."""
     tiers = [t.spec for t in retention.tiers] if source is not None else []
     got = measure(r, keys, [*specs, *tiers], sizes, at.watermark_ms)
     if got:  # nothing closed yet: again with the next batch
         fields = {name: f"{n:.0f}" for name, n in got.items()}
-        measured.update(fields)
         plan.sizes = fields | {"sized_at": str(at.proc_ms)}
 
 
