@@ -1,7 +1,7 @@
 """Redis memory over weeks of event time: does the default retention plateau?
 
     .venv/bin/python benchmarks/bench_soak.py [--days 14] [--services 10] [--events 100]
-        [--retention 6h,1m:7d,1h:90d] [--pool 400]
+        [--retention 6h,1m:7d,10m:7d,1h:90d] [--pool 400]
 
 Starts its own redis-server and streams `--days` of event time, time-compressed, through the job's
 sink code (jobs/sink/redis_sink.py `write_batch` with the retention tiers, jobs/sink/rollup.py), as

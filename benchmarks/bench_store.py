@@ -3,18 +3,18 @@
     .venv/bin/python benchmarks/bench_store.py [--groups 10,1000,10000] [--minutes 70]
         [--large-from 5000] [--large-minutes 15] [--events 30] [--sweep-events 10,100]
         [--sweep-groups 200] [--batch-s 1] [--out-of-order 0.05] [--late 0.005]
-        [--retention 6h,1m:7d,1h:90d] [--retention-size 2GB]
+        [--retention 6h,1m:7d,10m:7d,1h:90d] [--retention-size 2GB]
 
 What a live job keeps in Redis per (window, group) (a group is a service here) in each retention
-tier, and what the default retention (`6h,1m:7d,1h:90d`) adds up to for N services. Targets:
+tier, and what the default retention (`6h,1m:7d,10m:7d,1h:90d`) adds up to for N services. Targets:
 <= 1 KB per (window, group) and <= 2 GB in all for 1,000 services, printed beside the figures
 (BENCHMARKS.md), not asserted. benchmarks/bench_soak.py follows 10 services over weeks with
 a batch per minute; this one many services over an hour, with the batches of a live job.
 
 Starts its own redis-server. For each N of `--groups` it writes `--minutes` of event time
-(70: the 1-hour tier gets one roll-up, the 1-minute tier 70) through the job's own sink
-(jobs/sink/redis_sink.py `write_batch` with the retention tiers and each batch's `BatchTime`,
-so the real roll-ups and expiry run). From `--large-from` services on it writes
+(70: the 1-hour tier gets one roll-up, the 10-minute tier 7, the 1-minute tier 70) through the
+job's own sink (jobs/sink/redis_sink.py `write_batch` with the retention tiers and each
+batch's `BatchTime`, so the real roll-ups and expiry run). From `--large-from` services on it writes
 `--large-minutes` (15) instead: 10,000 services take ~22 s and ~0.4 GB of Redis per minute of
 event time here (a 2-minute run: 50 s, 0.83 GB, with the 3 minutes of late arrivals after it;
 1,000 services x 15 minutes: 48 s, 0.74 GB), so ~6 minutes and ~6 GB in all. Such an N has no
@@ -56,7 +56,7 @@ Then every key's `MEMORY USAGE` (samples=0), by family: `tg:win:` (JSON docs: on
 written before the aggregate became the one value), `tg:agg:` (sketches), `tg:late:`,
 `tg:strag:`, `tg:dup:`, `tg:part:` (shard parts), `tg:arr:` (arrivals), indexes (`...:idx`,
 `tg:win:specs`, `tg:services`, ...) and other; and by tier: the raw specs
-`10000` and `sl60000-10000-100`, the roll-ups `r60000` and `r3600000`.
+`10000` and `sl60000-10000-100`, the roll-ups `r60000`, `r600000` and `r3600000`.
 
 How to read the first table, a row per N and tier: `windows` stored; `B/(win,grp)` = the bytes
 of every key of the tier / (windows x N), so `*` and the per-batch facts are in it; the share
@@ -69,7 +69,8 @@ aggregate by metric (mean bytes of each metric's encoding, "(entries)" the frami
 retention's total for N services:
 
     raw     B(10000) x 6h/10s + B(sliding) x 6h/10s          (2,160 windows of each)
-  + tiers   B(r60000) x 7d/1m + B(r3600000) x 90d/1h          (10,080 and 2,160 windows)
+  + tiers   B(r60000) x 7d/1m + B(r600000) x 7d/10m + B(r3600000) x 90d/1h
+            (10,080, 1,008 and 2,160 windows)
   + arr     (B(processing) + B(broker)) x 6h/10s
     each x N; + the indexes (bytes per member x members kept) + the fixed keys (the late events
     and batch history at their caps of 10,000 and 2,000, status, retention, ...)

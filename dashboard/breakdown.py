@@ -29,6 +29,7 @@ from tidegauge.core.store import (
 from tidegauge.core.store.ranking import (
     ServiceTotals,
     rank_services,
+    rank_size,
     ranked_parts,
     read_service_totals,
 )
@@ -96,7 +97,7 @@ def read_breakdown(
     until = spec.end(newest)
     since = until - view.range_ms
     min_size = view.range_ms // MAX_TREND_WINDOWS
-    parts = ranked_parts(r, by, spec, since, until, min_size)
+    parts = ranked_parts(r, by, spec, since, until, rank_size(view.range_ms, min_size))
     totals = read_service_totals(r, by, parts, cache, with_p99=True)
     mine = {m: totals[m] for m in _members(list(totals), view)}
     order = rank_services(mine, view.metric, len(mine))

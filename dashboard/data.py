@@ -63,6 +63,7 @@ from tidegauge.core.store.ranking import (
     RANK_BY,
     ServiceTotals,
     rank_services,
+    rank_size,
     ranked_parts,
     read_service_totals,
 )
@@ -108,11 +109,6 @@ MAX_BATCHES = 2_000
 #: Windows per service a chart draws at most (6 h of 10 s windows): longer ranges are drawn
 #: from the retention tiers' roll-ups (a day in minutes, a week or a month in hours).
 MAX_CHART_WINDOWS = 2_160
-
-
-#: Services are ranked from retention tiers of at least this size where they hold the range
-#: (counts add up exactly): an hour is ~60 one-minute roll-ups to count, not 360 windows.
-RANK_FROM_MS = 60_000
 
 #: How often a dashboard process ranks the services of one view again (ms).
 RANK_EVERY_MS = 10_000
@@ -473,7 +469,7 @@ def _ranking(
     known = _RANKINGS.get(key) if cache is not None else None
     if known is not None and 0 <= now_ms - known[0] < RANK_EVERY_MS:
         return known[1], known[2]
-    parts = ranked_parts(r, keys, spec, since, until, max(min_size, RANK_FROM_MS))
+    parts = ranked_parts(r, keys, spec, since, until, rank_size(f.range_ms, min_size))
     totals = read_service_totals(r, keys, parts, cache, with_p99=f.rank_by == "p99")
     drawn = rank_services(totals, f.rank_by, f.top)
     if cache is not None:

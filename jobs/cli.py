@@ -203,7 +203,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="RAW_TTL[,SIZE:TTL...]",
         help=f"how long windows are kept, then rolled up into coarser windows kept longer, in "
         f"event time behind the watermark (default {DEFAULT_RETENTION}: 10s windows for 6h, "
-        "1m roll-ups for 7d, 1h roll-ups for 90d; 'forever' keeps everything; docs/redis.md)",
+        "1m and 10m roll-ups for 7d, 1h roll-ups for 90d; 'forever' keeps everything; "
+        "docs/redis.md)",
     )
     p.add_argument(
         "--retention-size",

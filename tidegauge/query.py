@@ -31,6 +31,7 @@ from tidegauge.core.store.ranking import (
     RANK_BY,
     ServiceTotals,
     rank_services,
+    rank_size,
     ranked_parts,
     read_service_totals,
 )
@@ -329,7 +330,7 @@ def _top_services(
         spec = specs[0]
     lo, hi = 0 if since is None else since, 2**62 if until is None else until
     size = parse_duration(args.resolution) if args.resolution else 0
-    parts = ranked_parts(r, keys, spec, lo, hi, size)
+    parts = ranked_parts(r, keys, spec, lo, hi, rank_size(hi - lo, size))
     totals = read_service_totals(r, keys, parts, with_p99=args.metric == "p99")
     top = rank_services(totals, args.metric, args.top)
     rest = len(totals) - len(top)
@@ -411,7 +412,7 @@ def _value_totals(
         spec = specs[0]
     lo, hi = 0 if since is None else since, 2**62 if until is None else until
     size = parse_duration(resolution) if resolution else 0
-    parts = ranked_parts(r, by, spec, lo, hi, size)
+    parts = ranked_parts(r, by, spec, lo, hi, rank_size(hi - lo, size))
     totals = read_service_totals(r, by, parts, with_p99=True)
     return {m: t for m, t in totals.items() if split_member(m)[0] == of}
 

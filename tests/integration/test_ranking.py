@@ -262,3 +262,50 @@ def test_p99_over_many_closed_windows_merges_blocks_once_and_follows_the_open_on
     write_batch(redis_client, KEYS, SinkBatch(100, [update]))
     got = read_service_totals(redis_client, KEYS, [(SPEC, starts)], memo, with_p99=True)
     assert got["api"].p99 == pytest.approx(5_000.0, rel=0.01)
+
+
+def test_an_hour_is_ranked_from_ten_minute_roll_ups_with_the_raw_windows_totals(
+    redis_client: redis.Redis,
+) -> None:
+    """With the default retention the sink keeps 10-minute roll-ups; a ranking of the last
+    hour reads six of them and the minutes and windows at the hour's ends (a few dozen pieces,
+    not the 60 one-minute roll-ups or 360 windows), and gets the raw windows' counts exactly
+    and their p99 ranking."""
+    import time
+
+    from tests.integration.seed import SPEC as SEEDED
+    from tests.integration.seed import seed_live
+    from tidegauge.core.retention import DEFAULT_RETENTION, Retention
+    from tidegauge.core.store.ranking import rank_size, ranked_parts
+
+    keys = Keys()
+    hour = 3_600_000
+    names = ["a", "b", "c", "d"]  # latency grows with the index (seed_live)
+    truth = seed_live(
+        redis_client,
+        keys,
+        time.time_ns() // 1_000_000,
+        services=len(names),
+        names=names,
+        minutes=75,
+        rate=2,
+        retention=Retention.parse(DEFAULT_RETENTION),
+    )
+    until = SEEDED.end(truth.newest_start)
+    since = until - hour
+    parts = dict(ranked_parts(redis_client, keys, SEEDED, since, until, rank_size(hour)))
+    ten = WindowSpec.rollup_of(10 * 60_000)
+    assert 5 <= len(parts[ten]) <= 6
+    assert sum(map(len, parts.values())) < 45  # 10 m + 1 m roll-ups at the ends + raw windows
+    raw = [(SEEDED, [s for s in truth.starts if since <= s < until])]
+    from_tiers = read_service_totals(redis_client, keys, list(parts.items()), with_p99=True)
+    from_raw = read_service_totals(redis_client, keys, raw, with_p99=True)
+    assert set(from_tiers) == set(from_raw) == set(names)
+    for svc in names:
+        assert (from_tiers[svc].events, from_tiers[svc].errors) == (
+            from_raw[svc].events,
+            from_raw[svc].errors,
+        )
+        assert from_tiers[svc].p99 == pytest.approx(from_raw[svc].p99, rel=0.1)
+    assert rank_services(from_tiers, "p99", 4) == names[::-1] == rank_services(from_raw, "p99", 4)
+    assert rank_services(from_tiers, "events", 4) == rank_services(from_raw, "events", 4)

@@ -1,21 +1,26 @@
 """Retention tiers: how long windows are kept, and the roll-ups that outlive them (pure).
 
-`--retention RAW_TTL[,SIZE:TTL...]` (default `6h,1m:7d,1h:90d`): the job's windows are kept for
-RAW_TTL, and the smallest tumbling spec (the *source*) lives on as roll-ups of SIZE, each kept
-for its TTL. A roll-up period is the merge of the finer tier's windows inside it (counts exact,
-sketches merged: what a query over the finer windows would merge), built once the watermark has
-closed the whole period. Ages are event time against the watermark, so a replay or a
-time-compressed stream expires exactly as real time would (docs/redis.md, "Retention"):
+`--retention RAW_TTL[,SIZE:TTL...]` (default `6h,1m:7d,10m:7d,1h:90d`): the job's windows are
+kept for RAW_TTL, and the smallest tumbling spec (the *source*) lives on as roll-ups of SIZE,
+each kept for its TTL. A roll-up period is the merge of the finer tier's windows inside it
+(counts exact, sketches merged: what a query over the finer windows would merge), built once
+the watermark has closed the whole period. Ages are event time against the watermark, so a
+replay or a time-compressed stream expires exactly as real time would (docs/redis.md,
+"Retention"):
 
     a window [start, end) of a tier with TTL t is dropped once   watermark - end >= t
 
     tiers:    raw 10s windows ........................|  (6h)
               1m roll-ups  ...............................................|  (7d)
+              10m roll-ups ...............................................|  (7d)
               1h roll-ups  .........................................................|  (90d)
               <------------------------------------------------------------ watermark
 
 A range read takes each part from the finest tier that still holds it whole (`cover`): inside
-the raw TTL exactly the raw windows, after a tier expires the next one answers for it.
+the raw TTL exactly the raw windows, after a tier expires the next one answers for it. The
+10-minute tier keeps as long as the 1-minute one: it is there for readers that want few pieces
+(a ranking of an hour merges six of them, a week's chart draws 1,008 points, not 168) and for the
+hourly roll-up, built from six windows rather than sixty.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ __all__ = [
 ]
 
 #: `--retention` when not given.
-DEFAULT_RETENTION = "6h,1m:7d,1h:90d"
+DEFAULT_RETENTION = "6h,1m:7d,10m:7d,1h:90d"
 
 #: `--retention-size` when not given: the store's byte budget (`fit`).
 DEFAULT_RETENTION_SIZE = "2GB"

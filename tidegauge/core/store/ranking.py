@@ -25,7 +25,7 @@ import redis
 from sketches.digests import Digests
 from tidegauge.core.closed_windows import ClosedWindows
 from tidegauge.core.events import ALL_SERVICES
-from tidegauge.core.retention import plan_reads
+from tidegauge.core.retention import cover_by_spec
 from tidegauge.core.store.index import _reusable, _starts, _sync
 from tidegauge.core.store.keys import Keys, _s
 from tidegauge.core.store.tiers import read_retention
@@ -34,7 +34,10 @@ from tidegauge.core.windows import WindowSpec, tumbling_start
 
 __all__ = [
     "RANK_BY",
+    "RANK_FROM_MS",
+    "RANK_PIECES",
     "ServiceTotals",
+    "rank_size",
     "rank_services",
     "ranked_counts",
     "ranks_spec",
@@ -43,6 +46,16 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+#: Services are ranked from retention tiers of at least this size where they hold the range
+#: (counts add up exactly): an hour is ~60 one-minute roll-ups to count, not 360 windows.
+RANK_FROM_MS = 60_000
+
+#: ... and of at least 1/RANK_PIECES of the range: an hour ranked from the 10-minute tier
+#: (six roll-ups and the minutes at its ends, ~25 windows instead of ~70), a day from the
+#: hourly one. The p99 ranking reads and merges every piece's latency digests, so the pieces,
+#: not the range, decide what it costs.
+RANK_PIECES = 6
 
 #: What services can be ranked by: events and errors summed, p99 of the merged latency digests.
 RANK_BY = ("events", "errors", "p99")
@@ -418,20 +431,36 @@ def _latencies(r: redis.Redis, window_keys: list[str]) -> list[tuple[list[str], 
 def ranked_parts(
     r: redis.Redis, keys: Keys, spec: WindowSpec, since_ms: int, until_ms: int, min_size_ms: int
 ) -> list[tuple[WindowSpec, list[int]]]:
-    """The windows of [since, until) a chart of `spec` draws: (spec, starts) per part.
+    """The windows that tile [since, until): (spec, starts) per tier, finest first.
 
-    A tumbling spec's range comes from the retention tiers as `read_windows_tiered` reads it
-    (each part from the finest tier holding it, of at least `min_size_ms`); other specs are
-    their own windows.
+    A tumbling spec's range comes from the retention tiers as a range read takes it (`cover`):
+    windows of tiers of at least `min_size_ms` (`rank_size`) where they lie wholly inside the
+    range, the ends from finer tiers, down to the raw windows; other specs are their own
+    windows. An open end (`query --since` alone) stops at what the tiers hold.
     """
     stored = read_retention(r, keys) if spec.kind == "tumbling" else None
     if stored is None or not stored.layers:
         return [(spec, _starts(r, keys, spec, since_ms, until_ms, with_late=False))]
-    out = []
-    for part, lo, hi in plan_reads(since_ms, until_ms, stored.layers, min_size_ms):
-        starts = _starts(r, keys, part, lo, hi, with_late=False)
-        out.append((part, [s for s in starts if lo <= s < hi]))
-    return out
+    pipe = r.pipeline(transaction=False)
+    for layer in stored.layers:
+        pipe.zrange(keys.window_index(layer.spec.key), 0, 0)
+        pipe.zrange(keys.window_index(layer.spec.key), -1, -1)
+    got = pipe.execute()
+    held = [
+        (int(_s(first[0])), layer.spec.end(int(_s(last[0]))))
+        for layer, first, last in zip(stored.layers, got[0::2], got[1::2], strict=True)
+        if first
+    ]
+    if not held:
+        return []
+    since_ms = max(since_ms, min(lo for lo, _ in held))
+    until_ms = min(until_ms, max(hi for _, hi in held))
+    return cover_by_spec(since_ms, until_ms, stored.layers, min_size_ms)
+
+
+def rank_size(range_ms: int, min_size_ms: int = 0) -> int:
+    """The smallest tier a ranking of a range reads where a larger one holds the part."""
+    return max(min_size_ms, RANK_FROM_MS, range_ms // RANK_PIECES)
 
 
 def rank_services(totals: dict[str, ServiceTotals], by: str, n: int) -> list[str]:

@@ -28,9 +28,9 @@ RAW = WindowSpec.tumbling(10 * S)
 
 def test_the_default_is_six_hours_then_minutes_for_a_week_then_hours_for_a_quarter() -> None:
     r = Retention.parse(DEFAULT_RETENTION)
-    assert r == Retention(6 * H, (Tier(M, 7 * D), Tier(H, 90 * D)))
+    assert r == Retention(6 * H, (Tier(M, 7 * D), Tier(10 * M, 7 * D), Tier(H, 90 * D)))
     assert r.text() == DEFAULT_RETENTION and r.longest_ms == 90 * D
-    assert [t.spec.key for t in r.tiers] == ["r60000", "r3600000"]
+    assert [t.spec.key for t in r.tiers] == ["r60000", "r600000", "r3600000"]
     assert WindowSpec.from_key("r60000") == WindowSpec.rollup_of(M) != WindowSpec.tumbling(M)
 
 
@@ -105,6 +105,27 @@ def test_cover_at_a_resolution_takes_whole_roll_ups_and_fills_the_edges_from_fin
     assert len(keys) == 5 + 59 + 60 + 2
     hours = cover(0, 2 * H, layers, min_size_ms=H)
     assert hours[0] == (WindowSpec.rollup_of(H), 0) and len(hours) == 1 + 60
+
+
+def test_a_ranking_of_an_hour_tiles_it_from_ten_minute_roll_ups_and_finer_ends() -> None:
+    from tidegauge.core.store.ranking import RANK_FROM_MS, rank_size
+
+    assert rank_size(H) == 10 * M and rank_size(15 * M) == 150 * S
+    assert rank_size(30 * S) == RANK_FROM_MS and rank_size(H, min_size_ms=H) == H
+    layers = [
+        Layer(RAW),
+        Layer(WindowSpec.rollup_of(M), ready_until=3 * H - 2 * M),
+        Layer(WindowSpec.rollup_of(10 * M), ready_until=3 * H - 10 * M),
+        Layer(WindowSpec.rollup_of(H), ready_until=2 * H),
+    ]
+    since, until = 2 * H - 3 * M - 50 * S, 3 * H - 3 * M - 50 * S  # an hour, unaligned
+    pieces = cover(since, until, layers, rank_size(until - since))
+    spans = sorted((start, s.end(start)) for s, start in pieces)
+    assert spans[0][0] == since and spans[-1][1] == until  # the hour exactly ...
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))  # ... no gap, twice
+    by = {k: sum(1 for s, _ in pieces if s.key == k) for k in ("10000", "r60000", "r600000")}
+    assert by == {"10000": 5 + 1, "r60000": 3 + 6, "r600000": 5}
+    assert len(pieces) < 30 < len(cover(since, until, layers, RANK_FROM_MS))
 
 
 def test_cover_skips_what_every_tier_has_dropped() -> None:
@@ -245,7 +266,8 @@ def _demo(services: int) -> list[Footprint]:
         Footprint(10 * S, 877),  # 10 s windows
         Footprint(10 * S, 2_832),  # a 60 s sliding window, a row per 10 s
         Footprint(M, 2_286, 0),  # 1 m roll-ups
-        Footprint(H, 7_556, 1),  # 1 h roll-ups
+        Footprint(10 * M, 4_100, 1),  # 10 m roll-ups
+        Footprint(H, 7_556, 2),  # 1 h roll-ups
         Footprint(10 * S, 205),  # arrivals, processing time
         Footprint(10 * S, 205),  # arrivals, broker time
     ]
@@ -254,11 +276,11 @@ def _demo(services: int) -> list[Footprint]:
 
 def _held(r: Retention, services: int) -> float:
     """Bytes once full, counted window by window: what each TTL keeps, times its size."""
-    raw, minutes, hours = r.raw_ttl_ms, r.tiers[0].ttl_ms, r.tiers[1].ttl_ms
-    assert raw is not None
-    per_service = (
-        raw // (10 * S) * (877 + 2_832 + 205 + 205) + minutes // M * 2_286 + hours // H * 7_556
-    )
+    assert r.raw_ttl_ms is not None
+    per_service = r.raw_ttl_ms // (10 * S) * (877 + 2_832 + 205 + 205)
+    for tier, window_bytes in zip(r.tiers, (2_286, 4_100, 7_556), strict=True):
+        assert tier.ttl_ms is not None
+        per_service += tier.ttl_ms // tier.size_ms * window_bytes
     return float(per_service * services)
 
 
@@ -282,13 +304,14 @@ def test_a_larger_store_shortens_every_ttl_by_one_factor_to_fit(services: int) -
     wanted = [default.raw_ttl_ms] + [t.ttl_ms for t in default.tiers]
     factors = [g / w for g, w in zip(ttls, wanted, strict=True) if g is not None and w]
     assert max(factors) < 1 and max(factors) - min(factors) < 0.05  # one factor, rounded
-    assert [t.size_ms for t in got.tiers] == [M, H]
+    assert [t.size_ms for t in got.tiers] == [M, 10 * M, H]
 
 
 def test_a_budget_too_small_for_any_useful_retention_keeps_the_shortest_one() -> None:
     got = fit(Retention.parse(DEFAULT_RETENTION), _demo(100_000), 2 * GB)
-    # a minute of raw windows, an hour of minutes (a period of the hour tier), an hour's more
-    assert got.raw_ttl_ms == M and got.tiers[0].ttl_ms == H and got.tiers[1].ttl_ms == H
+    # a minute of raw windows, ten minutes of minutes (a period of the next tier), an hour of
+    # 10 minutes (a period of the hour tier), an hour's more
+    assert got.text() == "1m,1m:10m,10m:1h,1h:1h"
     assert _held(got, 100_000) > 2 * GB
 
 
