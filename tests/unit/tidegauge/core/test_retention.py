@@ -266,7 +266,7 @@ def _demo(services: int) -> list[Footprint]:
         Footprint(10 * S, 877),  # 10 s windows
         Footprint(10 * S, 2_832),  # a 60 s sliding window, a row per 10 s
         Footprint(M, 2_286, 0),  # 1 m roll-ups
-        Footprint(10 * M, 4_100, 1),  # 10 m roll-ups
+        Footprint(10 * M, 4_292, 1),  # 10 m roll-ups
         Footprint(H, 7_556, 2),  # 1 h roll-ups
         Footprint(10 * S, 205),  # arrivals, processing time
         Footprint(10 * S, 205),  # arrivals, broker time
@@ -278,7 +278,7 @@ def _held(r: Retention, services: int) -> float:
     """Bytes once full, counted window by window: what each TTL keeps, times its size."""
     assert r.raw_ttl_ms is not None
     per_service = r.raw_ttl_ms // (10 * S) * (877 + 2_832 + 205 + 205)
-    for tier, window_bytes in zip(r.tiers, (2_286, 4_100, 7_556), strict=True):
+    for tier, window_bytes in zip(r.tiers, (2_286, 4_292, 7_556), strict=True):
         assert tier.ttl_ms is not None
         per_service += tier.ttl_ms // tier.size_ms * window_bytes
     return float(per_service * services)
