@@ -43,6 +43,7 @@ from sketches.tdigest import (
     TDigest,
     _boundaries,
     _compress_values,
+    _exact_up_to,
     _finish_means,
     _kappa,
     decode_means,
@@ -799,6 +800,11 @@ def _compress_many(
             top = np.zeros(groups)
             top[filled] = np.maximum.reduceat(weights, offsets[:-1][filled])
             small |= few & (top == 1.0)
+    if not unit and filled.any():
+        # A group of at most compression / 2 in weight keeps its points, as `_compress` does.
+        weight = np.zeros(groups)
+        weight[filled] = np.add.reduceat(weights, offsets[:-1][filled])
+        small |= filled & (weight <= _exact_up_to(compression))
     if keep is not None:
         small |= filled & keep
     if small.any():

@@ -38,6 +38,12 @@ half of a <= 1-unit point at each end), and a digest holds at most
 ``2 * ceil(compression / 2) + 1`` centroids (201 for the default 200); in practice about
 ``compression / 2`` (about 100).
 
+**Small digests are their values.** While a digest holds at most ``compression / 2`` values
+(100 by default) it keeps each one as a centroid of weight 1 and compresses nothing: its
+quantiles are exact, and it is stored as those values (integer offsets at the data's decimal
+scale, no weights), which for a window of 30 to 100 latencies is smaller than the merged
+centroids' f64 means and weights it would otherwise hold (``to_bytes``).
+
 **Exact statistics.** ``count``, ``min`` and ``max`` are exact; ``sum`` is the float64 sum of the
 values as added (numpy pairwise summation per batch), not a reconstruction from centroids; ``mean``
 is ``sum / count``.
@@ -312,6 +318,11 @@ def _finish_means(
     return np.minimum(np.maximum(new_means, means[0]), means[-1])
 
 
+def _exact_up_to(compression: float) -> float:
+    """The most values a digest keeps one centroid each (module docstring, "Small digests")."""
+    return compression / 2.0
+
+
 def _compress(
     means: FloatArray, weights: FloatArray, compression: float
 ) -> tuple[FloatArray, FloatArray]:
@@ -325,6 +336,8 @@ def _compress(
         return means.copy(), weights.copy()
     right = np.cumsum(weights)
     total = float(right[-1])
+    if total <= _exact_up_to(compression):  # a small digest keeps its points as they are
+        return means.copy(), weights.copy()
     cuts = total * _boundaries(compression)[0]
     holder = np.minimum(np.searchsorted(right, cuts, "left"), n - 1)
     starts = _group_starts(n, holder, right[holder], weights[holder], cuts, total, compression)
@@ -339,7 +352,7 @@ def _compress_values(values: FloatArray, compression: float) -> tuple[FloatArray
     plain arithmetic and the only passes over the values are the group sums.
     """
     n = values.shape[0]
-    if n <= 2:
+    if n <= 2 or n <= _exact_up_to(compression):
         return values.copy(), np.ones(n)
     cuts = float(n) * _boundaries(compression)[0]
     holder = np.minimum(np.ceil(cuts).astype(np.intp) - 1, n - 1)

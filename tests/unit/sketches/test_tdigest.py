@@ -92,12 +92,31 @@ def test_two_values() -> None:
 
 
 def test_small_inputs_are_kept_exactly() -> None:
-    # A median centroid may hold 8 / compression = 4% of the data, so 25 values stay singletons.
-    values = np.arange(25.0)
-    d = digest_of(values)
-    means, weights = d.centroids
-    np.testing.assert_array_equal(means, values)
-    np.testing.assert_array_equal(weights, np.ones(25))
+    # Up to compression / 2 values a digest keeps each one: 100 with the default compression.
+    for n in (25, 100):
+        values = np.arange(float(n))
+        d = digest_of(values)
+        means, weights = d.centroids
+        np.testing.assert_array_equal(means, values)
+        np.testing.assert_array_equal(weights, np.ones(n))
+    assert len(digest_of(np.arange(101.0)).centroids[0]) < 101  # then it compresses
+
+
+def test_a_digest_stays_its_values_through_batches_and_merges_up_to_a_hundred() -> None:
+    rng = np.random.default_rng(5)
+    values = np.round(rng.lognormal(4, 0.6, 100), 3)  # latencies to the µs
+    fed = TDigest()
+    for part in np.array_split(values, 7):
+        fed.update(part)
+    parts = [digest_of(p) for p in np.array_split(values, 4)]
+    for d in (fed, TDigest.merged(parts)):
+        np.testing.assert_array_equal(d.centroids[0], np.sort(values))
+        assert d.quantile(0.99) == pytest.approx(float(np.quantile(values, 0.99)), rel=0.02)
+        data = d.to_bytes()
+        assert len(data) == 46 + 4 * 100  # the values at the µs, no weights
+        assert TDigest.from_bytes(data) == d
+    wide = TDigest.merged([*parts, digest_of(values[:1])])  # 101 values: compressed
+    assert len(wide.centroids[0]) < 101
 
 
 @pytest.mark.parametrize("n", [2, 10, 1000, 100_000])
