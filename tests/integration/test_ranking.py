@@ -295,7 +295,8 @@ def test_an_hour_is_ranked_from_ten_minute_roll_ups_with_the_raw_windows_totals(
     since = until - hour
     parts = dict(ranked_parts(redis_client, keys, SEEDED, since, until, rank_size(hour)))
     ten = WindowSpec.rollup_of(10 * 60_000)
-    assert 5 <= len(parts[ten]) <= 6
+    # whole 10-minute periods inside the hour that the watermark has closed: 4 to 6, by the clock
+    assert 4 <= len(parts[ten]) <= 6
     assert sum(map(len, parts.values())) < 45  # 10 m + 1 m roll-ups at the ends + raw windows
     raw = [(SEEDED, [s for s in truth.starts if since <= s < until])]
     from_tiers = read_service_totals(redis_client, keys, list(parts.items()), with_p99=True)
