@@ -172,6 +172,12 @@ def main() -> None:
         "--state-shards", type=int, default=JobConfig.state_shards, help="the job's (default 4)"
     )
     ap.add_argument(
+        "--state-workers",
+        type=int,
+        default=None,
+        help="the job's processes for the state shards (default: one per core)",
+    )
+    ap.add_argument(
         "--phases",
         action="store_true",
         help="print each batch's phases (Spark's durationMs), state operator times and stages",
@@ -218,8 +224,8 @@ def main() -> None:
                             trigger="available-now",
                             max_records_per_trigger=args.per_trigger,
                             master=args.master,
-                            shuffle_partitions=2,
                             state_shards=args.state_shards,
+                            state_workers=args.state_workers,
                             # every service its own group: no names counted under "(other)"
                             max_services=max(JobConfig.max_services, 2 * services),
                         )

@@ -87,8 +87,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--shuffle-partitions",
         type=int,
         default=None,
-        help="partitions of the stateful step (default: one per core of a local master, "
-        "4 on a cluster; fixed in a new checkpoint)",
+        help="Spark's spark.sql.shuffle.partitions (default: one per core of a local master, "
+        "4 on a cluster); the job's own plan has no shuffle (its stateful step runs in the "
+        "driver), so only queries of your own in the same session see it",
     )
     p.add_argument(
         "--dead-letter-max", type=int, default=100_000, help="dead letters kept (newest)"
@@ -187,8 +188,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--state-shards",
         type=int,
         default=4,
-        help="groups the services are hashed onto in Spark state (default 4; fixed for a "
-        "checkpoint)",
+        help="state shards the services are hashed onto (default 4; fixed for a checkpoint)",
+    )
+    p.add_argument(
+        "--state-workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="processes of the driver that run the state shards side by side (default: one "
+        "per core, at most --state-shards; 0: in the driver's own process)",
     )
     p.add_argument(
         "--conf",

@@ -7,15 +7,18 @@
                                    dropped; optional clock-skew correction) and summarises it
                                    per service against the batch's watermark,
                                    jobs/summary/summarise.py)
-      -> withWatermark(event_time, allowed lateness)
-      -> + shard (heartbeat summaries copied to every shard)
-      -> groupBy(group, shard).applyInPandasWithState    (jobs/state/aggregate.py)
-      -> foreachBatch: one Redis transaction per batch   (jobs/sink/redis_sink.py), then the
-                       batch's freshness (tidegauge/core/freshness.py)
+      -> withWatermark(event_time, allowed lateness)     (Spark keeps the watermark)
+      -> foreachBatch, in the driver:
+           the stateful step: each state group's summaries merged into its windows, with the
+                              state the batch before left  (jobs/state/step.py, held.py)
+           one Redis transaction per batch                 (jobs/sink/redis_sink.py)
+           the state as of the batch, into the checkpoint  (jobs/state/held.py)
+           the batch's freshness                           (tidegauge/core/freshness.py)
 
-A StreamingQueryListener (jobs/sink/status.py) writes the job's status after every batch (and every
-idle interval), so the dashboard can tell a quiet stream from a dead job. The command line is
-jobs/cli.py.
+A batch is one Spark stage (the read tasks); what they hand the driver is small (one summary
+per chunk and state shard), so no shuffle or state store is needed. A StreamingQueryListener
+(jobs/sink/status.py) writes the job's status after every batch (and every idle interval), so
+the dashboard can tell a quiet stream from a dead job. The command line is jobs/cli.py.
 """
 
 from __future__ import annotations
@@ -27,9 +30,7 @@ from collections.abc import Callable
 
 import redis
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
-from pyspark.sql.streaming.state import GroupStateTimeout
 
 from jobs.runtime.metrics import JobMetrics
 from jobs.runtime.session import build_session
@@ -43,13 +44,14 @@ from jobs.sink.slices import split_rows
 from jobs.sink.status import Committed, ProgressEvent, StatusListener, where_batches_run
 from jobs.source.kafka_source import CLIENT_PREFIX, true_end_offsets
 from jobs.source.offset_log import clock_of
-from jobs.state.aggregate import StateGroup, make_state_fn
-from jobs.state.codec import STATE_SCHEMA
-from jobs.state.keys import state_keys
-from jobs.state.rows import OUTPUT_SCHEMA, decode_table
+from jobs.state.aggregate import make_state_fn
+from jobs.state.held import StateLog
+from jobs.state.migrate import migrate_spark_state
+from jobs.state.rows import decode_table
+from jobs.state.step import StatePool, apply_state, default_state_workers
 from jobs.summary.late_events import batch_members
 from jobs.summary.read_task import SummaryDataSource, summary_source_options
-from jobs.summary.schema import SUMMARY_SCHEMA, SummaryKind
+from jobs.summary.schema import SUMMARY_SCHEMA
 from jobs.summary.settings import ExecutorConfig
 from jobs.summary.slots import record
 from tidegauge.catalog.topic import CatalogError
@@ -76,7 +78,6 @@ log = logging.getLogger("tidegauge.job")
 def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
     """The streaming DataFrame whose micro-batches the sink writes (one row per result)."""
     spark.dataSource.register(SummaryDataSource)
-    plugins = loaded_plugins()  # executors load the same ones (tidegauge/core/plugins.py)
     options = summary_source_options(
         cfg.correct_clock_skew,
         cfg.windows,
@@ -111,46 +112,24 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
     if cfg.trigger == "available-now":
         reader = reader.option("endingOffsets", json.dumps(_current_end(cfg.kafka)))
     summaries = reader.load()  # parsed and summarised in the read task (jobs/summary/summarise.py)
-    watermarked = summaries.withWatermark("event_time", f"{cfg.allowed_lateness_ms} milliseconds")
-    n = cfg.state_shards
-    # each shard's state key, spread over the stateful step's tasks (jobs/state/keys.py)
-    keys = state_keys(cfg.checkpoint, n, cfg.shuffle_partitions)
-    key_of = F.array(*[F.lit(k) for k in keys])
-    kind = F.col("kind")
-    routed = watermarked.withColumn(
-        "shard",
-        F.explode(
-            F.when(kind == SummaryKind.HEARTBEAT.value, key_of)
-            # the read task routed each chunk's services: Spark's pmod(hash(service), n)
-            .when(kind == SummaryKind.SHARD.value, F.array(key_of[F.col("shard")]))
-            .otherwise(F.array(F.lit(0)))
-        ),
-    )
-    routed = routed.withColumn(
-        "group",
-        F.when(
-            kind.isin(SummaryKind.DEAD.value, SummaryKind.TIMES.value), F.lit(StateGroup.DEAD.value)
-        ).otherwise(F.lit(StateGroup.EVENT.value)),
-    )
-    state_cfg = ExecutorConfig(
+    # Spark keeps the watermark (the offset log has each batch's); the stateful step applies it
+    # in the driver (jobs/state/step.py)
+    return summaries.withWatermark("event_time", f"{cfg.allowed_lateness_ms} milliseconds")
+
+
+def executor_config(cfg: JobConfig) -> ExecutorConfig:
+    """What the state function is configured with (as the read tasks are, from one place)."""
+    return ExecutorConfig(
         cfg.windows,
         allowed_lateness_ms=cfg.allowed_lateness_ms,
         late_events_max=cfg.late_events_max,
-        shards=n,
-        shard_keys=keys,
-        plugins=plugins,
+        shards=cfg.state_shards,
+        plugins=loaded_plugins(),  # executors load the same ones (tidegauge/core/plugins.py)
         dedup=cfg.dedup,
         max_services=cfg.max_services,
         service_idle_ms=cfg.service_idle_ms,
         dimensions=cfg.dimensions,
         dimension_values=cfg.dimension_values,
-    )
-    return routed.groupBy("group", "shard").applyInPandasWithState(
-        make_state_fn(state_cfg),  # type: ignore[arg-type]
-        outputStructType=OUTPUT_SCHEMA,
-        stateStructType=STATE_SCHEMA,
-        outputMode="update",
-        timeoutConf=GroupStateTimeout.NoTimeout,
     )
 
 
@@ -189,9 +168,24 @@ class _BatchWriter:
             if cfg.catalog_topic and cfg.checkpoint
             else None
         )
+        executors = executor_config(cfg)
+        self.state_fn = make_state_fn(executors)
+        workers = (
+            default_state_workers(cfg.state_shards)
+            if cfg.state_workers is None
+            else min(cfg.state_workers, cfg.state_shards)
+        )
+        self.pool = StatePool(executors, workers) if workers > 0 else None
+        self.state_log = StateLog(cfg.checkpoint)
         #: Batch id -> its records and their freshness, measured when the batch is committed;
         #: the status listener takes them into the batch's history entry.
         self.committed: dict[int, Committed] = {}
+
+    def close(self) -> None:
+        """Stop the state workers (once the query has stopped: no batch is running)."""
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
 
     def _redis(self) -> redis.Redis:
         if self._client is None:
@@ -199,8 +193,13 @@ class _BatchWriter:
         return self._client
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        rows, slices = split_rows(decode_table(collect(batch, batch_id), batch_id))
+        summaries = collect(batch, batch_id)
         clock = clock_of(self.cfg.checkpoint, batch_id)
+        state = self.state_log.before(batch_id)
+        table = apply_state(
+            self.state_fn, summaries, state, clock.watermark_ms, self.cfg.state_shards, self.pool
+        )
+        rows, slices = split_rows(decode_table(table, batch_id))
         at = BatchTime(batch_id, clock.watermark_ms, clock.timestamp_ms)
         results = SinkBatch.of_rows(
             batch_id,
@@ -221,6 +220,7 @@ class _BatchWriter:
             budget_ms=self.cfg.sink_retry_ms,
             where=f"Redis at {redact_url(self.cfg.redis.url)}",
         )
+        self.state_log.commit(batch_id, state)  # after the results: a redone batch redoes both
         if self.metrics is not None:
             self.metrics.committed(
                 batch_id,
@@ -229,6 +229,7 @@ class _BatchWriter:
                 [d.reason for d in rows.dead],
                 rows.duplicate_events,
                 sum(lt.count for lt in results.late if lt.spec == self.primary_key),
+                state,
             )
             if fitted[0] is not None:
                 self.metrics.retention(fitted[0])
@@ -248,6 +249,8 @@ class _BatchWriter:
             rows.overflow_events,
             where_batches_run(),
             len(rows.dead),
+            len(state),
+            sum(map(len, state.values())),
         )
         if rows.overflow_names:
             log.warning(
@@ -277,10 +280,11 @@ class _BatchWriter:
 
 def start_query(
     spark: SparkSession, cfg: JobConfig, metrics: JobMetrics | None = None
-) -> tuple[StreamingQuery, StatusListener]:
+) -> tuple[StreamingQuery, StatusListener, Callable[[], None]]:
     """Start the streaming query and its status listener; returns at once.
 
-    `metrics`: the Prometheus figures to keep up to date (jobs/runtime/metrics.py).
+    `metrics`: the Prometheus figures to keep up to date (jobs/runtime/metrics.py). The third
+    value stops what the query's batches use (the state workers): call it once the query stopped.
     """
     batch_writer = _BatchWriter(cfg, metrics)
     listener = StatusListener(cfg, batch_writer.committed, metrics)
@@ -288,9 +292,8 @@ def start_query(
     spark.conf.set(
         "spark.sql.streaming.noDataProgressEventInterval", str(max(cfg.trigger_interval_ms, 1000))
     )
-    # The stateful step's partitions are fixed in a new checkpoint from this setting: set it
-    # per query, so a shared session runs every job as `tidegauge job` would.
-    spark.conf.set("spark.sql.shuffle.partitions", str(cfg.shuffle_partitions))
+    # a checkpoint whose state Spark's state store kept: carried into the state log, once
+    migrate_spark_state(spark, cfg.checkpoint, cfg.state_shards)
     writer = (
         build_stream(spark, cfg)
         .writeStream.outputMode("update")
@@ -301,7 +304,7 @@ def start_query(
     interval = 0 if cfg.trigger == "available-now" else cfg.trigger_interval_ms
     query = writer.trigger(processingTime=f"{interval} milliseconds").start()
     listener.query_ids.add(str(query.id))
-    return query, listener
+    return query, listener, batch_writer.close
 
 
 def run_job(
@@ -333,7 +336,7 @@ def _run(
     stop: Callable[[], bool] | None,
     metrics: JobMetrics | None,
 ) -> StreamingQuery:
-    query, listener = start_query(spark, cfg, metrics)
+    query, listener, close = start_query(spark, cfg, metrics)
     try:
         if cfg.trigger == "available-now":
             # Offsets were capped at the topic's end when the query started (endingOffsets), so
@@ -352,6 +355,7 @@ def _run(
         for progress in query.recentProgress:
             listener.onQueryProgress(ProgressEvent(progress))
         listener.close()
+        close()
     if query.exception() is not None:
         raise RuntimeError(f"streaming query failed: {query.exception()}")
     return query

@@ -30,6 +30,7 @@ __all__ = [
     "SEEN_IDS",
     "SESSION_STATE",
     "SHARD_STATE",
+    "STATE_LOG",
     "TDIGEST",
     "WINDOW_AGG",
     "WINDOW_STATE",
@@ -227,6 +228,18 @@ SHARD_STATE = Format(
     ),
 )
 
+STATE_LOG = Format(
+    b"TGSL",
+    "state log file",
+    writes=1,
+    reads=(1,),
+    owner="jobs.state.held",
+    description=(
+        "every state group's bytes as of one batch, in the checkpoint: a JSON index of "
+        "(group, shard, size), then the blobs"
+    ),
+)
+
 #: Every stored binary format, lowest layer first. A new format is added here, with a magic no
 #: other format has.
 FORMATS: tuple[Format, ...] = (
@@ -240,6 +253,7 @@ FORMATS: tuple[Format, ...] = (
     WINDOW_STATE,
     CHUNK_SUMMARY,
     SHARD_STATE,
+    STATE_LOG,
 )
 
 _BY_MAGIC = {f.magic: f for f in FORMATS}

@@ -82,8 +82,11 @@ class JobMetrics:
             "Events behind the watermark (counted as late, not in their window), primary windows",
             registry=r,
         )
-        self.state_rows = Gauge(
-            "tidegauge_state_rows", "Rows in Spark's state store after the last batch", registry=r
+        self.state_groups = Gauge(
+            "tidegauge_state_groups", "State groups the job held after the last batch", registry=r
+        )
+        self.state_bytes = Gauge(
+            "tidegauge_state_bytes", "Bytes of the state held after the last batch", registry=r
         )
         self.redis_seconds = Histogram(
             "tidegauge_redis_write_seconds",
@@ -131,8 +134,9 @@ class JobMetrics:
         dead_reasons: Iterable[str],
         duplicates: int,
         late: int,
+        state: Mapping[Any, bytes] | None = None,
     ) -> None:
-        """A batch the batch writer has written to Redis."""
+        """A batch the batch writer has written to Redis, and the state it left."""
         if batch_id <= self._committed_upto:
             return
         self._committed_upto = batch_id
@@ -145,6 +149,9 @@ class JobMetrics:
             self.duplicates.inc(duplicates)
         if late:
             self.late.inc(late)
+        if state is not None:
+            self.state_groups.set(len(state))
+            self.state_bytes.set(sum(map(len, state.values())))
 
     def retention(self, fitted: Fitted) -> None:
         """The retention in force after a batch (a byte budget set)."""
@@ -181,9 +188,6 @@ class JobMetrics:
         for partition, end in ends.items():
             done = (summary.get("offsets") or {}).get(partition, 0)
             self.lag.labels(partition).set(max(0, int(end) - int(done)))
-        operators = progress.get("stateOperators") or []
-        if operators:
-            self.state_rows.set(sum(int(op.get("numRowsTotal") or 0) for op in operators))
 
     def idle(self) -> None:
         """The job reported without a batch: nothing new on the topic."""

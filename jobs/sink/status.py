@@ -93,7 +93,6 @@ def progress_summary(
         "start_offsets": offsets(src.get("startOffset")),
         "offsets": offsets(src.get("endOffset")),
         "latest_offsets": offsets(src.get("latestOffset")),
-        "state_rows": sum(op.get("numRowsTotal", 0) for op in progress.get("stateOperators", [])),
         # Spark's own count of rows its stateful operators dropped as late (docs/time.md: 0 for
         # this job, which counts late rows itself instead of letting Spark drop them).
         "spark_rows_dropped_by_watermark": sum(
@@ -132,6 +131,9 @@ class Committed:
     spark: dict[str, Any] | None = None
     #: Malformed records it sent to the dead-letter store.
     dead_letters: int = 0
+    #: The state it held after the batch (jobs/state/held.py): groups, and their bytes.
+    state_groups: int = 0
+    state_bytes: int = 0
 
 
 def where_batches_run() -> dict[str, Any] | None:
@@ -290,6 +292,8 @@ class StatusListener(StreamingQueryListener):
             summary["freshness"] = None if done is None else done.freshness
             summary["duplicates"] = None if done is None else done.duplicates
             summary["dead_letters"] = None if done is None else done.dead_letters
+            summary["state_groups"] = None if done is None else done.state_groups
+            summary["state_bytes"] = None if done is None else done.state_bytes
             summary["spark"] = where_batches_run() if done is None else done.spark
             summary["overflow"] = (
                 None

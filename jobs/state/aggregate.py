@@ -597,7 +597,7 @@ def make_state_fn(
         ensure_plugins(config.plugins, config.metric_names, [f.name for f in config.fields])
         group = key[0]
         if group == StateGroup.EVENT:
-            yield from _events(pdfs, state, config, config.shard_of_key(int(key[1])))
+            yield from _events(pdfs, state, config, int(key[1]))
         elif group == StateGroup.DEAD:
             yield from _dead(pdfs, state)
         else:

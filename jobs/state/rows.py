@@ -30,6 +30,7 @@ __all__ = [
     "LateUpdate",
     "WindowCount",
     "WindowUpdate",
+    "OUTPUT_ARROW",
     "OUTPUT_SCHEMA",
     "BatchRows",
     "append_row",
@@ -137,6 +138,11 @@ OUTPUT_SCHEMA = (
     "raw binary, raw_size int"
 )
 _COLUMNS = [c.strip().split(" ")[0] for c in OUTPUT_SCHEMA.split(",")]
+_ARROW_TYPES = {"string": pa.string(), "long": pa.int64(), "int": pa.int32(), "binary": pa.binary()}
+#: OUTPUT_SCHEMA as an Arrow schema (the stateful step's result table, jobs/state/step.py).
+OUTPUT_ARROW = pa.schema(
+    [(name, _ARROW_TYPES[t]) for name, t in (c.split() for c in OUTPUT_SCHEMA.split(","))]
+)
 
 
 def metrics_json(metrics: Mapping[str, Any]) -> str:

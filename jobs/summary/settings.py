@@ -31,9 +31,6 @@ class ExecutorConfig:
     late_events_max: int = 1_000
     #: Event groups; fixed for a checkpoint (services are hashed onto shards).
     shards: int = 1
-    #: The state function: each shard's key in its state group (jobs/state/keys.py); () for
-    #: the plain keys 0..shards-1.
-    shard_keys: tuple[int, ...] = ()
     #: Plugin modules of the driver when the query was built, and the metric and event field
     #: names they give: executors load the same plugins and check they got the same registry.
     plugins: tuple[str, ...] = ()
@@ -66,12 +63,6 @@ class ExecutorConfig:
             raise ValueError("max_services must be >= 0")
         if self.dimension_values < 1:
             raise ValueError("dimension_values must be >= 1")
-        if self.shard_keys and len(set(self.shard_keys)) != self.shards:
-            raise ValueError("shard_keys must be one distinct key per shard")
-
-    def shard_of_key(self, key: int) -> int:
-        """The shard whose state group has key `key` (the key itself with the plain keys)."""
-        return self.shard_keys.index(key) if self.shard_keys else key
 
     def shard_slots(self, shard: int) -> int | None:
         """Shard `shard`'s quota of names in this batch (None: no limit; jobs/summary/slots.py).

@@ -210,6 +210,9 @@ class JobConfig:
     late_events_max: int = 10_000
     #: Event-state groups: services are hashed onto this many; fixed for a checkpoint.
     state_shards: int = 4
+    #: Processes of the driver that run the state shards side by side (0: the driver alone;
+    #: None: one per core, at most one per shard).
+    state_workers: int | None = None
     #: Drop events whose event_id was already accepted (jobs/panes/dedup.py); `--no-dedup` is
     # False.
     dedup: bool = True
@@ -261,6 +264,8 @@ class JobConfig:
             raise ValueError("--late-events-max must be >= 0")
         if not 1 <= self.state_shards <= 1024:
             raise ValueError("--state-shards must be between 1 and 1024")
+        if self.state_workers is not None and not 0 <= self.state_workers <= 256:
+            raise ValueError("--state-workers must be between 0 and 256")
         if self.sink_retry_ms < 0:
             raise ValueError("--sink-retry-for must be >= 0")
         if self.max_services < 0:
@@ -358,11 +363,11 @@ def _window_specs(
 
 
 def default_shuffle_partitions(master: str, cores: int | None = None) -> int:
-    """Partitions of the stateful step when `--shuffle-partitions` is not given.
+    """Spark's shuffle partitions when `--shuffle-partitions` is not given.
 
-    One per core of a local master (`local[N]`: N, `local`/`local[*]`: this machine's cores):
-    on 2 cores, 2 partitions ran the stateful step faster than 4 (one wave of tasks, not two).
-    4 for a cluster master, whose cores are not known here. Fixed in a new checkpoint.
+    One per core of a local master (`local[N]`: N, `local`/`local[*]`: this machine's cores),
+    4 for a cluster master, whose cores are not known here. The job's own plan has no shuffle
+    (its stateful step runs in the driver); the setting is Spark's, for other queries.
     """
     m = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master.strip())
     if m is None:
@@ -432,6 +437,7 @@ def job_config_from_args(args: argparse.Namespace) -> JobConfig:
         metrics_host=args.metrics_bind,
         late_events_max=args.late_events_max,
         state_shards=args.state_shards,
+        state_workers=args.state_workers,
         dedup=not args.no_dedup,
         max_services=args.max_services,
         service_idle_ms=parse_duration(args.service_idle),

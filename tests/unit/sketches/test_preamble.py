@@ -20,6 +20,7 @@ import pytest
 from jobs.panes.dedup import SeenIds
 from jobs.panes.sessions import Sessions
 from jobs.panes.windows import ServiceWindows
+from jobs.state import held as state_log
 from jobs.state.codec import ShardState
 from jobs.summary.chunk import ChunkSummary
 from jobs.summary.settings import ExecutorConfig
@@ -121,6 +122,12 @@ CODECS = [
         lambda b: ShardState.from_bytes(b, ExecutorConfig((TUMBLING,))),
         ShardState.__module__,
     ),
+    Codec(
+        preamble.STATE_LOG,
+        lambda: state_log.to_bytes({("event", 0): b"x"}),
+        state_log.from_bytes,
+        state_log.__name__,
+    ),
 ]
 IDS = [c.fmt.magic.decode() for c in CODECS]
 
@@ -131,10 +138,10 @@ IDS = [c.fmt.magic.decode() for c in CODECS]
 def test_every_format_is_declared_once_with_a_unique_magic() -> None:
     assert [c.fmt for c in CODECS] == list(FORMATS)  # every format has a codec below, once
     magics = [f.magic for f in FORMATS]
-    assert len(set(magics)) == len(magics) == 10
+    assert len(set(magics)) == len(magics) == 11
     assert len({f.name for f in FORMATS}) == len(FORMATS)
     assert sorted(m.decode() for m in magics) == sorted(
-        ["TDGT", "TGHL", "TGWA", "TGLA", "TGFT", "TGCS", "TGSW", "TGSS", "TGID", "TGSH"]
+        ["TDGT", "TGHL", "TGWA", "TGLA", "TGFT", "TGCS", "TGSW", "TGSS", "TGID", "TGSH", "TGSL"]
     )
 
 

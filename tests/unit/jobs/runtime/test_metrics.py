@@ -35,7 +35,7 @@ def test_batches_add_up_and_gauges_hold_the_last_one() -> None:
             topic_end_offsets={"0": 1_000, "1": 200},
             freshness={"p50_ms": 800, "p99_ms": 1_500, "max_ms": 2_000},
         ),
-        {"numInputRows": 3, "stateOperators": [{"numRowsTotal": 12}, {"numRowsTotal": 3}]},
+        {"numInputRows": 3},
     )
     m.progress(summary(1, 250, offsets={"0": 550, "1": 200}, topic_end_offsets={"0": 1_000}), {})
     m.progress(summary(2, 0), {"numInputRows": 0})  # nothing read: a report, not a batch
@@ -47,7 +47,6 @@ def test_batches_add_up_and_gauges_hold_the_last_one() -> None:
     assert value(m, "tidegauge_consumer_lag_records", partition="0") == 450
     assert value(m, "tidegauge_consumer_lag_records", partition="1") == 0
     assert value(m, "tidegauge_freshness_seconds", quantile="0.99") == 1.5
-    assert value(m, "tidegauge_state_rows") == 15
     delay = value(m, "tidegauge_watermark_delay_seconds")
     assert delay is not None and 19 < delay < 30
 
@@ -66,7 +65,7 @@ def test_the_retention_in_force_and_the_store_it_projects() -> None:
 def test_committed_batches_count_dead_letters_by_reason_duplicates_late_and_redis() -> None:
     m = JobMetrics(1_000)
     m.committed(0, 0.12, 0, ["wrong_type", "invalid_json", "wrong_type"], 4, 7)
-    m.committed(1, 3.5, 2, [], 0, 1)
+    m.committed(1, 3.5, 2, [], 0, 1, {("event", 0): b"abc", ("dead", 0): b"de"})
     m.committed(1, 3.5, 2, [], 0, 1)  # the same batch again (written again after a failure)
     assert value(m, "tidegauge_dead_letters_total", reason="wrong_type") == 2
     assert value(m, "tidegauge_dead_letters_total", reason="invalid_json") == 1
@@ -76,6 +75,8 @@ def test_committed_batches_count_dead_letters_by_reason_duplicates_late_and_redi
     assert value(m, "tidegauge_redis_write_seconds_count") == 2
     assert value(m, "tidegauge_redis_write_seconds_bucket", le="5.0") == 2
     assert value(m, "tidegauge_redis_write_seconds_bucket", le="1.0") == 1
+    assert value(m, "tidegauge_state_groups") == 2  # the state the batch left
+    assert value(m, "tidegauge_state_bytes") == 5
 
 
 def test_ready_only_while_the_job_reports() -> None:

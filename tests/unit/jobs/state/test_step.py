@@ -1,0 +1,178 @@
+"""The driver's stateful step (jobs/state/step.py): groups, state carried, and worker processes.
+
+Batches of random parsed rows (tests/unit/jobs/fixtures.py `parsed`: three services, late rows,
+stragglers, heartbeats, dead letters) are summarised as the read tasks do, then stepped through
+with the state each batch leaves. The step in the driver's own process is the reference the
+state function's own tests check (test_aggregate.py); the step in worker processes must give
+the same rows and the same state, batch after batch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from jobs.parse.parser import RecordKind
+from jobs.state.aggregate import make_state_fn
+from jobs.state.codec import DeadCounts
+from jobs.state.held import GroupKey
+from jobs.state.step import StatePool, apply_state, default_state_workers
+from jobs.summary.settings import ExecutorConfig
+from jobs.summary.summarise import summarise, summary_batch
+from tests.fixtures import S, T
+from tests.unit.jobs.fixtures import HOPPING, TUMBLING, parsed
+
+ROOT = Path(__file__).resolve().parents[4]
+SHARDS = 4
+CFG = ExecutorConfig((TUMBLING, HOPPING), shards=SHARDS)
+
+pytestmark = pytest.mark.unit
+
+
+def batches(seed: int, n: int = 6) -> list[tuple[pa.Table, int, int]]:
+    """(summaries, watermark in force, dead letters) per batch, as the read tasks hand them over."""
+    rng = np.random.default_rng(seed)
+    out, watermark = [], 0
+    for b in range(n):
+        now = T + b * 20 * S
+        rows = parsed(rng, 600, now)
+        cols = summarise(rows, watermark, now, CFG)
+        dead = int((rows["kind"] == RecordKind.DEAD).sum())
+        out.append((pa.Table.from_batches([summary_batch(cols)]), watermark, dead))
+        watermark = max(watermark, now - 30 * S)
+    return out
+
+
+def run(seed: int, pool: StatePool | None) -> list[tuple[pa.Table, dict[GroupKey, bytes]]]:
+    fn = make_state_fn(CFG)
+    state: dict[GroupKey, bytes] = {}
+    steps = []
+    for summaries, watermark, _ in batches(seed):
+        table = apply_state(fn, summaries, state, watermark, SHARDS, pool)
+        steps.append((table, dict(state)))
+    return steps
+
+
+@pytest.fixture(scope="module")
+def pool() -> Any:
+    p = StatePool(CFG, 2)
+    yield p
+    p.close()
+
+
+def test_each_group_keeps_its_own_state_across_batches() -> None:
+    steps = run(1, None)
+    groups = set(steps[-1][1])
+    assert ("dead", 0) in groups  # dead letters counted by reason
+    dead = DeadCounts.from_bytes(steps[-1][1][("dead", 0)])
+    assert sum(dead.by_reason.values()) == sum(n for _, _, n in batches(1)) > 0
+    # three services: at most three shards hold state, each its own
+    shards = {s for g, s in groups if g == "event"}
+    assert 1 <= len(shards) <= 3 and shards <= set(range(SHARDS))
+    assert all(len(t) for t, _ in steps)  # every batch has result rows
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_worker_processes_give_the_same_rows_and_state(seed: int, pool: StatePool) -> None:
+    alone, side_by_side = run(seed, None), run(seed, pool)
+    for (t1, s1), (t2, s2) in zip(alone, side_by_side, strict=True):
+        assert t1.equals(t2)
+        assert s1 == s2
+
+
+def test_a_worker_killed_between_batches_is_replaced_and_nothing_changes() -> None:
+    pool = StatePool(CFG, 2)
+    try:
+        fn = make_state_fn(CFG)
+        state: dict[GroupKey, bytes] = {}
+        steps = []
+        for b, (summaries, watermark, _) in enumerate(batches(2)):
+            if b == 3:
+                lost = pool.workers[0].proc
+                os.kill(lost.pid, signal.SIGKILL)
+                lost.wait(10)
+            table = apply_state(fn, summaries, state, watermark, SHARDS, pool)
+            steps.append((table, dict(state)))
+        assert pool.workers[0].proc.pid != lost.pid
+    finally:
+        pool.close()
+    for (t1, s1), (t2, s2) in zip(run(2, None), steps, strict=True):
+        assert t1.equals(t2) and s1 == s2
+
+
+def test_a_batch_with_nothing_for_a_group_leaves_its_state(pool: StatePool) -> None:
+    fn = make_state_fn(CFG)
+    state: dict[GroupKey, bytes] = {("event", 3): b"kept as it is"}
+    empty = pa.Table.from_batches(
+        [summary_batch(summarise(parsed(np.random.default_rng(0), 0, T), 0, T, CFG))]
+    )
+    out = apply_state(fn, empty, state, 0, SHARDS, pool)
+    assert out.num_rows == 0 and state == {("event", 3): b"kept as it is"}
+
+
+def test_a_failing_group_fails_the_batch(pool: StatePool) -> None:
+    fn = make_state_fn(CFG)
+    summaries, watermark, _ = batches(5, 1)[0]
+    state: dict[GroupKey, bytes] = {("event", s): b"not a shard state" for s in range(SHARDS)}
+    with pytest.raises(ValueError, match="TGSH"):
+        apply_state(fn, summaries, state, watermark, SHARDS, pool)
+
+
+@pytest.mark.parametrize(
+    ("shards", "cores", "expected"), [(4, 2, 2), (4, 8, 4), (1, 8, 0), (4, 1, 0), (2, 2, 2)]
+)
+def test_default_workers_one_per_core_at_most_one_per_shard(
+    shards: int, cores: int, expected: int
+) -> None:
+    assert default_state_workers(shards, cores) == expected
+
+
+DRIVER = """
+import sys
+from jobs.state.step import StatePool
+from jobs.summary.settings import ExecutorConfig
+from tidegauge.core.windows import WindowSpec
+pool = StatePool(ExecutorConfig((WindowSpec.tumbling(10_000),), shards=2), 2)
+print(*(w.proc.pid for w in pool.workers), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_workers_end_with_a_driver_killed_outright(tmp_path: Path) -> None:
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert driver.stdout is not None
+        workers = [int(p) for p in driver.stdout.readline().split()]
+        assert len(workers) == 2 and all(alive(p) for p in workers)
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(10)
+        deadline = time.monotonic() + 10
+        while any(alive(p) for p in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(alive(p) for p in workers)
+    finally:
+        driver.kill()
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, ended but not yet reaped by init, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
