@@ -176,6 +176,8 @@ class _Worker:
             # its own group: a Ctrl-C or a supervisor's SIGTERM to the job's process group must
             # not end it mid-batch; the driver finishes the batch, then closes its input
             start_new_session=True,
+            # the driver's own path: the same modules, plugins included, wherever they came from
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.stdin: IO[bytes] = self.proc.stdin

@@ -176,11 +176,11 @@ def test_status_reports_last_batch_watermark_and_offsets(run: dict) -> None:
     assert status["offsets"] == ends
     max_time = max(t["event_time"] for t in truth if t["kind"] != "malformed")
     assert status["watermark"] == max_time - LATENESS_MS
-    # the state the last batch left, as its file in the checkpoint holds it
+    # the last batch's history entry: the state it left, as its file in the checkpoint holds it
     log_dir = run["checkpoint"] / LOG_DIR
-    held = read_file(log_dir / str(max(int(f.name) for f in log_dir.iterdir() if f.name.isdigit())))
-    assert status["state_groups"] == len(held) >= 2  # the dead-letter group and event shards
-    assert status["state_bytes"] == sum(map(len, held.values()))
+    held = read_file(log_dir / str(batches[-1]["batch_id"]))
+    assert batches[-1]["state_groups"] == len(held) >= 2  # the dead-letter group, event shards
+    assert batches[-1]["state_bytes"] == sum(map(len, held.values()))
 
 
 def _replay_overdue(truth: list[dict], batches: list[dict]) -> list[int | None]:
