@@ -103,7 +103,7 @@ class StateLog:
                 raise StateMissing(f"batch {batch_id} follows {self._held[0]} without its state")
             return {}
         ids = [i for i in self._ids() if i < batch_id]
-        committed = _last_committed(self.dir.parent, batch_id)
+        committed = last_committed(self.dir.parent, batch_id)
         if not ids:
             if committed is not None:
                 raise StateMissing(
@@ -136,12 +136,16 @@ class StateLog:
         return sorted(int(f.name) for f in self.dir.iterdir() if f.name.isdigit())
 
 
-def _last_committed(checkpoint: Path, before: int) -> int | None:
-    """Spark's newest committed batch before `before` (its commit log), if any."""
+def last_committed(checkpoint: Path, before: int | None = None) -> int | None:
+    """Spark's newest committed batch (before `before`, if given) in its commit log, if any."""
     commits = checkpoint / "commits"
     if not commits.is_dir():
         return None
-    ids = [int(f.name) for f in commits.iterdir() if f.name.isdigit() and int(f.name) < before]
+    ids = [
+        int(f.name)
+        for f in commits.iterdir()
+        if f.name.isdigit() and (before is None or int(f.name) < before)
+    ]
     return max(ids) if ids else None
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from jobs.state.held import LOG_DIR, GroupKey, write_file
+from jobs.state.held import LOG_DIR, GroupKey, last_committed, write_file
 
 __all__ = ["KEYS_FILE", "SPARK_STATE_KEPT", "migrate_spark_state"]
 
@@ -27,12 +27,6 @@ KEYS_FILE = "state-keys.json"
 SPARK_STATE_KEPT = "state-carried-over"
 
 log = logging.getLogger("tidegauge.job")
-
-
-def _last_committed(checkpoint: Path) -> int | None:
-    commits = checkpoint / "commits"
-    ids = [int(f.name) for f in commits.iterdir() if f.name.isdigit()] if commits.is_dir() else []
-    return max(ids) if ids else None
 
 
 def _keys(checkpoint: Path, shards: int) -> tuple[int, ...]:
@@ -66,7 +60,7 @@ def migrate_spark_state(spark: SparkSession, checkpoint: str | None, shards: int
     folder = root / LOG_DIR
     if folder.is_dir() and any(f.name.isdigit() for f in folder.iterdir()):
         return None
-    batch = _last_committed(root)
+    batch = last_committed(root)
     if batch is None:
         return None
     keys = _keys(root, shards)
