@@ -277,6 +277,17 @@ def _trigger_text(cfg: JobConfig) -> str:
     return format_duration(cfg.trigger_interval_ms)
 
 
+def _retried_by_kafka(record: logging.LogRecord) -> bool:
+    """Log kafka-python's failed metadata refreshes as warnings: it retries them itself.
+
+    Its refresh loop backs off and asks again (a connection the broker closed cancels the
+    request in flight), yet it logs each failure as an error. The job's own errors stay errors.
+    """
+    if record.levelno == logging.ERROR and record.msg == "Metadata refresh: failed %s":
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     """CLI entry: validate, connect, run until done or Ctrl-C/SIGTERM."""
     logging.basicConfig(
@@ -286,6 +297,7 @@ def run(args: argparse.Namespace) -> int:
     log.setLevel(logging.INFO)
     for noisy in ("kafka", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("kafka.cluster").addFilter(_retried_by_kafka)
     if not args.verbose:
         # py4j logs a failed foreachBatch call's traceback; the query's failure says it once.
         logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
