@@ -1,11 +1,12 @@
-"""Per-service event-time windows in Spark state: the stateful step of the job.
+"""Per-service event-time windows held from batch to batch: the stateful step of the job.
 
-Why `applyInPandasWithState` and not `groupBy(window(...)).count()`: the built-in aggregation drops
-late rows before any code of ours sees them, and one streaming query can only have one sink.
+Why a state function of our own and not `groupBy(window(...)).count()`: the built-in aggregation
+drops late rows before any code of ours sees them, and one streaming query can only have one sink.
 The rule for windowed aggregation (a row is late when its window end <= the watermark in force)
 is applied to every record, late ones counted instead of hidden, and dead letters pass through to
-the same sink. The watermark itself is Spark's (`withWatermark` upstream, read here through
-`GroupState.getCurrentWatermarkMs`), checkpointed with the state. See docs/architecture.md.
+the same sink. The watermark itself is Spark's (`withWatermark` upstream, read here through the
+`GroupState`-shaped `HeldState.getCurrentWatermarkMs`, jobs/state/held.py). See
+docs/architecture.md.
 
 The per-record work happens in the read tasks (jobs/summary/summarise.py): each summarises a chunk
 of records per service against the batch's watermark, one `ChunkSummary` per state shard
@@ -13,12 +14,11 @@ of records per service against the batch's watermark, one `ChunkSummary` per sta
 (jobs/state/batch.py), merges them into its windows (and sessions) for all services of the shard
 at once, checks that the read tasks used the watermark Spark gives it, and emits what changed.
 
-Runs on executors. Groups are (group, shard): event groups ("event", shard) each hold the
-services that hash to that shard, and every heartbeat summary is copied into every shard, so a
-batch of heartbeats alone still calls every event group: that is how a quiet stream's sessions
-close and its state is evicted (Spark's own event-time timeouts would make Spark drop rows older
-than the watermark before we can count them as late). Dead letters and the chunks' broker-time
-histograms form one group ("dead", 0).
+Runs in the driver's stateful step (jobs/state/step.py) or its state workers. Groups are
+(group, shard): event groups ("event", shard) each hold the services that hash to that shard,
+and every heartbeat summary is copied into every shard, so a batch of heartbeats alone still
+calls every event group: that is how a quiet stream's sessions close and its state is evicted.
+Dead letters and the chunks' broker-time histograms form one group ("dead", 0).
 
 Besides window results, each batch emits what it decided about time (docs/time.md): late rows
 per window (count and lateness digests), stragglers per window, per-event arrival counts in
@@ -580,7 +580,7 @@ def _dead(pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
 def make_state_fn(
     cfg: ExecutorConfig | tuple[WindowSpec, ...],
 ) -> Callable[[tuple[Any, ...], Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
-    """The `applyInPandasWithState` function, grouped by (group, shard).
+    """The state function, called per (group, shard) in the shape of `applyInPandasWithState`'s.
 
     Its input rows are chunk summaries (jobs/summary/summarise.py): group "event" holds service
     summaries and heartbeat summaries (copied into every shard), "dead" dead letters and the chunks'

@@ -6,7 +6,8 @@ keys recorded in `<checkpoint>/state-keys.json`, or the plain keys 0..n-1 withou
 The first start of this job on such a checkpoint reads that state as of the last committed
 batch with Spark's state data source (`format("statestore")`) and writes it as that batch's
 state file, so the windows open at the upgrade go on where they were. The state store itself is
-left as it was (a job of the version before can still run on the checkpoint's offsets).
+moved aside, not deleted (`state-carried-over-<batch id>`): Spark refuses a plan without the
+stateful operator its metadata names.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The stateful step's output rows: one schema for every kind, encoded and decoded here.
 
-The state function writes them (`append_row`, `frame`) on executors; the sink's batch writer
-reads them back on the driver (`decode_rows`).
+The state function writes them (`append_row`, `frame`) in the stateful step (the driver or its
+state workers); the sink's batch writer reads them back (`decode_rows`).
 """
 
 from __future__ import annotations

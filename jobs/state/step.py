@@ -223,7 +223,8 @@ class StatePool:
     between batches: a group's rows and state travel with it, its rows and new state come back.
     A worker that ended is started again for the next group; the group it was running is run
     once more in the new one (a group's result depends only on what it was sent), and if that
-    worker ends too the batch fails, and Spark runs it again.
+    worker ends too the batch fails: the query stops with the error, and the job's next start
+    redoes the batch from the state before it.
     """
 
     def __init__(self, cfg: ExecutorConfig, workers: int) -> None:
