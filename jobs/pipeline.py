@@ -48,7 +48,7 @@ from jobs.state.aggregate import make_state_fn
 from jobs.state.held import StateLog
 from jobs.state.migrate import migrate_spark_state
 from jobs.state.rows import decode_table
-from jobs.state.step import StatePool, apply_state, default_state_workers
+from jobs.state.step import DecodedStates, StatePool, apply_state, default_state_workers
 from jobs.summary.late_events import batch_members
 from jobs.summary.read_task import SummaryDataSource, summary_source_options
 from jobs.summary.schema import SUMMARY_SCHEMA
@@ -176,6 +176,7 @@ class _BatchWriter:
             else min(cfg.state_workers, cfg.state_shards)
         )
         self.pool = StatePool(executors, workers) if workers > 0 else None
+        self.kept = DecodedStates()  # of the groups this process runs itself
         self.state_log = StateLog(cfg.checkpoint)
         #: Batch id -> its records and their freshness, measured when the batch is committed;
         #: the status listener takes them into the batch's history entry.
@@ -197,7 +198,13 @@ class _BatchWriter:
         clock = clock_of(self.cfg.checkpoint, batch_id)
         state = self.state_log.before(batch_id)
         table = apply_state(
-            self.state_fn, summaries, state, clock.watermark_ms, self.cfg.state_shards, self.pool
+            self.state_fn,
+            summaries,
+            state,
+            clock.watermark_ms,
+            self.cfg.state_shards,
+            self.pool,
+            self.kept,
         )
         rows, slices = split_rows(decode_table(table, batch_id))
         at = BatchTime(batch_id, clock.watermark_ms, clock.timestamp_ms)

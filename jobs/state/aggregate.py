@@ -48,6 +48,7 @@ from jobs.panes.windows import Added, ServiceWindows
 from jobs.parse.columns import encode_columns
 from jobs.state.batch import ShardBatch, check_chunk
 from jobs.state.codec import DeadCounts, ShardState
+from jobs.state.held import HeldState
 from jobs.state.hitters import SliceRouter, forget_gone
 from jobs.state.rows import (
     RowKind,
@@ -377,7 +378,11 @@ def _events(
 ) -> Iterator[pd.DataFrame]:
     watermark = int(state.getCurrentWatermarkMs())
     front = frontier(watermark, cfg.allowed_lateness_ms)
-    shard = ShardState.from_bytes(state.get[0], cfg) if state.exists else ShardState(cfg.shards)
+    kept = getattr(state, "decoded", None)  # the shard as this process's run before left it
+    if kept is not None:
+        shard: ShardState = kept
+    else:
+        shard = ShardState.from_bytes(state.get[0], cfg) if state.exists else ShardState(cfg.shards)
     frames = list(pdfs)
     if not frames:
         return
@@ -480,6 +485,8 @@ def _events(
         )
     if shard.services or shard.names or shard.ids.groups:
         state.update((shard.to_bytes(),))
+        if isinstance(state, HeldState):
+            state.decoded = shard
     elif state.exists:
         state.remove()
     yield frame(rows)

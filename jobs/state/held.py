@@ -52,6 +52,10 @@ class HeldState:
     watermark_ms: int
     value: bytes | None = None
     changed: bool = field(default=False, compare=False)
+    #: What `value` decodes to, when the process kept it from the group's run before
+    #: (jobs/state/step.py `DecodedStates`): the function starts from it instead of decoding
+    #: the bytes, and leaves in it the state it encoded into `value`.
+    decoded: Any = field(default=None, compare=False, repr=False)
 
     @property
     def exists(self) -> bool:

@@ -23,13 +23,14 @@ import pytest
 
 from jobs.parse.parser import RecordKind
 from jobs.state.aggregate import make_state_fn
-from jobs.state.codec import DeadCounts
+from jobs.state.codec import DeadCounts, ShardState
 from jobs.state.held import GroupKey
-from jobs.state.step import StatePool, apply_state, default_state_workers
+from jobs.state.step import DecodedStates, StatePool, apply_state, default_state_workers
 from jobs.summary.settings import ExecutorConfig
 from jobs.summary.summarise import summarise, summary_batch
 from tests.fixtures import S, T
-from tests.unit.jobs.fixtures import HOPPING, TUMBLING, parsed
+from tests.unit.jobs.fixtures import HOPPING, SESSION, TUMBLING, parsed
+from tidegauge.core.dimensions import Dimension
 
 ROOT = Path(__file__).resolve().parents[4]
 SHARDS = 4
@@ -38,26 +39,31 @@ CFG = ExecutorConfig((TUMBLING, HOPPING), shards=SHARDS)
 pytestmark = pytest.mark.unit
 
 
-def batches(seed: int, n: int = 6) -> list[tuple[pa.Table, int, int]]:
+def batches(seed: int, n: int = 6, cfg: ExecutorConfig = CFG) -> list[tuple[pa.Table, int, int]]:
     """(summaries, watermark in force, dead letters) per batch, as the read tasks hand them over."""
     rng = np.random.default_rng(seed)
     out, watermark = [], 0
     for b in range(n):
         now = T + b * 20 * S
         rows = parsed(rng, 600, now)
-        cols = summarise(rows, watermark, now, CFG)
+        cols = summarise(rows, watermark, now, cfg)
         dead = int((rows["kind"] == RecordKind.DEAD).sum())
         out.append((pa.Table.from_batches([summary_batch(cols)]), watermark, dead))
         watermark = max(watermark, now - 30 * S)
     return out
 
 
-def run(seed: int, pool: StatePool | None) -> list[tuple[pa.Table, dict[GroupKey, bytes]]]:
-    fn = make_state_fn(CFG)
+def run(
+    seed: int,
+    pool: StatePool | None,
+    cfg: ExecutorConfig = CFG,
+    kept: DecodedStates | None = None,
+) -> list[tuple[pa.Table, dict[GroupKey, bytes]]]:
+    fn = make_state_fn(cfg)
     state: dict[GroupKey, bytes] = {}
     steps = []
-    for summaries, watermark, _ in batches(seed):
-        table = apply_state(fn, summaries, state, watermark, SHARDS, pool)
+    for summaries, watermark, _ in batches(seed, cfg=cfg):
+        table = apply_state(fn, summaries, state, watermark, SHARDS, pool, kept)
         steps.append((table, dict(state)))
     return steps
 
@@ -87,6 +93,62 @@ def test_worker_processes_give_the_same_rows_and_state(seed: int, pool: StatePoo
     for (t1, s1), (t2, s2) in zip(alone, side_by_side, strict=True):
         assert t1.equals(t2)
         assert s1 == s2
+
+
+#: Shapes whose state holds more than panes: sessions, slices and their hitters, names tracked
+#: under a --max-services limit (with the read tasks' quotas).
+SHAPES = {
+    "hopping": CFG,
+    "sessions": ExecutorConfig((TUMBLING, SESSION), allowed_lateness_ms=20 * S, shards=SHARDS),
+    "slices": ExecutorConfig(
+        (TUMBLING,), shards=SHARDS, dimensions=(Dimension.parse("status_class"),)
+    ),
+    "max-services": ExecutorConfig((TUMBLING,), shards=SHARDS, max_services=2, slots=(1, 1, 0, 0)),
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_a_group_starts_from_the_state_its_last_run_left_not_from_decoding_it(
+    shape: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = SHAPES[shape]
+    decoded: list[int] = []
+    real = ShardState.from_bytes.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[ShardState], blob: bytes, c: ExecutorConfig) -> ShardState:
+        decoded.append(len(blob))
+        return real(cls, blob, c)
+
+    monkeypatch.setattr(ShardState, "from_bytes", classmethod(counted))
+    decoding = run(4, None, cfg)
+    assert decoded  # every batch after the first decodes the state the batch before left
+    decoded.clear()
+    keeping = run(4, None, cfg, DecodedStates())
+    assert decoded == []
+    for (t1, s1), (t2, s2) in zip(decoding, keeping, strict=True):
+        assert t1.equals(t2) and s1 == s2
+
+
+@pytest.mark.parametrize("in_workers", [False, True])
+def test_a_batch_run_again_gives_its_first_results(in_workers: bool) -> None:
+    """A batch redone in the same process (its sink failed): not from what its first run left."""
+    pool = StatePool(CFG, 2) if in_workers else None
+    kept = DecodedStates()
+    fn = make_state_fn(CFG)
+    state: dict[GroupKey, bytes] = {}
+    try:
+        for b, (summaries, watermark, _) in enumerate(batches(6)):
+            before = dict(state)
+            first = apply_state(fn, summaries, state, watermark, SHARDS, pool, kept)
+            after = dict(state)
+            if b in (2, 4):
+                state = dict(before)
+                again = apply_state(fn, summaries, state, watermark, SHARDS, pool, kept)
+                assert again.equals(first) and state == after
+    finally:
+        if pool is not None:
+            pool.close()
+    assert [s for _, s in run(6, None)][-1] == state
 
 
 def test_a_worker_killed_between_batches_is_replaced_and_nothing_changes() -> None:
