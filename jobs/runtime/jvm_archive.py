@@ -53,6 +53,10 @@ def _java() -> str:
     return os.path.realpath(java)
 
 
+#: What the training run runs (jobs/runtime/jvm_archive_writer.py): a new one, a new archive.
+TRAINING = "python-source-foreachBatch"
+
+
 def archive_key(java: str, java_version: str, pyspark_version: str, jars: list[str]) -> str:
     """What an archive is valid for, as 16 hex digits (pure): the JVM, Spark, its class path."""
     h = hashlib.sha256()
@@ -85,7 +89,7 @@ def _key(java: str) -> str:
     jars = sorted(
         f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in jars_dir().glob("*.jar")
     )
-    return archive_key(java, version, pyspark.__version__, jars)
+    return archive_key(java, version, f"{pyspark.__version__}+{TRAINING}", jars)
 
 
 def jars_dir() -> Path:

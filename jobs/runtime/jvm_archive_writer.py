@@ -1,9 +1,9 @@
 """Writes Spark's class archive (jobs/runtime/jvm_archive.py), run once by `make setup`.
 
-A training run starts a session as a job does, runs what a job's JVM runs (SQL, Arrow, Python
-workers, a stateful streaming query) and lets the JVM exit, which writes the classes it loaded
-(`-XX:ArchiveClassesAtExit`); the file is then renamed into place. ~1 min, once per Java and
-pyspark; `make setup` runs it.
+A training run starts a session as a job does, runs what a job's JVM runs (SQL, Arrow, a
+streaming Python data source and `foreachBatch`) and lets the JVM exit, which writes the
+classes it loaded (`-XX:ArchiveClassesAtExit`); the file is then renamed into place. ~1 min,
+once per Java and pyspark; `make setup` runs it.
 """
 
 from __future__ import annotations
@@ -14,21 +14,66 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from jobs.runtime.jvm_archive import ARCHIVE_OFF, archive_path, jars_dir
 
 __all__ = ["build_archive", "main"]
 
 
+class _TrainingReader(DataSourceStreamReader):
+    """A stream of a few Arrow rows a batch in two partitions: the job's plan, without Kafka."""
+
+    def initialOffset(self) -> dict:  # noqa: N802 (Spark's names)
+        return {"n": 0}
+
+    def latestOffset(self) -> dict:  # noqa: N802
+        self._n = getattr(self, "_n", 0) + 1
+        return {"n": self._n}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        return [InputPartition(i) for i in range(2)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        now = int(time.time() * 1000)
+        yield pa.record_batch(
+            {
+                "event_time": pa.array([now - 10, now], pa.timestamp("ms")).cast(
+                    pa.timestamp("us", tz="UTC")
+                ),
+                "blob": pa.array([b"x", b"y"], pa.binary()),
+            }
+        )
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class _TrainingSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "tidegauge-jvm-training"
+
+    def schema(self) -> str:
+        return "event_time timestamp, blob binary"
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:  # noqa: N802
+        return _TrainingReader()
+
+
 def _train(out: str) -> None:
     """Run what a job's JVM runs, then let the JVM exit, writing the classes it loaded.
 
-    What it runs: SQL, Arrow, Python workers and a stateful streaming query.
+    What it runs: SQL and Arrow, then the job's plan: a streaming Python data source yielding
+    Arrow batches in Python workers, a watermark, and `foreachBatch` collecting each batch as
+    Arrow (jobs/pipeline.py).
     """
-    import pandas as pd
     from pyspark.sql import functions as F
-    from pyspark.sql.streaming.state import GroupStateTimeout
 
     from jobs.runtime.session import build_session
 
@@ -37,27 +82,14 @@ def _train(out: str) -> None:
         "local[2]", ui=False, conf=[("spark.driver.extraJavaOptions", opts)], shuffle_partitions=2
     )
     spark.range(1000).withColumn("k", F.col("id") % 7).groupBy("k").count().toArrow()
-
-    def count(key: tuple, pdfs, state):
-        n = sum(len(p) for p in pdfs) + (state.get[0] if state.exists else 0)
-        state.update((n,))
-        yield pd.DataFrame({"k": [key[0]], "n": [n]})
+    spark.dataSource.register(_TrainingSource)
 
     with tempfile.TemporaryDirectory(prefix="tg-jvm-train-") as tmp:
-        stream = (
-            spark.readStream.format("rate")
-            .option("rowsPerSecond", 200)
-            .load()
-            .withWatermark("timestamp", "1 second")
-            .withColumn("k", F.col("value") % 3)
-            .groupBy("k")
-            .applyInPandasWithState(
-                count, "k long, n long", "n long", "update", GroupStateTimeout.NoTimeout
-            )
-        )
         query = (
-            stream.writeStream.outputMode("update")
-            .foreachBatch(lambda df, _: df.toArrow())
+            spark.readStream.format(_TrainingSource.name())
+            .load()
+            .withWatermark("event_time", "1 second")
+            .writeStream.foreachBatch(lambda df, _: df.toArrow())
             .option("checkpointLocation", tmp)
             .trigger(processingTime="500 milliseconds")
             .start()
@@ -65,10 +97,13 @@ def _train(out: str) -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             last = query.lastProgress
-            if last is not None and last.batchId >= 3:
+            if last is not None and last.batchId >= 3 or query.exception() is not None:
                 break
             time.sleep(0.2)
+        failed = query.exception()
         query.stop()
+        if failed is not None:  # an archive of a query that failed would miss its classes
+            raise RuntimeError(f"the training query failed: {failed}")
     gateway = spark.sparkContext._gateway
     spark.stop()
     proc = getattr(gateway, "proc", None)
