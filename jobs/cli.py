@@ -377,9 +377,10 @@ def run(args: argparse.Namespace) -> int:
             reason = (
                 "Spark's JVM ran out of heap (java.lang.OutOfMemoryError; its log above says "
                 "where). Give it more (--conf spark.driver.memory=4g in local mode, "
-                "spark.executor.memory on a cluster), or keep less state: fewer dimensions "
-                'or a shorter --allowed-lateness (docs/dimensions.md, "What it costs"). The '
-                "next start resumes from the checkpoint"
+                "spark.executor.memory on a cluster), or hand it less at a time: a lower "
+                "--max-records-per-trigger or fewer dimensions (the JVM holds each batch's "
+                'summaries on their way to the driver; docs/dimensions.md, "What it costs"). '
+                "The next start resumes from the checkpoint"
             )
         print(f"tidegauge job: failed: {reason}", file=sys.stderr)
         return 1

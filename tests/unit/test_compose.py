@@ -495,7 +495,7 @@ def test_the_job_runs_on_the_compose_spark_cluster(compose: dict[str, Any]) -> N
     assert confs.get("spark.driver.host") == svc["job"].get("hostname") == "job"
     # scalable: no fixed name or host port on the workers
     assert "container_name" not in svc["spark-worker"] and not svc["spark-worker"].get("ports")
-    # the executors write the state store into the checkpoint: the job's volume, same path
+    # the executors read a carried-over state store from the checkpoint: the job's volume, same path
     checkpoint = _flag(job, "--checkpoint") or ""
     assert _named_volume_for(compose, svc["spark-worker"], checkpoint) == _named_volume_for(
         compose, svc["job"], checkpoint
