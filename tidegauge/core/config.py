@@ -256,6 +256,14 @@ class JobConfig:
             raise ValueError(
                 "--checkpoint is required (a directory Spark keeps offsets and state in)"
             )
+        scheme = urlsplit(self.checkpoint).scheme
+        if len(scheme) > 1:  # (one letter: a Windows drive)
+            raise ValueError(
+                f"--checkpoint {self.checkpoint}: not a {scheme}: URI but a path of the "
+                "driver's file system (a local disk, a volume or an NFS mount; for file: the "
+                "path itself): the job writes its state log beside Spark's offsets with plain "
+                'file access (docs/deploy.md, "The checkpoint where the driver writes it")'
+            )
         if self.shuffle_partitions <= 0:
             raise ValueError("shuffle partitions must be positive")
         if self.dead_letter_max <= 0:
