@@ -57,12 +57,13 @@ def _installed_pyspark() -> str | None:
 
 #: What the job's tasks import: imported once by the daemon, so that forked workers start with
 #: them (instead of importing them again in every worker) and `gc.freeze()` can set them aside.
+#: The read tasks only: the state function runs in the driver (jobs/state/step.py), and the
+#: daemon starts in a fresh job's first read stage.
 PRELOAD = (
     "numpy",
     "pandas",
     "pyarrow",
     "pyspark.sql.pandas.serializers",
-    "jobs.state.aggregate",
     "jobs.summary.read_task",
     "jobs.source.kafka_source",
     "jobs.source.kafka_log",
