@@ -33,19 +33,16 @@ class _TrainingReader(DataSourceStreamReader):
         return {"n": 0}
 
     def latestOffset(self) -> dict:  # noqa: N802
-        self._n = getattr(self, "_n", 0) + 1
-        return {"n": self._n}
+        return {"n": int(time.time())}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         return [InputPartition(i) for i in range(2)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        now = int(time.time() * 1000)
+        now_us = time.time_ns() // 1000
         yield pa.record_batch(
             {
-                "event_time": pa.array([now - 10, now], pa.timestamp("ms")).cast(
-                    pa.timestamp("us", tz="UTC")
-                ),
+                "event_time": pa.array([now_us - 10_000, now_us], pa.timestamp("us", tz="UTC")),
                 "blob": pa.array([b"x", b"y"], pa.binary()),
             }
         )

@@ -378,9 +378,9 @@ def _events(
 ) -> Iterator[pd.DataFrame]:
     watermark = int(state.getCurrentWatermarkMs())
     front = frontier(watermark, cfg.allowed_lateness_ms)
-    kept = getattr(state, "decoded", None)  # the shard as this process's run before left it
-    if kept is not None:
-        shard: ShardState = kept
+    held = state if isinstance(state, HeldState) else None
+    if held is not None and held.decoded is not None:  # as this process's run before left it
+        shard: ShardState = held.decoded
     else:
         shard = ShardState.from_bytes(state.get[0], cfg) if state.exists else ShardState(cfg.shards)
     frames = list(pdfs)
@@ -485,8 +485,8 @@ def _events(
         )
     if shard.services or shard.names or shard.ids.groups:
         state.update((shard.to_bytes(),))
-        if isinstance(state, HeldState):
-            state.decoded = shard
+        if held is not None:
+            held.decoded = shard
     elif state.exists:
         state.remove()
     yield frame(rows)
