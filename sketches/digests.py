@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+import sketches.varint as varint
 from sketches.packed import Packed, joined_offsets, ranges
 from sketches.preamble import TDIGEST
 from sketches.tdigest import (
@@ -40,6 +41,7 @@ from sketches.tdigest import (
     _OFFSET_WIDTHS,
     _WIDTHS,
     DEFAULT_COMPRESSION,
+    VARINT_GAPS,
     TDigest,
     _boundaries,
     _compress_values,
@@ -350,6 +352,8 @@ class Digests:
         mean_width, exponent, offsets = _scaled_means_many(
             self.means, self.min, digest, sizes, self.offsets
         )
+        gaps, gap_bytes, gapped = _gap_varints(offsets, digest, sizes, self.offsets, mean_width)
+        mean_bytes = np.where(gapped, gap_bytes, mean_width * sizes)
         head = np.empty(n, _HEADER3_DTYPE)
         head["compression"] = self.compression
         head["count"] = self.count
@@ -357,12 +361,12 @@ class Digests:
         head["n"] = sizes
         head["sum"], head["min"], head["max"] = self.sum, self.min, self.max
         head["mean_width"], head["exponent"], head["weight_width"] = (
-            mean_width,
+            np.where(gapped, VARINT_GAPS, mean_width),
             exponent,
             weight_width,
         )
         pre = np.frombuffer(TDIGEST.preamble, np.uint8)
-        lengths = _HEADER3_END + (mean_width + weight_width) * sizes
+        lengths = _HEADER3_END + mean_bytes + weight_width * sizes
         starts = np.zeros(n, np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
         buf = np.empty(int(lengths.sum()), np.uint8)
@@ -372,13 +376,21 @@ class Digests:
         )
         means_at = starts + _HEADER3_END
         for w in (1, 2, 4, 8):
-            mine = mean_width[digest] == w
+            mine = (mean_width == w)[digest] & ~gapped[digest]
             if mine.any():
                 values = self.means[mine] if w == 8 else offsets[mine]
                 raw = values.astype(_STORED_WIDTHS[w]).view(np.uint8).reshape(-1, w)
                 at = means_at[digest[mine]] + w * rank[mine]
                 buf[at[:, None] + np.arange(w)] = raw
-        weights_at = means_at + mean_width * sizes
+        if gapped.any():
+            mine = gapped[digest]
+            stream = varint.encode(gaps[mine])
+            owners = np.flatnonzero(gapped)
+            chunk = np.zeros(len(owners), np.int64)
+            np.cumsum(gap_bytes[owners][:-1], out=chunk[1:])
+            owner = np.repeat(np.arange(len(owners)), gap_bytes[owners])
+            buf[means_at[owners][owner] + np.arange(len(stream)) - chunk[owner]] = stream
+        weights_at = means_at + mean_bytes
         for w in (1, 2, 4, 8):
             mine = weight_width[digest] == w
             if mine.any():
@@ -462,12 +474,15 @@ class Digests:
         mean_width = fields["mean_width"].astype(np.int64)
         weight_width = fields["weight_width"].astype(np.int64)
         exponent = fields["exponent"].astype(np.int64)
+        gapped = mean_width == VARINT_GAPS
+        mean_bytes = np.where(gapped, sizes - _HEADER3_END - weight_width * size, mean_width * size)
         if (
-            not np.isin(mean_width, (1, 2, 4, 8)).all()
+            not np.isin(mean_width, (VARINT_GAPS, 1, 2, 4, 8)).all()
             or not np.isin(weight_width, (0, 1, 2, 4, 8)).all()
             or (exponent < 0).any()
             or (exponent > _EXPONENTS[-1]).any()
-            or (sizes != _HEADER3_END + (mean_width + weight_width) * size).any()
+            or (sizes != _HEADER3_END + mean_bytes + weight_width * size).any()
+            or (gapped & ((mean_bytes < size) | (mean_bytes > varint.MAX_BYTES * size))).any()
         ):
             return None
         offsets = np.zeros(n + 1, np.int64)
@@ -478,15 +493,22 @@ class Digests:
         means = np.empty(total)
         for w in np.unique(mean_width).tolist():
             sel = mean_width == w
-            values = blobs.runs(means_at[sel], size[sel], _STORED_WIDTHS[w])
             at = _ranges(offsets[:-1][sel], size[sel])
+            if w == VARINT_GAPS:
+                gapped_offsets = _read_gap_varints(blobs, means_at[sel], mean_bytes[sel], size[sel])
+                if gapped_offsets is None:
+                    return None
+                digest = np.repeat(np.flatnonzero(sel), size[sel])
+                means[at] = decode_means(gapped_offsets, lo[digest], exponent[digest])
+                continue
+            values = blobs.runs(means_at[sel], size[sel], _STORED_WIDTHS[w])
             if w == 8:
                 means[at] = values
             else:
                 digest = np.repeat(np.flatnonzero(sel), size[sel])
                 means[at] = decode_means(values, lo[digest], exponent[digest])
         weights = np.ones(total)
-        weights_at = means_at + mean_width * size
+        weights_at = means_at + mean_bytes
         for w in np.unique(weight_width).tolist():
             if w:
                 sel = weight_width == w
@@ -670,7 +692,7 @@ _HEADER3_DTYPE = np.dtype(
 )
 assert _HEADER3_DTYPE.itemsize == _HEADER3.size
 
-#: Widths of version 3's means: integer offsets (1, 2, 4 bytes) or f64.
+#: Fixed widths of version 3's means: integer offsets (1, 2, 4 bytes) or f64 (0: gap varints).
 _STORED_WIDTHS = {**_OFFSET_WIDTHS, 8: "<f8"}
 
 
@@ -714,6 +736,49 @@ def _scaled_means_many(
     width[exponent < 0] = 8
     exponent[exponent < 0] = 0
     return width, exponent, stored
+
+
+def _gap_varints(
+    stored: FloatArray, digest: IntArray, sizes: IntArray, offsets: IntArray, width: IntArray
+) -> tuple[IntArray, IntArray, npt.NDArray[np.bool_]]:
+    """`sketches.tdigest._gap_varints` of every digest: the gaps, their bytes, which are shorter.
+
+    A digest's offsets are stored as varints of their gaps where that takes fewer bytes than
+    their fixed width (never for f64 means).
+    """
+    n = len(sizes)
+    values = stored.astype(np.int64)
+    gaps = varint.gaps(values, offsets[:-1])
+    negative = np.bincount(digest[gaps < 0], minlength=n) > 0
+    gaps[gaps < 0] = 0
+    gap_bytes = np.bincount(digest, weights=varint.lengths(gaps), minlength=n).astype(np.int64)
+    gapped = (width != 8) & (sizes > 0) & ~negative & (gap_bytes < width * sizes)
+    return gaps, gap_bytes, gapped
+
+
+def _read_gap_varints(
+    blobs: Packed, at: IntArray, nbytes: IntArray, counts: IntArray
+) -> IntArray | None:
+    """The offsets of digests stored as varints of their gaps; None if a digest's do not fit."""
+    raw = blobs.runs(at, nbytes, "u1").astype(np.uint8, copy=False)
+    total = int(counts.sum())
+    value_ends = np.flatnonzero(raw < 0x80)
+    ends = np.cumsum(nbytes)
+    if (
+        len(value_ends) != total
+        or (np.diff(np.searchsorted(value_ends, ends), prepend=0) != counts).any()
+    ):
+        return None  # a digest whose bytes hold another number of values, or end mid-value
+    try:
+        gaps = varint.decode(raw, total)
+    except ValueError:
+        return None
+    running = np.cumsum(gaps)
+    before = np.zeros(len(counts), np.int64)
+    firsts = np.cumsum(counts) - counts
+    some = (counts > 0) & (firsts > 0)
+    before[some] = running[firsts[some] - 1]
+    return running - np.repeat(before, counts)
 
 
 def _by_group_then_value(values: FloatArray, groups: IntArray) -> IntArray:

@@ -41,8 +41,9 @@ half of a <= 1-unit point at each end), and a digest holds at most
 **Small digests are their values.** While a digest holds at most ``compression / 2`` values
 (100 by default) it keeps each one as a centroid of weight 1 and compresses nothing: its
 quantiles are exact, and it is stored as those values (integer offsets at the data's decimal
-scale, no weights), which for a window of 30 to 100 latencies is smaller than the merged
-centroids' f64 means and weights it would otherwise hold (``to_bytes``).
+scale, as varints of the gaps between them when that is shorter; no weights), which for a
+window of 30 to 100 latencies is smaller than the merged centroids' f64 means and weights it
+would otherwise hold (``to_bytes``).
 
 **Exact statistics.** ``count``, ``min`` and ``max`` are exact; ``sum`` is the float64 sum of the
 values as added (numpy pairwise summation per batch), not a reconstruction from centroids; ``mean``
@@ -60,6 +61,7 @@ from typing import Any, overload
 import numpy as np
 import numpy.typing as npt
 
+import sketches.varint as varint
 from sketches.preamble import TDIGEST
 
 __all__ = ["DEFAULT_COMPRESSION", "FORMAT_VERSION", "TDigest"]
@@ -113,6 +115,8 @@ _V2_PREAMBLE = TDIGEST.magic + bytes([2])
 #: to the microsecond (OpenTelemetry, the generator) at 10^3.
 _EXPONENTS = tuple(range(7))
 _OFFSET_WIDTHS = {1: "<u1", 2: "<u2", 4: "<u4"}
+#: The means' width byte of offsets stored as varints of their gaps (sketches/varint.py).
+VARINT_GAPS = 0
 
 
 def _scaled_means(means: FloatArray, lo: float) -> tuple[int, int, npt.NDArray[np.float64] | None]:
@@ -171,19 +175,40 @@ def encode_digest(
         tail = (bytes([width]), weights.astype(kind).tobytes())
         return b"".join((_V2_PREAMBLE, head, means.astype("<f8").tobytes(), *tail))
     mean_width, exponent, offsets = _scaled_means(means, lo)
+    gapped = _gap_varints(offsets, mean_width) if offsets is not None and n else None
     if n and np.all(weights == 1.0):
         weight_width, stored = 0, b""
     else:
         weight_width, kind = _weight_width(weights) if n else (0, "<u1")
         stored = weights.astype(kind).tobytes() if n else b""
     head = _HEADER3.pack(
-        compression, count, nan_count, n, total, lo, hi, mean_width, exponent, weight_width
+        compression,
+        count,
+        nan_count,
+        n,
+        total,
+        lo,
+        hi,
+        VARINT_GAPS if gapped is not None else mean_width,
+        exponent,
+        weight_width,
     )
+    if gapped is not None:
+        return b"".join((TDIGEST.preamble, head, gapped, stored))
     if offsets is None:
         packed = means.astype("<f8").tobytes()
     else:
         packed = offsets.astype(_OFFSET_WIDTHS[mean_width]).tobytes()
     return b"".join((TDIGEST.preamble, head, packed, stored))
+
+
+def _gap_varints(offsets: npt.NDArray[np.float64], width: int) -> bytes | None:
+    """The offsets as varints of their gaps (sketches/varint.py) when shorter than `width` each."""
+    values = offsets.astype(np.int64)
+    gaps = varint.gaps(values, np.zeros(1, np.int64))
+    if (gaps < 0).any() or int(varint.lengths(gaps).sum()) >= width * len(values):
+        return None
+    return varint.encode(gaps).tobytes()
 
 
 def decode_means(
@@ -672,9 +697,10 @@ class TDigest:
         weights and the means' decimal exponent), then the means and the weights, each in the
         narrowest form that gives them back bit for bit. Means are the data's own values in a
         small digest; values recorded to the ms or µs (every real producer's) are stored as
-        integer offsets from the min at that decimal scale (1, 2 or 4 bytes), others as f64.
-        Weights are counts: nothing when every weight is 1, else the narrowest unsigned width.
-        A window of 30 latencies in µs takes 46 + 4 * 30 bytes, 30 latenesses in ms 46 + 2 * 30.
+        integer offsets from the min at that decimal scale (1, 2 or 4 bytes, or width 0: the
+        gaps between them as varints, when shorter), others as f64. Weights are counts:
+        nothing when every weight is 1, else the narrowest unsigned width. A window of 30
+        latencies in µs takes ~105 bytes (46 + 4 * 30 as fixed offsets), 30 latenesses in ms ~91.
         A digest too large for the header's fields is written as version 2 (compression f64,
         count, nan_count u64, sum, min, max f64, centroid count u32, means f64, a weight-width
         byte and the weights). Versions 1 and 2 are still read.
@@ -734,17 +760,29 @@ class TDigest:
             )
         fields = _HEADER3.unpack_from(buf, TDIGEST.size)
         compression, count, nan_count, n, total, lo, hi, mean_width, exponent, weight_width = fields
-        if mean_width not in (1, 2, 4, 8) or weight_width not in (0, 1, 2, 4, 8):
+        if mean_width not in (VARINT_GAPS, 1, 2, 4, 8) or weight_width not in (0, 1, 2, 4, 8):
             raise ValueError(f"TDigest.from_bytes: bad widths {mean_width}, {weight_width}")
         if not 0 <= exponent <= _EXPONENTS[-1]:
             raise ValueError(f"TDigest.from_bytes: bad exponent {exponent}")
-        expected = _HEADER3_END + (mean_width + weight_width) * n
-        if len(buf) != expected:
-            raise ValueError(
-                f"TDigest.from_bytes: {len(buf)} bytes, expected {expected} for {n} centroids"
-            )
-        at = _HEADER3_END + mean_width * n
-        if mean_width == 8:
+        if mean_width == VARINT_GAPS:
+            mean_bytes = len(buf) - _HEADER3_END - weight_width * n
+            if not n <= mean_bytes <= varint.MAX_BYTES * n:
+                raise ValueError(
+                    f"TDigest.from_bytes: {len(buf)} bytes do not fit {n} centroids' varints"
+                )
+        else:
+            mean_bytes = mean_width * n
+            expected = _HEADER3_END + (mean_width + weight_width) * n
+            if len(buf) != expected:
+                raise ValueError(
+                    f"TDigest.from_bytes: {len(buf)} bytes, expected {expected} for {n} centroids"
+                )
+        at = _HEADER3_END + mean_bytes
+        if mean_width == VARINT_GAPS:
+            raw = np.frombuffer(buf, np.uint8, mean_bytes, _HEADER3_END)
+            offsets = np.cumsum(varint.decode(raw, n))
+            means = decode_means(offsets, lo, exponent)
+        elif mean_width == 8:
             means = np.frombuffer(buf, "<f8", n, _HEADER3_END).astype(np.float64)
         else:
             offsets = np.frombuffer(buf, _OFFSET_WIDTHS[mean_width], n, _HEADER3_END)

@@ -13,6 +13,7 @@ import pytest
 
 from sketches import TDigest
 from sketches.digests import Digests, _by_group_then_value
+from tests.unit.sketches.fixtures import fixed_width_bytes
 
 Dist = Callable[[np.random.Generator, int], np.ndarray]
 
@@ -116,6 +117,28 @@ def test_bad_input_is_refused_with_the_objects_errors() -> None:
         Digests.of([TDigest(100), TDigest(200)])
     with pytest.raises(ValueError, match="one key per digest"):
         Digests.empty(3).combine([0, 1], 2)
+
+
+def _one(values: np.ndarray) -> TDigest:
+    d = TDigest()
+    d.update(values)
+    return d
+
+
+def test_gap_varints_and_fixed_widths_decode_together_and_bad_varints_are_named() -> None:
+    rng = np.random.default_rng(9)
+    digests = [_one(np.round(rng.lognormal(4, 0.6, n), 3)) for n in (1, 30, 100, 400)]
+    digests.append(_one(rng.integers(1_000, 1_200, 30).astype(float)))  # 1-byte offsets
+    blobs = Digests.of(digests).encode()
+    assert blobs == [d.to_bytes() for d in digests]
+    assert [b[43] for b in blobs] == [1, 0, 0, 8, 1]  # 1 byte, gaps, gaps, f64 means, 1 byte
+    fixed = [fixed_width_bytes(d, 3) for d in digests[1:3]]  # as stored before gaps
+    got = Digests.decode([*blobs, *fixed])
+    assert [got.digest(i) for i in range(len(got))] == [*digests, *digests[1:3]]
+    broken = bytearray(blobs[1])
+    broken[-1] |= 0x80  # the last value never ends
+    with pytest.raises(ValueError, match="varints"):
+        Digests.decode([blobs[0], bytes(broken)])
 
 
 def test_merging_small_digests_of_raw_values_equals_the_objects() -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from sketches import TDigest
 from sketches.tdigest import DEFAULT_COMPRESSION, FORMAT_VERSION
+from tests.unit.sketches.fixtures import fixed_width_bytes
 
 QS = np.linspace(0.0, 1.0, 101)
 
@@ -113,7 +114,7 @@ def test_a_digest_stays_its_values_through_batches_and_merges_up_to_a_hundred() 
         np.testing.assert_array_equal(d.centroids[0], np.sort(values))
         assert d.quantile(0.99) == pytest.approx(float(np.quantile(values, 0.99)), rel=0.02)
         data = d.to_bytes()
-        assert len(data) == 46 + 4 * 100  # the values at the µs, no weights
+        assert len(data) == 46 + _gap_bytes(values, 3)  # the values at the µs, no weights
         assert TDigest.from_bytes(data) == d
     wide = TDigest.merged([*parts, digest_of(values[:1])])  # 101 values: compressed
     assert len(wide.centroids[0]) < 101
@@ -248,15 +249,28 @@ def test_to_bytes_round_trip_is_exact() -> None:
     assert back.to_bytes() == data
 
 
+def _gap_bytes(values: object, exponent: int) -> int:
+    """LEB128 bytes of the gaps between sorted values at 10^exponent (7 bits a byte)."""
+    scaled = np.sort(np.rint(np.asarray(values, float) * 10.0**exponent).astype(np.int64))
+    gaps = np.diff(scaled, prepend=scaled[0])
+    return sum(max(1, -(-int(g).bit_length() // 7)) for g in gaps)
+
+
+_LATENCIES = np.round(np.random.default_rng(1).lognormal(4, 0.6, 30), 3)
+_LATENESSES = np.random.default_rng(2).integers(-20, 5_000, 30).astype(float)
+_CLOSE = np.random.default_rng(3).integers(1_000, 1_200, 30).astype(float)
+
+
 @pytest.mark.parametrize(
     ("values", "size"),
     [
-        # 30 latencies to the µs (the generator's, OpenTelemetry's): 4-byte offsets, unit weights
-        (np.round(np.random.default_rng(1).lognormal(4, 0.6, 30), 3), 46 + 4 * 30),
-        # 30 latenesses in whole ms up to 5 s: 2-byte offsets from the min
-        (np.random.default_rng(2).integers(-20, 5_000, 30).astype(float), 46 + 2 * 30),
-        # within 255 ms of each other: 1 byte each
-        (np.random.default_rng(3).integers(1_000, 1_200, 30).astype(float), 46 + 30),
+        # 30 latencies to the µs (the generator's, OpenTelemetry's): the gaps between the sorted
+        # values as varints (mostly 2 bytes) instead of 4-byte offsets, unit weights
+        (_LATENCIES, 46 + _gap_bytes(_LATENCIES, 3)),
+        # 30 latenesses in whole ms up to 5 s: the gaps (mostly one byte), not 2-byte offsets
+        (_LATENESSES, 46 + _gap_bytes(_LATENESSES, 0)),
+        # within 255 ms of each other: 1-byte offsets, which no varint beats
+        (_CLOSE, 46 + 30),
         # no decimal scale holds them: f64
         (np.random.default_rng(4).lognormal(4, 0.6, 30), 46 + 8 * 30),
         ([], 46),
@@ -294,6 +308,23 @@ def test_version_2_is_still_read() -> None:
     d = digest_of(np.random.default_rng(6).normal(size=3_000))
     assert TDigest.from_bytes(_v2_bytes(d)) == d
     assert TDigest.from_bytes(_v2_bytes(TDigest())) == TDigest()
+
+
+def test_fixed_width_offsets_are_still_read() -> None:
+    d = digest_of(_LATENCIES)
+    old = fixed_width_bytes(d, 3)
+    assert len(old) == 46 + 4 * 30 > len(d.to_bytes())
+    assert TDigest.from_bytes(old) == d
+    assert TDigest.from_bytes(old).to_bytes() == d.to_bytes()  # written again: gaps
+
+
+def test_bad_gap_varints_are_refused() -> None:
+    data = digest_of(_LATENCIES).to_bytes()
+    assert data[43] == 0  # the means' width byte: varints of the gaps
+    with pytest.raises(ValueError, match="varints"):
+        TDigest.from_bytes(data[:-1])  # the last value cut short
+    with pytest.raises(ValueError, match="do not fit"):
+        TDigest.from_bytes(data[:47])  # fewer bytes than values
 
 
 def test_a_digest_too_large_for_version_3_is_written_as_version_2() -> None:

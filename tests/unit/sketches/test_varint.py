@@ -1,0 +1,53 @@
+"""Varints of gaps (sketches/varint.py) against a value-by-value LEB128 written here."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sketches import varint
+
+
+def leb128(value: int) -> bytes:
+    """Unsigned LEB128, one value, the textbook loop (protobuf's varint)."""
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+EDGES = [0, 1, 127, 128, 255, 16_383, 16_384, 2**21 - 1, 2**21, 2**28 - 1, 2**28, 2**32 - 1]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_encode_and_decode_equal_textbook_leb128(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    values = np.concatenate([EDGES, rng.integers(0, 2**32, 200), rng.integers(0, 300, 200)])
+    rng.shuffle(values)
+    data = varint.encode(values)
+    assert data.tobytes() == b"".join(leb128(int(v)) for v in values)
+    assert varint.lengths(values).tolist() == [len(leb128(int(v))) for v in values]
+    np.testing.assert_array_equal(varint.decode(data, len(values)), values)
+
+
+def test_gaps_restart_at_each_run() -> None:
+    values = np.array([3, 5, 9, 0, 4, 7], np.int64)
+    np.testing.assert_array_equal(varint.gaps(values, np.array([0, 3])), [3, 2, 4, 0, 4, 3])
+    assert varint.encode(np.empty(0, np.int64)).size == 0
+    assert varint.decode(np.empty(0, np.uint8), 0).size == 0
+
+
+@pytest.mark.parametrize(
+    ("data", "count"),
+    [
+        (b"\x81", 1),  # the value never ends
+        (b"\x01\x02", 1),  # one value too many
+        (b"\x01", 2),  # one too few
+        (b"\x80\x80\x80\x80\x80\x01", 1),  # six bytes: longer than any offset
+    ],
+)
+def test_bad_varints_are_refused(data: bytes, count: int) -> None:
+    with pytest.raises(ValueError, match="varints"):
+        varint.decode(np.frombuffer(data, np.uint8), count)
