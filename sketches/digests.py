@@ -866,7 +866,7 @@ def _compress_many(
             top[filled] = np.maximum.reduceat(weights, offsets[:-1][filled])
             small |= few & (top == 1.0)
     if not unit and filled.any():
-        # A group of at most compression / 2 in weight keeps its points, as `_compress` does.
+        # A group of at most `compression` in weight keeps its points, as `_compress` does.
         weight = np.zeros(groups)
         weight[filled] = np.add.reduceat(weights, offsets[:-1][filled])
         small |= filled & (weight <= _exact_up_to(compression))

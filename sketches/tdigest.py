@@ -38,12 +38,13 @@ half of a <= 1-unit point at each end), and a digest holds at most
 ``2 * ceil(compression / 2) + 1`` centroids (201 for the default 200); in practice about
 ``compression / 2`` (about 100).
 
-**Small digests are their values.** While a digest holds at most ``compression / 2`` values
-(100 by default) it keeps each one as a centroid of weight 1 and compresses nothing: its
-quantiles are exact, and it is stored as those values (integer offsets at the data's decimal
-scale, as varints of the gaps between them when that is shorter; no weights), which for a
-window of 30 to 100 latencies is smaller than the merged centroids' f64 means and weights it
-would otherwise hold (``to_bytes``).
+**Small digests are their values.** While a digest holds at most ``compression`` values (200
+by default, no more than the centroid bound above) it keeps each one as a centroid of weight 1
+and compresses nothing: its quantiles are exact, and it is stored as those values (integer
+offsets at the data's decimal scale, as varints of the gaps between them when that is shorter;
+no weights). For a window of 30 to 100 latencies, or a minute of 180, that is smaller than the
+~60 merged centroids' f64 means and weights it would otherwise hold (``to_bytes``): 180
+latencies to the µs ~350 bytes instead of ~600.
 
 **Exact statistics.** ``count``, ``min`` and ``max`` are exact; ``sum`` is the float64 sum of the
 values as added (numpy pairwise summation per batch), not a reconstruction from centroids; ``mean``
@@ -345,7 +346,7 @@ def _finish_means(
 
 def _exact_up_to(compression: float) -> float:
     """The most values a digest keeps one centroid each (module docstring, "Small digests")."""
-    return compression / 2.0
+    return compression
 
 
 def _compress(

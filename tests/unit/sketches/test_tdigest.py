@@ -93,19 +93,19 @@ def test_two_values() -> None:
 
 
 def test_small_inputs_are_kept_exactly() -> None:
-    # Up to compression / 2 values a digest keeps each one: 100 with the default compression.
-    for n in (25, 100):
+    # Up to `compression` values a digest keeps each one: 200 with the default compression.
+    for n in (25, 100, 200):
         values = np.arange(float(n))
         d = digest_of(values)
         means, weights = d.centroids
         np.testing.assert_array_equal(means, values)
         np.testing.assert_array_equal(weights, np.ones(n))
-    assert len(digest_of(np.arange(101.0)).centroids[0]) < 101  # then it compresses
+    assert len(digest_of(np.arange(201.0)).centroids[0]) < 201  # then it compresses
 
 
-def test_a_digest_stays_its_values_through_batches_and_merges_up_to_a_hundred() -> None:
+def test_a_digest_stays_its_values_through_batches_and_merges_up_to_two_hundred() -> None:
     rng = np.random.default_rng(5)
-    values = np.round(rng.lognormal(4, 0.6, 100), 3)  # latencies to the µs
+    values = np.round(rng.lognormal(4, 0.6, 200), 3)  # latencies to the µs
     fed = TDigest()
     for part in np.array_split(values, 7):
         fed.update(part)
@@ -116,8 +116,8 @@ def test_a_digest_stays_its_values_through_batches_and_merges_up_to_a_hundred() 
         data = d.to_bytes()
         assert len(data) == 46 + _gap_bytes(values, 3)  # the values at the µs, no weights
         assert TDigest.from_bytes(data) == d
-    wide = TDigest.merged([*parts, digest_of(values[:1])])  # 101 values: compressed
-    assert len(wide.centroids[0]) < 101
+    wide = TDigest.merged([*parts, digest_of(values[:1])])  # 201 values: compressed
+    assert len(wide.centroids[0]) < 201
 
 
 @pytest.mark.parametrize("n", [2, 10, 1000, 100_000])
