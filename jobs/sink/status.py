@@ -220,6 +220,9 @@ class StatusListener(StreamingQueryListener):
         self._topic_end: tuple[int, dict[str, int]] | None = None
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
+        #: Held while the watcher is made and started: a `close` in between would join a thread
+        #: not yet started (Spark calls `topic_end` from its listener thread).
+        self._watcher_lock = threading.Lock()
 
     def topic_end(self) -> tuple[int, dict[str, int]] | None:
         """Where the topic ended when last asked, and when (epoch ms); None before an answer.
@@ -229,11 +232,12 @@ class StatusListener(StreamingQueryListener):
         `catch_up`). A thread asks Kafka every `TOPIC_END_EVERY_MS`, so a slow or unreachable
         broker never holds up the status of a batch.
         """
-        if self._watcher is None:
-            self._watcher = threading.Thread(
-                target=self._watch_topic_end, name="tidegauge-topic-end", daemon=True
-            )
-            self._watcher.start()
+        with self._watcher_lock:
+            if self._watcher is None and not self._stop.is_set():
+                self._watcher = threading.Thread(
+                    target=self._watch_topic_end, name="tidegauge-topic-end", daemon=True
+                )
+                self._watcher.start()
         return self._topic_end
 
     def _watch_topic_end(self) -> None:
@@ -256,8 +260,10 @@ class StatusListener(StreamingQueryListener):
     def close(self) -> None:
         """Stop asking Kafka where the topic ends (waits a moment for an answer in flight)."""
         self._stop.set()
-        if self._watcher is not None and self._watcher is not threading.current_thread():
-            self._watcher.join(timeout=2)
+        with self._watcher_lock:  # a watcher being started is started when this returns
+            watcher = self._watcher
+        if watcher is not None and watcher is not threading.current_thread():
+            watcher.join(timeout=2)
 
     @property
     def _jlistener(self) -> Any:

@@ -280,3 +280,48 @@ def test_summary_feeds_write_progress() -> None:
         assert isinstance(s["query_id"], str)
         for key in ("offsets", "latest_offsets", "start_offsets"):
             assert isinstance(s[key], dict)
+
+
+def _listener() -> Any:
+    from jobs.sink.status import StatusListener
+    from tidegauge.core.config import JobConfig, KafkaSettings, RedisSettings
+
+    cfg = JobConfig(
+        kafka=KafkaSettings(bootstrap="127.0.0.1:1", topic="t"),  # nothing answers there
+        redis=RedisSettings(url="redis://127.0.0.1:1/0"),  # never used: the client is lazy
+        checkpoint="/nonexistent/checkpoint",
+    )
+    return StatusListener(cfg)
+
+
+def test_a_close_while_the_topic_end_watcher_starts_waits_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Spark asks `topic_end` from its listener thread while the job may be closing: `close`
+    must not find a watcher made but not yet started (joining it raised RuntimeError)."""
+    import threading
+
+    import jobs.sink.status as status
+
+    made = threading.Event()
+
+    class SlowToStart(threading.Thread):
+        def start(self) -> None:
+            made.set()
+            time.sleep(0.3)  # close() runs in this gap
+            super().start()
+
+    monkeypatch.setattr(status.threading, "Thread", SlowToStart)
+    listener = _listener()
+    asker = threading.Thread(target=listener.topic_end)
+    asker.start()
+    assert made.wait(5)
+    listener.close()  # raised "cannot join thread before it is started"
+    asker.join(5)
+    assert listener._watcher is not None and not listener._watcher.is_alive()
+
+
+def test_topic_end_after_close_starts_no_watcher() -> None:
+    listener = _listener()
+    listener.close()
+    assert listener.topic_end() is None and listener._watcher is None
