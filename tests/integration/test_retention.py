@@ -562,11 +562,13 @@ def test_the_services_and_a_dimensions_store_share_one_budget_and_one_retention(
     kept, by_copy = read_retention(r, KEYS), read_retention(r, KEYS.by("copy"))
     assert kept is not None and by_copy is not None
     assert kept.retention == by_copy.retention  # one retention in force for the job
-    # the two stores together (every key of each window, both prefixes) within the budget,
-    # the services' own about half of it
+    # the two stores together (every key of each window, both prefixes) within the budget;
+    # the services' own holds the copy's rows plus each window's `*` and ranking: between half
+    # and two thirds of the two (the budget is shared, not given to each store whole)
     both = _held(_tier_bytes(r), kept.retention)
     assert 0.8 * budget <= both <= 1.1 * budget, kept.text()
-    assert _held(_tier_bytes(r, dimensions=False), kept.retention) <= 0.6 * budget
+    own = _held(_tier_bytes(r, dimensions=False), kept.retention)
+    assert 0.5 * both <= own <= 2 / 3 * both
 
 
 def test_a_budget_too_small_for_the_tiers_says_so_and_keeps_the_shortest_retention(
