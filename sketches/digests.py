@@ -770,15 +770,9 @@ def _read_gap_varints(
     ):
         return None  # a digest whose bytes hold another number of values, or end mid-value
     try:
-        gaps = varint.decode(raw, total)
+        return varint.ungap(varint.decode(raw, total), counts)
     except ValueError:
         return None
-    running = np.cumsum(gaps)
-    before = np.zeros(len(counts), np.int64)
-    firsts = np.cumsum(counts) - counts
-    some = (counts > 0) & (firsts > 0)
-    before[some] = running[firsts[some] - 1]
-    return running - np.repeat(before, counts)
 
 
 def _by_group_then_value(values: FloatArray, groups: IntArray) -> IntArray:

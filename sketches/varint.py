@@ -1,7 +1,8 @@
 """Sorted integers as LEB128 varints of their gaps: how a small digest's values are stored.
 
-A digest of a window's 30 to 100 latencies keeps the values themselves, as integer offsets from
-the minimum at the data's decimal scale (sketches/tdigest.py). Sorted, neighbours are close: the
+A digest of up to 200 values (a window's 30 to 100 latencies, a minute's 180) keeps the values
+themselves, as integer offsets from the minimum at the data's decimal scale
+(sketches/tdigest.py). Sorted, neighbours are close: the
 gap between two latencies to the µs mostly fits in one or two 7-bit groups, where a fixed width
 needs 4 bytes for every value as soon as one offset passes 65,535. Each gap is written in
 unsigned LEB128 (7 bits a byte, low groups first, the high bit set on every byte but a value's
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["MAX_BYTES", "decode", "encode", "gaps", "lengths"]
+__all__ = ["MAX_BYTES", "decode", "encode", "gaps", "lengths", "ungap"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -37,6 +38,16 @@ def gaps(values: IntArray, starts: IntArray) -> IntArray:
     out[0] = values[0]
     out[starts[starts < len(values)]] = values[starts[starts < len(values)]]
     return out
+
+
+def ungap(gaps_: IntArray, counts: IntArray) -> IntArray:
+    """Inverse of `gaps`: running sums restarted at each run (`counts[i]` values in run i)."""
+    running = np.cumsum(gaps_)
+    before = np.zeros(len(counts), np.int64)
+    firsts = np.cumsum(counts) - counts
+    some = (counts > 0) & (firsts > 0)
+    before[some] = running[firsts[some] - 1]
+    return running - np.repeat(before, counts)
 
 
 def lengths(values: IntArray) -> IntArray:

@@ -35,6 +35,9 @@ def test_encode_and_decode_equal_textbook_leb128(seed: int) -> None:
 def test_gaps_restart_at_each_run() -> None:
     values = np.array([3, 5, 9, 0, 4, 7], np.int64)
     np.testing.assert_array_equal(varint.gaps(values, np.array([0, 3])), [3, 2, 4, 0, 4, 3])
+    np.testing.assert_array_equal(
+        varint.ungap(np.array([3, 2, 4, 0, 4, 3]), np.array([3, 0, 3])), values
+    )
     assert varint.encode(np.empty(0, np.int64)).size == 0
     assert varint.decode(np.empty(0, np.uint8), 0).size == 0
 
