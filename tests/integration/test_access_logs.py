@@ -255,6 +255,9 @@ def shipped(broker, nginx: tuple[int, Path]) -> Path:  # type: ignore[no-untyped
         with log.open("a") as f:  # something else writes into the log on the way
             f.write(BAD_LINE + "\n")
         _load(port, 300, seed=8)
+        # nginx writes a request's line in its log phase, after the response has gone out: the
+        # client can be done before the last lines are in the file
+        wait_until(lambda: log.read_bytes().count(b"\n") == 601, 20, "every request in the log")
         text = log.read_bytes()
         lines = text.count(b"\n")
         read_whole = text[: len(text) - len(text) % KCAT_BLOCK].count(b"\n")
