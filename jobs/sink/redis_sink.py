@@ -32,6 +32,7 @@ from tidegauge.core.late_agg import LateAgg, merge_late
 from tidegauge.core.retention import Retention, format_size
 from tidegauge.core.store import ALL_SERVICES, DeadLetter, Keys, batch_field
 from tidegauge.core.store.arrivals import batch_arrivals
+from tidegauge.core.store.keys import _s
 from tidegauge.core.store.ranking import ranked_counts, ranks_spec
 from tidegauge.core.window_aggs import WindowAggs
 from tidegauge.core.windows import WindowSpec
@@ -224,6 +225,9 @@ def _queue(
             arrivals = [a for a in arrivals if plan.keeps_arrival(a.domain, a.start_ms, size)]
         late = [lt for lt in late if plan.keeps_window(WindowSpec.from_key(lt.spec), lt.start_ms)]
     windows, parts = _merge_parts(r, keys, windows, config.shards)
+    closed_parts = []  # (only the services' store has parts: its state is sharded)
+    if at is not None and config.shards:
+        closed_parts = _closed_parts(r, keys, at.watermark_ms)
     by_window: dict[tuple[str, int], dict[str, WindowUpdate]] = defaultdict(dict)
     for w in windows:  # a window without its shards' `*` gets it from the services, below
         by_window[(w.spec, w.start_ms)][w.service] = w
@@ -238,8 +242,13 @@ def _queue(
     for (spec, start), total in zip(merge, totals, strict=True):
         by_window[(spec, start)][ALL_SERVICES] = WindowUpdate(spec, start, ALL_SERVICES, total)
     queued = len(tx)
-    for key, field_name, blob in parts:
-        tx.hset(key, field_name, blob)
+    if closed_parts:  # deleted before this batch's parts are written: those are of open windows
+        tx.delete(*closed_parts)
+        tx.zrem(keys.open_parts, *closed_parts)
+    for spec, start, field_name, blob in parts:
+        tx.hset(keys.window_parts(spec, start), field_name, blob)
+    if parts:
+        tx.zadd(keys.open_parts, _part_ends(keys, parts))
     services: set[str] = set()
     ranked: list[tuple[str, int, dict[str, bytes]]] = []
     for spec, start in wins:
@@ -332,14 +341,30 @@ def _totals(
     return WindowAggs.decode(blobs).combine(np.array(keys, np.int64), len(wins)).encode()
 
 
+def _closed_parts(r: redis.Redis, keys: Keys, watermark_ms: int) -> list[str]:
+    """The part keys of windows the watermark has closed: no part of theirs can come any more."""
+    members: list[Any] = r.zrangebyscore(keys.open_parts, "-inf", watermark_ms)
+    return [_s(k) for k in members]
+
+
+def _part_ends(keys: Keys, parts: Sequence[tuple[str, int, str, bytes]]) -> dict[str, int]:
+    """Part key -> its window's end, for the windows that close (not sessions: never closed)."""
+    ends: dict[str, int] = {}
+    for spec, start, _, _ in parts:
+        window = WindowSpec.from_key(spec)
+        if window.kind != "session":
+            ends[keys.window_parts(spec, start)] = window.end(start)
+    return ends
+
+
 def _merge_parts(
     r: redis.Redis, keys: Keys, windows: Sequence[WindowUpdate], shards: int | None
-) -> tuple[list[WindowUpdate], list[tuple[str, str, bytes]]]:
+) -> tuple[list[WindowUpdate], list[tuple[str, int, str, bytes]]]:
     """Windows with each service's shard parts replaced by one update: the merge of its parts.
 
-    Returns the updates and the parts to store ((key, field, WindowAgg bytes)): a part is the
-    absolute state of one shard, so the merge takes the other shards' stored parts too. A
-    window's `*` gets an update only once each of the `shards` has a part.
+    Returns the updates and the parts to store ((spec, start, field, WindowAgg bytes)): a part
+    is the absolute state of one shard, so the merge takes the other shards' stored parts too.
+    A window's `*` gets an update only once each of the `shards` has a part.
     """
     whole = [w for w in windows if w.shard is None]
     split = [w for w in windows if w.shard is not None]
@@ -350,7 +375,7 @@ def _merge_parts(
     for spec, start in cells:
         read.hgetall(keys.window_parts(spec, start))
     stored = dict(zip(cells, read.execute(), strict=True))
-    writes: list[tuple[str, str, bytes]] = []
+    writes: list[tuple[str, int, str, bytes]] = []
     by_service: dict[tuple[str, int, str], dict[str, bytes]] = {}
     for w in split:
         cell = stored[(w.spec, w.start_ms)]
@@ -362,7 +387,7 @@ def _merge_parts(
                     have[name] = blob
         name = f"{w.service}|{w.shard}"
         have[name] = w.agg
-        writes.append((keys.window_parts(w.spec, w.start_ms), name, w.agg))
+        writes.append((w.spec, w.start_ms, name, w.agg))
     cells_out: list[tuple[str, int, str]] = []
     inputs: list[bytes] = []
     key_of: list[int] = []

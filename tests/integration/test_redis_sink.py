@@ -19,6 +19,7 @@ import redis
 
 import jobs.sink.status as status_writes
 from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch
+from jobs.sink.rollup import BatchTime
 from jobs.sink.status import write_progress
 from jobs.state.rows import ArrivalUpdate, LateUpdate, WindowCount, WindowUpdate
 from tests.fixtures import S, T
@@ -917,6 +918,53 @@ def test_star_is_the_merge_of_the_shards_stars_once_every_shard_has_one(
     # a whole `*` is never sent
     with pytest.raises(ValueError, match="'\\*' is computed by the sink"):
         write_batch(r, KEYS, SinkBatch(5, [update(TUMBLING, T, ALL_SERVICES, a)]), cfg)
+
+
+def test_a_closed_windows_parts_are_deleted_and_its_rows_stay(redis_client: redis.Redis) -> None:
+    """Parts are only read to merge the next part of their window: once the watermark has
+    passed the window's end none can come, so the sink deletes them; the window's `*` and
+    `(other)` rows, and the parts of windows still open, stay as they were."""
+    r = redis_client
+    cfg = SinkConfig(shards=2)
+    a, b = agg_of(40, 1, range(30)), agg_of(60, 2, range(20, 70))
+
+    def part(service: str, start: int, agg: WindowAgg, shard: int) -> WindowUpdate:
+        return dataclasses.replace(update(TUMBLING, start, service, agg), shard=shard)
+
+    def rows(start: int) -> list[WindowUpdate]:
+        return [
+            update(TUMBLING, start, "a", a),
+            part(ALL_SERVICES, start, a, 0),
+            part(ALL_SERVICES, start, b, 1),
+            part(OVERFLOW_SERVICE, start, b, 0),
+            part(OVERFLOW_SERVICE, start, a, 1),
+        ]
+
+    at = BatchTime(1, T - 1, T)  # both windows open
+    write_batch(r, KEYS, SinkBatch(1, rows(T) + rows(T + W), at=at), cfg)
+    assert r.exists(KEYS.window_parts(TUMBLING.key, T), KEYS.window_parts(TUMBLING.key, T + W))
+    before = stored_aggs(r, TUMBLING, T)
+    # the watermark reaches the first window's end: closed, its parts gone
+    write_batch(r, KEYS, SinkBatch(2, [], at=BatchTime(2, T + W, T + 1)), cfg)
+    assert not r.exists(KEYS.window_parts(TUMBLING.key, T))
+    assert set(r.hkeys(KEYS.window_parts(TUMBLING.key, T + W))) == {
+        b"*|0",
+        b"*|1",
+        b"(other)|0",
+        b"(other)|1",
+    }
+    assert r.zrange(KEYS.open_parts, 0, -1) == [KEYS.window_parts(TUMBLING.key, T + W).encode()]
+    got = stored_aggs(r, TUMBLING, T)
+    assert {k: v.to_bytes() for k, v in got.items()} == {k: v.to_bytes() for k, v in before.items()}
+    assert got["*"].to_bytes() == WindowAgg.merged([a, b]).to_bytes()
+    assert got[OVERFLOW_SERVICE].to_bytes() == WindowAgg.merged([b, a]).to_bytes()
+    # a replay of that batch changes nothing; the next window closes in its turn
+    snap = snapshot(r)
+    write_batch(r, KEYS, SinkBatch(2, [], at=BatchTime(2, T + W, T + 1)), cfg)
+    assert snapshot(r) == snap
+    write_batch(r, KEYS, SinkBatch(3, [], at=BatchTime(3, T + 2 * W, T + 2)), cfg)
+    assert not r.exists(KEYS.window_parts(TUMBLING.key, T + W), KEYS.open_parts)
+    assert window_counts(r, TUMBLING, T + W)["*"] == 100
 
 
 def test_overflow_parts_of_every_shard_make_one_row(redis_client: redis.Redis) -> None:

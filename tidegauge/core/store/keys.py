@@ -66,6 +66,15 @@ class Keys:
         """
         return f"{self.prefix}:part:{spec}:{start_ms}"
 
+    @property
+    def open_parts(self) -> str:
+        """Sorted set: the `window_parts` keys of windows not yet closed, score = window end.
+
+        A part is only read to merge the next part of the same window; once the watermark has
+        passed the window's end no part can come, so the sink deletes it (docs/redis.md).
+        """
+        return f"{self.prefix}:part:open"
+
     def window_duplicates(self, spec: str, start_ms: int) -> str:
         """Hash: "service|batch_id" -> duplicates of that window dropped in that batch."""
         return f"{self.prefix}:dup:{spec}:{start_ms}"
