@@ -121,7 +121,7 @@ from tidegauge.core.retention import (  # noqa: E402
     parse_size,
 )
 from tidegauge.core.store import ALL_SERVICES, Keys  # noqa: E402
-from tidegauge.core.window_agg import WindowAgg  # noqa: E402
+from tidegauge.core.window_agg import WindowAgg, empty_payload  # noqa: E402
 from tidegauge.core.window_aggs import WindowAggs  # noqa: E402
 from tidegauge.core.windows import WindowSpec, tumbling_start, tumbling_starts  # noqa: E402
 
@@ -735,7 +735,8 @@ def _sample(r: redis.Redis, keys: Keys, tier: Tier, starts: list[int], n: int) -
         agg = WindowAgg.from_bytes(blob)
         payload = 0
         for m in agg.registered:
-            k = len(m.encode(agg.states[m.name]))
+            encoded = m.encode(agg.states[m.name])
+            k = 0 if encoded == empty_payload(m) else len(encoded)  # an empty state: no entry
             payload += k
             sizes[m.name].append(k)
         sizes["(entries)"].append(len(blob) - payload)

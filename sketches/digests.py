@@ -761,18 +761,10 @@ def _read_gap_varints(
 ) -> IntArray | None:
     """The offsets of digests stored as varints of their gaps; None if a digest's do not fit."""
     raw = blobs.runs(at, nbytes, "u1").astype(np.uint8, copy=False)
-    total = int(counts.sum())
-    value_ends = np.flatnonzero(raw < 0x80)
-    ends = np.cumsum(nbytes)
-    if (
-        len(value_ends) != total
-        or (np.diff(np.searchsorted(value_ends, ends), prepend=0) != counts).any()
-    ):
-        return None  # a digest whose bytes hold another number of values, or end mid-value
     try:
-        return varint.ungap(varint.decode(raw, total), counts)
+        return varint.ungap(varint.decode_runs(raw, nbytes, counts), counts)
     except ValueError:
-        return None
+        return None  # a digest whose bytes hold another number of values, or end mid-value
 
 
 def _by_group_then_value(values: FloatArray, groups: IntArray) -> IntArray:

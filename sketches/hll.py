@@ -38,11 +38,12 @@ import math
 import struct
 import zlib
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
+import sketches.varint as varint
 from sketches.preamble import HLL
 from sketches.tg64 import BLOCK, datasketch_hashfunc, hash64_blocks
 
@@ -113,8 +114,12 @@ def _check_p(p: int) -> int:
 
 # The preamble (magic b"TGHL", version) is declared in sketches/preamble.py (`HLL`).
 _DENSE = 0  # registers packed 5 bits each (every register value is <= 33 - p <= 29)
-_SPARSE = 1  # u32 count, then that many (u16 index, u8 value), indices increasing
+_SPARSE = 1  # u32 count, then that many (u16 index, u8 value), indices increasing (version 1)
 _DEFLATED = 2  # zlib (level 1) of the 2^p registers, one byte each
+#: Version 2: a varint count, then that many varints (sketches/varint.py): the gaps between the
+#: entries' keys (index << _KEY_VALUE_BITS | value), indices increasing, the first key whole.
+_GAPS = 3
+_KEY_VALUE_BITS = 5  # a register value is <= 33 - p <= 29
 #: Sparse bodies above this many bytes are also tried deflated: filled sketches (an hour of a
 #: busy service) shrink to about half, small ones are left alone (compressing costs CPU).
 _DEFLATE_FROM = 1_024
@@ -308,43 +313,35 @@ class HyperLogLog:
     def to_bytes(self) -> bytes:
         """Compact, versioned binary form (little-endian).
 
-        Preamble ``b"TGHL"`` and version 1 (sketches/preamble.py), ``p``, encoding; then
-        either *sparse*: u32 count and (u16 register index, u8 value) per non-zero register,
-        or *dense*: the ``2^p`` registers packed 5 bits each (``5 * 2^p / 8`` bytes, LSB
-        first), or *deflated*: zlib of the registers, one byte each. Whichever is smaller is
-        written: 11 bytes empty, 11 + 3 per non-zero register while sparse (deflating is only
-        tried past 1 KiB), at most 7 + 10240 bytes dense at p = 14; a sketch of 5,000 users
-        deflates to ~4.4 KB.
+        Preamble ``b"TGHL"`` and version 2 (sketches/preamble.py), ``p``, encoding; then
+        either *gaps*: the number of non-zero registers and, per register in index order, the
+        gap from the one before of its key ``index << 5 | value``, each an LEB128 varint, or
+        *dense*: the ``2^p`` registers packed 5 bits each (``5 * 2^p / 8`` bytes, LSB first),
+        or *deflated*: zlib of the registers, one byte each. Whichever is smaller is written:
+        8 bytes empty, ~8 + 2 per non-zero register while few (40 users: ~90 bytes; deflating
+        is only tried past 1 KiB), at most 7 + 10240 bytes dense at p = 14; a sketch of 5,000
+        users deflates to ~4.4 KB. Version 1's *sparse* encoding (u32 count, then u16 index and
+        u8 value per register: 3 bytes each) is still read.
         """
         m = 1 << self.p
         nz = np.flatnonzero(self.registers)
-        sparse_size, dense_size = 4 + 3 * len(nz), (5 * m) // 8
-        if sparse_size >= _DEFLATE_FROM:
+        body = _gaps_body(nz, self.registers[nz])
+        dense_size = (5 * m) // 8
+        if len(body) >= _DEFLATE_FROM:
             deflated = zlib.compress(self.registers.astype(np.uint8).tobytes(), 1)
-            if len(deflated) < min(sparse_size, dense_size):
+            if len(deflated) < min(len(body), dense_size):
                 return HLL.preamble + _HEADER.pack(self.p, _DEFLATED) + deflated
-        if sparse_size < dense_size:
-            return self._sparse(nz)
+        if len(body) < dense_size:
+            return HLL.preamble + _HEADER.pack(self.p, _GAPS) + body
         bits = np.unpackbits(self.registers[:, None], axis=1, count=5, bitorder="little")
         packed = np.packbits(bits.reshape(-1), bitorder="little")
         return HLL.preamble + _HEADER.pack(self.p, _DENSE) + packed.tobytes()
-
-    def _sparse(self, nz: npt.NDArray[np.intp]) -> bytes:
-        entries = np.empty(len(nz), dtype=_SPARSE_ENTRY)
-        entries["index"] = nz
-        entries["value"] = self.registers[nz]
-        return (
-            HLL.preamble
-            + _HEADER.pack(self.p, _SPARSE)
-            + _SPARSE_COUNT.pack(len(nz))
-            + entries.tobytes()
-        )
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> HyperLogLog:
         """Rebuild a sketch from :meth:`to_bytes`; ``ValueError`` on anything malformed."""
         buf = bytes(data)
-        HLL.check(buf)
+        version = HLL.check(buf)
         start = HLL.size + _HEADER.size
         if len(buf) < start:
             raise ValueError(f"not a HyperLogLog: {len(buf)} bytes is shorter than the header")
@@ -375,6 +372,10 @@ class HyperLogLog:
                 raise ValueError("corrupt HyperLogLog: bad sparse indices or zero values")
             registers = np.zeros(m, dtype=np.uint8)
             registers[index] = entries["value"]
+        elif encoding == _GAPS and version >= 2:
+            index, values = _read_gaps(body, m)
+            registers = np.zeros(m, dtype=np.uint8)
+            registers[index] = values
         elif encoding == _DEFLATED:
             try:
                 raw = zlib.decompress(body, bufsize=m)
@@ -409,3 +410,27 @@ class HyperLogLog:
     def __setstate__(self, state: bytes) -> None:
         other = HyperLogLog.from_bytes(state)
         self.p, self._max_rank, self.registers = other.p, other._max_rank, other.registers
+
+
+def _gaps_body(index: npt.NDArray[np.integer[Any]], values: npt.NDArray[np.uint8]) -> bytes:
+    """The *gaps* encoding's body of these non-zero registers (indices increasing)."""
+    keys = (index.astype(np.int64) << _KEY_VALUE_BITS) | values.astype(np.int64)
+    gaps = varint.gaps(keys, np.zeros(1, np.int64))
+    return varint.pack(len(keys)) + varint.encode(gaps).tobytes()
+
+
+def _read_gaps(body: bytes, m: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
+    """(indices, values) of a *gaps* body; ValueError unless a sketch of `m` registers has them."""
+    try:
+        count, pos = varint.unpack_from(body, 0)
+        if count > m:
+            raise ValueError(f"{count} registers of {m}")
+        keys = np.cumsum(varint.decode(np.frombuffer(body, np.uint8, offset=pos), count))
+    except ValueError as exc:
+        raise ValueError(f"corrupt HyperLogLog: gaps ({exc})") from None
+    index, values = keys >> _KEY_VALUE_BITS, (keys & ((1 << _KEY_VALUE_BITS) - 1)).astype(np.uint8)
+    if count and (
+        int(index[-1]) >= m or bool(np.any(np.diff(index) <= 0)) or not bool(values.all())
+    ):
+        raise ValueError("corrupt HyperLogLog: bad sparse indices or zero values")
+    return index, values

@@ -24,11 +24,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+import sketches.varint as varint
 from sketches.hll import (
     _DEFLATE_FROM,
     _DEFLATED,
     _DENSE,
+    _GAPS,
     _HEADER,
+    _KEY_VALUE_BITS,
     _SPARSE,
     _SPARSE_COUNT,
     _SPARSE_ENTRY,
@@ -36,6 +39,7 @@ from sketches.hll import (
     HyperLogLog,
     _check_p,
     _index_rank,
+    _read_gaps,
 )
 from sketches.packed import Packed, joined_offsets, ranges
 from sketches.preamble import HLL
@@ -240,20 +244,22 @@ class Hlls:
     def encode(self) -> list[bytes]:
         """`HyperLogLog.to_bytes` of every sketch."""
         m = 1 << self.p
-        head = HLL.preamble + _HEADER.pack(self.p, _SPARSE)
+        head = HLL.preamble + _HEADER.pack(self.p, _GAPS)
         dense_size = (5 * m) // 8
+        keys = (self.index << _KEY_VALUE_BITS) | self.rank.astype(np.int64)
+        gaps = varint.gaps(keys, self.offsets[:-1])
+        ends = np.zeros(len(gaps) + 1, np.int64)
+        np.cumsum(varint.lengths(gaps), out=ends[1:])
+        data = varint.encode(gaps).tobytes()
+        byte_at = ends[self.offsets].tolist()
         out = []
-        entries = np.empty(self.index.size, dtype=_SPARSE_ENTRY)
-        entries["index"] = self.index
-        entries["value"] = self.rank
-        raw = entries.tobytes()
-        width = _SPARSE_ENTRY.itemsize
         for i, (lo, hi) in enumerate(itertools.pairwise(self.offsets.tolist())):
-            size = 4 + 3 * (hi - lo)
-            if size >= _DEFLATE_FROM or size >= dense_size:
+            count = varint.pack(hi - lo)
+            a, b = byte_at[i], byte_at[i + 1]
+            if len(count) + b - a >= min(_DEFLATE_FROM, dense_size):
                 out.append(self.sketch(i).to_bytes())  # filled sketches: the object's choice
             else:
-                out.append(head + _SPARSE_COUNT.pack(hi - lo) + raw[lo * width : hi * width])
+                out.append(head + count + data[a:b])
         return out
 
     @classmethod
@@ -309,38 +315,54 @@ class Hlls:
 
     @classmethod
     def _sparse(cls, blobs: Packed) -> npt.NDArray[np.bool_]:
-        """Which blobs look like sparse sketches (`unpack` checks them fully)."""
+        """Which blobs look like sparse sketches, gaps or entries (`unpack` checks them fully)."""
         starts, sizes = blobs.starts, blobs.sizes
-        head = HLL.size + _HEADER.size + _SPARSE_COUNT.size
-        out = sizes >= head
+        head = HLL.size + _HEADER.size
+        out = sizes >= head + 1
         at = starts[out]
-        magic = np.frombuffer(HLL.preamble, np.uint8)
+        magic = np.frombuffer(HLL.preamble[: HLL.size - 1], np.uint8)
         ok = (blobs.bytes_at(at, len(magic)) == magic).all(axis=1)
-        ok &= blobs.buf[at + HLL.size + 1] == _SPARSE
-        count = blobs.read(at + HLL.size + _HEADER.size, "<u4").astype(np.int64)
-        ok &= sizes[out] == head + count * _SPARSE_ENTRY.itemsize
-        out[out] = ok
+        version, encoding = blobs.buf[at + HLL.size - 1], blobs.buf[at + HLL.size + 1]
+        gaps = ok & (encoding == _GAPS) & (version >= 2)
+        entries = ok & (encoding == _SPARSE) & (sizes[out] >= head + _SPARSE_COUNT.size)
+        if entries.any():
+            count = blobs.read(at[entries] + head, "<u4").astype(np.int64)
+            fits = sizes[out][entries] == head + _SPARSE_COUNT.size + count * 3
+            entries[entries] = fits
+        out[out] = gaps | entries
         return out
 
     @classmethod
     def unpack(cls, blobs: Packed) -> Hlls | None:
-        """`decode` of sparse sketches of one precision, every field read at once.
+        """`decode` of sparse sketches of one precision and encoding, every field read at once.
 
-        None when some blob is dense, deflated or of another precision (`decode` then reads
-        those apart).
+        None when some blob is dense, deflated, of another precision or encoding, or malformed
+        (`decode` then reads those apart, naming what is wrong).
         """
         n = len(blobs.starts)
-        starts = blobs.starts
-        head = HLL.size + _HEADER.size + _SPARSE_COUNT.size
+        starts, ends = blobs.starts, blobs.starts + blobs.sizes
+        head = HLL.size + _HEADER.size
         if not n or not cls._sparse(blobs).all():
             return None
-        p = blobs.buf[starts + HLL.size]
-        if not (p == p[0]).all():
+        p, encoding = blobs.buf[starts + HLL.size], blobs.buf[starts + HLL.size + 1]
+        if not ((p == p[0]).all() and (encoding == encoding[0]).all()):
             return None
-        count = blobs.read(starts + HLL.size + _HEADER.size, "<u4").astype(np.int64)
-        raw = blobs.runs(starts + head, count * _SPARSE_ENTRY.itemsize, "u1").reshape(-1, 3)
-        index = raw[:, 0].astype(np.int64) | (raw[:, 1].astype(np.int64) << 8)
-        rank = raw[:, 2].astype(np.uint8)
+        if encoding[0] == _SPARSE:
+            count = blobs.read(starts + head, "<u4").astype(np.int64)
+            at = starts + head + _SPARSE_COUNT.size
+            raw = blobs.runs(at, count * _SPARSE_ENTRY.itemsize, "u1").reshape(-1, 3)
+            index = raw[:, 0].astype(np.int64) | (raw[:, 1].astype(np.int64) << 8)
+            rank = raw[:, 2].astype(np.uint8)
+        else:
+            try:
+                count, at = varint.read_at(blobs.buf, starts + head, ends)
+                nbytes = ends - at
+                body = blobs.runs(at, nbytes, "u1").astype(np.uint8, copy=False)
+                keys = varint.ungap(varint.decode_runs(body, nbytes, count), count)
+            except ValueError:
+                return None
+            index = keys >> _KEY_VALUE_BITS
+            rank = (keys & ((1 << _KEY_VALUE_BITS) - 1)).astype(np.uint8)
         offsets = np.zeros(n + 1, np.int64)
         np.cumsum(count, out=offsets[1:])
         return cls._checked(_check_p(int(p[0])), offsets, index, rank)
@@ -373,18 +395,23 @@ class Hlls:
         n = len(blobs)
         if not n:
             return cls.empty(0)
-        start = HLL.size + _HEADER.size + _SPARSE_COUNT.size
-        sparse: dict[int, npt.NDArray[np.void]] = {}
+        head = HLL.size + _HEADER.size
+        start = head + _SPARSE_COUNT.size
+        sparse: dict[int, tuple[npt.NDArray[Any], npt.NDArray[np.uint8]]] = {}
         full: list[int] = []  # blobs holding every register
         p = None
         for i, blob in enumerate(blobs):
-            HLL.check(blob)
+            version = HLL.check(blob)
             if len(blob) >= start and blob[HLL.size + 1] == _SPARSE:
                 bp = blob[HLL.size]
                 (count,) = _SPARSE_COUNT.unpack_from(blob, HLL.size + _HEADER.size)
                 if len(blob) != start + count * _SPARSE_ENTRY.itemsize or count > (1 << bp):
                     raise ValueError(f"corrupt HyperLogLog: {count} sparse entries do not fit")
-                sparse[i] = np.frombuffer(blob, _SPARSE_ENTRY, count, start)
+                e = np.frombuffer(blob, _SPARSE_ENTRY, count, start)
+                sparse[i] = (e["index"], e["value"])
+            elif len(blob) > head and blob[HLL.size + 1] == _GAPS and version >= 2:
+                bp = blob[HLL.size]
+                sparse[i] = _read_gaps(blob[head:], 1 << _check_p(bp))
             elif len(blob) >= HLL.size + _HEADER.size:
                 bp = blob[HLL.size]
                 full.append(i)
@@ -396,17 +423,14 @@ class Hlls:
                 raise ValueError("Hlls.decode: sketches of different precisions")
         assert p is not None
         if sparse:  # checked as `decode` checks them: indices increasing, values in range
-            e = np.concatenate(list(sparse.values()))
-            sizes = np.array([x.size for x in sparse.values()], np.int64)
+            sizes = np.array([x.size for x, _ in sparse.values()], np.int64)
             cls._checked(
                 p,
                 np.concatenate([[0], np.cumsum(sizes)]),
-                e["index"].astype(np.int64),
-                e["value"].astype(np.uint8),
+                np.concatenate([x for x, _ in sparse.values()]).astype(np.int64),
+                np.concatenate([v for _, v in sparse.values()]).astype(np.uint8),
             )
-        pieces: dict[int, tuple[npt.NDArray[Any], npt.NDArray[np.uint8]]] = {
-            i: (e["index"], e["value"]) for i, e in sparse.items()
-        }
+        pieces = dict(sparse)
         if full:
             registers = _registers([blobs[i] for i in full], p)
             flat = np.flatnonzero(registers)  # row by row, indices increasing: valid as made

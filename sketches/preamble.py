@@ -151,18 +151,24 @@ TDIGEST = Format(
 HLL = Format(
     b"TGHL",
     "HyperLogLog",
-    writes=1,
-    reads=(1,),
+    writes=2,
+    reads=(1, 2),
     owner="sketches.hll",
-    description="distinct-count registers: p, encoding, then sparse, dense or deflated registers",
+    description=(
+        "distinct-count registers: p, encoding, then their gaps (varints), or dense or deflated "
+        "registers (1: sparse entries of 3 bytes instead of gaps)"
+    ),
 )
 WINDOW_AGG = Format(
     b"TGWA",
     "window aggregate",
-    writes=3,
-    reads=(2, 3),
+    writes=4,
+    reads=(2, 3, 4),
     owner="tidegauge.core.window_agg",
-    description="one window's state per metric, as (metric name, payload) entries (2: fixed)",
+    description=(
+        "one window's state per metric, as (metric, payload) entries; 3: every metric by its "
+        "name, 2: fixed"
+    ),
 )
 LATE_AGG = Format(
     b"TGLA",

@@ -10,6 +10,8 @@ last), the encoding of protobuf's varints.
 
 Vectorised over whole columns (numpy): many digests' values are encoded or decoded in a fixed
 number of passes, never a Python step per value. Values are below 2^35 (offsets below 2^32).
+The same varints frame a window aggregate's entries (tidegauge/core/window_agg.py): `pack` and
+`unpack_from` write and read one, `read_at` one at each of many offsets of a joined buffer.
 """
 
 from __future__ import annotations
@@ -19,7 +21,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["MAX_BYTES", "decode", "encode", "gaps", "lengths", "ungap"]
+__all__ = [
+    "MAX_BYTES",
+    "decode",
+    "decode_runs",
+    "encode",
+    "gaps",
+    "lengths",
+    "pack",
+    "read_at",
+    "ungap",
+    "unpack_from",
+]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -99,3 +112,67 @@ def decode(data: npt.NDArray[np.uint8], count: int) -> IntArray:
         raise ValueError(f"varints: a value longer than {MAX_BYTES} bytes")
     shift = 7 * (np.arange(len(data)) - np.repeat(starts, size))
     return np.add.reduceat((data & 0x7F).astype(np.int64) << shift, starts)
+
+
+def pack(value: int) -> bytes:
+    """One value's varint (0 <= value < 2^35)."""
+    if not 0 <= value < 1 << (7 * MAX_BYTES):
+        raise ValueError(f"varints: {value} is out of range")
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def unpack_from(data: bytes, pos: int) -> tuple[int, int]:
+    """The varint at `data[pos:]` and the position after it; ValueError if truncated or long."""
+    value = 0
+    for k in range(MAX_BYTES):
+        if pos + k >= len(data):
+            raise ValueError("varints: truncated")
+        byte = data[pos + k]
+        value |= (byte & 0x7F) << (7 * k)
+        if byte < 0x80:
+            return value, pos + k + 1
+    raise ValueError(f"varints: a value longer than {MAX_BYTES} bytes")
+
+
+def read_at(buf: npt.NDArray[np.uint8], at: IntArray, ends: IntArray) -> tuple[IntArray, IntArray]:
+    """The varint at each offset of `buf` (before `ends[i]`), and the offset after it.
+
+    ValueError if one runs to its end or is longer than `MAX_BYTES`.
+    """
+    value = np.zeros(len(at), np.int64)
+    after = np.asarray(at, np.int64).copy()
+    going = np.ones(len(at), np.bool_)
+    for k in range(MAX_BYTES):
+        pos = at + k
+        if (going & (pos >= ends)).any():
+            raise ValueError("varints: truncated")
+        byte = np.where(going, buf[np.minimum(pos, len(buf) - 1)], 0).astype(np.int64)
+        value |= (byte & 0x7F) << (7 * k)
+        after += going
+        going &= byte >= 0x80
+        if not going.any():
+            return value, after
+    raise ValueError(f"varints: a value longer than {MAX_BYTES} bytes")
+
+
+def decode_runs(data: npt.NDArray[np.uint8], nbytes: IntArray, counts: IntArray) -> IntArray:
+    """The varints of runs laid end to end (run i: `nbytes[i]` bytes, `counts[i]` values).
+
+    ValueError if a run holds another number of values or ends inside one: each blob's values
+    stay its own, whatever its neighbours hold.
+    """
+    data = np.asarray(data, np.uint8)
+    last = data < 0x80
+    ends = np.cumsum(nbytes)
+    filled = np.asarray(nbytes) > 0
+    if len(ends) and (int(ends[-1]) != len(data) or not last[ends[filled] - 1].all()):
+        raise ValueError("varints: a run ends inside a value")
+    value_ends = np.flatnonzero(last)
+    if (np.diff(np.searchsorted(value_ends, ends), prepend=0) != counts).any():
+        raise ValueError("varints: a run holds another number of values")
+    return decode(data, int(np.sum(counts)))

@@ -7,8 +7,11 @@ same `WindowAgg.merged`, so a range answer is by construction the merge of its w
 A `WindowAgg` holds one state per registered metric (tidegauge/core/registry.py): the built-in
 ones (tidegauge/core/metrics.py, registered by importing this module, so they always come first
 and are there before any aggregate is built) and those of plugins. Stored aggregates are
-self-describing: a list of (metric name, bytes) entries after the `TGWA` preamble
+self-describing: a list of (metric, bytes) entries after the `TGWA` preamble
 (sketches/preamble.py), so adding a metric invalidates neither checkpoints nor stored windows.
+A metric whose state is empty (no errors, no overdue events, a tumbling window's timeline) has
+no entry, and the built-in metrics are named by a one-byte id: a window of 100 events is then
+~170 bytes smaller than with every metric spelled out.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+import sketches.varint as varint
 from sketches.hll import HyperLogLog
 from sketches.preamble import WINDOW_AGG
 from sketches.tdigest import TDigest
@@ -31,8 +35,13 @@ from tidegauge.core.registry import Batch, Metric, ResultContext, metrics
 
 __all__ = ["WindowAgg"]
 
-#: Version 3, after the preamble: entries u16, then per entry: name length u8, name (UTF-8),
-#: payload length u32, payload (the metric's own encoding).
+#: Version 4, after the preamble: the number of entries (varint, sketches/varint.py), then per
+#: entry a tag (varint: 2 x id + 1 for the built-in metric `BUILT_IN[id]`; otherwise 2 x the
+#: name's length, the name (UTF-8) following), the payload's length (varint) and the payload
+#: (the metric's own encoding). A metric whose payload is its empty state's has no entry.
+BUILT_IN = ("count", "errors", "latency", "users", "lateness", "overdue", "timeline")
+#: Version 3: entries u16, then per entry: name length u8, name (UTF-8), payload length u32,
+#: payload; every registered metric has one. Still read.
 _ENTRIES = struct.Struct("<H")
 _NAME = struct.Struct("<B")
 _PAYLOAD = struct.Struct("<I")
@@ -204,13 +213,13 @@ class WindowAgg:
         return out
 
     def to_bytes(self) -> bytes:
-        """Self-describing binary: a header, then one (name, payload) entry per metric."""
-        parts = [WINDOW_AGG.preamble, _ENTRIES.pack(len(self.registered))]
+        """Self-describing binary: a header, then one (tag, payload) entry per non-empty metric."""
+        entries = []
         for m in self.registered:
-            name = m.name.encode()
             payload = m.encode(self.states[m.name])
-            parts += [_NAME.pack(len(name)), name, _PAYLOAD.pack(len(payload)), payload]
-        return b"".join(parts)
+            if payload != empty_payload(m):
+                entries += [tag(m.name), varint.pack(len(payload)), payload]
+        return b"".join([WINDOW_AGG.preamble, varint.pack(len(entries) // 3), *entries])
 
     @classmethod
     def from_bytes(cls, data: bytes, with_lateness: bool = True) -> WindowAgg:
@@ -241,10 +250,33 @@ def _state(agg: WindowAgg, m: Metric) -> Any:
     return m.empty() if state is None else state
 
 
+_TAGS = {name: varint.pack(2 * i + 1) for i, name in enumerate(BUILT_IN)}
+_EMPTY: dict[str, tuple[Metric, bytes]] = {}
+
+
+def tag(name: str) -> bytes:
+    """The tag of metric `name`'s entries (version 4)."""
+    built_in = _TAGS.get(name)
+    if built_in is not None:
+        return built_in
+    raw = name.encode()
+    return varint.pack(2 * len(raw)) + raw
+
+
+def empty_payload(m: Metric) -> bytes:
+    """The payload of `m`'s empty state: an entry holding it is left out."""
+    known = _EMPTY.get(m.name)
+    if known is None or known[0] is not m:
+        known = _EMPTY[m.name] = (m, m.encode(m.empty()))
+    return known[1]
+
+
 def _entries(data: bytes) -> list[tuple[str, bytes]]:
-    """The (metric name, payload) entries of a stored aggregate, version 3 or 2."""
+    """The (metric name, payload) entries of a stored aggregate, version 4, 3 or 2."""
     version = WINDOW_AGG.check(data)
     pos = WINDOW_AGG.size
+    if version == 4:
+        return _entries_v4(data, pos)
     if version == 2:
         if len(data) < pos + _V2_HEADER.size:
             raise ValueError("window aggregate: too short")
@@ -276,6 +308,38 @@ def _entries(data: bytes) -> list[tuple[str, bytes]]:
     if pos != len(data):
         raise ValueError("window aggregate: length mismatch")
     return out
+
+
+def _entries_v4(data: bytes, pos: int) -> list[tuple[str, bytes]]:
+    n, pos = _varint(data, pos)
+    out = []
+    for _ in range(n):
+        t, pos = _varint(data, pos)
+        if t & 1:
+            if t >> 1 >= len(BUILT_IN):
+                raise ValueError(f"window aggregate: unknown built-in metric {t >> 1}")
+            name = BUILT_IN[t >> 1]
+        else:
+            try:
+                name = data[pos : pos + (t >> 1)].decode()
+            except UnicodeDecodeError:
+                raise ValueError("window aggregate: a metric name is not UTF-8") from None
+            pos += t >> 1
+        size, pos = _varint(data, pos)
+        if pos + size > len(data):
+            raise ValueError("window aggregate: length mismatch")
+        out.append((name, data[pos : pos + size]))
+        pos += size
+    if pos != len(data):
+        raise ValueError("window aggregate: length mismatch")
+    return out
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    try:
+        return varint.unpack_from(data, pos)
+    except ValueError as e:
+        raise ValueError(f"window aggregate: truncated entry ({e})") from None
 
 
 def _split(data: bytes, offset: int, sizes: Iterable[int]) -> list[bytes]:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+import sketches.varint as varint
 from sketches.digests import Digests
 from sketches.hlls import Hlls
 from sketches.packed import Packed
@@ -41,7 +42,7 @@ from tidegauge.core.metrics import (
     USERS,
 )
 from tidegauge.core.registry import Batch, Metric, ResultContext, metrics
-from tidegauge.core.window_agg import _ENTRIES, _NAME, _PAYLOAD, WindowAgg, _entries
+from tidegauge.core.window_agg import WindowAgg, _entries, empty_payload, tag
 
 __all__ = ["WindowAggs"]
 
@@ -364,10 +365,8 @@ class WindowAggs:
     def encode(self) -> list[bytes]:
         """`WindowAgg.to_bytes` of every group."""
         n = self.n
-        payloads: list[tuple[bytes, list[bytes]]] = []
+        payloads: list[tuple[bytes, bytes, list[bytes]]] = []
         for m in self.registered:
-            raw = m.name.encode()
-            prefix = _NAME.pack(len(raw)) + raw
             if m.name in self.ints:
                 b = self.ints[m.name].astype("<i8").tobytes()
                 values = [b[i * 8 : i * 8 + 8] for i in range(n)]
@@ -377,45 +376,49 @@ class WindowAggs:
                 values = self.sketches[m.name].encode()
             else:
                 objs = self.objects[m.name]
-                values = [m.encode(m.empty())] * n if objs is None else [m.encode(s) for s in objs]
-            payloads.append((prefix, values))
-        head = WINDOW_AGG.preamble + _ENTRIES.pack(len(self.registered))
-        pack = _PAYLOAD.pack
+                if objs is None:
+                    continue  # every state empty: no entry
+                values = [m.encode(s) for s in objs]
+            payloads.append((tag(m.name), empty_payload(m), values))
+        head = WINDOW_AGG.preamble
+        pack = varint.pack
         out = []
         for i in range(n):
-            parts = [head]
-            for prefix, values in payloads:
+            parts: list[bytes] = []
+            for prefix, empty, values in payloads:
                 v = values[i]
-                parts += (prefix, pack(len(v)), v)
-            out.append(b"".join(parts))
+                if v != empty:
+                    parts += (prefix, pack(len(v)), v)
+            out.append(b"".join([head, pack(len(parts) // 3), *parts]))
         return out
 
     @classmethod
     def counts(cls, blobs: Sequence[bytes]) -> tuple[IntArray, IntArray]:
         """(count, errors) of each aggregate, read where they sit, sketches left alone.
 
-        `WindowAgg.to_bytes` writes them as its first two entries; a blob laid out otherwise
-        (another version, other metrics first) is decoded whole.
+        `WindowAgg.to_bytes` writes them first, each with its entry or none (zero); a blob laid
+        out otherwise (another version, other metrics first) is decoded whole.
         """
         if not blobs:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         packed = Packed(blobs)
-        head = len(_HEAD_V3) + _ENTRIES.size
-        count_at = head + _NAME.size + len(b"count") + _PAYLOAD.size
-        errors_at = count_at + 8 + _NAME.size + len(b"errors") + _PAYLOAD.size
-        layout = (
-            b"\x05count" + _PAYLOAD.pack(8),
-            b"\x06errors" + _PAYLOAD.pack(8),
-        )
-        starts = packed.starts
-        if (
-            (packed.sizes >= errors_at + 8).all()
-            and packed.equal_at(starts, _HEAD_V3)
-            and packed.equal_at(starts + head, layout[0])
-            and packed.equal_at(starts + count_at + 8, layout[1])
-        ):
-            count = packed.read(starts + count_at, "<i8").astype(np.int64)
-            return count, packed.read(starts + errors_at, "<i8").astype(np.int64)
+        starts, ends, buf = packed.starts, packed.starts + packed.sizes, packed.buf
+        at = starts + WINDOW_AGG.size + 1
+        if (at <= ends).all() and packed.equal_at(starts, WINDOW_AGG.preamble):
+            ok = buf[at - 1] < 0x80  # fewer than 128 entries: their number is one byte
+            out = []
+            for m in _INTS:
+                here = _have(packed, at, ends, tag(m.name) + b"\x08")
+                value = np.zeros(len(blobs), np.int64)
+                if here.any():
+                    ok &= ~here | (at + 10 <= ends)
+                    if not ok.all():
+                        break
+                    value[here] = packed.read(at[here] + 2, "<i8")
+                    at = np.where(here, at + 10, at)
+                out.append(value)
+            if ok.all():
+                return out[0], out[1]
         whole = cls.decode(blobs)
         return whole.ints["count"], whole.ints["errors"]
 
@@ -445,38 +448,47 @@ class WindowAggs:
     def _unpack(cls, blobs: Packed, estimate_only: bool = False) -> WindowAggs | None:
         """`decode` of blobs written by this registry (the common case), every field at once.
 
-        Each metric's entry then sits at an offset numpy computes for all blobs together
-        (sketches/packed.py). None when a blob is of another version or holds other entries.
-        `estimate_only`: sketches go to `estimates`, not decoded (`results_of`).
+        Each metric's entry (or its absence) is found at an offset numpy computes for all blobs
+        together (sketches/packed.py). None when a blob is of another version or holds entries
+        of other metrics. `estimate_only`: sketches go to `estimates`, not decoded (`results_of`).
         """
         n = len(blobs.starts)
         out = cls.empty(n)
-        if not blobs.equal_at(blobs.starts, _HEAD_V3 + _ENTRIES.pack(len(out.registered))):
+        buf, ends = blobs.buf, blobs.starts + blobs.sizes
+        at = blobs.starts + WINDOW_AGG.size + 1
+        if (at > ends).any() or not blobs.equal_at(blobs.starts, WINDOW_AGG.preamble):
             return None
-        at = blobs.starts + len(_HEAD_V3) + _ENTRIES.size
-        ends = blobs.starts + blobs.sizes
-        entries: list[tuple[Metric, IntArray, IntArray]] = []
+        held = buf[at - 1].astype(np.int64)
+        if (held >= 0x80).any():
+            return None
+        entries: list[tuple[Metric, npt.NDArray[np.bool_], IntArray, IntArray]] = []
         for m in out.registered:
-            raw = m.name.encode()
-            if (at + 1 + len(raw) + _PAYLOAD.size > ends).any():
-                return None
-            if not blobs.equal_at(at, _NAME.pack(len(raw)) + raw):
-                return None
-            size = blobs.read(at + 1 + len(raw), "<u4").astype(np.int64)
-            start = at + 1 + len(raw) + _PAYLOAD.size
-            at = start + size
-            if (at > ends).any():
-                return None
-            entries.append((m, start, size))
-        if (at != ends).any():
+            prefix = tag(m.name)
+            here = _have(blobs, at, ends, prefix)
+            start, size = np.zeros(n, np.int64), np.zeros(n, np.int64)
+            if here.any():
+                try:
+                    size[here], start[here] = varint.read_at(
+                        buf, at[here] + len(prefix), ends[here]
+                    )
+                except ValueError:
+                    return None
+                at = np.where(here, start + size, at)
+                if (at > ends).any():
+                    return None
+                held -= here
+            entries.append((m, here, start, size))
+        if (at != ends).any() or held.any():
             return None
-        for m, start, size in entries:
-            part = Packed.of(blobs.buf, start, size)
+        for m, here, start, size in entries:
+            if not here.any():
+                continue  # every state empty (`empty` made them so)
+            part = _with_empty(blobs.buf, here, start, size, empty_payload(m))
             try:
                 if m.name in out.ints:
-                    if (size != 8).any():
+                    if (part.sizes != 8).any():
                         return None
-                    out.ints[m.name] = blobs.read(start, "<i8").astype(np.int64)
+                    out.ints[m.name] = part.read(part.starts, "<i8").astype(np.int64)
                 elif m.name in out.digests:
                     digests = Digests.unpack(part)
                     if digests is None:
@@ -496,9 +508,10 @@ class WindowAggs:
                             sketches if sketches is not None else Hlls.decode(_slices_of(part))
                         )
                 else:
-                    empty = m.encode(m.empty())
-                    if not ((size == len(empty)).all() and part.equal_at(start, empty)):
-                        out.objects[m.name] = [m.decode(b) for b in _slices_of(part)]
+                    out.objects[m.name] = [
+                        m.decode(b) if h else m.empty()
+                        for b, h in zip(_slices_of(part), here.tolist(), strict=True)
+                    ]
             except ValueError as e:
                 raise ValueError(f"window aggregate: bad {m.name!r} entry: {e}") from None
         return out
@@ -541,8 +554,28 @@ class WindowAggs:
         return out
 
 
-#: The preamble of the version `WindowAgg.to_bytes` writes.
-_HEAD_V3 = WINDOW_AGG.preamble
+def _have(blobs: Packed, at: IntArray, ends: IntArray, expected: bytes) -> npt.NDArray[np.bool_]:
+    """Whether each blob holds `expected` at its offset (before its end)."""
+    fits = at + len(expected) <= ends
+    out = np.zeros(len(at), np.bool_)
+    if fits.any():
+        want = np.frombuffer(expected, np.uint8)
+        out[fits] = (blobs.bytes_at(at[fits], len(expected)) == want).all(axis=1)
+    return out
+
+
+def _with_empty(
+    buf: npt.NDArray[np.uint8],
+    here: npt.NDArray[np.bool_],
+    start: IntArray,
+    size: IntArray,
+    empty: bytes,
+) -> Packed:
+    """The payloads at (start, size) where `here`, and `empty` where a blob has no entry."""
+    if here.all():
+        return Packed.of(buf, start, size)
+    joined = np.concatenate([buf, np.frombuffer(empty, np.uint8)])
+    return Packed.of(joined, np.where(here, start, len(buf)), np.where(here, size, len(empty)))
 
 
 def _slices_of(part: Packed) -> list[bytes]:

@@ -159,6 +159,25 @@ def test_merge_refuses_other_precision_without_changing_anything() -> None:
 # --- serialisation -----------------------------------------------------------------------------
 
 
+def leb128(value: int) -> bytes:
+    """Unsigned LEB128, the textbook loop (protobuf's varint)."""
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def gaps_bytes(s: HyperLogLog, version: int = 2) -> bytes:
+    """`s` in the *gaps* encoding, written here register by register: the count, then the gap
+    of each key (index << 5 | value) from the one before, the first key whole."""
+    keys = [(int(i) << 5) | int(s.registers[i]) for i in np.flatnonzero(s.registers)]
+    gaps = [k - before for k, before in zip(keys, [0, *keys][: len(keys)], strict=True)]
+    body = leb128(len(keys)) + b"".join(map(leb128, gaps))
+    return b"TGHL" + bytes([version, s.p, 3]) + body
+
+
 @pytest.mark.parametrize("p", [4, 14, 16])
 @pytest.mark.parametrize("n", [0, 1, 100, 2_000, 300_000])
 def test_bytes_round_trip_exact(p: int, n: int) -> None:
@@ -168,24 +187,36 @@ def test_bytes_round_trip_exact(p: int, n: int) -> None:
     assert HyperLogLog.from_bytes(data) == s
     assert HyperLogLog.from_bytes(bytearray(data)) == s
     assert HyperLogLog.from_bytes(memoryview(data)) == s
-    nz = int(np.count_nonzero(s.registers))
-    sparse, dense = 11 + 3 * nz, 7 + 5 * 2**p // 8
-    if sparse - 7 < 1_024:  # small sketches are never deflated
-        assert len(data) == min(sparse, dense)
-    else:  # the smallest of sparse, dense and deflated
-        assert len(data) <= min(sparse, dense)
+    gaps, dense = gaps_bytes(s), 7 + 5 * 2**p // 8
+    if len(gaps) - 7 < 1_024:  # small sketches are never deflated
+        assert data == gaps if len(gaps) < dense else len(data) == dense
+    else:  # the smallest of gaps, dense and deflated
+        assert len(data) <= min(len(gaps), dense)
 
 
 def test_serialised_sizes_at_default_p() -> None:
-    assert len(HyperLogLog().to_bytes()) == 11  # empty window
+    assert HyperLogLog().to_bytes() == b"TGHL\x02\x0e\x03\x00"  # empty window: 8 bytes
     hundred = _sketch([f"user-{i}" for i in range(100)])
-    assert len(hundred.to_bytes()) == 11 + 3 * int(np.count_nonzero(hundred.registers)) <= 311
+    nz = int(np.count_nonzero(hundred.registers))
+    assert hundred.to_bytes() == gaps_bytes(hundred)
+    assert len(hundred.to_bytes()) <= 8 + 2.2 * nz  # ~2 bytes a register, not 3 as entries
     full = _sketch([f"u{i}" for i in range(1_000_000)])
     assert len(full.to_bytes()) < 0.75 * (7 + 10240)  # deflated beats 5 bits per register
-    assert full.to_bytes()[4:7] == bytes([1, 14, 2])  # version, p, deflated
+    assert full.to_bytes()[4:7] == bytes([2, 14, 2])  # version, p, deflated
     hour = _sketch([f"user-{i}" for i in range(5_000)])  # a busy service's hour
     assert len(hour.to_bytes()) < 0.5 * (11 + 3 * int(np.count_nonzero(hour.registers)))
     assert HyperLogLog.from_bytes(full.to_bytes()) == full
+
+
+def test_version_1_sparse_entries_are_still_read() -> None:
+    """Sketches written before the gaps (u16 index, u8 value per register) read back the same."""
+    s = _sketch([f"user-{i}" for i in range(100)])
+    nz = np.flatnonzero(s.registers)
+    old = _sparse([(int(i), int(s.registers[i])) for i in nz], p=14)
+    assert len(old) == 11 + 3 * len(nz) and old[4] == 1
+    assert HyperLogLog.from_bytes(old) == s
+    with pytest.raises(ValueError, match="unknown encoding 3"):
+        HyperLogLog.from_bytes(gaps_bytes(s, version=1))  # the gaps came with version 2
 
 
 def test_dense_packing_is_still_read() -> None:
@@ -223,7 +254,7 @@ def _sparse(entries: list[tuple[int, int]], p: int = 4, count: int | None = None
         pytest.param(b"", id="empty"),
         pytest.param(b"TGHL", id="header-truncated"),
         pytest.param(b"XXXX" + bytes([1, 4, 1, 0, 0, 0, 0]), id="bad-magic"),
-        pytest.param(_header(version=2) + bytes(4), id="future-version"),
+        pytest.param(_header(version=3) + bytes(4), id="future-version"),
         pytest.param(_header(p=3) + bytes(4), id="p-too-small"),
         pytest.param(_header(p=17) + bytes(4), id="p-too-large"),
         pytest.param(_header(encoding=7) + bytes(4), id="unknown-encoding"),
@@ -242,6 +273,14 @@ def _sparse(entries: list[tuple[int, int]], p: int = 4, count: int | None = None
         pytest.param(_sparse([(1, 0)]), id="sparse-zero-value"),
         pytest.param(_sparse([(16, 1)]), id="sparse-index-out-of-range"),
         pytest.param(_sparse([(1, 30)]), id="sparse-value-too-big"),
+        pytest.param(_header(2, encoding=3), id="gaps-no-count"),
+        pytest.param(_header(2, encoding=3) + b"\x02\x22", id="gaps-count-mismatch"),
+        pytest.param(_header(2, encoding=3) + b"\x01\x22\x00", id="gaps-trailing-byte"),
+        pytest.param(_header(2, encoding=3) + b"\x01\xa2", id="gaps-truncated-varint"),
+        pytest.param(_header(2, encoding=3) + b"\x02\x22\x00", id="gaps-duplicate-index"),
+        pytest.param(_header(2, encoding=3) + b"\x01\x20", id="gaps-zero-value"),
+        pytest.param(_header(2, encoding=3) + b"\x01\x81\x04", id="gaps-index-out-of-range"),
+        pytest.param(_header(2, encoding=3) + b"\x11" + bytes(17), id="gaps-count-over-m"),
         pytest.param(b"\x0e" + bytes(2**14), id="datasketch-serialize-format"),
     ],
 )

@@ -10,6 +10,16 @@ import pytest
 
 from sketches import HyperLogLog, hll, hlls
 from sketches.hlls import Hlls
+from sketches.packed import Packed
+
+
+def version_1(s: HyperLogLog) -> bytes:
+    """`s` as version 1 wrote it: u32 count, then (u16 index, u8 value) per register."""
+    nz = np.flatnonzero(s.registers)
+    entries = np.empty(len(nz), hll._SPARSE_ENTRY)
+    entries["index"], entries["value"] = nz, s.registers[nz]
+    head = b"TGHL" + bytes([1, s.p, 1]) + len(nz).to_bytes(4, "little")
+    return head + entries.tobytes()
 
 
 def objects(hashes: np.ndarray, groups: np.ndarray, n: int) -> list[HyperLogLog]:
@@ -57,8 +67,11 @@ def test_saturated_and_empty_sketches_estimate_as_the_object_does() -> None:
 
 def test_bad_blobs_are_refused() -> None:
     blob = Hlls.build(np.array([1, 2, 3], np.uint32), np.zeros(3, int), 1).encode()[0]
-    with pytest.raises(ValueError, match="do not fit"):
+    with pytest.raises(ValueError, match="corrupt HyperLogLog: gaps"):
         Hlls.decode([blob[:-1]])
+    with pytest.raises(ValueError, match="corrupt HyperLogLog: gaps"):
+        Hlls.decode([blob[:-1]] + [blob] * 40)  # the many read at once, then the bad one named
+    assert Hlls.unpack(Packed([blob[:-1], blob + b"\x01"])) is None  # each blob's own values
     with pytest.raises(ValueError, match="precisions"):
         Hlls.of([HyperLogLog(10), HyperLogLog(12)])
     with pytest.raises(ValueError):
@@ -109,8 +122,8 @@ def test_dense_and_deflated_sketches_decode_together_as_the_objects(
     expected = [_sketch(rng, n) for n in (200_000, 3_000, 0, 7, 200_000, 5_000, 1)]
     blobs = [s.to_bytes() for s in expected]
     blobs[4] = _dense(expected[4], monkeypatch)
-    assert {b[6] for b in blobs} == {0, 1, 2}  # dense, sparse and deflated among them
-    for chosen in (blobs, [b for b in blobs if b[6] != 1], blobs[:2]):
+    assert {b[6] for b in blobs} == {0, 2, 3}  # dense, sparse and deflated among them
+    for chosen in (blobs, [b for b in blobs if b[6] != 3], blobs[:2]):
         decoded = Hlls.decode(chosen)
         assert [decoded.sketch(i) for i in range(len(chosen))] == [
             HyperLogLog.from_bytes(b) for b in chosen
@@ -120,7 +133,7 @@ def test_dense_and_deflated_sketches_decode_together_as_the_objects(
         assert Hlls.estimate_blobs(chosen).tolist() == [
             HyperLogLog.from_bytes(b).estimate() for b in chosen
         ]
-    sparse = [b for b in blobs if b[6] == 1]
+    sparse = [b for b in blobs if b[6] == 3]
     assert Hlls.estimate_blobs(sparse).tolist() == [
         HyperLogLog.from_bytes(b).estimate() for b in sparse
     ]
@@ -159,3 +172,17 @@ def test_bad_full_register_blobs_are_refused_naming_the_fault(
     ]:
         with pytest.raises(ValueError, match=fault):
             Hlls.estimate_blobs(bad)
+
+
+def test_version_1_sparse_sketches_read_at_once_and_among_version_2() -> None:
+    rng = np.random.default_rng(9)
+    hashes = rng.integers(0, 2**32, 3_000, dtype=np.uint64).astype(np.uint32)
+    expected = objects(hashes, rng.integers(0, 60, 3_000), 60)
+    old = [version_1(s) for s in expected]
+    fast = Hlls.unpack(Packed(old))
+    assert fast is not None and [fast.sketch(i) for i in range(60)] == expected
+    mixed = [
+        b if i % 3 else s.to_bytes() for i, (b, s) in enumerate(zip(old, expected, strict=True))
+    ]
+    assert [Hlls.decode(mixed).sketch(i) for i in range(60)] == expected
+    assert Hlls.estimate_blobs(mixed).tolist() == [s.estimate() for s in expected]

@@ -239,8 +239,8 @@ WA = preamble.WINDOW_AGG
         (b"XXXX\x03", "not a TGWA window aggregate (bad magic b'XXXX')"),
         (b"TGLA\x01", "not a TGWA window aggregate (bad magic b'TGLA')"),
         (b"TGWA", "TGWA window aggregate truncated: 4 bytes, no version byte"),
-        (b"TGWA\x09", "TGWA window aggregate version 9 is newer than this tidegauge reads (2–3)"),
-        (b"TGWA\x01", "TGWA window aggregate version 1 is older than this tidegauge reads (2–3)"),
+        (b"TGWA\x09", "TGWA window aggregate version 9 is newer than this tidegauge reads (2–4)"),
+        (b"TGWA\x01", "TGWA window aggregate version 1 is older than this tidegauge reads (2–4)"),
     ],
 )
 def test_check_refuses_with_a_message_naming_the_format(data: bytes, message: str) -> None:
@@ -266,7 +266,7 @@ def test_check_adds_what_foreign_bytes_are_and_what_to_do() -> None:
     )
     with pytest.raises(ValueError) as err:
         WA.check(b"TGWA\x07", foreign="written by an older release", advice="start afresh")
-    assert str(err.value).endswith("reads (2–3): start afresh")  # the magic was ours
+    assert str(err.value).endswith("reads (2–4): start afresh")  # the magic was ours
 
 
 # --- every codec --------------------------------------------------------------------------------

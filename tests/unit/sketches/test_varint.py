@@ -54,3 +54,28 @@ def test_gaps_restart_at_each_run() -> None:
 def test_bad_varints_are_refused(data: bytes, count: int) -> None:
     with pytest.raises(ValueError, match="varints"):
         varint.decode(np.frombuffer(data, np.uint8), count)
+
+
+def test_one_value_and_one_at_each_offset_equal_textbook_leb128() -> None:
+    values = [*EDGES, 2**35 - 1]
+    joined = b"".join(leb128(v) for v in values)
+    pos, at = 0, []
+    for v in values:
+        assert varint.pack(v) == leb128(v)
+        at.append(pos)
+        assert varint.unpack_from(joined, pos) == (v, pos + len(leb128(v)))
+        pos += len(leb128(v))
+    buf = np.frombuffer(joined, np.uint8)
+    got, after = varint.read_at(buf, np.array(at), np.full(len(at), len(buf)))
+    assert got.tolist() == values
+    assert after.tolist() == [*at[1:], len(buf)]
+    with pytest.raises(ValueError, match="out of range"):
+        varint.pack(2**35)
+    for bad in (b"\x81", b"\x80\x80\x80\x80\x80\x01"):  # runs out; longer than 5 bytes
+        with pytest.raises(ValueError, match="varints"):
+            varint.unpack_from(bad, 0)
+        with pytest.raises(ValueError, match="varints"):
+            varint.read_at(np.frombuffer(bad, np.uint8), np.array([0]), np.array([len(bad)]))
+    # a varint may not run past its own blob's end, whatever follows in the buffer
+    with pytest.raises(ValueError, match="truncated"):
+        varint.read_at(np.frombuffer(b"\x81\x01", np.uint8), np.array([0]), np.array([1]))

@@ -5,8 +5,8 @@ window to find them. The sink keeps each tumbling window's and roll-up's events 
 service in two sorted sets beside its aggregates (`ranked_counts`), and Redis sums them over
 the range (`ZUNION`): a few numbers per (window, service), added in C. Windows without them
 (written before the sink kept them) and the p99 ranking are read by a read-only Lua script
-(`EVAL_RO`): the count and errors of an aggregate sit at known places in its bytes
-(`WindowAgg.to_bytes`, versions 2 and 3), and for p99 it returns each aggregate's latency
+(`EVAL_RO`): the count and errors of an aggregate are its first entries
+(`WindowAgg.to_bytes`; versions 2 and 3 too), and for p99 it returns each aggregate's latency
 t-digest only, merged per service here. Closed windows the script reads are read once per
 reader (`ClosedWindows`). A Redis user without `EVAL_RO` gets the same numbers read in Python
 (every aggregate fetched).
@@ -61,20 +61,55 @@ RANK_PIECES = 6
 RANK_BY = ("events", "errors", "p99")
 
 #: For each window key, a flat list per service (`*` left out): with ARGV[1] = "counts" its
-#: count and errors, with "latency" its latency t-digest's bytes. Aggregates of version 2
-#: (fixed layout) and 3 (entries: name length u8, name, payload length u32, payload; read
-#: where they sit when count, errors and latency come first, as `WindowAgg.to_bytes` writes
-#: them: a quarter less of Redis's time than walking the entries).
+#: count and errors, with "latency" its latency t-digest's bytes. Aggregates of version 4
+#: (entries: varint tag, varint payload length, payload; the built-in metrics' tags are
+#: 2 x id + 1, so count 1, errors 3, latency 5, written first and in that order, an empty one
+#: left out: the walk stops past them), 2 (fixed layout) and 3 (entries: name length u8,
+#: name, payload length u32, payload; read where they sit when count, errors and latency come
+#: first, as that version was written: a quarter less of Redis's time than walking them).
 _READ = r"""
 local mode = ARGV[1]
 local out = {}
+local function uvarint(s, pos)
+  local v, scale = 0, 1
+  while true do
+    local b = string.byte(s, pos)
+    pos = pos + 1
+    if b < 128 then return v + b * scale, pos end
+    v = v + (b - 128) * scale
+    scale = scale * 128
+  end
+end
 for i, key in ipairs(KEYS) do
   local flat = redis.call('HGETALL', key)
   local res = {}
   for j = 1, #flat, 2 do
     local svc, blob = flat[j], flat[j + 1]
     local version = string.sub(blob, 1, 4) == 'TGWA' and string.byte(blob, 5) or 0
-    if svc ~= '*' and version == 2 then
+    if svc ~= '*' and version == 4 then
+      local count, errors, latency = 0, 0, nil
+      local n, pos = uvarint(blob, 6)
+      for _ = 1, n do
+        local tag, size
+        tag, pos = uvarint(blob, pos)
+        if tag % 2 == 0 then pos = pos + tag / 2 end  -- a plugin's metric, by its name
+        size, pos = uvarint(blob, pos)
+        if tag == 1 then count = struct.unpack('<i8', blob, pos)
+        elseif tag == 3 then errors = struct.unpack('<i8', blob, pos)
+        elseif tag == 5 and mode == 'latency' then latency = string.sub(blob, pos, pos + size - 1)
+        end
+        if tag >= 5 or tag % 2 == 0 then break end
+        pos = pos + size
+      end
+      if mode == 'counts' then
+        res[#res + 1] = svc
+        res[#res + 1] = count
+        res[#res + 1] = errors
+      elseif latency then
+        res[#res + 1] = svc
+        res[#res + 1] = latency
+      end
+    elseif svc ~= '*' and version == 2 then
       res[#res + 1] = svc
       if mode == 'counts' then
         res[#res + 1] = struct.unpack('<i8', blob, 6)

@@ -21,6 +21,7 @@ from sketches.tdigest import TDigest
 from sketches.tg64 import hash32
 from tests.unit.tidegauge.core.fixtures import NAN, agg_of, exact_values, f64, i64, users
 from tidegauge.core.metrics import PERCENTILES
+from tidegauge.core.registry import metrics
 from tidegauge.core.window_agg import WindowAgg
 
 #: Rank-error bounds of the t-digest (docs/sketches.md, tests/accuracy): quantile -> bound.
@@ -238,27 +239,61 @@ def _good() -> bytes:
     return agg_of(f64(1.0, 2.0), i64(200, 500), users("a", "b")).to_bytes()
 
 
+#: The built-in metrics' ids in stored aggregates (version 4): part of the format, never renumbered.
+IDS = {b"count": 0, b"errors": 1, b"latency": 2, b"users": 3, b"lateness": 4, b"overdue": 5}
+IDS[b"timeline"] = 6
+
+
+def _varint(value: int) -> bytes:
+    """Unsigned LEB128, as protobuf writes it (independent of sketches/varint.py)."""
+    out = b""
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out += bytes([low | (0x80 if value else 0)])
+        if not value:
+            return out
+
+
+def _read_varint(blob: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = blob[pos]
+        value, shift, pos = value | (byte & 0x7F) << shift, shift + 7, pos + 1
+        if byte < 0x80:
+            return value, pos
+
+
 def _entries(blob: bytes) -> list[tuple[bytes, bytes]]:
-    """The (name, payload) entries of a version-3 aggregate, read independently of the code."""
-    assert blob[:5] == b"TGWA\x03"
-    (n,) = struct.unpack_from("<H", blob, 5)
-    pos, out = 7, []
+    """The (name, payload) entries of a version-4 aggregate, read independently of the code."""
+    assert blob[:5] == b"TGWA\x04"
+    names = {i: name for name, i in IDS.items()}
+    n, pos = _read_varint(blob, 5)
+    out = []
     for _ in range(n):
-        k = blob[pos]
-        name = blob[pos + 1 : pos + 1 + k]
-        (size,) = struct.unpack_from("<I", blob, pos + 1 + k)
-        start = pos + 1 + k + 4
-        out.append((name, blob[start : start + size]))
-        pos = start + size
+        tag, pos = _read_varint(blob, pos)
+        if tag % 2:
+            name = names[tag // 2]
+        else:
+            name, pos = blob[pos : pos + tag // 2], pos + tag // 2
+        size, pos = _read_varint(blob, pos)
+        out.append((name, blob[pos : pos + size]))
+        pos += size
     assert pos == len(blob)
     return out
 
 
-def _pack(entries: list[tuple[bytes, bytes]], version: int = 3, magic: bytes = b"TGWA") -> bytes:
-    head = struct.pack("<4sBH", magic, version, len(entries))
-    return head + b"".join(
-        struct.pack("<B", len(n)) + n + struct.pack("<I", len(p)) + p for n, p in entries
-    )
+def _pack(entries: list[tuple[bytes, bytes]], version: int = 4, magic: bytes = b"TGWA") -> bytes:
+    """Entries as version 4 writes them (built-in metrics by id), or as version 3 (names)."""
+    if version == 3:
+        head = struct.pack("<4sBH", magic, version, len(entries))
+        return head + b"".join(
+            struct.pack("<B", len(n)) + n + struct.pack("<I", len(p)) + p for n, p in entries
+        )
+    out = struct.pack("<4sB", magic, version) + _varint(len(entries))
+    for name, payload in entries:
+        tag = _varint(2 * IDS[name] + 1) if name in IDS else _varint(2 * len(name)) + name
+        out += tag + _varint(len(payload)) + payload
+    return out
 
 
 def _good_entries() -> list[tuple[bytes, bytes]]:
@@ -269,19 +304,36 @@ def _with_entry(name: bytes, payload: bytes) -> bytes:
     return _pack([(n, payload if n == name else p) for n, p in _good_entries()])
 
 
-def test_stored_entries_are_the_built_in_metrics_in_order() -> None:
+def test_stored_entries_are_the_built_in_metrics_in_order_each_tagged_by_one_byte() -> None:
     names = [n for n, _ in _good_entries()]
-    assert names == [
-        b"count",
-        b"errors",
-        b"latency",
-        b"users",
-        b"lateness",
-        b"overdue",
-        b"timeline",
-    ]
+    assert names == [b"count", b"errors", b"latency", b"users"]  # the empty ones left out
     assert dict(_good_entries())[b"count"] == struct.pack("<q", 2)
     assert dict(_good_entries())[b"errors"] == struct.pack("<q", 1)
+    head = len(b"TGWA\x04") + 1
+    assert _good()[head : head + 2] == bytes([2 * IDS[b"count"] + 1, 8])
+    assert WindowAgg().to_bytes() == b"TGWA\x04\x00"  # nothing held: no entry at all
+
+
+def test_version_3_aggregates_still_read() -> None:
+    # what the release before the one-byte tags wrote: every metric by name, empty ones too
+    a = agg_of(f64(1.0, 2.0, 40.0), i64(200, 500, 503), users("a", "b", "c"))
+    a.lateness.update(f64(5.0, 7.0))
+    every = [(m, WindowAgg().states[m.decode()]) for m in IDS]
+    payloads = dict(_entries(a.to_bytes()))
+    v3 = _pack(
+        [(m, payloads.get(m) or _metric_bytes(m.decode(), empty)) for m, empty in every],
+        version=3,
+    )
+    assert len(_entries(a.to_bytes())) == 5 and v3[:5] == b"TGWA\x03"
+    back = WindowAgg.from_bytes(v3)
+    assert back == a and back.to_bytes() == a.to_bytes()
+    assert back.metrics(10_000) == a.metrics(10_000)
+    with pytest.raises(ValueError):
+        WindowAgg.from_bytes(v3[:-1])
+
+
+def _metric_bytes(name: str, state: object) -> bytes:
+    return next(m for m in metrics() if m.name == name).encode(state)
 
 
 @pytest.mark.parametrize(
@@ -295,7 +347,9 @@ def test_stored_entries_are_the_built_in_metrics_in_order() -> None:
         pytest.param(_pack(_good_entries(), version=1), id="other-version"),
         pytest.param(_good()[:-1], id="truncated"),
         pytest.param(_good() + b"\x00", id="trailing-byte"),
-        pytest.param(_good()[:7] + b"\x05count" + struct.pack("<I", 9_999), id="lengths-disagree"),
+        pytest.param(_good()[:6] + b"\x01" + _varint(9_999), id="lengths-disagree"),
+        pytest.param(_good()[:6] + bytes([2 * 7 + 1, 0]), id="unknown-built-in"),
+        pytest.param(_good()[:6] + b"\x01\xff\xff\xff\xff\xff\x01", id="overlong-varint"),
         pytest.param(
             _with_entry(b"latency", b"XXXX" + dict(_good_entries())[b"latency"][4:]),
             id="corrupt-digest-magic",

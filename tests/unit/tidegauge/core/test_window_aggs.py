@@ -193,3 +193,26 @@ def test_decode_reads_mixed_versions_and_names_a_bad_entry() -> None:
     tampered[at] ^= 0x7F  # the last centroid's weight: the weights no longer add up to count
     with pytest.raises(ValueError, match="'latency'"):
         WindowAggs.decode([*blobs, bytes(tampered)])
+
+
+def test_blobs_holding_an_entry_or_not_are_read_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty state has no entry (no errors, no overdue events, no events at all): blobs with
+    and without each entry are still read together, each absent state empty."""
+    cols, objs = built(events(40, 120, 6, True, False), 40)
+    objs = [*objs, WindowAgg()]
+    blobs = [a.to_bytes() for a in objs]
+    assert {a.errors == 0 for a in objs} == {True, False}
+    assert {a.overdue.count == 0 for a in objs} == {True, False}
+
+    def one_at_a_time(*_: object) -> None:
+        pytest.fail("read one blob at a time")
+
+    monkeypatch.setattr(WindowAggs, "_decode_each", classmethod(one_at_a_time))
+    got = WindowAggs.decode(blobs)
+    assert [got.agg(i) for i in range(len(objs))] == objs
+    assert got.encode() == blobs
+    assert WindowAggs.results_of(blobs, 10_000) == [a.metrics(10_000) for a in objs]
+    monkeypatch.setattr(WindowAggs, "decode", classmethod(one_at_a_time))
+    count, errors = WindowAggs.counts(blobs)
+    assert count.tolist() == [a.count for a in objs]
+    assert errors.tolist() == [a.errors for a in objs]
