@@ -256,10 +256,20 @@ class Hlls:
         for i, (lo, hi) in enumerate(itertools.pairwise(self.offsets.tolist())):
             count = varint.pack(hi - lo)
             a, b = byte_at[i], byte_at[i + 1]
-            if len(count) + b - a >= min(_DEFLATE_FROM, dense_size):
-                out.append(self.sketch(i).to_bytes())  # filled sketches: the object's choice
-            else:
+            size = len(count) + b - a
+            if size < _DEFLATE_FROM and size < dense_size:
                 out.append(head + count + data[a:b])
+                continue
+            # `HyperLogLog.to_bytes`' choice, without encoding the gaps again
+            registers = np.zeros(m, np.uint8)
+            registers[self.index[lo:hi]] = self.rank[lo:hi]
+            deflated = zlib.compress(registers.tobytes(), 1) if size >= _DEFLATE_FROM else None
+            if deflated is not None and len(deflated) < min(size, dense_size):
+                out.append(HLL.preamble + _HEADER.pack(self.p, _DEFLATED) + deflated)
+            elif size < dense_size:
+                out.append(head + count + data[a:b])
+            else:
+                out.append(HyperLogLog(self.p, registers).to_bytes())  # dense
         return out
 
     @classmethod

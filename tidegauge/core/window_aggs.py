@@ -16,6 +16,7 @@ Same states and bytes as `WindowAgg`, bit for bit (tests/unit/tidegauge/core/tes
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import struct
@@ -381,7 +382,7 @@ class WindowAggs:
                 values = [m.encode(s) for s in objs]
             payloads.append((tag(m.name), empty_payload(m), values))
         head = WINDOW_AGG.preamble
-        pack = varint.pack
+        pack = _length
         out = []
         for i in range(n):
             parts: list[bytes] = []
@@ -552,6 +553,10 @@ class WindowAggs:
             except (struct.error, ValueError) as e:
                 raise ValueError(f"window aggregate: bad {name!r} entry: {e}") from None
         return out
+
+
+#: A payload's length as its varint: the same few hundred lengths recur in every batch.
+_length = functools.lru_cache(maxsize=8192)(varint.pack)
 
 
 def _have(blobs: Packed, at: IntArray, ends: IntArray, expected: bytes) -> npt.NDArray[np.bool_]:
