@@ -14,6 +14,7 @@ with the group's hashes, `combine` those of `HyperLogLog.merged`, `estimate` is
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import zlib
@@ -62,6 +63,10 @@ _MATRIX_PER_ENTRY = 4
 #: Mean entries per sketch from which `Hlls._placed` copies a slice per sketch rather than
 #: indexing every entry (a slice costs about what indexing a few hundred entries does).
 _SLICED_FROM = 256
+
+
+#: A sketch's number of registers as its varint (`encode`: the same few hundred counts recur).
+_count = functools.lru_cache(maxsize=4096)(varint.pack)
 
 
 @dataclass(eq=False)
@@ -254,7 +259,7 @@ class Hlls:
         byte_at = ends[self.offsets].tolist()
         out = []
         for i, (lo, hi) in enumerate(itertools.pairwise(self.offsets.tolist())):
-            count = varint.pack(hi - lo)
+            count = _count(hi - lo)
             a, b = byte_at[i], byte_at[i + 1]
             size = len(count) + b - a
             if size < _DEFLATE_FROM and size < dense_size:
