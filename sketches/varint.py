@@ -74,27 +74,37 @@ def lengths(values: IntArray) -> IntArray:
 def encode(values: IntArray) -> npt.NDArray[np.uint8]:
     """The varints of `values` (non-negative, below 2^35), end to end.
 
-    A column of 7-bit groups per byte position, as many as the longest value needs; the groups
-    each value needs, read row by row, are the varints in order.
+    A column of 7-bit groups per byte position, as many as the largest value needs, and beside
+    it which of them a value keeps (those below its length); read row by row, the kept bytes
+    are the varints in order.
     """
     values = np.asarray(values, np.int64)
-    if not len(values):
+    n = len(values)
+    if not n:
         return np.empty(0, np.uint8)
-    size = lengths(values)
-    width = int(size.max())
+    width = 1 + int((int(values.max()) >= _LIMITS).sum())
     wide: npt.NDArray[np.unsignedinteger[Any]] = values.astype(
         np.uint64 if width == MAX_BYTES else np.uint32
     )
-    out = np.empty((len(values), width), np.uint8)
+    out = np.empty((n, width), np.uint8)
+    keep = np.empty((n, width), np.bool_)
+    keep[:, 0] = True
     for k in range(width):
-        out[:, k] = (wide >> (7 * k)) & 0x7F
+        group = (wide >> (7 * k)) & 0x7F
         if k < width - 1:
-            out[:, k] |= (size > k + 1).view(np.uint8) << 7
-    return out[np.arange(width) < size[:, None]]
+            more = values >= _LIMITS[k]  # the value goes on past this byte
+            out[:, k] = group | (more.view(np.uint8) << 7)
+            keep[:, k + 1] = more
+        else:
+            out[:, k] = group
+    return out.reshape(-1)[keep.reshape(-1)]
 
 
 def decode(data: npt.NDArray[np.uint8], count: int) -> IntArray:
-    """`count` values from their varints, which must fill `data` exactly; ValueError if not."""
+    """`count` values from their varints, which must fill `data` exactly; ValueError if not.
+
+    Read from each value's last byte (its highest group) down: one pass per byte position.
+    """
     data = np.asarray(data, np.uint8)
     last = data < 0x80
     if int(last.sum()) != count or (len(data) and not last[-1]):
@@ -104,14 +114,15 @@ def decode(data: npt.NDArray[np.uint8], count: int) -> IntArray:
     if count == len(data):  # every value one byte (a lateness digest, mostly)
         return data.astype(np.int64)
     ends = np.flatnonzero(last)
-    starts = np.empty(count, np.int64)
-    starts[0] = 0
-    starts[1:] = ends[:-1] + 1
-    size = ends - starts + 1
-    if int(size.max()) > MAX_BYTES:
+    size = np.diff(ends, prepend=-1)
+    width = int(size.max())
+    if width > MAX_BYTES:
         raise ValueError(f"varints: a value longer than {MAX_BYTES} bytes")
-    shift = 7 * (np.arange(len(data)) - np.repeat(starts, size))
-    return np.add.reduceat((data & 0x7F).astype(np.int64) << shift, starts)
+    out = data[ends].astype(np.int64)
+    for k in range(1, width):
+        lower = (data[np.maximum(ends - k, 0)] & 0x7F).astype(np.int64)
+        out = np.where(size > k, (out << 7) | lower, out)
+    return out
 
 
 def pack(value: int) -> bytes:
