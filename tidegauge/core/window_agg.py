@@ -11,7 +11,7 @@ self-describing: a list of (metric, bytes) entries after the `TGWA` preamble
 (sketches/preamble.py), so adding a metric invalidates neither checkpoints nor stored windows.
 A metric whose state is empty (no errors, no overdue events, a tumbling window's timeline) has
 no entry, and the built-in metrics are named by a one-byte id: a window of 100 events is then
-~170 bytes smaller than with every metric spelled out.
+~80 bytes smaller than with every metric spelled out (the framing alone 88 bytes → ~20).
 """
 
 from __future__ import annotations
