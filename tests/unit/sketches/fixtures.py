@@ -10,6 +10,16 @@ import numpy as np
 from sketches import TDigest
 
 
+def leb128(value: int) -> bytes:
+    """Unsigned LEB128, one value, the textbook loop (protobuf's varint)."""
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
 def random_strings(n: int, seed: int = 7) -> list[str]:
     """Lengths 0..40 (so 0..5 words, ragged tails), ASCII and 2-, 3- and 4-byte UTF-8."""
     rng = random.Random(seed)

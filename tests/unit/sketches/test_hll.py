@@ -20,7 +20,7 @@ import pytest
 
 from sketches.hll import DEFAULT_P, HyperLogLog
 from sketches.tg64 import datasketch_hashfunc, hash32
-from tests.unit.sketches.fixtures import random_strings
+from tests.unit.sketches.fixtures import leb128, random_strings
 
 
 def _datasketch_per_value(values: list[str], p: int = DEFAULT_P) -> datasketch.HyperLogLog:
@@ -157,16 +157,6 @@ def test_merge_refuses_other_precision_without_changing_anything() -> None:
 
 
 # --- serialisation -----------------------------------------------------------------------------
-
-
-def leb128(value: int) -> bytes:
-    """Unsigned LEB128, the textbook loop (protobuf's varint)."""
-    out = bytearray()
-    while True:
-        low, value = value & 0x7F, value >> 7
-        out.append(low | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
 
 
 def gaps_bytes(s: HyperLogLog, version: int = 2) -> bytes:

@@ -1,4 +1,4 @@
-"""Varints of gaps (sketches/varint.py) against a value-by-value LEB128 written here."""
+"""Varints (sketches/varint.py) against a value-by-value LEB128 (the tests' fixtures)."""
 
 from __future__ import annotations
 
@@ -6,17 +6,7 @@ import numpy as np
 import pytest
 
 from sketches import varint
-
-
-def leb128(value: int) -> bytes:
-    """Unsigned LEB128, one value, the textbook loop (protobuf's varint)."""
-    out = bytearray()
-    while True:
-        low, value = value & 0x7F, value >> 7
-        out.append(low | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
+from tests.unit.sketches.fixtures import leb128
 
 EDGES = [0, 1, 127, 128, 255, 16_383, 16_384, 2**21 - 1, 2**21, 2**28 - 1, 2**28, 2**32 - 1]
 

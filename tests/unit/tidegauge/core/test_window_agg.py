@@ -19,6 +19,7 @@ import pytest
 from sketches.hll import HyperLogLog
 from sketches.tdigest import TDigest
 from sketches.tg64 import hash32
+from tests.unit.sketches.fixtures import leb128
 from tests.unit.tidegauge.core.fixtures import NAN, agg_of, exact_values, f64, i64, users
 from tidegauge.core.metrics import PERCENTILES
 from tidegauge.core.registry import metrics
@@ -244,17 +245,7 @@ IDS = {b"count": 0, b"errors": 1, b"latency": 2, b"users": 3, b"lateness": 4, b"
 IDS[b"timeline"] = 6
 
 
-def _varint(value: int) -> bytes:
-    """Unsigned LEB128, as protobuf writes it (independent of sketches/varint.py)."""
-    out = b""
-    while True:
-        low, value = value & 0x7F, value >> 7
-        out += bytes([low | (0x80 if value else 0)])
-        if not value:
-            return out
-
-
-def _read_varint(blob: bytes, pos: int) -> tuple[int, int]:
+def _readleb128(blob: bytes, pos: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         byte = blob[pos]
@@ -267,15 +258,15 @@ def _entries(blob: bytes) -> list[tuple[bytes, bytes]]:
     """The (name, payload) entries of a version-4 aggregate, read independently of the code."""
     assert blob[:5] == b"TGWA\x04"
     names = {i: name for name, i in IDS.items()}
-    n, pos = _read_varint(blob, 5)
+    n, pos = _readleb128(blob, 5)
     out = []
     for _ in range(n):
-        tag, pos = _read_varint(blob, pos)
+        tag, pos = _readleb128(blob, pos)
         if tag % 2:
             name = names[tag // 2]
         else:
             name, pos = blob[pos : pos + tag // 2], pos + tag // 2
-        size, pos = _read_varint(blob, pos)
+        size, pos = _readleb128(blob, pos)
         out.append((name, blob[pos : pos + size]))
         pos += size
     assert pos == len(blob)
@@ -289,10 +280,10 @@ def _pack(entries: list[tuple[bytes, bytes]], version: int = 4, magic: bytes = b
         return head + b"".join(
             struct.pack("<B", len(n)) + n + struct.pack("<I", len(p)) + p for n, p in entries
         )
-    out = struct.pack("<4sB", magic, version) + _varint(len(entries))
+    out = struct.pack("<4sB", magic, version) + leb128(len(entries))
     for name, payload in entries:
-        tag = _varint(2 * IDS[name] + 1) if name in IDS else _varint(2 * len(name)) + name
-        out += tag + _varint(len(payload)) + payload
+        tag = leb128(2 * IDS[name] + 1) if name in IDS else leb128(2 * len(name)) + name
+        out += tag + leb128(len(payload)) + payload
     return out
 
 
@@ -347,7 +338,7 @@ def _metric_bytes(name: str, state: object) -> bytes:
         pytest.param(_pack(_good_entries(), version=1), id="other-version"),
         pytest.param(_good()[:-1], id="truncated"),
         pytest.param(_good() + b"\x00", id="trailing-byte"),
-        pytest.param(_good()[:6] + b"\x01" + _varint(9_999), id="lengths-disagree"),
+        pytest.param(_good()[:6] + b"\x01" + leb128(9_999), id="lengths-disagree"),
         pytest.param(_good()[:6] + bytes([2 * 7 + 1, 0]), id="unknown-built-in"),
         pytest.param(_good()[:6] + b"\x01\xff\xff\xff\xff\xff\x01", id="overlong-varint"),
         pytest.param(
