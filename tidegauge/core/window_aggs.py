@@ -411,6 +411,7 @@ class WindowAggs:
             for m in _INTS:
                 here = _have(packed, at, ends, tag(m.name) + b"\x08")
                 value = np.zeros(len(blobs), np.int64)
+                ok &= here | ~_have(packed, at, ends, tag(m.name))  # its entry is 8 bytes
                 if here.any():
                     ok &= ~here | (at + 10 <= ends)
                     if not ok.all():

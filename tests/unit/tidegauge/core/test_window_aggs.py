@@ -216,3 +216,9 @@ def test_blobs_holding_an_entry_or_not_are_read_at_once(monkeypatch: pytest.Monk
     count, errors = WindowAggs.counts(blobs)
     assert count.tolist() == [a.count for a in objs]
     assert errors.tolist() == [a.errors for a in objs]
+
+
+def test_a_count_entry_of_another_length_is_refused_not_read_as_zero() -> None:
+    bad = b"TGWA\x04\x01" + b"\x01\x04" + bytes(4)  # one entry: count, 4 bytes long
+    with pytest.raises(ValueError, match="'count'"):
+        WindowAggs.counts([bad, WindowAgg(count=3).to_bytes()])
