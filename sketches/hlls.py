@@ -338,6 +338,7 @@ class Hlls:
         magic = np.frombuffer(HLL.preamble[: HLL.size - 1], np.uint8)
         ok = (blobs.bytes_at(at, len(magic)) == magic).all(axis=1)
         version, encoding = blobs.buf[at + HLL.size - 1], blobs.buf[at + HLL.size + 1]
+        ok &= np.isin(version, HLL.reads)
         gaps = ok & (encoding == _GAPS) & (version >= 2)
         entries = ok & (encoding == _SPARSE) & (sizes[out] >= head + _SPARSE_COUNT.size)
         if entries.any():

@@ -186,3 +186,10 @@ def test_version_1_sparse_sketches_read_at_once_and_among_version_2() -> None:
     ]
     assert [Hlls.decode(mixed).sketch(i) for i in range(60)] == expected
     assert Hlls.estimate_blobs(mixed).tolist() == [s.estimate() for s in expected]
+
+
+def test_a_version_this_code_does_not_read_is_refused_by_name() -> None:
+    blob = Hlls.build(np.array([1, 2, 3], np.uint32), np.zeros(3, int), 1).encode()[0]
+    newer = blob[:4] + b"\x09" + blob[5:]
+    with pytest.raises(ValueError, match="version 9 is newer"):
+        Hlls.decode([newer] + [blob] * 40)
