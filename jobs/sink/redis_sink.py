@@ -224,10 +224,8 @@ def _queue(
             size = arrival_window_ms
             arrivals = [a for a in arrivals if plan.keeps_arrival(a.domain, a.start_ms, size)]
         late = [lt for lt in late if plan.keeps_window(WindowSpec.from_key(lt.spec), lt.start_ms)]
-    windows, parts = _merge_parts(r, keys, windows, config.shards)
-    closed_parts = []  # (only the services' store has parts: its state is sharded)
-    if at is not None and config.shards:
-        closed_parts = _closed_parts(r, keys, at.watermark_ms)
+    closing = at.watermark_ms if at is not None and config.shards else None  # (sharded only)
+    windows, parts, closed_parts = _merge_parts(r, keys, windows, config.shards, closing)
     by_window: dict[tuple[str, int], dict[str, WindowUpdate]] = defaultdict(dict)
     for w in windows:  # a window without its shards' `*` gets it from the services, below
         by_window[(w.spec, w.start_ms)][w.service] = w
@@ -341,12 +339,6 @@ def _totals(
     return WindowAggs.decode(blobs).combine(np.array(keys, np.int64), len(wins)).encode()
 
 
-def _closed_parts(r: redis.Redis, keys: Keys, watermark_ms: int) -> list[str]:
-    """The part keys of windows the watermark has closed: no part of theirs can come any more."""
-    members: list[Any] = r.zrangebyscore(keys.open_parts, "-inf", watermark_ms)
-    return [_s(k) for k in members]
-
-
 def _part_ends(keys: Keys, parts: Sequence[tuple[str, int, str, bytes]]) -> dict[str, int]:
     """Part key -> its window's end, for the windows that close (not sessions: never closed)."""
     ends: dict[str, int] = {}
@@ -358,23 +350,35 @@ def _part_ends(keys: Keys, parts: Sequence[tuple[str, int, str, bytes]]) -> dict
 
 
 def _merge_parts(
-    r: redis.Redis, keys: Keys, windows: Sequence[WindowUpdate], shards: int | None
-) -> tuple[list[WindowUpdate], list[tuple[str, int, str, bytes]]]:
+    r: redis.Redis,
+    keys: Keys,
+    windows: Sequence[WindowUpdate],
+    shards: int | None,
+    watermark_ms: int | None = None,
+) -> tuple[list[WindowUpdate], list[tuple[str, int, str, bytes]], list[str]]:
     """Windows with each service's shard parts replaced by one update: the merge of its parts.
 
-    Returns the updates and the parts to store ((spec, start, field, WindowAgg bytes)): a part
-    is the absolute state of one shard, so the merge takes the other shards' stored parts too.
-    A window's `*` gets an update only once each of the `shards` has a part.
+    Returns the updates, the parts to store ((spec, start, field, WindowAgg bytes)) and, with
+    `watermark_ms`, the part keys of the windows it has closed (no part of theirs can come any
+    more), read in the same round trip. A part is the absolute state of one shard, so the merge
+    takes the other shards' stored parts too. A window's `*` gets an update only once each of
+    the `shards` has a part.
     """
     whole = [w for w in windows if w.shard is None]
     split = [w for w in windows if w.shard is not None]
-    if not split:
-        return whole, []
     cells = sorted({(w.spec, w.start_ms) for w in split})
     read = r.pipeline(transaction=False)
     for spec, start in cells:
         read.hgetall(keys.window_parts(spec, start))
-    stored = dict(zip(cells, read.execute(), strict=True))
+    if watermark_ms is not None:
+        read.zrangebyscore(keys.open_parts, "-inf", watermark_ms)
+    if not len(read):
+        return whole, [], []
+    answers: list[Any] = read.execute()
+    closed = [_s(k) for k in answers.pop()] if watermark_ms is not None else []
+    if not split:
+        return whole, [], closed
+    stored = dict(zip(cells, answers, strict=True))
     writes: list[tuple[str, int, str, bytes]] = []
     by_service: dict[tuple[str, int, str], dict[str, bytes]] = {}
     for w in split:
@@ -402,4 +406,4 @@ def _merge_parts(
         merged = WindowAggs.decode(inputs).combine(np.array(key_of, np.int64), len(cells_out))
         for (spec, start, service), agg in zip(cells_out, merged.encode(), strict=True):
             whole.append(WindowUpdate(spec, start, service, agg))
-    return whole, writes
+    return whole, writes, closed
