@@ -325,13 +325,17 @@ class HyperLogLog:
         """
         m = 1 << self.p
         nz = np.flatnonzero(self.registers)
-        body = _gaps_body(nz, self.registers[nz])
         dense_size = (5 * m) // 8
-        if len(body) >= _DEFLATE_FROM:
+        # each gap takes a byte at least: a sketch this full is never written as gaps, and its
+        # gaps would pass 1 KiB (deflating is tried), so they are not encoded only to be dropped
+        full = len(nz) + 1 >= max(dense_size, _DEFLATE_FROM)
+        body = b"" if full else _gaps_body(nz, self.registers[nz])
+        size = len(nz) + 1 if full else len(body)
+        if size >= _DEFLATE_FROM:
             deflated = zlib.compress(self.registers.astype(np.uint8).tobytes(), 1)
-            if len(deflated) < min(len(body), dense_size):
+            if len(deflated) < min(size, dense_size):
                 return HLL.preamble + _HEADER.pack(self.p, _DEFLATED) + deflated
-        if len(body) < dense_size:
+        if not full and size < dense_size:
             return HLL.preamble + _HEADER.pack(self.p, _GAPS) + body
         bits = np.unpackbits(self.registers[:, None], axis=1, count=5, bitorder="little")
         packed = np.packbits(bits.reshape(-1), bitorder="little")
