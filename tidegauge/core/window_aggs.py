@@ -485,13 +485,19 @@ class WindowAggs:
         for m, here, start, size in entries:
             if not here.any():
                 continue  # every state empty (`empty` made them so)
-            part = _with_empty(blobs.buf, here, start, size, empty_payload(m))
             try:
-                if m.name in out.ints:
-                    if (part.sizes != 8).any():
+                if m.name in out.ints:  # an absent count is 0 (`empty` made them so)
+                    if (size[here] != 8).any():
                         return None
-                    out.ints[m.name] = part.read(part.starts, "<i8").astype(np.int64)
-                elif m.name in out.digests:
+                    out.ints[m.name][here] = blobs.read(start[here], "<i8")
+                    continue
+                if m.name not in out.digests and m.name not in out.sketches:
+                    present = Packed.of(buf, start[here], size[here])
+                    decoded = iter([m.decode(b) for b in _slices_of(present)])
+                    out.objects[m.name] = [next(decoded) if h else m.empty() for h in here.tolist()]
+                    continue
+                part = _with_empty(buf, here, start, size, empty_payload(m))
+                if m.name in out.digests:
                     digests = Digests.unpack(part)
                     if digests is None:
                         return None
@@ -509,11 +515,6 @@ class WindowAggs:
                         out.sketches[m.name] = (
                             sketches if sketches is not None else Hlls.decode(_slices_of(part))
                         )
-                else:
-                    out.objects[m.name] = [
-                        m.decode(b) if h else m.empty()
-                        for b, h in zip(_slices_of(part), here.tolist(), strict=True)
-                    ]
             except ValueError as e:
                 raise ValueError(f"window aggregate: bad {m.name!r} entry: {e}") from None
         return out
