@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from sketches import varint
 from tidegauge.core.windows import WindowSpec
 
 __all__ = ["Frame", "Peaks", "Timeline", "frame_of"]
@@ -211,11 +212,45 @@ class Timeline:
         return Peaks(*out)
 
     def to_bytes(self) -> bytes:
-        """Empty for an empty unframed timeline; else a header and zlib'd little-endian arrays."""
+        """Empty for an empty unframed timeline; else its frame and its buckets as varints.
+
+        One marker byte (`_FRAMED`, `_PANE`, plus `_DEFLATED` when zlib makes the body
+        shorter), then a framed timeline's first interval end (i8), its length, resolution,
+        number of ends and buckets as varints; a pane's first bucket start (i8) and its number
+        of buckets. The body: each bucket's start as its gap from the one before (a framed
+        one's first from the frame's origin) in units of the resolution, then the counts, then
+        the errors, all varints. ~100 buckets of a 60 s row take ~100 bytes where fixed
+        widths and zlib took ~300. Timelines of version 1 (a bool and fixed widths) still read.
+        """
         if not len(self) and self.frame is None:
             return b""
+        f = self.frame
+        if f is None:
+            r, head = 1, _I8.pack(int(self.starts[0])) + varint.pack(len(self))
+            steps = np.diff(self.starts, prepend=self.starts[0])
+        else:
+            r = f.resolution_ms
+            ends = (f.last_end_ms - f.first_end_ms) // r
+            head = _I8.pack(f.first_end_ms) + b"".join(
+                varint.pack(v) for v in (f.length_ms, r, ends, len(self))
+            )
+            if np.any((self.starts - f.origin_ms) % r):
+                return self._to_bytes_v1()  # buckets off the frame's grid: not made by `framed`
+            steps = np.diff(self.starts, prepend=f.origin_ms) // r
+        columns = np.concatenate((steps, self.counts, self.errors))
+        if len(columns) and (columns.min() < 0 or columns.max() >= _VARINT_LIMIT):
+            return self._to_bytes_v1()  # a pane spanning a year, a count past 2^35
+        body = varint.encode(columns).tobytes()
+        deflated = zlib.compress(body, 9)
+        marker = _PANE if f is None else _FRAMED
+        if len(deflated) < len(body):
+            return bytes((marker | _DEFLATED,)) + head + deflated
+        return bytes((marker,)) + head + body
+
+    def _to_bytes_v1(self) -> bytes:
+        """Version 1: a bool (framed), the frame and the number of buckets, zlib'd fixed widths."""
         f = self.frame or Frame(1, 1, 0, 0)
-        head = _HEAD.pack(
+        head = _HEAD_V1.pack(
             self.frame is not None,
             f.length_ms,
             f.resolution_ms,
@@ -234,14 +269,45 @@ class Timeline:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Timeline:
-        """Inverse of `to_bytes`; ValueError on anything else."""
+        """Inverse of `to_bytes`, of either version; ValueError on anything else."""
         if not data:
             return cls()
-        if len(data) < _HEAD.size:
+        if data[0] <= 1:
+            return cls._from_bytes_v1(data)
+        marker = data[0] & ~_DEFLATED
+        if marker not in (_FRAMED, _PANE):
+            raise ValueError(f"timeline: unknown marker {data[0]}")
+        if len(data) < 1 + _I8.size:
             raise ValueError("timeline: too short")
-        framed, length, res, first, last, n = _HEAD.unpack_from(data)
+        (first,) = _I8.unpack_from(data, 1)
         try:
-            body = zlib.decompress(data[_HEAD.size :])
+            frame, n, pos = _read_head(data, marker == _FRAMED, first)
+        except ValueError as e:
+            raise ValueError(f"timeline: {e}") from None
+        body = data[pos:]
+        if data[0] & _DEFLATED:
+            try:
+                body = zlib.decompress(body)
+            except zlib.error as e:
+                raise ValueError(f"timeline: {e}") from None
+        try:
+            columns = varint.decode(np.frombuffer(body, np.uint8), 3 * n)
+        except ValueError as e:
+            raise ValueError(f"timeline: {e}") from None
+        steps, counts, errors = columns[:n], columns[n : 2 * n], columns[2 * n :]
+        if frame is None:
+            starts = first + np.cumsum(steps)
+        else:
+            starts = frame.origin_ms + np.cumsum(steps) * frame.resolution_ms
+        return cls(starts, counts, errors, frame)
+
+    @classmethod
+    def _from_bytes_v1(cls, data: bytes) -> Timeline:
+        if len(data) < _HEAD_V1.size:
+            raise ValueError("timeline: too short")
+        framed, length, res, first, last, n = _HEAD_V1.unpack_from(data)
+        try:
+            body = zlib.decompress(data[_HEAD_V1.size :])
         except zlib.error as e:
             raise ValueError(f"timeline: {e}") from None
         if len(body) != 16 * n:
@@ -253,7 +319,25 @@ class Timeline:
         return cls(starts, counts, errors, frame)
 
 
-_HEAD = struct.Struct("<?qqqqI")
+def _read_head(data: bytes, framed: bool, first: int) -> tuple[Frame | None, int, int]:
+    """A version-2 header: the frame (None for a pane), the buckets, where the body starts."""
+    pos = 1 + _I8.size
+    frame = None
+    if framed:
+        length, pos = varint.unpack_from(data, pos)
+        r, pos = varint.unpack_from(data, pos)
+        ends, pos = varint.unpack_from(data, pos)
+        frame = Frame(length, r, first, first + ends * r)
+    n, pos = varint.unpack_from(data, pos)
+    return frame, n, pos
+
+
+_HEAD_V1 = struct.Struct("<?qqqqI")
+_I8 = struct.Struct("<q")
+#: Version 2's first byte: a framed timeline or a pane's, and whether its body is deflated.
+#: Version 1's is a bool, 0 or 1.
+_FRAMED, _PANE, _DEFLATED = 2, 4, 1
+_VARINT_LIMIT = 1 << (7 * varint.MAX_BYTES)
 
 
 def _summed(starts: list[_I64], counts: list[_I64], errors: list[_I64]) -> tuple[_I64, _I64, _I64]:
