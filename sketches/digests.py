@@ -40,7 +40,13 @@ from sketches.tdigest import (
     _HEADER_END,
     _OFFSET_WIDTHS,
     _WIDTHS,
+    CODE_WIDTHS,
+    COMPRESSION_F64,
     DEFAULT_COMPRESSION,
+    MAX_F64,
+    MIN_F64,
+    SUM_F64,
+    SUM_ULPS,
     VARINT_GAPS,
     TDigest,
     _boundaries,
@@ -323,19 +329,16 @@ class Digests:
     def encode(self) -> list[bytes]:
         """`TDigest.to_bytes` of every digest.
 
-        Digests of whole weights (every digest built from events, and their merges) that
-        version 3 holds are laid out in one buffer with a fixed number of numpy passes; others
-        one by one.
+        Digests of whole weights (every digest built from events, and their merges) are laid
+        out as version 4 in one buffer with a fixed number of numpy passes; others one by one.
         """
         n = len(self.count)
         sizes = np.diff(self.offsets)
         if (
             not n
             or not _integer(self.weights)
-            or float(np.float32(self.compression)) != self.compression
-            or int(self.count.max()) >= 2**32
-            or int(self.nan_count.max()) >= 2**32
-            or int(sizes.max()) >= 2**16
+            or int(self.count.max()) >= varint.LIMIT
+            or int(self.nan_count.max()) >= varint.LIMIT
         ):
             return self._encode_each()
         digest = np.repeat(np.arange(n), sizes)
@@ -354,27 +357,19 @@ class Digests:
         )
         gaps, gap_bytes, gapped = _gap_varints(offsets, digest, sizes, self.offsets, mean_width)
         mean_bytes = np.where(gapped, gap_bytes, mean_width * sizes)
-        head = np.empty(n, _HEADER3_DTYPE)
-        head["compression"] = self.compression
-        head["count"] = self.count
-        head["nan"] = self.nan_count
-        head["n"] = sizes
-        head["sum"], head["min"], head["max"] = self.sum, self.min, self.max
-        head["mean_width"], head["exponent"], head["weight_width"] = (
-            np.where(gapped, VARINT_GAPS, mean_width),
-            exponent,
-            weight_width,
+        head, head_bytes, doubles, double_count = self._headers_v4(
+            sizes, np.where(gapped, VARINT_GAPS, mean_width), exponent, weight_width
         )
         pre = np.frombuffer(TDIGEST.preamble, np.uint8)
-        lengths = _HEADER3_END + mean_bytes + weight_width * sizes
+        means_at_head = len(pre) + head_bytes + 8 * double_count
+        lengths = means_at_head + mean_bytes + weight_width * sizes
         starts = np.zeros(n, np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
         buf = np.empty(int(lengths.sum()), np.uint8)
         buf[starts[:, None] + np.arange(len(pre))] = pre
-        buf[(starts + len(pre))[:, None] + np.arange(_HEADER3.size)] = head.view(np.uint8).reshape(
-            n, _HEADER3.size
-        )
-        means_at = starts + _HEADER3_END
+        _place(buf, starts + len(pre), head_bytes, head)
+        _place(buf, starts + len(pre) + head_bytes, 8 * double_count, doubles)
+        means_at = starts + means_at_head
         for w in (1, 2, 4, 8):
             mine = (mean_width == w)[digest] & ~gapped[digest]
             if mine.any():
@@ -383,13 +378,8 @@ class Digests:
                 at = means_at[digest[mine]] + w * rank[mine]
                 buf[at[:, None] + np.arange(w)] = raw
         if gapped.any():
-            mine = gapped[digest]
-            stream = varint.encode(gaps[mine])
             owners = np.flatnonzero(gapped)
-            chunk = np.zeros(len(owners), np.int64)
-            np.cumsum(gap_bytes[owners][:-1], out=chunk[1:])
-            owner = np.repeat(np.arange(len(owners)), gap_bytes[owners])
-            buf[means_at[owners][owner] + np.arange(len(stream)) - chunk[owner]] = stream
+            _place(buf, means_at[owners], gap_bytes[owners], varint.encode(gaps[gapped[digest]]))
         weights_at = means_at + mean_bytes
         for w in (1, 2, 4, 8):
             mine = weight_width[digest] == w
@@ -400,6 +390,68 @@ class Digests:
         data = buf.tobytes()
         ends = (starts + lengths).tolist()
         return [data[a:b] for a, b in zip(starts.tolist(), ends, strict=True)]
+
+    def _headers_v4(
+        self, sizes: IntArray, mean_width: IntArray, exponent: IntArray, weight_width: IntArray
+    ) -> tuple[npt.NDArray[np.uint8], IntArray, npt.NDArray[np.uint8], IntArray]:
+        """Every digest's version-4 header (sketches/tdigest.py), as columns.
+
+        Its varints end to end and their bytes per digest, its f64s end to end and their
+        number per digest.
+        """
+        n = len(sizes)
+        some = sizes > 0
+        layout = (
+            exponent
+            | np.searchsorted(CODE_WIDTHS, mean_width) << 3
+            | np.searchsorted(CODE_WIDTHS, weight_width) << 6
+        )
+        c = self.compression
+        whole = float(c).is_integer() and 0 < c < varint.LIMIT
+        ref = np.zeros(n)
+        if some.any():
+            with np.errstate(over="ignore", invalid="ignore"):  # values near the float max
+                ref[some] = np.add.reduceat(self.means * self.weights, self.offsets[:-1][some])
+        ulps = self.sum.view(np.int64) - ref.view(np.int64)
+        near = (ulps > -SUM_ULPS) & (ulps < SUM_ULPS)
+        scale = 10.0**exponent
+        with np.errstate(invalid="ignore", over="ignore"):  # empty digests' infinite min
+            base = np.rint(self.min * scale)
+        exact_min = (
+            some
+            & (mean_width != 8)
+            & (base >= 0)
+            & (base < varint.LIMIT)
+            & ((base / scale).view(np.int64) == self.min.view(np.int64))
+        )
+        last = self.means[np.maximum(self.offsets[1:] - 1, 0)] if len(self.means) else ref
+        last_is_max = some & (last.view(np.int64) == self.max.view(np.int64))
+        flags = (
+            (0 if whole else COMPRESSION_F64)
+            + np.where(near, 0, SUM_F64)
+            + np.where(exact_min, 0, MIN_F64)
+            + np.where(last_is_max, 0, MAX_F64)
+        )
+        fields = np.stack(
+            [
+                flags,
+                np.full(n, int(c) if whole else 0),
+                self.count,
+                self.nan_count,
+                sizes,
+                layout,
+                np.where(near, ulps << 1 ^ ulps >> 63, 0),
+                np.where(exact_min, base, 0).astype(np.int64),
+            ],
+            axis=1,
+        )
+        keep = np.ones(fields.shape, np.bool_)
+        keep[:, 1], keep[:, 6], keep[:, 7] = whole, near, exact_min
+        head_bytes = (varint.lengths(fields.reshape(-1)).reshape(n, -1) * keep).sum(axis=1)
+        floats = np.stack([np.full(n, float(c)), self.sum, self.min, self.max], axis=1)
+        stored = np.stack([~np.full(n, whole), ~near, ~exact_min, ~last_is_max], axis=1)
+        doubles = floats[stored].astype("<f8").view(np.uint8)
+        return varint.encode(fields[keep]), head_bytes, doubles, stored.sum(axis=1)
 
     def _encode_each(self) -> list[bytes]:
         """`encode`, one digest at a time (any weights)."""
@@ -439,21 +491,21 @@ class Digests:
         if not n or (sizes < TDIGEST.size).any() or not blobs.equal_at(starts, magic):
             return None
         version = blobs.buf[starts + len(magic)]
-        if (version == 3).all():
-            return cls._unpack_v3(blobs)
-        if (version == 2).all():
-            return cls._unpack_v2(blobs)
-        if not np.isin(version, (2, 3)).all():
+        readers = {2: cls._unpack_v2, 3: cls._unpack_v3, 4: cls._unpack_v4}
+        if not np.isin(version, list(readers)).all():
             return None
+        present = np.unique(version).tolist()
+        if len(present) == 1:
+            return readers[present[0]](blobs)
         parts, order = [], []
-        for v, unpack in ((2, cls._unpack_v2), (3, cls._unpack_v3)):
+        for v in present:
             sel = np.flatnonzero(version == v)
-            got = unpack(Packed.of(blobs.buf, starts[sel], sizes[sel]))
+            got = readers[v](Packed.of(blobs.buf, starts[sel], sizes[sel]))
             if got is None:
                 return None
             parts.append(got)
             order.append(sel)
-        if parts[0].compression != parts[1].compression:
+        if any(p.compression != parts[0].compression for p in parts):
             return None
         where = np.empty(n, np.int64)
         where[np.concatenate(order)] = np.arange(n)
@@ -462,7 +514,6 @@ class Digests:
     @classmethod
     def _unpack_v3(cls, blobs: Packed) -> Digests | None:
         starts, sizes = blobs.starts, blobs.sizes
-        n = len(starts)
         if (sizes < _HEADER3_END).any():
             return None
         head = np.ascontiguousarray(blobs.bytes_at(starts + TDIGEST.size, _HEADER3.size))
@@ -470,50 +521,19 @@ class Digests:
         compression = fields["compression"]
         if not (compression == compression[0]).all():
             return None
-        size = fields["n"].astype(np.int64)
-        mean_width = fields["mean_width"].astype(np.int64)
-        weight_width = fields["weight_width"].astype(np.int64)
-        exponent = fields["exponent"].astype(np.int64)
-        gapped = mean_width == VARINT_GAPS
-        mean_bytes = np.where(gapped, sizes - _HEADER3_END - weight_width * size, mean_width * size)
-        if (
-            not np.isin(mean_width, (VARINT_GAPS, 1, 2, 4, 8)).all()
-            or not np.isin(weight_width, (0, 1, 2, 4, 8)).all()
-            or (exponent < 0).any()
-            or (exponent > _EXPONENTS[-1]).any()
-            or (sizes != _HEADER3_END + mean_bytes + weight_width * size).any()
-            or (gapped & ((mean_bytes < size) | (mean_bytes > varint.MAX_BYTES * size))).any()
-        ):
-            return None
-        offsets = np.zeros(n + 1, np.int64)
-        np.cumsum(size, out=offsets[1:])
-        total = int(offsets[-1])
         lo = fields["min"].astype(np.float64)
-        means_at = starts + _HEADER3_END
-        means = np.empty(total)
-        for w in np.unique(mean_width).tolist():
-            sel = mean_width == w
-            at = _ranges(offsets[:-1][sel], size[sel])
-            if w == VARINT_GAPS:
-                gapped_offsets = _read_gap_varints(blobs, means_at[sel], mean_bytes[sel], size[sel])
-                if gapped_offsets is None:
-                    return None
-                digest = np.repeat(np.flatnonzero(sel), size[sel])
-                means[at] = decode_means(gapped_offsets, lo[digest], exponent[digest])
-                continue
-            values = blobs.runs(means_at[sel], size[sel], _STORED_WIDTHS[w])
-            if w == 8:
-                means[at] = values
-            else:
-                digest = np.repeat(np.flatnonzero(sel), size[sel])
-                means[at] = decode_means(values, lo[digest], exponent[digest])
-        weights = np.ones(total)
-        weights_at = means_at + mean_bytes
-        for w in np.unique(weight_width).tolist():
-            if w:
-                sel = weight_width == w
-                values = blobs.runs(weights_at[sel], size[sel], _WIDTHS[w])
-                weights[_ranges(offsets[:-1][sel], size[sel])] = values
+        columns = _read_centroids(
+            blobs,
+            starts + _HEADER3_END,
+            fields["n"].astype(np.int64),
+            fields["mean_width"].astype(np.int64),
+            fields["weight_width"].astype(np.int64),
+            fields["exponent"].astype(np.int64),
+            lo,
+        )
+        if columns is None:
+            return None
+        offsets, means, weights = columns
         out = cls(
             float(compression[0]),
             offsets,
@@ -524,6 +544,103 @@ class Digests:
             fields["sum"].astype(np.float64),
             lo,
             fields["max"].astype(np.float64),
+        )
+        TDigest(out.compression)  # validates the compression
+        out._check()
+        return out
+
+    @classmethod
+    def _unpack_v4(cls, blobs: Packed) -> Digests | None:
+        starts, ends = blobs.starts, blobs.starts + blobs.sizes
+        n = len(starts)
+        buf = blobs.buf
+        try:
+            flags, pos = varint.read_at(buf, starts + TDIGEST.size, ends)
+            if (flags >= 2 * MAX_F64).any():
+                return None
+            fields = {"compression": np.zeros(n, np.int64), "ulps": np.zeros(n, np.int64)}
+            fields["base"] = np.zeros(n, np.int64)
+            for name, absent in (
+                ("compression", COMPRESSION_F64),
+                ("count", 0),
+                ("nan", 0),
+                ("n", 0),
+                ("layout", 0),
+                ("ulps", SUM_F64),
+                ("base", MIN_F64),
+            ):
+                sel = (flags & absent) == 0 if absent else np.ones(n, np.bool_)
+                if sel.all():
+                    fields[name], pos = varint.read_at(buf, pos, ends)
+                elif sel.any():
+                    fields[name][sel], pos[sel] = varint.read_at(buf, pos[sel], ends[sel])
+        except ValueError:
+            return None
+        doubles = {}
+        for name, flag in (
+            ("compression", COMPRESSION_F64),
+            ("sum", SUM_F64),
+            ("min", MIN_F64),
+            ("max", MAX_F64),
+        ):
+            sel = (flags & flag) != 0
+            doubles[name] = np.full(n, np.nan)
+            if sel.any():
+                if (pos[sel] + 8 > ends[sel]).any():
+                    return None
+                doubles[name][sel] = blobs.read(pos[sel], "<f8")
+                pos[sel] += 8
+        compression = np.where(
+            (flags & COMPRESSION_F64) != 0, doubles["compression"], fields["compression"]
+        )
+        if not (compression == compression[0]).all():
+            return None
+        layout = fields["layout"]
+        exponent, mean_code, weight_code = layout & 7, layout >> 3 & 7, layout >> 6
+        if (mean_code >= len(CODE_WIDTHS)).any() or (weight_code >= len(CODE_WIDTHS)).any():
+            return None
+        widths = np.array(CODE_WIDTHS, np.int64)
+        mean_width, weight_width = widths[mean_code], widths[weight_code]
+        from_base = (flags & MIN_F64) == 0
+        if (from_base & ((mean_width == 8) | (exponent > _EXPONENTS[-1]))).any():
+            return None
+        lo = np.where(from_base, fields["base"] / 10.0 ** np.minimum(exponent, 9), doubles["min"])
+        size = fields["n"]
+        columns = _read_centroids(
+            Packed.of(buf, pos, ends - pos), pos, size, mean_width, weight_width, exponent, lo
+        )
+        if columns is None:
+            return None
+        offsets, means, weights = columns
+        last_is_max = (flags & MAX_F64) == 0
+        if (last_is_max & (size == 0)).any():
+            return None
+        hi = np.where(
+            last_is_max,
+            means[np.maximum(offsets[1:] - 1, 0)] if len(means) else 0.0,
+            doubles["max"],
+        )
+        ref = np.zeros(n)
+        some = size > 0
+        if some.any():
+            with np.errstate(over="ignore", invalid="ignore"):
+                ref[some] = np.add.reduceat(means * weights, offsets[:-1][some])
+        z = fields["ulps"]
+        ulps = (z >> 1) ^ -(z & 1)
+        bits = ref.view(np.int64)
+        if ((bits + ulps < bits) != (ulps < 0)).any():  # past the ends of int64: no such sum
+            return None
+        total = np.where((flags & SUM_F64) == 0, (bits + ulps).view(np.float64), doubles["sum"])
+        out = cls(
+            float(compression[0]),
+            offsets,
+            means,
+            weights,
+            fields["count"],
+            fields["nan"],
+            total,
+            lo,
+            hi,
         )
         TDigest(out.compression)  # validates the compression
         out._check()
@@ -736,6 +853,76 @@ def _scaled_means_many(
     width[exponent < 0] = 8
     exponent[exponent < 0] = 0
     return width, exponent, stored
+
+
+def _read_centroids(
+    blobs: Packed,
+    means_at: IntArray,
+    size: IntArray,
+    mean_width: IntArray,
+    weight_width: IntArray,
+    exponent: IntArray,
+    lo: FloatArray,
+) -> tuple[IntArray, FloatArray, FloatArray] | None:
+    """Versions 3 and 4: every digest's means and weights, from `means_at` to its blob's end.
+
+    (offsets, means, weights), or None when a digest's widths, exponent or length do not fit.
+    """
+    n = len(size)
+    starts, ends = blobs.starts, blobs.starts + blobs.sizes
+    gapped = mean_width == VARINT_GAPS
+    tail = ends - means_at
+    mean_bytes = np.where(gapped, tail - weight_width * size, mean_width * size)
+    if (
+        not np.isin(mean_width, CODE_WIDTHS).all()
+        or not np.isin(weight_width, (0, 1, 2, 4, 8)).all()
+        or (exponent < 0).any()
+        or (exponent > _EXPONENTS[-1]).any()
+        or (means_at < starts).any()
+        or (tail != mean_bytes + weight_width * size).any()
+        or (gapped & ((mean_bytes < size) | (mean_bytes > varint.MAX_BYTES * size))).any()
+    ):
+        return None
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(size, out=offsets[1:])
+    total = int(offsets[-1])
+    means = np.empty(total)
+    for w in np.unique(mean_width).tolist():
+        sel = mean_width == w
+        at = _ranges(offsets[:-1][sel], size[sel])
+        if w == VARINT_GAPS:
+            gapped_offsets = _read_gap_varints(blobs, means_at[sel], mean_bytes[sel], size[sel])
+            if gapped_offsets is None:
+                return None
+            digest = np.repeat(np.flatnonzero(sel), size[sel])
+            means[at] = decode_means(gapped_offsets, lo[digest], exponent[digest])
+            continue
+        values = blobs.runs(means_at[sel], size[sel], _STORED_WIDTHS[w])
+        if w == 8:
+            means[at] = values
+        else:
+            digest = np.repeat(np.flatnonzero(sel), size[sel])
+            means[at] = decode_means(values, lo[digest], exponent[digest])
+    weights = np.ones(total)
+    weights_at = means_at + mean_bytes
+    for w in np.unique(weight_width).tolist():
+        if w:
+            sel = weight_width == w
+            values = blobs.runs(weights_at[sel], size[sel], _WIDTHS[w])
+            weights[_ranges(offsets[:-1][sel], size[sel])] = values
+    return offsets, means, weights
+
+
+def _place(
+    buf: npt.NDArray[np.uint8], at: IntArray, nbytes: IntArray, stream: npt.NDArray[np.uint8]
+) -> None:
+    """Cut `stream` into runs of `nbytes[i]` bytes and write run i at `buf[at[i]:]`."""
+    if not len(stream):
+        return
+    chunk = np.zeros(len(at), np.int64)
+    np.cumsum(nbytes[:-1], out=chunk[1:])
+    owner = np.repeat(np.arange(len(at)), nbytes)
+    buf[at[owner] + np.arange(len(stream)) - chunk[owner]] = stream
 
 
 def _gap_varints(

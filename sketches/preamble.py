@@ -143,8 +143,8 @@ def _message(text: str, foreign: str, advice: str) -> str:
 TDIGEST = Format(
     b"TDGT",
     "t-digest",
-    writes=3,
-    reads=(1, 2, 3),
+    writes=4,
+    reads=(1, 2, 3, 4),
     owner="sketches.tdigest",
     description="quantile sketch: compression, exact statistics, centroid means and weights",
 )

@@ -119,6 +119,20 @@ _OFFSET_WIDTHS = {1: "<u1", 2: "<u2", 4: "<u4"}
 #: The means' width byte of offsets stored as varints of their gaps (sketches/varint.py).
 VARINT_GAPS = 0
 
+# Version 4, after the preamble: the header as varints (sketches/varint.py). The flags, the
+# compression (a whole number), count, nan_count, the number of centroids and the layout (the
+# means' exponent | their width's code << 3 | the weights' width's code << 6; codes index
+# `CODE_WIDTHS`). Then, unless its flag says it is an f64 below: the sum as the zigzag distance of
+# its bits from those of the centroids' own sum (`weighted_sum`: a few ulps, one byte), and
+# the min as `rint(min * 10^exponent)` when the means are integer offsets from it. Then the
+# f64s the flags name (compression, sum, min, max, in that order; the max is otherwise the
+# last mean), the means and the weights as in version 3. A small digest's header is ~10
+# bytes where version 3's is 41.
+CODE_WIDTHS = (VARINT_GAPS, 1, 2, 4, 8)
+COMPRESSION_F64, SUM_F64, MIN_F64, MAX_F64 = 1, 2, 4, 8
+#: Ulps a sum may be from its centroids' own sum and still be written as the distance.
+SUM_ULPS = 1 << 33
+
 
 def _scaled_means(means: FloatArray, lo: float) -> tuple[int, int, npt.NDArray[np.float64] | None]:
     """(width, exponent, offsets) of means stored as integers: `(rint(lo*10^e) + u) / 10^e`.
@@ -168,9 +182,9 @@ def encode_digest(
     means: FloatArray,
     weights: FloatArray,
 ) -> bytes:
-    """The bytes of one digest: version 3, or 2 when its numbers do not fit version 3."""
+    """The bytes of one digest: version 4, or 2 when its counts pass the varints' range."""
     n = len(means)
-    if not _v3_fits(compression, count, nan_count, n):
+    if not (count < varint.LIMIT and nan_count < varint.LIMIT):
         width, kind = _weight_width(weights)
         head = _HEADER.pack(compression, count, nan_count, total, lo, hi, n)
         tail = (bytes([width]), weights.astype(kind).tobytes())
@@ -182,25 +196,93 @@ def encode_digest(
     else:
         weight_width, kind = _weight_width(weights) if n else (0, "<u1")
         stored = weights.astype(kind).tobytes() if n else b""
-    head = _HEADER3.pack(
-        compression,
-        count,
-        nan_count,
-        n,
-        total,
-        lo,
-        hi,
-        VARINT_GAPS if gapped is not None else mean_width,
-        exponent,
-        weight_width,
-    )
     if gapped is not None:
-        return b"".join((TDIGEST.preamble, head, gapped, stored))
-    if offsets is None:
+        packed, mean_width = gapped, VARINT_GAPS
+    elif offsets is None:
         packed = means.astype("<f8").tobytes()
     else:
         packed = offsets.astype(_OFFSET_WIDTHS[mean_width]).tobytes()
+    layout = exponent | CODE_WIDTHS.index(mean_width) << 3 | CODE_WIDTHS.index(weight_width) << 6
+    whole = float(compression).is_integer() and 0 < compression < varint.LIMIT
+    ulps = _bits(total) - _bits(weighted_sum(means, weights))
+    base = round(lo * 10.0**exponent) if offsets is not None and n else -1
+    exact_min = 0 <= base < varint.LIMIT and _bits(base / 10.0**exponent) == _bits(lo)
+    last_is_max = bool(n) and _bits(float(means[-1])) == _bits(hi)
+    flags = (
+        (0 if whole else COMPRESSION_F64)
+        | (0 if abs(ulps) < SUM_ULPS else SUM_F64)
+        | (0 if exact_min else MIN_F64)
+        | (0 if last_is_max else MAX_F64)
+    )
+    fields = [flags, int(compression)] if whole else [flags]
+    fields += [count, nan_count, n, layout]
+    fields += [ulps << 1 ^ ulps >> 63] if abs(ulps) < SUM_ULPS else []  # zigzag: one byte
+    fields += [base] if exact_min else []
+    doubles = [
+        value
+        for flag, value in (
+            (COMPRESSION_F64, compression),
+            (SUM_F64, total),
+            (MIN_F64, lo),
+            (MAX_F64, hi),
+        )
+        if flags & flag
+    ]
+    head = b"".join(varint.pack(v) for v in fields) + struct.pack(f"<{len(doubles)}d", *doubles)
     return b"".join((TDIGEST.preamble, head, packed, stored))
+
+
+def _read_centroids(
+    buf: bytes, at: int, n: int, mean_width: int, weight_width: int, exponent: int, lo: float
+) -> tuple[FloatArray, FloatArray]:
+    """Versions 3 and 4: the means and weights from `at` to the end of `buf`; ValueError if bad."""
+    if mean_width not in CODE_WIDTHS or weight_width not in (0, 1, 2, 4, 8):
+        raise ValueError(f"TDigest.from_bytes: bad widths {mean_width}, {weight_width}")
+    if not 0 <= exponent <= _EXPONENTS[-1]:
+        raise ValueError(f"TDigest.from_bytes: bad exponent {exponent}")
+    if mean_width == VARINT_GAPS:
+        mean_bytes = len(buf) - at - weight_width * n
+        if not n <= mean_bytes <= varint.MAX_BYTES * n:
+            raise ValueError(
+                f"TDigest.from_bytes: {len(buf)} bytes do not fit {n} centroids' varints"
+            )
+        raw = np.frombuffer(buf, np.uint8, mean_bytes, at)
+        means = decode_means(np.cumsum(varint.decode(raw, n)), lo, exponent)
+    else:
+        mean_bytes = mean_width * n
+        expected = at + (mean_width + weight_width) * n
+        if len(buf) != expected:
+            raise ValueError(
+                f"TDigest.from_bytes: {len(buf)} bytes, expected {expected} for {n} centroids"
+            )
+        if mean_width == 8:
+            means = np.frombuffer(buf, "<f8", n, at).astype(np.float64)
+        else:
+            means = decode_means(
+                np.frombuffer(buf, _OFFSET_WIDTHS[mean_width], n, at), lo, exponent
+            )
+    if weight_width:
+        weights = np.frombuffer(buf, _WIDTHS[weight_width], n, at + mean_bytes).astype(np.float64)
+    else:
+        weights = np.ones(n)
+    return means, weights
+
+
+def weighted_sum(means: FloatArray, weights: FloatArray) -> float:
+    """The centroids' own sum, as `Digests` sums each digest's (one `reduceat` per digest).
+
+    A version-4 digest stores its exact sum as its distance from this, which both ends compute
+    from the same means and weights, bit for bit.
+    """
+    if not len(means):
+        return 0.0
+    with np.errstate(over="ignore", invalid="ignore"):  # values near the float max
+        return float(np.add.reduceat(means * weights, _FIRST)[0])
+
+
+def _bits(value: float) -> int:
+    """The IEEE 754 bits of a float64 as a signed integer: neighbours differ by one."""
+    return int(np.float64(value).view(np.int64))
 
 
 def _gap_varints(offsets: npt.NDArray[np.float64], width: int) -> bytes | None:
@@ -722,6 +804,8 @@ class TDigest:
         """Decode :meth:`to_bytes` output; ``ValueError`` names what is wrong with bad input."""
         buf = bytes(data)
         version = TDIGEST.check(buf)
+        if version == 4:
+            return cls._from_v4(buf)
         if version == 3:
             return cls._from_v3(buf)
         if len(buf) < _HEADER_END:
@@ -761,38 +845,59 @@ class TDigest:
             )
         fields = _HEADER3.unpack_from(buf, TDIGEST.size)
         compression, count, nan_count, n, total, lo, hi, mean_width, exponent, weight_width = fields
-        if mean_width not in (VARINT_GAPS, 1, 2, 4, 8) or weight_width not in (0, 1, 2, 4, 8):
-            raise ValueError(f"TDigest.from_bytes: bad widths {mean_width}, {weight_width}")
-        if not 0 <= exponent <= _EXPONENTS[-1]:
-            raise ValueError(f"TDigest.from_bytes: bad exponent {exponent}")
-        if mean_width == VARINT_GAPS:
-            mean_bytes = len(buf) - _HEADER3_END - weight_width * n
-            if not n <= mean_bytes <= varint.MAX_BYTES * n:
-                raise ValueError(
-                    f"TDigest.from_bytes: {len(buf)} bytes do not fit {n} centroids' varints"
-                )
-        else:
-            mean_bytes = mean_width * n
-            expected = _HEADER3_END + (mean_width + weight_width) * n
-            if len(buf) != expected:
-                raise ValueError(
-                    f"TDigest.from_bytes: {len(buf)} bytes, expected {expected} for {n} centroids"
-                )
-        at = _HEADER3_END + mean_bytes
-        if mean_width == VARINT_GAPS:
-            raw = np.frombuffer(buf, np.uint8, mean_bytes, _HEADER3_END)
-            offsets = np.cumsum(varint.decode(raw, n))
-            means = decode_means(offsets, lo, exponent)
-        elif mean_width == 8:
-            means = np.frombuffer(buf, "<f8", n, _HEADER3_END).astype(np.float64)
-        else:
-            offsets = np.frombuffer(buf, _OFFSET_WIDTHS[mean_width], n, _HEADER3_END)
-            means = decode_means(offsets, lo, exponent)
-        if weight_width:
-            weights = np.frombuffer(buf, _WIDTHS[weight_width], n, at).astype(np.float64)
-        else:
-            weights = np.ones(n)
+        means, weights = _read_centroids(
+            buf, _HEADER3_END, n, mean_width, weight_width, exponent, lo
+        )
         return cls._restored(float(compression), count, nan_count, total, lo, hi, means, weights)
+
+    @classmethod
+    def _from_v4(cls, buf: bytes) -> TDigest:
+        pos = TDIGEST.size
+        fields = []
+        try:
+            flags, pos = varint.unpack_from(buf, pos)
+            if flags >= 2 * MAX_F64:
+                raise ValueError(f"bad flags {flags}")
+            for _ in range(5 - (flags & COMPRESSION_F64)):
+                value, pos = varint.unpack_from(buf, pos)
+                fields.append(value)
+            if not flags & SUM_F64:
+                zigzag, pos = varint.unpack_from(buf, pos)
+            if not flags & MIN_F64:
+                base, pos = varint.unpack_from(buf, pos)
+        except ValueError as e:
+            raise ValueError(f"TDigest.from_bytes: header: {e}") from None
+        count, nan_count, n, layout = fields[-4:]
+        doubles = bin(flags).count("1")
+        if len(buf) < pos + 8 * doubles:
+            raise ValueError(f"TDigest.from_bytes: {len(buf)} bytes is shorter than the header")
+        stored = iter(struct.unpack_from(f"<{doubles}d", buf, pos))
+        compression = next(stored) if flags & COMPRESSION_F64 else float(fields[0])
+        total = next(stored) if flags & SUM_F64 else math.nan
+        exponent, mean_code, weight_code = layout & 7, layout >> 3 & 7, layout >> 6
+        if mean_code >= len(CODE_WIDTHS) or weight_code >= len(CODE_WIDTHS):
+            raise ValueError(f"TDigest.from_bytes: bad layout {layout}")
+        mean_width, weight_width = CODE_WIDTHS[mean_code], CODE_WIDTHS[weight_code]
+        if flags & MIN_F64:
+            lo = next(stored)
+        elif mean_width == 8 or not 0 <= exponent <= _EXPONENTS[-1]:
+            raise ValueError("TDigest.from_bytes: a min at a scale without integer means")
+        else:
+            lo = base / 10.0**exponent
+        hi = next(stored) if flags & MAX_F64 else math.nan
+        at = pos + 8 * doubles
+        means, weights = _read_centroids(buf, at, n, mean_width, weight_width, exponent, lo)
+        if not flags & MAX_F64:
+            if not n:
+                raise ValueError("TDigest.from_bytes: no centroid to be the max")
+            hi = float(means[-1])
+        if not flags & SUM_F64:
+            ulps = zigzag >> 1 ^ -(zigzag & 1)
+            bits = _bits(weighted_sum(means, weights)) + ulps
+            if not -(2**63) <= bits < 2**63:
+                raise ValueError("TDigest.from_bytes: bad sum")
+            total = float(np.int64(bits).view(np.float64))
+        return cls._restored(compression, count, nan_count, total, lo, hi, means, weights)
 
     @classmethod
     def _restored(

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "LIMIT",
     "MAX_BYTES",
     "decode",
     "decode_runs",
@@ -38,6 +39,9 @@ IntArray = npt.NDArray[np.int64]
 
 #: Bytes of the largest value written (an offset below 2^32 needs 5 groups of 7 bits).
 MAX_BYTES = 5
+
+#: The values varints hold here: below 2^35.
+LIMIT = 1 << (7 * MAX_BYTES)
 
 _LIMITS = np.array([1 << (7 * k) for k in range(1, MAX_BYTES)], np.int64)
 
@@ -127,7 +131,7 @@ def decode(data: npt.NDArray[np.uint8], count: int) -> IntArray:
 
 def pack(value: int) -> bytes:
     """One value's varint (0 <= value < 2^35)."""
-    if not 0 <= value < 1 << (7 * MAX_BYTES):
+    if not 0 <= value < LIMIT:
         raise ValueError(f"varints: {value} is out of range")
     out = bytearray()
     while value >= 0x80:

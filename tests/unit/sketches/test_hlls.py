@@ -167,8 +167,8 @@ def test_bad_full_register_blobs_are_refused_naming_the_fault(
         ([dense, _sketch(rng, 50_000, p=10).to_bytes()], "precisions"),
         ([dense, _sketch(rng, 5, p=10).to_bytes()], "precisions"),
         ([dense[:6] + b"\x07" + dense[7:]], "unknown encoding"),
-        ([b"nope" + dense[4:]], ""),
-        ([dense[:7]], ""),
+        ([b"nope" + dense[4:]], "bad magic"),
+        ([dense[:7]], "dense body"),
     ]:
         with pytest.raises(ValueError, match=fault):
             Hlls.estimate_blobs(bad)

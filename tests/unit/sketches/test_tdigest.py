@@ -16,7 +16,7 @@ import pytest
 
 from sketches import TDigest
 from sketches.tdigest import DEFAULT_COMPRESSION, FORMAT_VERSION
-from tests.unit.sketches.fixtures import fixed_width_bytes
+from tests.unit.sketches.fixtures import fixed_width_bytes, version_3_bytes, version_4_head
 
 QS = np.linspace(0.0, 1.0, 101)
 
@@ -114,7 +114,8 @@ def test_a_digest_stays_its_values_through_batches_and_merges_up_to_two_hundred(
         np.testing.assert_array_equal(d.centroids[0], np.sort(values))
         assert d.quantile(0.99) == pytest.approx(float(np.quantile(values, 0.99)), rel=0.02)
         data = d.to_bytes()
-        assert len(data) == 46 + _gap_bytes(values, 3)  # the values at the µs, no weights
+        head = version_4_head(d, 0, 3, 0)  # the values at the µs, no weights
+        assert data.startswith(head) and len(data) == len(head) + _gap_bytes(values, 3)
         assert TDigest.from_bytes(data) == d
     wide = TDigest.merged([*parts, digest_of(values[:1])])  # 201 values: compressed
     assert len(wide.centroids[0]) < 201
@@ -244,8 +245,10 @@ def test_to_bytes_round_trip_is_exact() -> None:
     np.testing.assert_array_equal(back.centroids[0], d.centroids[0])
     np.testing.assert_array_equal(back.centroids[1], d.centroids[1])
     width = next(w for w in (1, 2, 4) if d.centroids[1].max() < 256**w)  # weights are counts
-    assert len(data) == 46 + (8 + width) * len(d)  # means of merged values: f64
-    assert data[:4] == b"TDGT" and data[4] == FORMAT_VERSION == 3
+    head = version_4_head(d, 8, 0, width)  # means of merged values: f64
+    assert data.startswith(head) and len(data) == len(head) + (8 + width) * len(d)
+    assert len(head) <= 5 + 12 + 8  # the min as an f64: no decimal scale holds the means
+    assert data[:4] == b"TDGT" and data[4] == FORMAT_VERSION == 4
     assert back.to_bytes() == data
 
 
@@ -262,24 +265,29 @@ _CLOSE = np.random.default_rng(3).integers(1_000, 1_200, 30).astype(float)
 
 
 @pytest.mark.parametrize(
-    ("values", "size"),
+    ("values", "layout", "size"),
     [
         # 30 latencies to the µs (the generator's, OpenTelemetry's): the gaps between the sorted
         # values as varints (mostly 2 bytes) instead of 4-byte offsets, unit weights
-        (_LATENCIES, 46 + _gap_bytes(_LATENCIES, 3)),
+        (_LATENCIES, (0, 3, 0), _gap_bytes(_LATENCIES, 3)),
         # 30 latenesses in whole ms up to 5 s: the gaps (mostly one byte), not 2-byte offsets
-        (_LATENESSES, 46 + _gap_bytes(_LATENESSES, 0)),
+        (_LATENESSES, (0, 0, 0), _gap_bytes(_LATENESSES, 0)),
         # within 255 ms of each other: 1-byte offsets, which no varint beats
-        (_CLOSE, 46 + 30),
+        (_CLOSE, (1, 0, 0), 30),
         # no decimal scale holds them: f64
-        (np.random.default_rng(4).lognormal(4, 0.6, 30), 46 + 8 * 30),
-        ([], 46),
+        (np.random.default_rng(4).lognormal(4, 0.6, 30), (8, 0, 0), 8 * 30),
+        ([], (1, 0, 0), 0),
     ],
 )
-def test_a_small_digest_takes_the_bytes_its_values_need(values: list[float], size: int) -> None:
+def test_a_small_digest_takes_the_bytes_its_values_need(
+    values: list[float], layout: tuple[int, int, int], size: int
+) -> None:
     d = digest_of(values)
     data = d.to_bytes()
-    assert len(data) == size
+    head = version_4_head(d, *layout)
+    assert data.startswith(head) and len(data) == len(head) + size
+    if len(values) and layout[0] != 8:  # the min a varint, the max the last value
+        assert len(head) <= 5 + 12
     back = TDigest.from_bytes(data)
     assert back == d and back.to_bytes() == data
     np.testing.assert_array_equal(back.centroids[0], d.centroids[0])  # bit for bit
@@ -310,28 +318,36 @@ def test_version_2_is_still_read() -> None:
     assert TDigest.from_bytes(_v2_bytes(TDigest())) == TDigest()
 
 
-def test_fixed_width_offsets_are_still_read() -> None:
+def test_version_3_is_still_read() -> None:
     d = digest_of(_LATENCIES)
-    old = fixed_width_bytes(d, 3)
-    assert len(old) == 46 + 4 * 30 > len(d.to_bytes())
-    assert TDigest.from_bytes(old) == d
-    assert TDigest.from_bytes(old).to_bytes() == d.to_bytes()  # written again: gaps
+    for old in (fixed_width_bytes(d, 3), version_3_bytes(d, 3)):
+        assert len(old) >= 46 + _gap_bytes(_LATENCIES, 3) > len(d.to_bytes())
+        assert TDigest.from_bytes(old) == d
+        assert TDigest.from_bytes(old).to_bytes() == d.to_bytes()  # written again: version 4
 
 
 def test_bad_gap_varints_are_refused() -> None:
-    data = digest_of(_LATENCIES).to_bytes()
-    assert data[43] == 0  # the means' width byte: varints of the gaps
+    d = digest_of(_LATENCIES)
+    data, head = d.to_bytes(), version_4_head(d, 0, 3, 0)
     with pytest.raises(ValueError, match="varints"):
         TDigest.from_bytes(data[:-1])  # the last value cut short
     with pytest.raises(ValueError, match="do not fit"):
-        TDigest.from_bytes(data[:47])  # fewer bytes than values
+        TDigest.from_bytes(data[: len(head) + 1])  # fewer bytes than values
 
 
-def test_a_digest_too_large_for_version_3_is_written_as_version_2() -> None:
+def test_a_digest_too_large_for_varints_is_written_as_version_2() -> None:
     d = digest_of([1.0, 2.0])
-    d._count, d._weights = 2**32 + 1, np.array([1.0, 2.0**32])
+    d._count, d._weights = 2**35 + 1, np.array([1.0, 2.0**35])
     data = d.to_bytes()
     assert data[4] == 2 and TDigest.from_bytes(data) == d
+
+
+@pytest.mark.parametrize("compression", [37.5, 100.25])
+def test_a_compression_no_varint_holds_is_an_f64(compression: float) -> None:
+    d = digest_of(_LATENCIES, compression)
+    data = d.to_bytes()
+    assert data.startswith(version_4_head(d, 0, 3, 0)) and data[5] & 1
+    assert TDigest.from_bytes(data) == d
 
 
 def test_empty_round_trip() -> None:
@@ -340,11 +356,11 @@ def test_empty_round_trip() -> None:
 
 
 def _valid() -> bytes:
-    return digest_of([1.0, 2.0, 3.0]).to_bytes()
+    return fixed_width_bytes(digest_of([1.0, 2.0, 3.0]), 0)
 
 
 def _with_header(**fields: float) -> bytes:
-    """A valid encoding of [1, 2, 3] with some header fields replaced."""
+    """A valid version-3 encoding of [1, 2, 3] with some header fields replaced."""
     data = _valid()
     names = ("magic", "version", "compression", "count", "nan_count", "n", "sum", "min", "max")
     names += ("mean_width", "exponent", "weight_width")
@@ -374,6 +390,33 @@ def _with_header(**fields: float) -> bytes:
     ],
 )
 def test_from_bytes_rejects_garbage(data: bytes, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        TDigest.from_bytes(data)
+
+
+def _v4(head: bytes, body: bytes = b"") -> bytes:
+    return b"TDGT\x04" + head + body
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"TDGT\x04", "header: varints: truncated"),
+        (_v4(bytes([0, 200, 1, 3, 0, 3])), "header: varints: truncated"),  # no layout
+        (_v4(bytes([16, 200, 1, 3, 0, 3, 0, 0])), "bad flags 16"),
+        (_v4(bytes([0, 200, 1, 3, 0, 3, 0x28, 0, 1]), b"\x01\x01\x01"), "bad layout"),
+        (_v4(bytes([0, 200, 1, 3, 0, 3, 0x20, 0, 1]), b"\x00" * 24), "integer means"),
+        (_v4(bytes([0, 200, 1, 0, 0, 0, 0, 0, 1])), "no centroid"),
+        (_v4(bytes([12, 200, 1, 3, 0, 3, 0, 0])), "shorter than the header"),
+        (_v4(bytes([0, 200, 1, 3, 0, 3, 0, 0, 1]), b"\x00\x01"), "do not fit"),
+        (_v4(bytes([0, 200, 1, 3, 0, 3, 0, 0, 1]), b"\x00\x01\x01\x00"), "varints"),
+        (_v4(bytes([0, 200, 1, 4, 0, 3, 0, 0, 1]), b"\x00\x01\x01"), "inconsistent"),
+    ],
+)
+def test_a_bad_version_4_header_is_refused(data: bytes, message: str) -> None:
+    assert TDigest.from_bytes(_v4(bytes([0, 200, 1, 3, 0, 3, 0, 0, 1]), b"\x00\x01\x01")) == (
+        digest_of([1.0, 2.0, 3.0])
+    )  # the header they break, which reads: [1, 2, 3] in whole ms
     with pytest.raises(ValueError, match=message):
         TDigest.from_bytes(data)
 

@@ -189,8 +189,9 @@ def test_decode_reads_mixed_versions_and_names_a_bad_entry() -> None:
     agg = objs[0]
     tampered = bytearray(agg.to_bytes())
     latency = agg.latency.to_bytes()
-    at = bytes(tampered).index(latency) + len(latency) - 1
-    tampered[at] ^= 0x7F  # the last centroid's weight: the weights no longer add up to count
+    at = bytes(tampered).index(latency) + 8  # the count: after the preamble, flags, compression
+    assert tampered[at] == agg.latency.count < 127
+    tampered[at] += 1  # the weights no longer add up to the count
     with pytest.raises(ValueError, match="'latency'"):
         WindowAggs.decode([*blobs, bytes(tampered)])
 
