@@ -1,7 +1,7 @@
 """What several integration tests share, so that no test module imports another.
 
 The browser the dashboard tests drive; `job_args` and `snapshot`, the exactly-once checks of
-test_job_replay.py and test_outages.py; and the three hours of event time test_retention.py
+test_job_replay.py and outages/; and the three hours of event time test_retention.py
 writes batch by batch as the job would, which the dashboard's roll-up test reads too.
 """
 

@@ -4,7 +4,7 @@
 until they are up, then get SIGTERM on the whole group (`kill -- -PGID`, what a terminal, a
 container runtime or systemd's control-group mode does): each must exit 0 with one line
 saying it stopped, and leave no process behind (Streamlit's server, Spark's master and
-worker). The job's stops are in test_outages.py; the demo's in test_demo.py.
+worker). The job's stops are in outages/test_stops.py; the demo's in test_demo.py.
 """
 
 from __future__ import annotations
