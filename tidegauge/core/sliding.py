@@ -238,7 +238,7 @@ class Timeline:
                 return self._to_bytes_v1()  # buckets off the frame's grid: not made by `framed`
             steps = np.diff(self.starts, prepend=f.origin_ms) // r
         columns = np.concatenate((steps, self.counts, self.errors))
-        if len(columns) and (columns.min() < 0 or columns.max() >= _VARINT_LIMIT):
+        if len(columns) and (columns.min() < 0 or columns.max() >= varint.LIMIT):
             return self._to_bytes_v1()  # a pane spanning a year, a count past 2^35
         body = varint.encode(columns).tobytes()
         deflated = zlib.compress(body, 9)
@@ -337,7 +337,6 @@ _I8 = struct.Struct("<q")
 #: Version 2's first byte: a framed timeline or a pane's, and whether its body is deflated.
 #: Version 1's is a bool, 0 or 1.
 _FRAMED, _PANE, _DEFLATED = 2, 4, 1
-_VARINT_LIMIT = 1 << (7 * varint.MAX_BYTES)
 
 
 def _summed(starts: list[_I64], counts: list[_I64], errors: list[_I64]) -> tuple[_I64, _I64, _I64]:
