@@ -416,12 +416,13 @@ class Digests:
         near = (ulps > -SUM_ULPS) & (ulps < SUM_ULPS)
         scale = 10.0**exponent
         with np.errstate(invalid="ignore", over="ignore"):  # empty digests' infinite min
-            base = np.rint(self.min * scale)
+            scaled = np.rint(self.min * scale)
+        # an integer, as the reader has it: -0.0 is not 0 / 10^e
+        base = np.where((scaled >= 0) & (scaled < varint.LIMIT), scaled, -1).astype(np.int64)
         exact_min = (
             some
             & (mean_width != 8)
             & (base >= 0)
-            & (base < varint.LIMIT)
             & ((base / scale).view(np.int64) == self.min.view(np.int64))
         )
         last = self.means[np.maximum(self.offsets[1:] - 1, 0)] if len(self.means) else ref
@@ -441,7 +442,7 @@ class Digests:
                 sizes,
                 layout,
                 np.where(near, ulps << 1 ^ ulps >> 63, 0),
-                np.where(exact_min, base, 0).astype(np.int64),
+                np.where(exact_min, base, 0),
             ],
             axis=1,
         )

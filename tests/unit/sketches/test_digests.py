@@ -214,3 +214,34 @@ def test_the_group_then_value_order_is_lexsorts(seed: int) -> None:
     groups = rng.integers(0, int(rng.integers(1, 30)), n)
     want = np.lexsort((values, groups))
     assert _by_group_then_value(values, groups).tolist() == want.tolist()
+
+
+def _with(values: list[float], **fields: float) -> TDigest:
+    d = _one(np.array(values))
+    for name, value in fields.items():
+        setattr(d, f"_{name}", value)
+    return d
+
+
+def test_version_4_fields_that_need_an_f64_are_laid_out_as_the_objects() -> None:
+    """Each header field the varints cannot say (flags 1, 2, 4, 8), alone and together."""
+    rng = np.random.default_rng(3)
+    digests = [
+        _one(np.round(rng.lognormal(4, 0.6, 40), 3)),  # every field a varint
+        TDigest(),  # empty: min and max f64
+        _with([-0.0, 2.0], min=-0.0),  # a min its scale cannot give back (the sign)
+        _with([1.5, 2.25], sum=1e9),  # a sum far from the centroids' own
+        _with([1.5, 2.25], max=7.0),  # a max that is not the last mean
+        _one(np.array([1e300, 1.7e308])),  # near the float max: no decimal scale
+        _one(np.round(rng.lognormal(4, 0.6, 5_000), 3)),  # merged centroids: an f64 min
+        _one(-np.round(rng.exponential(1e6, 50))),  # negative values
+    ]
+    blobs = Digests.of(digests).encode()
+    assert blobs == [d.to_bytes() for d in digests]
+    assert [b[5] for b in blobs] == [0, 12, 4, 2, 8, 4, 4, 4]  # the flags
+    back = Digests.decode(blobs)
+    assert [back.digest(i) for i in range(len(digests))] == digests
+    odd = [_one(np.array([1.0, 2.0, 3.0]))]
+    odd[0]._compression = 37.5
+    blob = Digests.of(odd).encode()[0]
+    assert blob == odd[0].to_bytes() and blob[5] == 1 and Digests.decode([blob]).digest(0) == odd[0]
