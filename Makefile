@@ -26,9 +26,10 @@ lint: setup
 	$(BIN)/mypy
 
 # Two workers, a test file each at a time (its module fixtures run once): the suite's waits
-# (outages, live time, cluster workers) overlap the other worker's CPU work.
+# (outages, live time, cluster workers) overlap the other worker's CPU work. Files are handed
+# out in collection order, the longest first (tests/conftest.py), not xdist's most-tests-first.
 test: lint startup
-	$(BIN)/pytest -n 2 --dist loadfile
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 unit: setup
 	$(BIN)/pytest -m unit

@@ -121,9 +121,10 @@ def redis_client(redis_settings: RedisSettings) -> Iterator[redis.Redis]:
 
 
 #: The longest test files, longest first, as measured on CI's 2 cores (minutes in a comment).
-#: `make test` hands whole files to its two workers in collection order, each taking the next
-#: when it is done; a long file taken last keeps one worker busy while the other idles, so
-#: these go first and the many short files even out the end.
+#: `make test` hands whole files to its two workers in collection order (xdist's
+#: `--no-loadscope-reorder`), each taking the next when it is done; a long file taken last
+#: keeps one worker busy while the other idles, so these go first and the many short files
+#: even out the end.
 LONGEST_FIRST = (
     "integration/test_dashboard_browser.py",  # 5.6
     "integration/test_chaos.py",  # 5.0
