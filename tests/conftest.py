@@ -140,6 +140,9 @@ LONGEST_FIRST = (
     "integration/test_access_logs.py",  # 1.7
     "integration/test_job_end_to_end.py",  # 1.7
     "integration/test_demo.py",  # 1.7
+    "unit/tidegauge/traffic/test_generator.py",  # 1.7
+    "integration/test_produce.py",  # 1.6
+    "integration/test_metrics.py",  # 1.5
 )
 
 
