@@ -104,6 +104,13 @@ def test_a_group_sigterm_is_one_stop_line_exit_0_and_nothing_left(
     procs.wait_until(lambda: not procs.living(pids), 30, f"every process of {name} to exit")
 
 
+def _catches_usr1_in_threads(pid: int) -> bool:
+    """Whether the process has a SIGUSR1 handler (/proc's SigCgt mask) and more than one thread."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = int(next(line for line in status.splitlines() if line.startswith("SigCgt:"))[7:], 16)
+    return bool(caught >> (signal.SIGUSR1 - 1) & 1) and len(os.listdir(f"/proc/{pid}/task")) > 1
+
+
 def test_sigusr1_prints_every_threads_stack_and_the_command_goes_on(broker, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """`kill -USR1` on a running command writes each thread's stack to its stderr (where a
     stop or a batch hangs), and the command carries on and still stops cleanly."""
@@ -111,7 +118,10 @@ def test_sigusr1_prints_every_threads_stack_and_the_command_goes_on(broker, tmp_
     log = tmp_path / "produce.log"
     proc = _start(args, log)
     try:
-        time.sleep(3)
+        # until the command catches SIGUSR1 and runs a second thread (the producer's sender,
+        # once connected): a stack of each thread, not only the main one's; a loaded machine
+        # can take seconds to get there
+        procs.wait_until(lambda: _catches_usr1_in_threads(proc.pid), 60, "a second thread")
         os.kill(proc.pid, signal.SIGUSR1)
         procs.wait_until(
             lambda: "most recent call first" in log.read_text(errors="replace"), 20, "a stack dump"
