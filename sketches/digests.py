@@ -955,16 +955,41 @@ def _read_gap_varints(
         return None  # a digest whose bytes hold another number of values, or end mid-value
 
 
+#: From how many points per group on (on average) groups that lie in runs are sorted one at a
+#: time: one small stable sort per group (a roll-up's group is a few sorted digests, which the
+#: sort merges as runs) costs ~6 µs of Python each, against ~150-250 ns a point for sorting all
+#: of them at once (the crossover measured at ~32).
+_SORT_EACH_FROM = 48
+
+
 def _by_group_then_value(values: FloatArray, groups: IntArray) -> IntArray:
     """`np.lexsort((values, groups))`: by group, then value, ties in input order.
 
-    About twice as fast: each value replaced by its rank among the distinct values, one
-    integer key per point sorts in one stable pass instead of lexsort's two.
+    Groups in runs (`combine`'s points) with many points each: each run sorted on its own,
+    7x faster for a 10-minute roll-up of 10,000 services (1,800 values a group). Otherwise
+    each value replaced by its rank among the distinct values, one integer key per point
+    sorted in one stable pass: about twice lexsort's speed.
     """
     if values.size < 2:
         return np.arange(values.size, dtype=np.int64)
+    bounds = np.flatnonzero(groups[1:] != groups[:-1]) + 1
+    if values.size >= _SORT_EACH_FROM * (bounds.size + 1) and bool(
+        (groups[1:] >= groups[:-1]).all()
+    ):
+        return _sorted_each(values, bounds)
     distinct, rank = np.unique(values, return_inverse=True)
     return np.argsort(groups.astype(np.int64) * distinct.size + rank, kind="stable")
+
+
+def _sorted_each(values: FloatArray, bounds: IntArray) -> IntArray:
+    """The stable order by value within each run of points that `bounds` (run starts) cut."""
+    out = np.empty(values.size, np.int64)
+    edges = [0, *bounds.tolist(), values.size]
+    for lo, hi in itertools.pairwise(edges):
+        order = np.argsort(values[lo:hi], kind="stable")
+        order += lo
+        out[lo:hi] = order
+    return out
 
 
 def _integer(weights: FloatArray) -> bool:

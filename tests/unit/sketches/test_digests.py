@@ -203,15 +203,19 @@ def test_encode_lays_out_every_weight_width_as_the_objects(weight: float) -> Non
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_the_group_then_value_order_is_lexsorts(seed: int) -> None:
+@pytest.mark.parametrize("in_runs", [False, True])
+def test_the_group_then_value_order_is_lexsorts(seed: int, in_runs: bool) -> None:
     """The sort under `of` and `combine`: by group, then value, equal values in input order
-    (which point of a tie goes first decides which centroid a weight joins)."""
+    (which point of a tie goes first decides which centroid a weight joins). `combine`'s
+    groups come in runs, often of hundreds of points (sorted a run at a time)."""
     rng = np.random.default_rng(seed)
-    n = int(rng.integers(0, 400))
+    n = int(rng.integers(0, 400)) * (10 if in_runs else 1)
     values = np.round(rng.normal(0, 3, n), int(rng.integers(0, 2)))  # many ties
     values[rng.random(n) < 0.05] = -0.0
     values[rng.random(n) < 0.02] = np.nan
     groups = rng.integers(0, int(rng.integers(1, 30)), n)
+    if in_runs:
+        groups.sort()
     want = np.lexsort((values, groups))
     assert _by_group_then_value(values, groups).tolist() == want.tolist()
 
