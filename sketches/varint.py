@@ -107,7 +107,8 @@ def encode(values: IntArray) -> npt.NDArray[np.uint8]:
 def decode(data: npt.NDArray[np.uint8], count: int) -> IntArray:
     """`count` values from their varints, which must fill `data` exactly; ValueError if not.
 
-    Read from each value's last byte (its highest group) down: one pass per byte position.
+    Read from each value's last byte (its highest group) down: one pass per byte position,
+    each over the values still that long (most gaps take one or two bytes).
     """
     data = np.asarray(data, np.uint8)
     last = data < 0x80
@@ -123,9 +124,11 @@ def decode(data: npt.NDArray[np.uint8], count: int) -> IntArray:
     if width > MAX_BYTES:
         raise ValueError(f"varints: a value longer than {MAX_BYTES} bytes")
     out = data[ends].astype(np.int64)
+    longer = np.flatnonzero(size > 1)
     for k in range(1, width):
-        lower = (data[np.maximum(ends - k, 0)] & 0x7F).astype(np.int64)
-        out = np.where(size > k, (out << 7) | lower, out)
+        lower = (data[ends[longer] - k] & 0x7F).astype(np.int64)
+        out[longer] = (out[longer] << 7) | lower
+        longer = longer[size[longer] > k + 1]
     return out
 
 
