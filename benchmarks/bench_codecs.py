@@ -1,12 +1,17 @@
 """What a batch's window aggregates cost to encode and decode, and how many bytes they take.
 
 Run from the repository root:  .venv/bin/python benchmarks/bench_codecs.py  [--rounds 7]
+    [--rollup-services 1000] [--rollup-rounds 3]
 
 `WindowAggs` (tidegauge/core/window_aggs.py) of two shapes a batch meets: 7,000 aggregates of
 ~60 events (a live batch's 10 s windows at many services) and 700 of ~600 (a minute's
 roll-ups), users drawn from 5,000, lognormal latencies to the µs, 25 % errors, 5 % overdue.
-Then `Hlls` alone (7,000 sketches of 60 users): the HyperLogLogs' share. Best of `--rounds`
-each; prints figures, asserts nothing. Compare two commits by running it in a worktree of each.
+Then `Hlls` alone (7,000 sketches of 60 users): the HyperLogLogs' share. Then the sink's
+largest regular step, a 10-minute roll-up (jobs/sink/rollup.py `roll_periods`) of ten 1-minute
+windows of `--rollup-services` services, each ~180 events (30 per 10 s window, as
+bench_store.py writes): with 10,000 services it is the batch that takes longest every 10
+minutes. Best of `--rounds` each (`--rollup-rounds` for the roll-up); prints figures, asserts
+nothing. Compare two commits by running it in a worktree of each.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.machine import describe  # noqa: E402
+from jobs.sink.rollup import RolledWindow, roll_periods  # noqa: E402
 from sketches.hlls import Hlls  # noqa: E402
 from sketches.tg64 import hash32  # noqa: E402
 from tidegauge.core.window_aggs import WindowAggs  # noqa: E402
@@ -50,6 +56,16 @@ def aggregates(groups: int, per: int, seed: int = 1) -> WindowAggs:
     )
 
 
+def minutes(services: int, per: int) -> dict[int, list[tuple[int, RolledWindow]]]:
+    """Ten 1-minute windows of `services` aggregates of ~`per` events: one 10-minute period."""
+    windows = []
+    for minute in range(10):
+        blobs = aggregates(services, per, seed=minute).encode()
+        names = (f"svc-{i:05d}" for i in range(services))
+        windows.append((minute * 60_000, RolledWindow(aggs=dict(zip(names, blobs, strict=True)))))
+    return {0: windows}
+
+
 def best(rounds: int, f: Callable[[], Any]) -> tuple[float, Any]:
     """The fastest of `rounds` calls, in ms, and the last result."""
     fastest, out = float("inf"), None
@@ -63,6 +79,8 @@ def best(rounds: int, f: Callable[[], Any]) -> tuple[float, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rollup-services", type=int, default=1_000)
+    parser.add_argument("--rollup-rounds", type=int, default=3)
     args = parser.parse_args()
     print(describe(("numpy",)))
     for groups, per in ((7000, 60), (700, 600)):
@@ -80,6 +98,10 @@ def main() -> None:
     dec, _ = best(args.rounds, functools.partial(Hlls.decode, blobs))
     size = sum(map(len, blobs)) / 7000
     print(f"Hlls 7,000 x ~60 users: encode {enc:.1f} ms, decode {dec:.1f} ms, {size:,.0f} B each")
+    n = args.rollup_services
+    periods = minutes(n, 180)
+    took, _ = best(args.rollup_rounds, functools.partial(roll_periods, periods, 10**9))
+    print(f"10-minute roll-up of {n:,} services (10 x {n:,} aggregates of ~180): {took:,.0f} ms")
 
 
 if __name__ == "__main__":
