@@ -559,8 +559,8 @@ class Digests:
             flags, pos = varint.read_at(buf, starts + TDIGEST.size, ends)
             if (flags >= 2 * MAX_F64).any():
                 return None
-            fields = {"compression": np.zeros(n, np.int64), "ulps": np.zeros(n, np.int64)}
-            fields["base"] = np.zeros(n, np.int64)
+            # the fields a flag can leave out start at 0 for the digests that do
+            fields = {name: np.zeros(n, np.int64) for name in ("compression", "ulps", "base")}
             for name, absent in (
                 ("compression", COMPRESSION_F64),
                 ("count", 0),
