@@ -49,15 +49,30 @@ EVENT_COLUMNS = ("partition", "offset", "kafka_ms", "event_ms", "event_id", "clo
 STORED_COLUMNS = (*EVENT_COLUMNS, "service", "window_start", "window_end", "watermark")
 
 
-def late_columns(cols: Columns, rows: npt.NDArray[np.int64], n: int) -> Columns:
-    """The newest `n` of `cols`' rows at positions `rows` (a chunk's late events)."""
+def late_columns(
+    cols: Columns, rows: npt.NDArray[np.int64], owners: npt.NDArray[np.int64], n: int
+) -> tuple[Columns, npt.NDArray[np.int64]]:
+    """The newest `n` of each owner's rows among `cols`' rows at positions `rows`.
+
+    A chunk's late events, cut per service (`owners[i]` is the service of row `rows[i]`) in one
+    pass rather than a sort and a take per service (a chunk of 1,000 services has that many):
+    the services' picks in ascending service order, each newest first (`newest`), and the
+    service of every row picked.
+    """
     picked: Columns = {}
     for name in EVENT_COLUMNS:
         col = cols.get(name)
         if col is None:  # no clock correction: no offsets
             col = np.full(len(cols["offset"]), np.nan)
         picked[name] = col
-    return newest(take_rows(picked, rows), n)
+    kafka = np.nan_to_num(np.asarray(picked["kafka_ms"], dtype=np.float64)[rows], nan=0.0)
+    offset, partition = np.asarray(picked["offset"])[rows], np.asarray(picked["partition"])[rows]
+    order = np.lexsort((offset, partition, kafka, owners))  # oldest first within an owner
+    own = owners[order]
+    from_end = np.searchsorted(own, own, side="right") - 1 - np.arange(len(own))
+    keep = np.flatnonzero(from_end < n)
+    newest_first = keep[np.lexsort((from_end[keep], own[keep]))]
+    return take_rows(picked, rows[order[newest_first]]), own[newest_first].astype(np.int64)
 
 
 def newest(cols: Columns, n: int) -> Columns:

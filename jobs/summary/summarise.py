@@ -55,7 +55,7 @@ from jobs.summary.chunk import (
     empty_table,
     take_table,
 )
-from jobs.summary.late_events import concat, late_columns
+from jobs.summary.late_events import late_columns
 from jobs.summary.schema import SUMMARY_ARROW, SummaryKind
 from jobs.summary.settings import ExecutorConfig
 from jobs.summary.shards import group_shard
@@ -228,16 +228,9 @@ def chunk_summary(
         late = np.zeros(len(codes), dtype=bool)
         late[np.flatnonzero(own)[classes == LATE]] = True
     if late.any() and cfg.late_events_max and late_events:
-        bounds = np.searchsorted(codes, np.arange(n + 1)).tolist()
-        picked, owners = [], []
-        for i in np.unique(codes[late]).tolist():
-            lo, hi = bounds[i], bounds[i + 1]
-            mine = _slice(cols, lo, hi) if n > 1 else cols
-            kept = late_columns(mine, np.flatnonzero(late[lo:hi]), cfg.late_events_max)
-            picked.append(kept)
-            owners.append(np.full(len(kept["offset"]), i, np.int64))
-        out.late_events = concat(picked)
-        out.tables["late_events"] = {"service": np.concatenate(owners)}
+        rows = np.flatnonzero(late)
+        out.late_events, owners = late_columns(cols, rows, codes[rows], cfg.late_events_max)
+        out.tables["late_events"] = {"service": owners}
     return out
 
 

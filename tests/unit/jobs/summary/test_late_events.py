@@ -51,7 +51,7 @@ def test_the_newest_of_parts_newest_are_the_newest_of_all() -> None:
         cut = np.sort(rng.choice(len(cols["offset"]), size=3))  # type: ignore[arg-type]
         bounds = [0, *cut.tolist(), len(cols["offset"])]  # type: ignore[arg-type]
         parts = [
-            newest(late_columns(cols, np.arange(a, b), n), n)
+            newest(late_columns(cols, np.arange(a, b), np.zeros(b - a, np.int64), n)[0], n)
             for a, b in zip(bounds, bounds[1:], strict=False)
             if b > a
         ]
@@ -113,5 +113,29 @@ def test_a_stored_member_is_the_sorted_compact_json_of_the_event() -> None:
 def test_late_columns_without_clock_correction_have_no_offsets() -> None:
     cols = _events(np.random.default_rng(2), 10)
     del cols["clock_offset_ms"]
-    picked = late_columns(cols, np.array([1, 3]), 10)
+    picked, _ = late_columns(cols, np.array([1, 3]), np.array([0, 0]), 10)
     assert np.isnan(picked["clock_offset_ms"]).all() and len(picked["clock_offset_ms"]) == 2
+
+
+def test_late_columns_are_each_owners_newest_in_owner_order() -> None:
+    """A chunk's late events cut per service in one pass: each service's newest, in turn."""
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        cols = _events(rng, int(rng.integers(1, 400)))
+        size = len(cols["offset"])  # type: ignore[arg-type]
+        rows = np.flatnonzero(rng.random(size) < 0.6)
+        owners = rng.integers(0, int(rng.integers(1, 30)), len(rows))
+        n = int(rng.integers(0, 12))
+        picked, of = late_columns(cols, rows, owners, n)
+        expected, expected_of = [], []
+        for owner in sorted(set(owners.tolist())):
+            at = rows[owners == owner]
+            mine = newest(
+                {k: v.take(at) if isinstance(v, pa.Array) else v[at] for k, v in cols.items()}, n
+            )  # type: ignore[attr-defined,index]
+            expected += _positions(mine)
+            expected_of += [owner] * len(mine["offset"])
+        assert _positions(picked) == expected
+        assert of.tolist() == expected_of
+        ids = dict(zip(_positions(cols), cols["event_id"].to_pylist(), strict=True))  # type: ignore[attr-defined]
+        assert picked["event_id"].to_pylist() == [ids[p] for p in expected]
