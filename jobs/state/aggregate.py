@@ -53,7 +53,6 @@ from jobs.state.hitters import SliceRouter, forget_gone
 from jobs.state.rows import (
     RowKind,
     append_row,
-    arrival_metrics,
     extend_rows,
     frame,
     new_rows,
@@ -204,7 +203,6 @@ def _count_rows(
     service: list[str] = []
     window: list[int | None] = []
     count: list[int] = []
-    metrics: list[str | None] = []
     aggs: list[bytes | None] = []
     for (name, key, start), merged in sorted(late.items()):
         kind.append(RowKind.LATE)
@@ -232,7 +230,6 @@ def _count_rows(
             service.append(names[g])
             window.append(None)
             count.append(n)
-    metrics += [None] * (len(kind) - len(metrics))
     aggs += [None] * (len(kind) - len(aggs))
     proc_ms = batch.chunks[0].proc_ms if batch.chunks else None
     arrivals = _summed(
@@ -240,14 +237,18 @@ def _count_rows(
         ("service", "domain", "start"),
         ("events", "late", "stragglers"),
     )
+    before = len(kind)  # the arrivals' own columns are null in the rows above
+    late_of: list[int | None] = [None] * before
+    stragglers_of: list[int | None] = [None] * before
     for g, d, start, n, n_late, n_strag in arrivals:
         kind.append(RowKind.ARRIVALS)
         spec.append(ARRIVAL_DOMAINS[d])
         service.append(names[g])
         window.append(start)
         count.append(n)
-        metrics.append(arrival_metrics(n_late, n_strag, proc_ms))
         aggs.append(None)
+        late_of.append(n_late)
+        stragglers_of.append(n_strag)
     extend_rows(
         rows,
         kind=kind,
@@ -255,8 +256,10 @@ def _count_rows(
         service=service,
         window_start=window,
         count=count,
-        metrics=metrics,
         agg=aggs,
+        late=late_of,
+        stragglers=stragglers_of,
+        proc_ms=[None] * before + [proc_ms] * (len(kind) - before),
     )
 
 

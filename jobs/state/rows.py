@@ -7,7 +7,6 @@ state workers); the sink's batch writer reads them back (`decode_rows`).
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -110,8 +109,8 @@ class RowKind(StrEnum):
     STRAGGLER = "straggler"
     #: spec, service, window_start, count: duplicates of this batch dropped from that window
     DUPLICATE = "duplicate"
-    #: spec (an `ARRIVAL_DOMAINS` clock), service, window_start, count, metrics (JSON: late,
-    #: stragglers, proc_ms): events of this batch by processing-time or broker-time window
+    #: spec (an `ARRIVAL_DOMAINS` clock), service, window_start, count, late, stragglers,
+    #: proc_ms: events of this batch by processing-time or broker-time window
     ARRIVALS = "arrivals"
     #: agg (jobs/summary/late_events.py `STORED_COLUMNS`, Arrow IPC), count: a state group's
     #: newest late events of this batch
@@ -135,7 +134,7 @@ class RowKind(StrEnum):
 OUTPUT_SCHEMA = (
     "kind string, spec string, service string, window_start long, count long, metrics string, "
     "agg binary, partition int, offset long, kafka_ms long, reason string, detail string, "
-    "raw binary, raw_size int"
+    "raw binary, raw_size int, late long, stragglers long, proc_ms long"
 )
 _COLUMNS = [c.strip().split(" ")[0] for c in OUTPUT_SCHEMA.split(",")]
 _ARROW_TYPES = {"string": pa.string(), "long": pa.int64(), "int": pa.int32(), "binary": pa.binary()}
@@ -198,26 +197,9 @@ def extend_rows(rows: dict[str, list[Any]], **columns: list[Any]) -> None:
             rows[c] += values
 
 
-def arrival_metrics(late: int, stragglers: int, proc_ms: int | None) -> str:
-    """`metrics_json` of an arrivals row's metrics (late, stragglers, proc_ms)."""
-    proc = "null" if proc_ms is None else int.__repr__(proc_ms)
-    return f'{{"late":{late},"proc_ms":{proc},"stragglers":{stragglers}}}'
-
-
-def _arrival_metrics_of(text: str) -> dict[str, Any]:
-    """Inverse of `arrival_metrics` (any other JSON object through `json.loads`)."""
-    m = _ARRIVAL.fullmatch(text)
-    if m is None:
-        return dict(json.loads(text))
-    late, proc, stragglers = m.groups()
-    return {
-        "late": int(late),
-        "proc_ms": None if proc == "null" else int(proc),
-        "stragglers": int(stragglers),
-    }
-
-
-_ARRIVAL = re.compile(r'\{"late":(\d+),"proc_ms":(null|-?\d+),"stragglers":(\d+)\}')
+def _arrival_metrics(late: int, stragglers: int, proc_ms: int | None) -> dict[str, Any]:
+    """An arrivals row's metrics as the sink stores them (`ArrivalUpdate.metrics`)."""
+    return {"late": late, "proc_ms": proc_ms, "stragglers": stragglers}
 
 
 @dataclass
@@ -281,7 +263,7 @@ def decode_rows(rows: Iterable[Mapping[str, Any]], batch_id: int) -> BatchRows:
                     row["window_start"],
                     row["service"],
                     row["count"],
-                    _arrival_metrics_of(row["metrics"]),
+                    _arrival_metrics(row["late"], row["stragglers"], row["proc_ms"]),
                 )
             )
         elif kind == RowKind.LATE_EVENTS:
@@ -336,11 +318,19 @@ def decode_table(table: pa.Table, batch_id: int) -> BatchRows:
     ]
     arrivals = table.filter(pc.equal(kind, RowKind.ARRIVALS.value))
     out.arrivals = [
-        ArrivalUpdate(domain, start, service, count, _arrival_metrics_of(metrics))
-        for domain, start, service, count, metrics in zip(
+        ArrivalUpdate(domain, start, service, count, _arrival_metrics(late, stragglers, proc))
+        for domain, start, service, count, late, stragglers, proc in zip(
             *(
                 arrivals.column(c).to_pylist()
-                for c in ("spec", "window_start", "service", "count", "metrics")
+                for c in (
+                    "spec",
+                    "window_start",
+                    "service",
+                    "count",
+                    "late",
+                    "stragglers",
+                    "proc_ms",
+                )
             ),
             strict=True,
         )
