@@ -5,10 +5,16 @@ record, the largest share of the read task (BENCHMARKS.md). Here the records tha
 ordinary are joined into one newline-delimited document, decoded by Arrow's C++ JSON reader into
 one column per contract field, and checked with vectorised comparisons that mirror each
 `EventField`'s rules. A record this path vouches for gets exactly the values `parse_values`
-would give; every other record (malformed, a heartbeat, ISO times, anything Arrow's decoder and
-Python's could disagree on) is left to `parse_values`, which stays the one judge of what is
-wrong and why. `tests/unit/jobs/parse/test_bulk.py` holds the two paths to the same rows on
-mutated records of every kind.
+would give; every other record (malformed, a heartbeat, times in other ISO-8601 spellings,
+anything Arrow's decoder and Python's could disagree on) is left to `parse_values`, which stays
+the one judge of what is wrong and why. `tests/unit/jobs/parse/test_bulk.py` holds the two paths
+to the same rows on mutated records of every kind.
+
+Times written as ISO-8601 text take this path in the one spelling most producers write
+(JavaScript's `toISOString`; `tidegauge produce --iso-fraction`): `2026-05-28T20:26:40.020Z`,
+UTC with milliseconds. Such records are decoded apart, their times as text, and turned into
+epoch milliseconds by vectorised date arithmetic; a date that does not exist (February 30, hour
+24, second 60) is left to Python, which words the rejection.
 
 What makes a record a candidate (each rule closes a gap between the two decoders):
 - ASCII only, no control character, no backslash: no invalid UTF-8, byte-order mark, escape or
@@ -20,7 +26,9 @@ What makes a record a candidate (each rule closes a gap between the two decoders
 - no `NaN`/`Inf` token anywhere (Arrow's decoder knows spellings Python's does not), no
   `heartbeat`;
 - no field whose value starts with a character its type cannot start with (time, number or
-  string written as something else), so the common malformed kinds never fail a decode.
+  string written as something else), so the common malformed kinds never fail a decode; a time
+  written as text is a candidate only in `_ISO_TEXT`'s spelling, and only if no time of the
+  record is written as a number (those decode apart, with times as text).
 After decoding, a negative zero in a float field is left to Python too (Python reads the
 integer `-0` as 0.0, Arrow as -0.0).
 
@@ -94,23 +102,54 @@ class Vouched:
 _SCREEN = r"[\x00-\x1f]|\\|NaN|Inf|heartbeat|:\s*[\[{]"
 
 
-@lru_cache(maxsize=8)
-def _plan(fields: tuple[EventField, ...]) -> tuple[str, pj.ParseOptions]:
-    """The screen (`_SCREEN` and values of the wrong type) and the decoder's options."""
-    wrong_start = []
-    for f in fields:
-        name = re.escape(f.name)
-        # a value that cannot be of the field's type: strings start with a quote, the rest with
-        # a digit or a minus sign; `null` is absent for both
-        wrong_start.append(f'"{name}":[^"n]' if f.type == "string" else f'"{name}":[^-0-9n]')
-    schema = pa.schema([(f.name, _DECODED[f.type]) for f in fields])
-    options = pj.ParseOptions(
+#: The one ISO-8601 spelling of a time the fast path takes (the rest go to Python's judge):
+#: JavaScript's `Date.toISOString`, what `datetime.fromisoformat` reads as exactly that UTC
+#: millisecond if the date exists.
+_ISO_TEXT = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+
+
+class _Plan:
+    """How a chunk is screened and decoded for a set of contract fields."""
+
+    __slots__ = ("as_numbers", "as_text", "iso_times", "numeric_time", "quoted_time", "screen")
+
+    def __init__(self, fields: tuple[EventField, ...]) -> None:
+        wrong_start = []
+        times = [re.escape(f.name) for f in fields if f.type == "time"]
+        for f in fields:
+            name = re.escape(f.name)
+            # a value that cannot be of the field's type: strings start with a quote, numbers
+            # with a digit or a minus sign, times with either; `null` is absent for all
+            start = {"string": '[^"n]', "time": '[^-0-9n"]'}.get(f.type, "[^-0-9n]")
+            wrong_start.append(f'"{name}":{start}')
+        self.screen = "|".join([_SCREEN, *wrong_start])
+        keys = "|".join(times)
+        #: a record with a time written as text, one with a time written as a number
+        self.quoted_time = f'"(?:{keys})":"' if times else None
+        self.numeric_time = f'"(?:{keys})":[-0-9]'
+        #: per time field: written as text in anything but `_ISO_TEXT`'s spelling
+        self.iso_times = [(f'"{t}":"', f'"{t}":"{_ISO_TEXT}"') for t in times]
+        self.as_numbers = _options(fields, text_times=False)
+        self.as_text = _options(fields, text_times=True)
+
+
+def _options(fields: tuple[EventField, ...], text_times: bool) -> pj.ParseOptions:
+    types = dict(_DECODED, time=pa.string()) if text_times else _DECODED
+    schema = pa.schema([(f.name, types[f.type]) for f in fields])
+    return pj.ParseOptions(
         explicit_schema=schema, unexpected_field_behavior="ignore", newlines_in_values=False
     )
-    return "|".join([_SCREEN, *wrong_start]), options
 
 
-def _candidates(values: pa.Array, screen: str) -> npt.NDArray[np.bool_]:
+@lru_cache(maxsize=8)
+def _plan(fields: tuple[EventField, ...]) -> _Plan:
+    return _Plan(fields)
+
+
+def _candidates(
+    values: pa.Array, plan: _Plan
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """The records to decode with times as numbers, and those to decode with times as text."""
     text = values.view(pa.string())  # same layout; only ASCII rows are ever used as text
     ok = pc.and_kleene(
         pc.and_kleene(
@@ -119,8 +158,69 @@ def _candidates(values: pa.Array, screen: str) -> npt.NDArray[np.bool_]:
         ),
         pc.and_kleene(pc.starts_with(text, "{"), pc.ends_with(text, "}")),
     )
-    ok = pc.and_kleene(ok, pc.invert(pc.match_substring_regex(text, screen)))
-    return np.asarray(ok.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+    ok = pc.and_kleene(ok, pc.invert(pc.match_substring_regex(text, plan.screen)))
+    ok_np = np.asarray(ok.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+    iso = np.zeros(len(ok_np), dtype=bool)
+    if plan.quoted_time is None:
+        return ok_np, iso
+    quoted = _matches(text, plan.quoted_time) & ok_np
+    at = np.flatnonzero(quoted)
+    if len(at):
+        some = text.take(pa.array(at))
+        fits = ~_matches(some, plan.numeric_time)
+        for written, spelled in plan.iso_times:
+            fits &= ~_matches(some, written) | _matches(some, spelled)
+        iso[at[fits]] = True
+    return ok_np & ~quoted, iso
+
+
+def _matches(text: pa.Array, pattern: str) -> npt.NDArray[np.bool_]:
+    found = pc.match_substring_regex(text, pattern).fill_null(False)
+    return np.asarray(found.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _iso_ms(col: pa.ChunkedArray) -> tuple[pa.Array, npt.NDArray[np.bool_]]:
+    """Times in `_ISO_TEXT`'s spelling as epoch milliseconds, and where they are valid dates.
+
+    Null stays null (absent). Where the text is not in that spelling or names no real instant
+    (month 13, February 30, hour 24, second 60), the row is not valid: Python judges it.
+    """
+    text = col.combine_chunks()
+    spelled = np.asarray(
+        pc.match_substring_regex(text, f"^{_ISO_TEXT}$")
+        .fill_null(True)
+        .to_numpy(zero_copy_only=False),
+        dtype=bool,
+    )
+    known = np.asarray(text.is_valid().to_numpy(zero_copy_only=False), dtype=bool) & spelled
+    digits = pc.if_else(pa.array(known), text, "0000-01-01T00:00:00.000Z")
+
+    def part(at: int, width: int) -> npt.NDArray[np.int64]:
+        cut = pc.utf8_slice_codeunits(digits, at, at + width)
+        return np.asarray(cut.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+    y, m, d = part(0, 4), part(5, 2), part(8, 2)
+    hh, mm, ss, frac = part(11, 2), part(14, 2), part(17, 2), part(20, 3)
+    leap = (y % 4 == 0) & ((y % 100 != 0) | (y % 400 == 0))
+    days_in = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])[np.clip(m, 0, 12)]
+    days_in = days_in + ((m == 2) & leap)
+    real = (y >= 1) & (m >= 1) & (m <= 12) & (d >= 1) & (d <= days_in)
+    real &= (hh < 24) & (mm < 60) & (ss < 60)
+    ms = _days_from_civil(y, m, d) * 86_400_000 + hh * 3_600_000 + mm * 60_000 + ss * 1_000 + frac
+    valid = spelled & (real | ~known)
+    return pa.array(ms, pa.int64(), mask=~(known & real)), valid
+
+
+def _days_from_civil(
+    y: npt.NDArray[np.int64], m: npt.NDArray[np.int64], d: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """Days since 1970-01-01 of proleptic Gregorian dates (H. Hinnant's `days_from_civil`)."""
+    y = y - (m <= 2)
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * np.where(m > 2, m - 3, m + 9) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146_097 + doe - 719_468
 
 
 def _read(lines: pa.Array, options: pj.ParseOptions) -> pa.Table | int | None:
@@ -220,19 +320,35 @@ def vouch(values: pa.Array, fields: Sequence[EventField], n: int | None = None) 
     `n`: the chunk's size when `values` holds only its first records (the rest left to Python).
     """
     fields = tuple(fields)
-    screen, options = _plan(fields)
+    plan = _plan(fields)
     n = len(values) if n is None else n
-    cand = np.flatnonzero(_candidates(values, screen))
+    as_numbers, as_text = _candidates(values, plan)
+    budget = [_RETRIES * int(as_numbers.sum() + as_text.sum())]
     pieces: list[Piece] = []
+    cand = np.flatnonzero(as_numbers)
     if len(cand):
-        _decode(values.take(pa.array(cand)), cand, options, pieces, [_RETRIES * len(cand)])
+        _decode(values.take(pa.array(cand)), cand, plan.as_numbers, pieces, budget)
+    spelled: list[npt.NDArray[np.bool_]] = [np.ones(len(at), dtype=bool) for at, _ in pieces]
+    cand = np.flatnonzero(as_text)
+    if len(cand):
+        texts: list[Piece] = []
+        _decode(values.take(pa.array(cand)), cand, plan.as_text, texts, budget)
+        for at, table in texts:
+            fine = np.ones(len(at), dtype=bool)
+            for f in fields:
+                if f.type == "time":
+                    ms, valid = _iso_ms(table.column(f.name))
+                    table = table.set_column(table.schema.get_field_index(f.name), f.name, ms)
+                    fine &= valid
+            pieces.append((at, table))
+            spelled.append(fine)
     ok = np.zeros(n, dtype=bool)
     rows = np.zeros(n, dtype=np.int64)
     if not pieces:
         return Vouched(ok, rows, {f.column: pa.array([], _typed_type(f)) for f in fields})
     table = pa.concat_tables([t for _, t in pieces])
     decoded = np.concatenate([at for at, _ in pieces])
-    passed = np.ones(table.num_rows, dtype=bool)
+    passed = np.concatenate(spelled)
     for f in fields:
         passed &= np.asarray(_valid(f, table.column(f.name)).to_numpy(), dtype=bool)
     ok[decoded[passed]] = True
