@@ -60,6 +60,7 @@ from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.freshness import freshness, merge_times
 from tidegauge.core.plugins import loaded_plugins
 from tidegauge.core.store import Keys, connect
+from tidegauge.core.store.keys import ControlFields
 from tidegauge.core.windows import WindowSpec, primary_size
 
 __all__ = ["build_stream", "run_job", "start_query"]
@@ -104,6 +105,7 @@ def build_stream(spark: SparkSession, cfg: JobConfig) -> DataFrame:
         .option("maxTasks", str(spark.sparkContext.defaultParallelism))
         .option("controlRedis", cfg.redis.url)
         .option("controlKey", Keys(cfg.redis.prefix).control)
+        .option("controlField", ControlFields.PAUSE_UNTIL)
     )
     for key, value in cfg.kafka.options:  # client settings, one option each (redactable)
         reader = reader.option(CLIENT_PREFIX + key, value)
