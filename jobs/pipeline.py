@@ -23,6 +23,7 @@ the dashboard can tell a quiet stream from a dead job. The command line is jobs/
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import time
@@ -311,6 +312,12 @@ def start_query(
         .option("checkpointLocation", cfg.checkpoint)
     )
     interval = 0 if cfg.trigger == "available-now" else cfg.trigger_interval_ms
+    # The driver's objects so far (pyspark, py4j, pandas, pyarrow, the job's modules) live as
+    # long as it does: out of the collector's full passes, which scanned them in ~200 ms every
+    # few batches (gc callbacks, 1,000 services), a pause in the batch it fell in. Once per
+    # process: a later query's start may find the last one's garbage, which would never go.
+    if not gc.get_freeze_count():
+        gc.freeze()
     query = writer.trigger(processingTime=f"{interval} milliseconds").start()
     listener.query_ids.add(str(query.id))
     return query, listener, batch_writer.close
