@@ -62,6 +62,7 @@ from tidegauge.core.freshness import freshness, merge_times
 from tidegauge.core.plugins import loaded_plugins
 from tidegauge.core.store import Keys, connect
 from tidegauge.core.store.keys import ControlFields
+from tidegauge.core.window_aggs import merge_encoded
 from tidegauge.core.windows import WindowSpec, primary_size
 
 __all__ = ["build_stream", "run_job", "start_query"]
@@ -150,6 +151,14 @@ class _BatchWriter:
         self.keys = Keys(cfg.redis.prefix)
         self.primary_ms = primary_size(cfg.windows)
         self.primary_key = WindowSpec.tumbling(self.primary_ms).key
+        executors = executor_config(cfg)
+        self.state_fn = make_state_fn(executors)
+        workers = (
+            default_state_workers(cfg.state_shards)
+            if cfg.state_workers is None
+            else min(cfg.state_workers, cfg.state_shards)
+        )
+        self.pool = StatePool(executors, workers) if workers > 0 else None
         source = cfg.rollup_source_ms
         self.sink = SinkConfig(
             dead_letter_max=cfg.dead_letter_max,
@@ -160,6 +169,8 @@ class _BatchWriter:
             retention_size=cfg.retention_size,
             source=None if source is None else WindowSpec.tumbling(source),
             shards=cfg.state_shards,
+            # the roll-ups' merges, half of them in a state worker (idle by then)
+            merge=merge_encoded if self.pool is None else self.pool.merge_encoded,
         )
         self._client: redis.Redis | None = None
         self.catalog = (
@@ -171,14 +182,6 @@ class _BatchWriter:
             if cfg.catalog_topic and cfg.checkpoint
             else None
         )
-        executors = executor_config(cfg)
-        self.state_fn = make_state_fn(executors)
-        workers = (
-            default_state_workers(cfg.state_shards)
-            if cfg.state_workers is None
-            else min(cfg.state_workers, cfg.state_shards)
-        )
-        self.pool = StatePool(executors, workers) if workers > 0 else None
         self.kept = DecodedStates()  # of the groups this process runs itself
         self.state_log = StateLog(cfg.checkpoint)
         #: Batch id -> its records and their freshness, measured when the batch is committed;

@@ -34,7 +34,7 @@ from tidegauge.core.store import ALL_SERVICES, DeadLetter, Keys, batch_field
 from tidegauge.core.store.arrivals import batch_arrivals
 from tidegauge.core.store.keys import _s
 from tidegauge.core.store.ranking import ranked_counts, ranks_spec
-from tidegauge.core.window_aggs import WindowAggs
+from tidegauge.core.window_aggs import MergeEncoded, WindowAggs, merge_encoded
 from tidegauge.core.windows import WindowSpec
 
 __all__ = ["SinkBatch", "SinkConfig", "write_batch"]
@@ -67,6 +67,9 @@ class SinkConfig:
     #: Whether windows get a `*` row; a dimension's store has none (its members are slices of
     #: services and of `*`: the main store's `*` is their total).
     totals: bool = True
+    #: How roll-ups merge their windows' aggregates (jobs/sink/rollup.py `roll_periods`); the
+    #: job's state workers lend it a process (jobs/state/step.py `StatePool.merge_encoded`).
+    merge: MergeEncoded = merge_encoded
 
 
 @dataclass(frozen=True)
@@ -218,7 +221,16 @@ def _queue(
     plan = None
     if retention is not None and at is not None:
         plan = plan_retention(
-            r, keys, retention, config.source, at, late, arrivals, config.retention_size, in_force
+            r,
+            keys,
+            retention,
+            config.source,
+            at,
+            late,
+            arrivals,
+            config.retention_size,
+            in_force,
+            config.merge,
         )
         if arrival_window_ms:
             size = arrival_window_ms

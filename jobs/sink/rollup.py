@@ -42,7 +42,7 @@ from tidegauge.core.store.keys import (
     straggler_revisions,
 )
 from tidegauge.core.store.ranking import ranked_counts
-from tidegauge.core.window_aggs import WindowAggs
+from tidegauge.core.window_aggs import MergeEncoded, merge_encoded
 from tidegauge.core.windows import ARRIVAL_DOMAINS, WindowSpec, tumbling_start
 
 __all__ = [
@@ -93,13 +93,16 @@ def roll_period(windows: Sequence[tuple[int, RolledWindow]], batch_id: int) -> R
 
 
 def roll_periods(
-    periods: Mapping[int, Sequence[tuple[int, RolledWindow]]], batch_id: int
+    periods: Mapping[int, Sequence[tuple[int, RolledWindow]]],
+    batch_id: int,
+    merge: MergeEncoded = merge_encoded,
 ) -> dict[int, RolledWindow]:
     """`roll_period` of each period, all of them at once.
 
     One decode, merge and encode of every (period, service) aggregate and one of every late
     field (tidegauge/core/window_aggs.py): a batch that closes many periods (catching up)
-    pays the fixed costs once, not per period.
+    pays the fixed costs once, not per period. `merge` does the aggregates' part (the job's
+    state workers lend it a process: `StatePool.merge_encoded`).
     """
     out: dict[int, RolledWindow] = {}
     agg_cells: list[tuple[int, str]] = []
@@ -142,10 +145,12 @@ def roll_periods(
     agg_parts.sort(key=lambda kb: kb[0])
     late_parts.sort(key=lambda kb: kb[0])
     if agg_parts:
-        merged = WindowAggs.decode([b for _, b in agg_parts]).combine(
-            np.array([k for k, _ in agg_parts], np.int64), len(agg_cells)
+        merged = merge(
+            [b for _, b in agg_parts],
+            np.array([k for k, _ in agg_parts], np.int64),
+            len(agg_cells),
         )
-        for (p, s), blob in zip(agg_cells, merged.encode(), strict=True):
+        for (p, s), blob in zip(agg_cells, merged, strict=True):
             out[p].aggs[s] = blob
     keys = np.array([k for k, _ in late_parts], np.int64)
     late = merge_late([b for _, b in late_parts], keys, len(late_cells))
@@ -279,6 +284,7 @@ def plan_retention(
     arrivals: Sequence[Any] = (),
     size_budget: int | None = None,
     in_force: Retention | None = None,
+    merge: MergeEncoded = merge_encoded,
 ) -> RetentionPlan:
     """Read what the batch's retention work needs and plan it (nothing is written here).
 
@@ -289,6 +295,7 @@ def plan_retention(
     (`--retention-size`), recorded with `retention` as set; the retention in force is then
     `in_force` (`retention` fitted to it over every store the batch writes, by the caller:
     jobs/sink/footprint.py `fit_stores`), and this store's windows are measured again when due.
+    `merge`: how the roll-ups' aggregates are merged (`roll_periods`).
     """
     plan = RetentionPlan()
     wm = at.watermark_ms
@@ -323,7 +330,7 @@ def plan_retention(
     if wm <= 0:  # nothing seen yet: no period has closed, nothing has aged
         return plan
     if source is not None and tiers:
-        _plan_rollups(r, keys, tiers, source, at, meta, plan)
+        _plan_rollups(r, keys, tiers, source, at, meta, plan, merge)
         _plan_late(tiers, source, at, late, plan)
     ttls = [(s, retention.raw_ttl_ms) for s in specs] + [(t.spec, t.ttl_ms) for t in tiers]
     _plan_expiry(r, keys, ttls, set(sizes), retention, at, plan)
@@ -362,6 +369,7 @@ def _plan_rollups(
     at: BatchTime,
     meta: dict[str, str],
     plan: RetentionPlan,
+    merge: MergeEncoded,
 ) -> None:
     wm = at.watermark_ms
     below: dict[int, RolledWindow] = {}  # the finer tier's periods built in this batch
@@ -384,7 +392,7 @@ def _plan_rollups(
             periods: dict[int, list[tuple[int, RolledWindow]]] = defaultdict(list)
             for s, w in windows.items():
                 periods[tumbling_start(s, tier.size_ms)].append((s, w))
-            built = roll_periods(periods, at.batch_id)
+            built = roll_periods(periods, at.batch_id, merge)
         plan.meta[f"rolled:{tier.size_ms}"] = str(until)
         plan.rolled_until[finer.key] = until
         for p, w in built.items():

@@ -22,11 +22,13 @@ import subprocess
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any, cast
 
+import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,6 +38,7 @@ from jobs.state.held import GroupKey, HeldState
 from jobs.state.rows import OUTPUT_ARROW
 from jobs.summary.schema import SummaryKind
 from jobs.summary.settings import ExecutorConfig
+from tidegauge.core.window_aggs import merge_encoded
 
 __all__ = [
     "DecodedStates",
@@ -157,6 +160,11 @@ def apply_state(
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
 
+#: Keys below which `StatePool.merge_encoded` merges in the driver alone: a worker's round
+#: trip (the parts pickled both ways) costs more than half of a small merge.
+MERGE_SPLIT_FROM = 256
+
+
 def default_state_workers(shards: int, cores: int | None = None) -> int:
     """Processes for the state groups: one per core, at most one per shard; 0 (none) on 1 core."""
     n = min(shards, cores if cores is not None else (os.cpu_count() or 1))
@@ -193,8 +201,9 @@ def serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
 
     The state is bytes, None (none yet), or `_Kept`: what this worker's last run of the group
     left, which it keeps decoded (`DecodedStates`); `_Missing` answers a `_Kept` it no longer
-    has. A group that raises answers with the exception; the worker goes on. It ends when its
-    input ends, which is also what happens when the driver is killed outright.
+    has. A `_Merge` asks for merged aggregates instead (`StatePool.merge_encoded`). A request
+    that raises answers with the exception; the worker goes on. It ends when its input ends,
+    which is also what happens when the driver is killed outright.
     """
     fn = make_state_fn(_receive(stdin))
     # What the worker imported (pandas, pyarrow, numpy, the job) is there for good: out of the
@@ -203,20 +212,33 @@ def serve(stdin: IO[bytes], stdout: IO[bytes]) -> None:
     kept = DecodedStates()
     while True:
         try:
-            key, rows, value, watermark_ms = _receive(stdin)
+            request = _receive(stdin)
         except EOFError:
             return
         answer: object
-        if isinstance(value, _Kept):
-            value = kept.value_of(key)
-            if value is None:
-                _send(stdout, _Missing())
-                continue
         try:
-            answer = run_group(fn, key, rows, value, watermark_ms, kept)
+            if isinstance(request, _Merge):
+                answer = merge_encoded(request.parts, request.keys, request.n)
+            else:
+                key, rows, value, watermark_ms = request
+                if isinstance(value, _Kept):
+                    value = kept.value_of(key)
+                    if value is None:
+                        _send(stdout, _Missing())
+                        continue
+                answer = run_group(fn, key, rows, value, watermark_ms, kept)
         except Exception as e:  # noqa: BLE001 (the driver raises it, with its traceback's text)
             answer = _Failure(e, traceback.format_exc())
         _send(stdout, answer)
+
+
+@dataclass
+class _Merge:
+    """A request for `merge_encoded(parts, keys, n)`."""
+
+    parts: list[bytes]
+    keys: npt.NDArray[np.int64]
+    n: int
 
 
 @dataclass
@@ -255,7 +277,8 @@ class _Worker:
         self.stdout: IO[bytes] = self.proc.stdout
         _send(self.stdin, cfg)
 
-    def run(self, request: tuple[Any, ...]) -> GroupResult | _Missing:
+    def run(self, request: object) -> Any:
+        """The worker's answer to one request (`WorkerLost` if it ended, its error if it raised)."""
         try:
             _send(self.stdin, request)
             answer = _receive(self.stdout)
@@ -267,7 +290,7 @@ class _Worker:
             ) from None
         if isinstance(answer, _Failure):
             raise answer.error from RuntimeError(f"in state worker {self.number}:\n{answer.trace}")
-        return answer if isinstance(answer, _Missing) else cast(GroupResult, answer)
+        return answer
 
     def close(self, timeout_s: float = 10) -> None:
         try:
@@ -342,6 +365,36 @@ class StatePool:
             if changed and new is not None:
                 self._returned[key] = (worker, new)
             return answer
+
+    def merge_encoded(
+        self, parts: Sequence[bytes], keys: npt.NDArray[np.int64], n: int
+    ) -> list[bytes]:
+        """`merge_encoded`, its keys cut in two: the first half in a worker, the rest here.
+
+        For the sink's roll-ups, which run after the batch's groups, when the workers are idle:
+        the two halves run side by side (keys merge independently, so the bytes are the same).
+        Few keys are merged here alone; so is everything if the worker ends meanwhile.
+        """
+        if n < MERGE_SPLIT_FROM:
+            return merge_encoded(parts, keys, n)
+        half = n // 2
+        cut = int(np.searchsorted(keys, half))
+        there = self._threads.submit(self._merge, _Merge(list(parts[:cut]), keys[:cut], half))
+        here = merge_encoded(parts[cut:], keys[cut:] - half, n - half)
+        first = there.result()
+        if first is None:
+            first = merge_encoded(parts[:cut], keys[:cut], half)
+        return first + here
+
+    def _merge(self, request: _Merge) -> list[bytes] | None:
+        with self._locks[0]:
+            try:
+                return cast(list[bytes], self.workers[0].run(request))
+            except WorkerLost as lost:
+                log.warning("%s; starting another for the next batch", lost)
+                self.workers[0].close(timeout_s=0)
+                self.workers[0] = _Worker(self.cfg, 0)
+                return None
 
     def close(self) -> None:
         """Stop the workers (after the groups in flight)."""

@@ -20,7 +20,7 @@ import functools
 import json
 import math
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +45,7 @@ from tidegauge.core.metrics import (
 from tidegauge.core.registry import Batch, Metric, ResultContext, metrics
 from tidegauge.core.window_agg import WindowAgg, _entries, empty_payload, tag
 
-__all__ = ["WindowAggs"]
+__all__ = ["MergeEncoded", "WindowAggs", "merge_encoded"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -616,3 +616,17 @@ def _slices(groups: IntArray, n: int) -> list[IntArray]:
     order = np.argsort(groups, kind="stable")
     bounds = np.searchsorted(groups[order], np.arange(n + 1))
     return [order[bounds[g] : bounds[g + 1]] for g in range(n)]
+
+
+#: Encoded aggregates merged by key: (parts, each part's key, non-decreasing, n) -> key k's
+#: parts merged in their order, encoded (`merge_encoded`, or the same split over processes).
+MergeEncoded = Callable[[Sequence[bytes], IntArray, int], list[bytes]]
+
+
+def merge_encoded(parts: Sequence[bytes], keys: IntArray, n: int) -> list[bytes]:
+    """Each of `n` keys' parts (encoded `WindowAgg`s) merged in their order, encoded.
+
+    Keys are independent: the merges of any run of keys are the same bytes whether they are
+    computed with the other keys or apart (what lets `StatePool.merge_encoded` split them).
+    """
+    return WindowAggs.decode(list(parts)).combine(keys, n).encode()

@@ -25,12 +25,20 @@ from jobs.parse.parser import RecordKind
 from jobs.state.aggregate import make_state_fn
 from jobs.state.codec import DeadCounts, ShardState
 from jobs.state.held import GroupKey
-from jobs.state.step import DecodedStates, StatePool, apply_state, default_state_workers
+from jobs.state.step import (
+    MERGE_SPLIT_FROM,
+    DecodedStates,
+    StatePool,
+    apply_state,
+    default_state_workers,
+)
 from jobs.summary.settings import ExecutorConfig
 from jobs.summary.summarise import summarise, summary_batch
 from tests.fixtures import S, T
 from tests.unit.jobs.fixtures import HOPPING, SESSION, TUMBLING, parsed
 from tidegauge.core.dimensions import Dimension
+from tidegauge.core.window_agg import WindowAgg
+from tidegauge.core.window_aggs import merge_encoded
 
 ROOT = Path(__file__).resolve().parents[4]
 SHARDS = 4
@@ -187,6 +195,42 @@ def test_a_failing_group_fails_the_batch(pool: StatePool) -> None:
     state: dict[GroupKey, bytes] = {("event", s): b"not a shard state" for s in range(SHARDS)}
     with pytest.raises(ValueError, match="TGSH"):
         apply_state(fn, summaries, state, watermark, SHARDS, pool)
+
+
+def _aggregates(n: int, seed: int) -> list[bytes]:
+    """`n` encoded window aggregates of 1-60 random events each."""
+    rng = np.random.default_rng(seed)
+    blobs = []
+    for _ in range(n):
+        k = int(rng.integers(1, 60))
+        agg = WindowAgg()
+        users = np.array([f"u{u}" for u in rng.integers(0, 90, k)], dtype=object)
+        agg.add(rng.lognormal(4, 1, k), rng.choice([200, 200, 500], k), users)
+        blobs.append(agg.to_bytes())
+    return blobs
+
+
+@pytest.mark.parametrize("keys", [MERGE_SPLIT_FROM - 1, MERGE_SPLIT_FROM, 700])
+def test_the_pools_merge_is_merge_encoded_half_of_it_in_a_worker(
+    pool: StatePool, keys: int
+) -> None:
+    parts = _aggregates(3 * keys, 7)
+    of = np.sort(np.random.default_rng(keys).integers(0, keys, len(parts)))
+    assert pool.merge_encoded(parts, of, keys) == merge_encoded(parts, of, keys)
+
+
+def test_a_worker_killed_before_a_merge_leaves_the_merge_to_the_driver() -> None:
+    pool = StatePool(CFG, 2)
+    try:
+        lost = pool.workers[0].proc
+        os.kill(lost.pid, signal.SIGKILL)
+        lost.wait(10)
+        parts = _aggregates(900, 8)
+        of = np.repeat(np.arange(300), 3)
+        assert pool.merge_encoded(parts, of, 300) == merge_encoded(parts, of, 300)
+        assert pool.workers[0].proc.pid != lost.pid  # and the next batch has its worker
+    finally:
+        pool.close()
 
 
 @pytest.mark.parametrize(

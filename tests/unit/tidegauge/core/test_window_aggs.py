@@ -17,7 +17,7 @@ import pytest
 from sketches.tg64 import hash32
 from tidegauge.core.registry import Batch, Metric, metrics, register_metric, unregister_metric
 from tidegauge.core.window_agg import WindowAgg
-from tidegauge.core.window_aggs import WindowAggs
+from tidegauge.core.window_aggs import WindowAggs, merge_encoded
 
 
 def _sum_update(state: float, batch: Batch) -> float:
@@ -143,6 +143,25 @@ def test_combine_with_shifts_equals_merged_objects(shape: tuple[int, int]) -> No
     assert [cols.take(rows).agg(i) for i in range(3)] == [objs[r] for r in rows]
     both = WindowAggs.concat([WindowAggs.of(objs[:1]), WindowAggs.of(objs[1:])])
     assert [both.agg(i) for i in range(n_groups)] == objs
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_merge_encoded_is_each_keys_merge_and_the_same_cut_at_any_key(
+    shape: tuple[int, int],
+) -> None:
+    n_groups, n = shape
+    cols, objs = built(events(n_groups, n, 5, True, False), n_groups)
+    blobs = cols.encode()
+    k = max(1, n_groups // 3)
+    keys = np.sort(np.random.default_rng(6).integers(0, k, n_groups))
+    whole = merge_encoded(blobs, keys, k)
+    for key in set(keys.tolist()):
+        parts = [objs[r] for r in np.flatnonzero(keys == key)]
+        assert WindowAgg.from_bytes(whole[key]) == WindowAgg.merged(parts)
+    for half in sorted({0, 1, k // 2, k}):
+        cut = int(np.searchsorted(keys, half))
+        first = merge_encoded(blobs[:cut], keys[:cut], half)
+        assert first + merge_encoded(blobs[cut:], keys[cut:] - half, k - half) == whole
 
 
 @pytest.mark.usefixtures("plugin")
