@@ -26,9 +26,10 @@ What makes a record a candidate (each rule closes a gap between the two decoders
 - no `NaN`/`Inf` token anywhere (Arrow's decoder knows spellings Python's does not), no
   `heartbeat`;
 - no field whose value starts with a character its type cannot start with (time, number or
-  string written as something else), so the common malformed kinds never fail a decode; a time
-  written as text is a candidate only in `_ISO_TEXT`'s spelling, and only if no time of the
-  record is written as a number (those decode apart, with times as text).
+  string written as something else), so the common malformed kinds never fail a decode; a
+  record with a time written as text is a candidate only if none of its times is written as a
+  number (such records decode apart, with times as text; a time not in the one spelling is
+  left to Python after the decode).
 After decoding, a negative zero in a float field is left to Python too (Python reads the
 integer `-0` as 0.0, Arrow as -0.0).
 
@@ -102,33 +103,24 @@ class Vouched:
 _SCREEN = r"[\x00-\x1f]|\\|NaN|Inf|heartbeat|:\s*[\[{]"
 
 
-#: The one ISO-8601 spelling of a time the fast path takes (the rest go to Python's judge):
-#: JavaScript's `Date.toISOString`, what `datetime.fromisoformat` reads as exactly that UTC
-#: millisecond if the date exists.
-_ISO_TEXT = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
-
-
 class _Plan:
     """How a chunk is screened and decoded for a set of contract fields."""
 
-    __slots__ = ("as_numbers", "as_text", "iso_times", "numeric_time", "quoted_time", "screen")
+    __slots__ = ("as_numbers", "as_text", "screen", "text_screen")
 
     def __init__(self, fields: tuple[EventField, ...]) -> None:
-        wrong_start = []
-        times = [re.escape(f.name) for f in fields if f.type == "time"]
+        # a value that cannot be of the field's type: strings start with a quote, the rest with
+        # a digit or a minus sign; `null` is absent for all. `text_screen` is the same with
+        # times that start with a quote: records with every time written as text
+        numbers, text = [], []
         for f in fields:
             name = re.escape(f.name)
-            # a value that cannot be of the field's type: strings start with a quote, numbers
-            # with a digit or a minus sign, times with either; `null` is absent for all
-            start = {"string": '[^"n]', "time": '[^-0-9n"]'}.get(f.type, "[^-0-9n]")
-            wrong_start.append(f'"{name}":{start}')
-        self.screen = "|".join([_SCREEN, *wrong_start])
-        keys = "|".join(times)
-        #: a record with a time written as text, one with a time written as a number
-        self.quoted_time = f'"(?:{keys})":"' if times else None
-        self.numeric_time = f'"(?:{keys})":[-0-9]'
-        #: per time field: written as text in anything but `_ISO_TEXT`'s spelling
-        self.iso_times = [(f'"{t}":"', f'"{t}":"{_ISO_TEXT}"') for t in times]
+            wrong = '[^"n]' if f.type == "string" else "[^-0-9n]"
+            numbers.append(f'"{name}":{wrong}')
+            text.append(f'"{name}":' + ('[^"n]' if f.type == "time" else wrong))
+        self.screen = "|".join([_SCREEN, *numbers])
+        has_times = any(f.type == "time" for f in fields)
+        self.text_screen = "|".join([_SCREEN, *text]) if has_times else None
         self.as_numbers = _options(fields, text_times=False)
         self.as_text = _options(fields, text_times=True)
 
@@ -158,57 +150,70 @@ def _candidates(
         ),
         pc.and_kleene(pc.starts_with(text, "{"), pc.ends_with(text, "}")),
     )
-    ok = pc.and_kleene(ok, pc.invert(pc.match_substring_regex(text, plan.screen)))
-    ok_np = np.asarray(ok.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
-    iso = np.zeros(len(ok_np), dtype=bool)
-    if plan.quoted_time is None:
-        return ok_np, iso
-    quoted = _matches(text, plan.quoted_time) & ok_np
-    at = np.flatnonzero(quoted)
-    if len(at):
-        some = text.take(pa.array(at))
-        fits = ~_matches(some, plan.numeric_time)
-        for written, spelled in plan.iso_times:
-            fits &= ~_matches(some, written) | _matches(some, spelled)
-        iso[at[fits]] = True
-    return ok_np & ~quoted, iso
+    shaped = _mask(ok.fill_null(False))
+    passed = shaped & ~_mask(pc.match_substring_regex(text, plan.screen).fill_null(True))
+    iso = np.zeros(len(passed), dtype=bool)
+    # the few that failed the screen (times as text, heartbeats, malformed records): those with
+    # every time written as text, screened again, only they
+    rest = np.flatnonzero(shaped & ~passed)
+    if len(rest) and plan.text_screen is not None:
+        again = pc.match_substring_regex(text.take(pa.array(rest)), plan.text_screen)
+        iso[rest[~_mask(again.fill_null(True))]] = True
+    return passed, iso
 
 
-def _matches(text: pa.Array, pattern: str) -> npt.NDArray[np.bool_]:
-    found = pc.match_substring_regex(text, pattern).fill_null(False)
+def _mask(found: pa.Array) -> npt.NDArray[np.bool_]:
     return np.asarray(found.to_numpy(zero_copy_only=False), dtype=bool)
 
 
+#: The one ISO-8601 spelling of a time the fast path takes, `YYYY-MM-DDTHH:MM:SS.mmmZ`
+#: (JavaScript's `Date.toISOString`; `datetime.fromisoformat` reads it as exactly that UTC
+#: millisecond if the date exists): where its 24 characters hold digits, and what the others are.
+_ISO_DIGITS = np.array([0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22])
+_ISO_MARKS = ((4, "-"), (7, "-"), (10, "T"), (13, ":"), (16, ":"), (19, "."), (23, "Z"))
+
+
 def _iso_ms(col: pa.ChunkedArray) -> tuple[pa.Array, npt.NDArray[np.bool_]]:
-    """Times in `_ISO_TEXT`'s spelling as epoch milliseconds, and where they are valid dates.
+    """Times in the `_ISO_DIGITS` spelling as epoch milliseconds, and where they are valid dates.
 
     Null stays null (absent). Where the text is not in that spelling or names no real instant
-    (month 13, February 30, hour 24, second 60), the row is not valid: Python judges it.
+    (month 13, February 30, hour 24, second 60), the row is not valid: Python judges it. Read
+    from the strings' bytes with numpy (the spelling is of fixed width).
     """
     text = col.combine_chunks()
-    spelled = np.asarray(
-        pc.match_substring_regex(text, f"^{_ISO_TEXT}$")
-        .fill_null(True)
-        .to_numpy(zero_copy_only=False),
-        dtype=bool,
-    )
-    known = np.asarray(text.is_valid().to_numpy(zero_copy_only=False), dtype=bool) & spelled
-    digits = pc.if_else(pa.array(known), text, "0000-01-01T00:00:00.000Z")
+    n = len(text)
+    known = np.asarray(text.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    ms = np.zeros(n, dtype=np.int64)
+    real = np.zeros(n, dtype=bool)
+    if known.any():
+        _, offsets_buf, data_buf = text.buffers()
+        offsets = np.frombuffer(offsets_buf, np.int32, count=n + 1, offset=4 * text.offset)
+        rows = np.flatnonzero(known & (np.diff(offsets) == 24))
+        chars = np.frombuffer(data_buf, np.uint8)[offsets[rows, None] + np.arange(24)]
+        d = chars.astype(np.int64) - ord("0")
+        spelled = ((d[:, _ISO_DIGITS] >= 0) & (d[:, _ISO_DIGITS] <= 9)).all(axis=1)
+        for at, mark in _ISO_MARKS:
+            spelled &= chars[:, at] == ord(mark)
 
-    def part(at: int, width: int) -> npt.NDArray[np.int64]:
-        cut = pc.utf8_slice_codeunits(digits, at, at + width)
-        return np.asarray(cut.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
+        def number(first: int, width: int) -> npt.NDArray[np.int64]:
+            out = np.zeros(len(rows), dtype=np.int64)
+            for k in range(first, first + width):
+                out = out * 10 + d[:, k]
+            return out
 
-    y, m, d = part(0, 4), part(5, 2), part(8, 2)
-    hh, mm, ss, frac = part(11, 2), part(14, 2), part(17, 2), part(20, 3)
-    leap = (y % 4 == 0) & ((y % 100 != 0) | (y % 400 == 0))
-    days_in = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])[np.clip(m, 0, 12)]
-    days_in = days_in + ((m == 2) & leap)
-    real = (y >= 1) & (m >= 1) & (m <= 12) & (d >= 1) & (d <= days_in)
-    real &= (hh < 24) & (mm < 60) & (ss < 60)
-    ms = _days_from_civil(y, m, d) * 86_400_000 + hh * 3_600_000 + mm * 60_000 + ss * 1_000 + frac
-    valid = spelled & (real | ~known)
-    return pa.array(ms, pa.int64(), mask=~(known & real)), valid
+        y, m, day = number(0, 4), number(5, 2), number(8, 2)
+        hh, mm, ss, frac = number(11, 2), number(14, 2), number(17, 2), number(20, 3)
+        leap = (y % 4 == 0) & ((y % 100 != 0) | (y % 400 == 0))
+        days_in = _MONTH_DAYS[np.clip(m, 0, 12)] + ((m == 2) & leap)
+        fine = spelled & (y >= 1) & (m >= 1) & (m <= 12) & (day >= 1) & (day <= days_in)
+        fine &= (hh < 24) & (mm < 60) & (ss < 60)
+        days = _days_from_civil(y, np.clip(m, 1, 12), day)
+        ms[rows] = days * 86_400_000 + hh * 3_600_000 + mm * 60_000 + ss * 1_000 + frac
+        real[rows[fine]] = True
+    return pa.array(ms, pa.int64(), mask=~real), real | ~known
+
+
+_MONTH_DAYS = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
 
 
 def _days_from_civil(
