@@ -10,8 +10,10 @@ Then `Hlls` alone (7,000 sketches of 60 users): the HyperLogLogs' share. Then th
 largest regular step, a 10-minute roll-up (jobs/sink/rollup.py `roll_periods`) of ten 1-minute
 windows of `--rollup-services` services, each ~180 events (30 per 10 s window, as
 bench_store.py writes): with 10,000 services it is the batch that takes longest every 10
-minutes. Best of `--rounds` each (`--rollup-rounds` for the roll-up); prints figures, asserts
-nothing. Compare two commits by running it in a worktree of each.
+minutes. The roll-up is timed twice: in this process alone, and as the job runs it, half of
+its merges in a state worker (`StatePool.merge_encoded`, one worker started for it). Best of
+`--rounds` each (`--rollup-rounds` for the roll-up); prints figures, asserts nothing. Compare
+two commits by running it in a worktree of each.
 """
 
 from __future__ import annotations
@@ -30,9 +32,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.machine import describe  # noqa: E402
 from jobs.sink.rollup import RolledWindow, roll_periods  # noqa: E402
+from jobs.state.step import StatePool  # noqa: E402
+from jobs.summary.settings import ExecutorConfig  # noqa: E402
 from sketches.hlls import Hlls  # noqa: E402
 from sketches.tg64 import hash32  # noqa: E402
 from tidegauge.core.window_aggs import WindowAggs  # noqa: E402
+from tidegauge.core.windows import WindowSpec  # noqa: E402
 
 
 def aggregates(groups: int, per: int, seed: int = 1) -> WindowAggs:
@@ -100,8 +105,17 @@ def main() -> None:
     print(f"Hlls 7,000 x ~60 users: encode {enc:.1f} ms, decode {dec:.1f} ms, {size:,.0f} B each")
     n = args.rollup_services
     periods = minutes(n, 180)
-    took, _ = best(args.rollup_rounds, functools.partial(roll_periods, periods, 10**9))
-    print(f"10-minute roll-up of {n:,} services (10 x {n:,} aggregates of ~180): {took:,.0f} ms")
+    took, alone = best(args.rollup_rounds, functools.partial(roll_periods, periods, 10**9))
+    what = f"10-minute roll-up of {n:,} services (10 x {n:,} aggregates of ~180)"
+    print(f"{what}, in this process: {took:,.0f} ms")
+    pool = StatePool(ExecutorConfig((WindowSpec.tumbling(10_000),)), 1)
+    try:
+        roll = functools.partial(roll_periods, periods, 10**9, pool.merge_encoded)
+        took, split = best(args.rollup_rounds, roll)
+    finally:
+        pool.close()
+    same = all(split[p].aggs == alone[p].aggs for p in alone)
+    print(f"{what}, half in a state worker: {took:,.0f} ms (same bytes: {same})")
 
 
 if __name__ == "__main__":
