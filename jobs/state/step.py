@@ -160,8 +160,8 @@ def apply_state(
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
 
-#: Keys below which `StatePool.merge_encoded` merges in the driver alone: a worker's round
-#: trip (the parts pickled both ways) costs more than half of a small merge.
+#: Keys below which `StatePool.merge_encoded` merges in the driver alone: a small merge is
+#: not worth a worker's round trip (the parts and the result pickled across a pipe).
 MERGE_SPLIT_FROM = 256
 
 
