@@ -5,8 +5,9 @@ one Python object per (service, pane), each with its digests and sketch, costs a
 millisecond through the job. The functions here do the per-pane work of `ServiceWindows`
 (jobs/panes/windows.py) for every service of a batch with a fixed number of numpy passes and
 `WindowAggs` (tidegauge/core/window_aggs.py): `add_events` applies the watermark rule and builds
-the accepted panes, the late aggregates and the straggler counts; `merge_panes` folds parts of
-the same panes together; `window_aggs` merges panes into the windows they make. The window
+the accepted panes, the late aggregates and the straggler counts (parts of the same panes are
+folded together by `merge_encoded`, tidegauge/core/window_aggs.py); `window_aggs` merges panes
+into the windows they make. The window
 arithmetic stays per distinct pane start (a batch has a handful), never per service.
 
 Panes and late aggregates travel and rest encoded (`WindowAgg.to_bytes`, `LateAgg.to_bytes`),
@@ -45,7 +46,6 @@ __all__ = [
     "Plan",
     "add_events",
     "encode_late",
-    "merge_panes",
     "unique_rows",
     "window_aggs",
 ]
@@ -247,11 +247,6 @@ def encode_late(batch: PaneBatch) -> list[bytes]:
         LateAgg.pack(c, a, b)
         for c, a, b in zip(batch.late_count.tolist(), lateness, overdue, strict=True)
     ]
-
-
-def merge_panes(parts: Sequence[bytes], keys: IntArray, n: int) -> WindowAggs:
-    """Pane k: `WindowAgg.merged` of the encoded parts whose key is k, in their order."""
-    return WindowAggs.decode(parts).combine(keys, n)
 
 
 def window_aggs(

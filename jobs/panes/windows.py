@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from jobs.panes.columnar import Plan, add_events, merge_panes, window_aggs
+from jobs.panes.columnar import Plan, add_events, window_aggs
 from jobs.panes.dedup import SeenIds
 from jobs.panes.sessions import Sessions
 from jobs.parse.columns import present
@@ -26,7 +26,7 @@ from sketches.preamble import WINDOW_AGG, WINDOW_STATE
 from sketches.tg64 import hash32
 from tidegauge.core.late_agg import LateAgg
 from tidegauge.core.window_agg import WindowAgg
-from tidegauge.core.window_aggs import WindowAggs
+from tidegauge.core.window_aggs import WindowAggs, merge_encoded
 from tidegauge.core.windows import (
     WindowSpec,
     is_late,
@@ -213,8 +213,8 @@ class ServiceWindows:
         self.panes.update(fresh)
         if both:
             parts = [blob for p in both for blob in (self.panes[p], panes[p])]
-            merged = merge_panes(parts, np.repeat(np.arange(len(both)), 2), len(both))
-            self.panes.update(zip(both, merged.encode(), strict=True))
+            merged = merge_encoded(parts, np.repeat(np.arange(len(both)), 2), len(both))
+            self.panes.update(zip(both, merged, strict=True))
         return set(panes)
 
     def _session_late(

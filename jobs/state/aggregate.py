@@ -43,7 +43,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from jobs.panes.columnar import Plan, merge_panes, unique_rows, window_aggs
+from jobs.panes.columnar import Plan, unique_rows, window_aggs
 from jobs.panes.windows import Added, ServiceWindows
 from jobs.parse.columns import encode_columns
 from jobs.state.batch import ShardBatch, check_chunk
@@ -66,7 +66,7 @@ from tidegauge.core.dimensions import SEP, register_dimension_fields
 from tidegauge.core.events import ALL_SERVICES, OVERFLOW_SERVICE
 from tidegauge.core.late_agg import LateAgg, merge_late
 from tidegauge.core.plugins import ensure_plugins, load_plugins
-from tidegauge.core.window_aggs import WindowAggs
+from tidegauge.core.window_aggs import WindowAggs, merge_encoded
 from tidegauge.core.windows import ARRIVAL_DOMAINS, WindowSpec, frontier
 
 __all__ = ["StateGroup", "make_state_fn"]
@@ -544,8 +544,8 @@ def _all_of(services: dict[str, ServiceWindows], cfg: ExecutorConfig) -> Service
     if blobs:
         key_of = np.array(keys, np.int64)
         order = np.argsort(key_of, kind="stable")
-        merged = merge_panes([blobs[i] for i in order], key_of[order], len(index))
-        out.panes = dict(zip(index, merged.encode(), strict=True))
+        merged = merge_encoded([blobs[i] for i in order], key_of[order], len(index))
+        out.panes = dict(zip(index, merged, strict=True))
     return out
 
 
