@@ -118,13 +118,20 @@ def test_sigusr1_prints_every_threads_stack_and_the_command_goes_on(broker, tmp_
     log = tmp_path / "produce.log"
     proc = _start(args, log)
     try:
-        # until the command catches SIGUSR1 and runs a second thread (the producer's sender,
-        # once connected): a stack of each thread, not only the main one's; a loaded machine
-        # can take seconds to get there
+        # until the command catches SIGUSR1 and runs a second thread; a second OS thread can be
+        # a native library's (numpy's BLAS pool) before the producer's sender starts, so the
+        # dump is asked for again until it shows a Python thread beside the main one
         procs.wait_until(lambda: _catches_usr1_in_threads(proc.pid), 60, "a second thread")
-        os.kill(proc.pid, signal.SIGUSR1)
+
+        def dumped_two_threads() -> bool:
+            if "Thread 0x" in log.read_text(errors="replace"):
+                return True
+            os.kill(proc.pid, signal.SIGUSR1)
+            return False
+
         procs.wait_until(
-            lambda: "most recent call first" in log.read_text(errors="replace"), 20, "a stack dump"
+            dumped_two_threads, 60, "a stack dump of two threads", every_s=1.0,
+            detail=lambda: log.read_text(errors="replace"),
         )
         assert proc.poll() is None
         os.killpg(proc.pid, signal.SIGTERM)
