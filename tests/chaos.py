@@ -166,17 +166,9 @@ class Soak:
         procs.wait_until(lambda: not procs.living(family), 60, "the job's processes to end")
 
     def _python_workers(self) -> list[int]:
-        """The job's task workers: forked by its worker daemon (the daemon itself and the
-        driver's source runner are left alone: Spark has no retry for those)."""
+        """The job's task workers (procs.python_task_workers)."""
         assert self.job is not None
-        family = procs.descendants(self.job.pid)
-        daemons = [p for p in family if "jobs.runtime.worker_daemon" in procs.cmdline(p)]
-        return [
-            w
-            for d in daemons
-            for w in procs.children(d)
-            if "jobs.runtime.worker_daemon" in procs.cmdline(w)
-        ]
+        return procs.python_task_workers(procs.descendants(self.job.pid))
 
     def _apply(self, kind: str) -> float:
         """Break one part and bring it back; the seconds it was down."""

@@ -73,6 +73,30 @@ def cmdline(pid: int) -> str:
     return raw.replace(b"\0", b" ").decode(errors="replace")
 
 
+#: What the command line of Spark's Python worker daemon names: the daemon Spark starts, or the
+#: driver's zygote that daemon forks from (jobs/runtime/zygote.py).
+_DAEMON_MODULES = ("jobs.runtime.worker_daemon", "jobs.runtime.zygote")
+
+
+def python_task_workers(among: Iterable[int] | None = None) -> list[int]:
+    """The Python workers that Spark's worker daemon forked for tasks (of `among`, or anywhere).
+
+    A worker is a child of a daemon with the daemon's command line. The daemon is the process
+    Spark started, or a child of the driver's zygote. The zygote, the launcher that waits for
+    its child and the driver's source runner are not task workers: Spark has no retry for them.
+    """
+    pids = _pids() if among is None else list(among)
+    lines = {p: cmdline(p) for p in pids}
+    started = [p for p, line in lines.items() if any(m in line for m in _DAEMON_MODULES)]
+    daemons = []
+    for p in started:
+        st = stat(p)
+        if st is None or cmdline(st[1]) == lines[p]:
+            continue  # forked from a daemon or from the zygote: found below
+        daemons += children(p) if "jobs.runtime.zygote" in lines[p] else [p]
+    return [w for d in daemons for w in children(d) if cmdline(w) == cmdline(d)]
+
+
 def with_env(variable: str, value: str) -> list[int]:
     """Live processes (not this one) whose environment holds `variable=value`."""
     needle = f"{variable}={value}".encode()

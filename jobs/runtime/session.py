@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from pyspark import SparkContext
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
+from jobs.runtime import zygote
 from jobs.runtime.jvm_archive import archive_options, cache_dir, java_version
 from jobs.runtime.spark_home import use_linked_home
 
@@ -88,9 +90,12 @@ def with_task_retries(master: str) -> str:
     return f"local[{m.group(1) or 1},{LOCAL_TASK_ATTEMPTS}]"
 
 
+_OUR_DAEMON = "jobs.runtime.worker_daemon"
+
+
 def _daemon_module(master: str) -> str:
     """The Python worker daemon for this master: ours locally, pyspark's own elsewhere."""
-    return "jobs.runtime.worker_daemon" if master.strip().startswith("local") else "pyspark.daemon"
+    return _OUR_DAEMON if master.strip().startswith("local") else "pyspark.daemon"
 
 
 def local_checkpoint(path: str) -> bool:
@@ -192,6 +197,9 @@ def build_session(
     # (jobs/runtime/jvm_archive.py)
     archive = archive_options()
     settings = session_settings(master, shuffle_partitions, ui, conf, checkpoint, archive)
+    if settings["spark.python.daemon.module"] == _OUR_DAEMON and SparkContext._gateway is None:
+        # the worker daemon's imports, done while the JVM starts (jobs/runtime/zygote.py)
+        zygote.start()
     for key, value in settings.items():
         builder = builder.config(key, value)
     with _jvm_in_its_own_session():

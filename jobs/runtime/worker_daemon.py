@@ -13,7 +13,8 @@ installed pyspark is its own SPARK_HOME), the installed package is the same code
 taken off `sys.path` before pyspark is imported and workers import from the package directory,
 whose importer invalidates in microseconds (and finds compiled bytecode, which a zip does not
 have). Archives of any other Spark distribution stay (their version must match the JVM's). Then
-pyspark's daemon runs unchanged. Set by `jobs.runtime.session`.
+pyspark's daemon runs unchanged: forked from the driver's pre-imported zygote where there is one
+(jobs/runtime/zygote.py), or here. Set by `jobs.runtime.session`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ import importlib
 import importlib.util
 import os
 import sys
+
+from jobs.runtime import zygote
+from jobs.runtime.preload import PRELOAD, preload
 
 __all__ = ["redundant_zips"]
 
@@ -55,45 +59,27 @@ def _installed_pyspark() -> str | None:
     return str(next(iter(spec.submodule_search_locations)))
 
 
-#: What the job's tasks import: imported once by the daemon, so that forked workers start with
-#: them (instead of importing them again in every worker) and `gc.freeze()` can set them aside.
-#: The read tasks only: the state function runs in the driver (jobs/state/step.py), and the
-#: daemon starts in a fresh job's first read stage.
-PRELOAD = (
-    "numpy",
-    "pandas",
-    "pyarrow",
-    "pyspark.sql.pandas.serializers",
-    "jobs.summary.read_task",
-    "jobs.source.kafka_source",
-    "jobs.source.kafka_log",
-    "jobs.parse.parser",
-)
-
-
-def _preload(modules: tuple[str, ...]) -> None:
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except ImportError:  # a worker that lacks one imports what it needs itself, as usual
-            pass
-
-
 def main() -> None:
-    """Drop the redundant archives, preload and freeze, then run `pyspark.daemon.manager`.
+    """Drop the redundant archives, then run `pyspark.daemon.manager`: in the zygote, or here.
 
-    A reused worker runs `gc.collect()` after every task; with pandas, pyarrow and pyspark
-    loaded that is a full pass over ~10^5-10^6 objects, 50-300 ms of CPU per task (py-spy, the
-    largest remaining cost of a small micro-batch). Objects the daemon creates before `gc.freeze()`
-    are left out of every later collection in it and in its forked workers (what the freeze is
-    for: pre-forking servers), so a collection only scans what the task itself allocated.
+    Here it preloads and freezes first, as the zygote does: a reused worker runs `gc.collect()`
+    after every task; with pandas, pyarrow and pyspark loaded that is a full pass over
+    ~10^5-10^6 objects, 50-300 ms of CPU per task (py-spy, the largest remaining cost of a small
+    micro-batch). Objects created before `gc.freeze()` are left out of every later collection in
+    the daemon and its forked workers (what the freeze is for: pre-forking servers), so a
+    collection only scans what the task itself allocated.
     """
     for z in redundant_zips(sys.path, _installed_pyspark()):
         sys.path.remove(z)
         sys.path_importer_cache.pop(z, None)
+    zygote_path = os.environ.get(zygote.ENV)
+    if zygote_path and zygote.available():
+        pid = zygote.hand_over(zygote_path, sys.path)
+        if pid is not None:
+            sys.exit(zygote.wait_for(pid))
     from pyspark import daemon  # reads sys.argv itself
 
-    _preload(PRELOAD)
+    preload(PRELOAD)
     gc.collect()
     gc.freeze()
     daemon.manager()

@@ -130,7 +130,10 @@ def test_sigusr1_prints_every_threads_stack_and_the_command_goes_on(broker, tmp_
             return False
 
         procs.wait_until(
-            dumped_two_threads, 60, "a stack dump of two threads", every_s=1.0,
+            dumped_two_threads,
+            60,
+            "a stack dump of two threads",
+            every_s=1.0,
             detail=lambda: log.read_text(errors="replace"),
         )
         assert proc.poll() is None

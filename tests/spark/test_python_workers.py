@@ -53,3 +53,46 @@ def test_workers_start_with_the_imports_set_aside_from_garbage_collection(spark:
     rows = spark.range(0, 8, numPartitions=4).mapInArrow(_collect_cost, "frozen long")
     for r in rows.collect():
         assert r.frozen > 50_000  # pandas, pyarrow, pyspark, the job's modules
+
+
+def _origin(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    import os
+
+    daemon = os.getppid()
+    with open(f"/proc/{daemon}/stat") as f:
+        stat = f.read()
+    for b in batches:
+        yield pa.RecordBatch.from_pydict(
+            {
+                "forked_by": [int(stat[stat.rfind(")") + 2 :].split()[1])] * b.num_rows,
+                "reuse": [os.environ.get("SPARK_REUSE_WORKER")] * b.num_rows,
+                "hash": [hash("tidegauge")] * b.num_rows,
+                "cwd": [os.getcwd()] * b.num_rows,
+            }
+        )
+
+
+def test_workers_fork_from_the_drivers_zygote_and_run_as_sparks_would(spark: Any) -> None:
+    """Their daemon is the zygote's child (its imports done while the JVM started), and they
+    see what Spark's own daemon would have: Spark's environment, its string hashes, its cwd."""
+    import os
+    import subprocess
+
+    from jobs.runtime import zygote
+
+    if not zygote.available():
+        pytest.skip("needs os.pidfd_open and SCM_RIGHTS")
+    pid = zygote.running()
+    assert pid is not None
+    seed0 = subprocess.run(
+        [sys.executable, "-c", "print(hash('tidegauge'))"],
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    schema = "forked_by long, reuse string, hash long, cwd string"
+    rows = spark.range(0, 8, numPartitions=4).mapInArrow(_origin, schema).collect()
+    assert {(r.forked_by, r.reuse, r.hash, r.cwd) for r in rows} == {
+        (pid, "1", int(seed0), os.getcwd())
+    }

@@ -23,30 +23,6 @@ from tests.integration.outages.helpers import (
 from tidegauge.core.store import Keys, read_batches, read_status
 
 
-def _python_workers() -> list[int]:
-    """The Python worker processes Spark forked from the job's worker daemon for tasks."""
-    daemons = [
-        int(p.name)
-        for p in Path("/proc").iterdir()
-        if p.name.isdigit() and b"jobs.runtime.worker_daemon" in _cmdline(p)
-    ]
-    # forked task workers carry the daemon's command line; the driver's source runner does not
-    # (it is not a task: Spark has no retry for it)
-    return [
-        w
-        for d in daemons
-        for w in procs.children(d)
-        if b"jobs.runtime.worker_daemon" in _cmdline(Path(f"/proc/{w}"))
-    ]
-
-
-def _cmdline(p: Path) -> bytes:
-    try:
-        return (p / "cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
 def test_python_workers_killed_mid_stream(
     reference: dict[str, Any], own_redis: PersistentRedis, tmp_path: Path
 ) -> None:
@@ -57,7 +33,7 @@ def test_python_workers_killed_mid_stream(
         job.wait_for_batches(r, 2)
         deadline = time.monotonic() + 20
         while len(killed) < 3 and time.monotonic() < deadline:  # whatever task they ran
-            for pid in _python_workers():
+            for pid in procs.python_task_workers():
                 if pid not in killed:
                     os.kill(pid, signal.SIGKILL)
                     killed.add(pid)

@@ -1,0 +1,34 @@
+"""What the Python worker daemon imports before it forks workers, wherever it runs.
+
+Imported once, by the daemon (jobs/runtime/worker_daemon.py) or by the zygote it forks from
+(jobs/runtime/zygote.py), so that forked workers start with these modules instead of importing
+them again each, and `gc.freeze()` can set their objects aside.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__all__ = ["PRELOAD", "preload"]
+
+#: The read tasks' modules only: the state function runs in the driver (jobs/state/step.py), and
+#: the daemon starts in a fresh job's first read stage.
+PRELOAD = (
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "pyspark.sql.pandas.serializers",
+    "jobs.summary.read_task",
+    "jobs.source.kafka_source",
+    "jobs.source.kafka_log",
+    "jobs.parse.parser",
+)
+
+
+def preload(modules: tuple[str, ...]) -> None:
+    """Import `modules`, leaving out any this interpreter lacks."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # a worker that lacks one imports what it needs itself, as usual
+            pass
