@@ -36,6 +36,7 @@ from pyspark.sql.streaming import StreamingQuery
 from jobs.runtime.metrics import JobMetrics
 from jobs.runtime.session import build_session
 from jobs.runtime.stopping import collect
+from jobs.runtime.warmup import warm_up
 from jobs.sink.catalog import CatalogPublisher
 from jobs.sink.footprint import Fitted
 from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch
@@ -299,6 +300,7 @@ def start_query(
     `metrics`: the Prometheus figures to keep up to date (jobs/runtime/metrics.py). The third
     value stops what the query's batches use (the state workers): call it once the query stopped.
     """
+    warm_up(spark)  # Spark's Python planners started beside the query's start (once)
     batch_writer = _BatchWriter(cfg, metrics)
     listener = StatusListener(cfg, batch_writer.committed, metrics)
     spark.streams.addListener(listener)
