@@ -139,22 +139,32 @@ def hand_over(path: str, daemon_path: list[str]) -> int | None:
             reply = _read_exactly(conn, _LENGTH.size)
             if reply is None:
                 return None  # declined, or its child failed before it took anything over
-            conn.sendall(_GO)  # from here the child is the daemon
             (pid,) = _LENGTH.unpack(reply)
+            # before the child may write the port Spark waits for: a SIGTERM from then on
+            # reaches it
+            _forward_signals(int(pid))
+            try:
+                conn.sendall(_GO)  # from here the child is the daemon
+            except OSError:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.signal(signal.SIGHUP, signal.SIG_DFL)
+                raise
             return int(pid)
     except OSError:  # no zygote (any more), or it stalled past the timeout: not a daemon yet
         return None
 
 
-def wait_for(pid: int) -> int:
-    """Stay while the daemon `pid` runs, passing SIGTERM on (Spark stops a daemon with it)."""
-
+def _forward_signals(pid: int) -> None:
     def forward(signum: int, _frame: Any) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
 
-    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGTERM, forward)  # how Spark stops a daemon
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as pyspark's daemon: not an end
+
+
+def wait_for(pid: int) -> int:
+    """Stay while the daemon `pid` runs; `hand_over` has SIGTERM passed on to it."""
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:
@@ -253,12 +263,17 @@ def serve(path: str) -> None:
     gc.collect()
     gc.freeze()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped as they end
-    while True:
-        ready = select.select([listener.fileno(), 0], [], [])[0]
-        if 0 in ready and not os.read(0, 4096):
-            return  # the driver ended
-        if listener.fileno() in ready:
-            _serve_one(listener)
+    try:
+        while True:
+            ready = select.select([listener.fileno(), 0], [], [])[0]
+            if 0 in ready and not os.read(0, 4096):
+                return  # the driver ended
+            if listener.fileno() in ready:
+                _serve_one(listener)
+    finally:  # its directory too, even when the driver was killed and cannot
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            os.rmdir(os.path.dirname(path))
 
 
 if __name__ == "__main__":

@@ -143,7 +143,8 @@ def test_without_a_zygote_the_launcher_is_the_daemon(tmp_path: Path) -> None:
 def test_the_zygote_ends_when_the_driver_does(
     a_zygote: tuple[subprocess.Popen[bytes], str],
 ) -> None:
-    z, _ = a_zygote
+    z, path = a_zygote
     assert z.stdin is not None
     z.stdin.close()  # what a driver's exit, however it ends, does to the pipe
     assert z.wait(30) == 0
+    assert not Path(path).exists()  # its socket goes with it
