@@ -19,7 +19,6 @@ pyspark's daemon runs unchanged: forked from the driver's pre-imported zygote wh
 
 from __future__ import annotations
 
-import gc
 import importlib
 import importlib.util
 import os
@@ -60,14 +59,9 @@ def _installed_pyspark() -> str | None:
 
 
 def main() -> None:
-    """Drop the redundant archives, then run `pyspark.daemon.manager`: in the zygote, or here.
+    """Drop the redundant archives, then run `pyspark.daemon.manager` in a zygote's child.
 
-    Here it preloads and freezes first, as the zygote does: a reused worker runs `gc.collect()`
-    after every task; with pandas, pyarrow and pyspark loaded that is a full pass over
-    ~10^5-10^6 objects, 50-300 ms of CPU per task (py-spy, the largest remaining cost of a small
-    micro-batch). Objects created before `gc.freeze()` are left out of every later collection in
-    the daemon and its forked workers (what the freeze is for: pre-forking servers), so a
-    collection only scans what the task itself allocated.
+    Without a zygote it preloads here first (`jobs.runtime.preload`), as the zygote does.
     """
     for z in redundant_zips(sys.path, _installed_pyspark()):
         sys.path.remove(z)
@@ -80,8 +74,6 @@ def main() -> None:
     from pyspark import daemon  # reads sys.argv itself
 
     preload(PRELOAD)
-    gc.collect()
-    gc.freeze()
     daemon.manager()
 
 

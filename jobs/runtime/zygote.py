@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import gc
 import json
 import os
 import select
@@ -260,8 +259,6 @@ def serve(path: str) -> None:
     listener.bind(path)  # first, so a launcher that comes early waits for the imports
     listener.listen(8)
     preload(("pyspark.worker", *PRELOAD))  # pyspark.daemon imports the worker
-    gc.collect()
-    gc.freeze()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped as they end
     try:
         while True:
