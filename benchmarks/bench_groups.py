@@ -11,9 +11,13 @@ weight at RATE events per second of event time. Every shape has the same records
 seconds) and so the (10 s window, service) groups it touches change: about SERVICES x
 (span / 10 s + 1). The defaults go from ~20 groups per batch to ~40,000.
 
-For each shape the contenders run alternated in one SparkSession (as `bench_job.py` runs them:
-the built-ins' `groupBy(window, service)` with count, `percentile_approx` and
-`approx_count_distinct`, and `jobs.pipeline.run_job` with its Redis sink). Per contender:
+For each shape the contenders run alternated, each in a process and SparkSession of its own,
+started once (the built-ins' `groupBy(window, service)` with count, `percentile_approx` and
+`approx_count_distinct`, as `bench_job.py` runs them, and `jobs.pipeline.run_job` with its Redis
+sink). Not one session for both: a JVM's JIT compiles for minutes, and one contender's compiling
+took the cores from the other's batches (the built-ins' generated code cost 14.5 s of compiler
+CPU during their first round of 1,000 services, which the job's next round then shared). Per
+contender:
   * batch ms: median duration of the batches after the first one with records (which starts the
     Python workers);
   * groups/batch: (window, service) updates per batch, median over the same batches (the job:
@@ -28,8 +32,11 @@ Prints the machine, a line per run and a table; nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -160,6 +167,109 @@ def table(runs: list[Run], contenders: list[str]) -> str:
     return "\n".join(lines)
 
 
+def run_one(
+    spark: Any, name: str, req: dict[str, Any], args: argparse.Namespace, seen: set[int]
+) -> tuple[Run, list[str]]:
+    """One contender's run over one shape's topic; with `--phases`, a line per batch too."""
+    kafka = KafkaSettings(bootstrap=req["bootstrap"], topic=req["topic"])
+    ck = req["checkpoint"]
+    spark.conf.set("spark.sql.codegen.wholeStage", "true" if name == "baseline" else "false")
+    if name == "baseline":
+        rows: list[int] = []
+        rows_ms: list[float] = []
+        progress = run_baseline(spark, kafka, args.per_trigger, ck, rows.append)
+    else:
+        url = req["redis"]
+        redis.Redis.from_url(url).flushdb()  # no windows of an earlier run
+        cfg = JobConfig(
+            kafka=kafka,
+            redis=RedisSettings(url=url),
+            checkpoint=ck,
+            trigger="available-now",
+            max_records_per_trigger=args.per_trigger,
+            master=args.master,
+            state_shards=args.state_shards,
+            state_workers=args.state_workers,
+            # every service its own group: no names counted under "(other)"
+            max_services=max(JobConfig.max_services, 2 * req["services"]),
+        )
+        timer = SinkTimer()
+        with timer.installed():
+            progress = list(jobs.pipeline.run_job(cfg, spark=spark).recentProgress)
+        rows = [n for n, _ in timer.calls]
+        rows_ms = [ms for n, ms in timer.calls if n]
+    run = measure(req["shape"], name, progress, rows)
+    lines = []
+    if args.phases:
+        stages = stages_by_batch(new_stages(spark, seen))
+        for k, p in enumerate(steady(progress)):
+            phases = {k: v for k, v in p.durationMs.items() if v}
+            state = sum(op.memoryUsedBytes for op in p.stateOperators)
+            ops = "; ".join(
+                f"update {op.allUpdatesTimeMs} ms, commit {op.commitTimeMs} ms, "
+                f"remove {op.allRemovalsTimeMs} ms"
+                for op in p.stateOperators
+            )
+            sink = f", sink {rows_ms[k + 1]:.0f} ms" if k + 1 < len(rows_ms) else ""
+            lines.append(
+                f"    batch {p.batchId} {name}: {phases}, state {state / 1e6:.1f} MB ({ops}); "
+                f"stages {stages.get(p.batchId, '-')}{sink}"
+            )
+    return run, lines
+
+
+def serve(args: argparse.Namespace) -> None:
+    """A contender's own process (`--serve NAME`): its SparkSession, a run per request line.
+
+    Reads one JSON request per line on stdin and answers each with one JSON line on stdout;
+    everything else it prints goes to stderr.
+    """
+    answer = sys.stdout
+    sys.stdout = sys.stderr
+    spark = build_session(args.master, shuffle_partitions=2)
+    spark.dataSource.register(EventDataSource)
+    seen: set[int] = set()  # Spark stages already reported (--phases)
+    for line in sys.stdin:
+        run, lines = run_one(spark, args.serve, json.loads(line), args, seen)
+        answer.write(json.dumps({"run": dataclasses.asdict(run), "lines": lines}) + "\n")
+        answer.flush()
+    spark.stop()
+
+
+class Contender:
+    """A contender's process (`serve`), started once and asked for one run at a time."""
+
+    def __init__(self, name: str, args: argparse.Namespace) -> None:
+        self.name = name
+        argv = [sys.executable, __file__, "--serve", name, "--master", args.master]
+        argv += ["--per-trigger", str(args.per_trigger), "--state-shards", str(args.state_shards)]
+        if args.state_workers is not None:
+            argv += ["--state-workers", str(args.state_workers)]
+        if args.phases:
+            argv.append("--phases")
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def run(self, request: dict[str, Any]) -> tuple[Run, list[str]]:
+        """One run, as `run_one` in the contender's process."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.name}: its process ended (exit {self.proc.wait()})")
+        got = json.loads(line)
+        return Run(**got["run"]), got["lines"]
+
+    def close(self) -> None:
+        """End the process (its session stops when its stdin closes)."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--shapes", default="10:10000,100:2000,1000:2000,2000:500")
@@ -182,16 +292,19 @@ def main() -> None:
         action="store_true",
         help="print each batch's phases (Spark's durationMs), state operator times and stages",
     )
+    ap.add_argument("--serve", help=argparse.SUPPRESS)  # a contender's own process
     args = ap.parse_args()
+    if args.serve:
+        serve(args)
+        return
     print(f"machine: {machine()}", flush=True)
     contenders = args.contenders.split(",")
     tmp = Path(tempfile.mkdtemp(prefix="tg-groups-"))
     broker, redis_server = start_broker(), start_redis()
     runs: list[Run] = []
-    seen: set[int] = set()  # Spark stages already reported (--phases)
+    running: list[Contender] = []
     try:
-        spark = build_session(args.master, shuffle_partitions=2)
-        spark.dataSource.register(EventDataSource)
+        running = [Contender(name, args) for name in contenders]
         db = 0
         for i, (services, rate) in enumerate(parse_shapes(args.shapes)):
             shape = f"{services}:{rate:g}"
@@ -204,55 +317,22 @@ def main() -> None:
                 flush=True,
             )
             for rnd in range(args.rounds):
-                for name in contenders:
-                    ck = str(tmp / f"{i}-{name}-{rnd}")
-                    spark.conf.set(
-                        "spark.sql.codegen.wholeStage", "true" if name == "baseline" else "false"
-                    )
+                for contender in running:
+                    name = contender.name
                     t = time.monotonic()
-                    if name == "baseline":
-                        rows: list[int] = []
-                        rows_ms: list[float] = []
-                        progress = run_baseline(spark, kafka, args.per_trigger, ck, rows.append)
-                    else:
-                        url = f"redis://{redis_server.address}/{db % 16}"
-                        redis.Redis.from_url(url).flushdb()  # no windows of an earlier run
-                        cfg = JobConfig(
-                            kafka=kafka,
-                            redis=RedisSettings(url=url),
-                            checkpoint=ck,
-                            trigger="available-now",
-                            max_records_per_trigger=args.per_trigger,
-                            master=args.master,
-                            state_shards=args.state_shards,
-                            state_workers=args.state_workers,
-                            # every service its own group: no names counted under "(other)"
-                            max_services=max(JobConfig.max_services, 2 * services),
-                        )
-                        db += 1
-                        timer = SinkTimer()
-                        with timer.installed():
-                            progress = list(jobs.pipeline.run_job(cfg, spark=spark).recentProgress)
-                        rows = [n for n, _ in timer.calls]
-                        rows_ms = [ms for n, ms in timer.calls if n]
-                    run = measure(shape, name, progress, rows)
-                    if args.phases:
-                        stages = stages_by_batch(new_stages(spark, seen))
-                        for k, p in enumerate(steady(progress)):
-                            phases = {k: v for k, v in p.durationMs.items() if v}
-                            state = sum(op.memoryUsedBytes for op in p.stateOperators)
-                            ops = "; ".join(
-                                f"update {op.allUpdatesTimeMs} ms, commit {op.commitTimeMs} ms, "
-                                f"remove {op.allRemovalsTimeMs} ms"
-                                for op in p.stateOperators
-                            )
-                            sink = f", sink {rows_ms[k + 1]:.0f} ms" if k + 1 < len(rows_ms) else ""
-                            print(
-                                f"    batch {p.batchId} {name}: {phases}, state "
-                                f"{state / 1e6:.1f} MB ({ops}); "
-                                f"stages {stages.get(p.batchId, '-')}{sink}",
-                                flush=True,
-                            )
+                    run, lines = contender.run(
+                        {
+                            "shape": shape,
+                            "services": services,
+                            "bootstrap": kafka.bootstrap,
+                            "topic": kafka.topic,
+                            "checkpoint": str(tmp / f"{i}-{name}-{rnd}"),
+                            "redis": f"redis://{redis_server.address}/{db % 16}",
+                        }
+                    )
+                    db += 1
+                    for line in lines:
+                        print(line, flush=True)
                     runs.append(run)
                     print(
                         f"  round {rnd} {name:<10} {run.batch_ms:,.0f} ms per batch of "
@@ -267,8 +347,9 @@ def main() -> None:
             if key not in best or r.batch_ms < best[key].batch_ms:
                 best[key] = r
         print(table(list(best.values()), contenders))
-        spark.stop()
     finally:
+        for contender in running:
+            contender.close()
         redis_server.stop()
         broker.stop()
         shutil.rmtree(tmp, ignore_errors=True)
