@@ -12,12 +12,14 @@ seconds) and so the (10 s window, service) groups it touches change: about SERVI
 (span / 10 s + 1). The defaults go from ~20 groups per batch to ~40,000.
 
 For each shape the contenders run alternated, each in a process and SparkSession of its own,
-started once (the built-ins' `groupBy(window, service)` with count, `percentile_approx` and
-`approx_count_distinct`, as `bench_job.py` runs them, and `jobs.pipeline.run_job` with its Redis
-sink). Not one session for both: a JVM's JIT compiles for minutes, and one contender's compiling
-took the cores from the other's batches (the built-ins' generated code cost 14.5 s of compiler
-CPU during their first round of 1,000 services, which the job's next round then shared). Per
-contender:
+started once: the built-ins' `groupBy(window, service)` with count, `percentile_approx` and
+`approx_count_distinct` (as `bench_job.py` runs them) with HotSpot's default compilers, and
+`jobs.pipeline.run_job` with its Redis sink and the job's JVM settings. Not one session for
+both: a JVM's JIT compiles for minutes, and one contender's compiling took the cores from the
+other's batches (the built-ins' generated code cost 14.5 s of compiler CPU during their first
+round of 1,000 services, which the job's next round then shared); and each round starts once the
+machine is quiet (at most 10 % busy, 30 s at most: a JVM goes on compiling after its round).
+Per contender:
   * batch ms: median duration of the batches after the first one with records (which starts the
     Python workers);
   * groups/batch: (window, service) updates per batch, median over the same batches (the job:
@@ -226,7 +228,12 @@ def serve(args: argparse.Namespace) -> None:
     """
     answer = sys.stdout
     sys.stdout = sys.stderr
-    spark = build_session(args.master, shuffle_partitions=2)
+    # each with its own JVM settings: the job's (C1 only), the built-ins HotSpot's defaults,
+    # whose optimising compiler their generated code wants
+    c2 = [("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=4")]
+    spark = build_session(
+        args.master, shuffle_partitions=2, conf=c2 if args.serve == "baseline" else ()
+    )
     spark.dataSource.register(EventDataSource)
     seen: set[int] = set()  # Spark stages already reported (--phases)
     for line in sys.stdin:
@@ -268,6 +275,30 @@ class Contender:
             self.proc.wait(60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+
+def machine_busy(interval_s: float = 0.5) -> float:
+    """The machine's busy share of all its cores over `interval_s` (/proc/stat)."""
+
+    def times() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + fields[4]  # idle + iowait
+        return sum(fields) - idle, sum(fields)
+
+    busy0, total0 = times()
+    time.sleep(interval_s)
+    busy1, total1 = times()
+    return (busy1 - busy0) / max(total1 - total0, 1)
+
+
+def wait_quiet(limit: float = 0.1, longest_s: float = 30.0) -> float:
+    """Wait until the machine is at most `limit` busy (the other JVM's compiler catching up
+    after its round); returns the seconds waited (at most `longest_s`)."""
+    started = time.monotonic()
+    while time.monotonic() - started < longest_s and machine_busy() > limit:
+        pass
+    return time.monotonic() - started
 
 
 def main() -> None:
@@ -319,6 +350,7 @@ def main() -> None:
             for rnd in range(args.rounds):
                 for contender in running:
                     name = contender.name
+                    wait_quiet()
                     t = time.monotonic()
                     run, lines = contender.run(
                         {

@@ -5,7 +5,8 @@
         [--detail] [--stages]
 
 Starts its own broker (Tansu) and redis-server, produces `--events` seeded events once, then runs
-in one SparkSession, alternating for `--rounds`:
+in one SparkSession (with HotSpot's default compilers, which the built-ins want: the job alone
+stops at C1), alternating for `--rounds`:
   * baseline: the same Kafka source and parse step (jobs/summary/read_task.py), then
     groupBy(window(event_time, 10s), service).agg(count, percentile_approx(latency, 5 quantiles),
     approx_count_distinct(user_id)) with the same watermark, results collected to the driver;
@@ -260,7 +261,10 @@ def main() -> None:
         )
         summary = produce(gen, kafka)
         print(f"produced {summary.records:,} records in {time.monotonic() - t:.1f}s")
-        spark = build_session(args.master, shuffle_partitions=2, ui=args.stages)
+        # HotSpot's default compilers for the session both contenders share: the built-ins'
+        # generated code wants C2, where the job alone stops at C1 (jobs/runtime/session.py)
+        c2 = ("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=4")
+        spark = build_session(args.master, shuffle_partitions=2, ui=args.stages, conf=[c2])
         seen_stages: set[int] = set()
         spark.dataSource.register(EventDataSource)
         contenders = args.contenders.split(",")

@@ -153,11 +153,6 @@ _JOB_KNOBS = (
     "30s",
     "--master",
     "local[2]",
-    # At the demo's few hundred events/s HotSpot's optimising compiler (C2) costs more CPU,
-    # compiling what Spark generates for each batch, than it saves: the demo's JVM stops at
-    # C1 (job CPU -19 %, BENCHMARKS.md, "The JIT"). A job at high rates keeps C2.
-    "--conf",
-    "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1",
     "--verbose",
 )
 

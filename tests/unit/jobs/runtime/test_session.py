@@ -41,14 +41,15 @@ def test_conf_replaces_settings_but_adds_java_options() -> None:
         shuffle_partitions=2,
         conf=[
             ("spark.sql.shuffle.partitions", "3"),
-            (JAVA, "-XX:TieredStopAtLevel=1"),
+            (JAVA, "-XX:TieredStopAtLevel=4"),
             ("spark.executor.memory", "2g"),
         ],
     )
     assert s["spark.sql.shuffle.partitions"] == "3"
     assert s["spark.executor.memory"] == "2g"
-    ours, added = s[JAVA].split()
-    assert added == "-XX:TieredStopAtLevel=1"
+    # the user's after ours, so the JVM takes theirs: C2 back on
+    jit, ours, added = s[JAVA].split()
+    assert (jit, added) == ("-XX:TieredStopAtLevel=1", "-XX:TieredStopAtLevel=4")
     assert ours.startswith("-Dlog4j2.configurationFile=file:")
     assert Path(ours.split("file:", 1)[1]).is_file()  # the job's log settings ship with it
     assert s["spark.sql.session.timeZone"] == "UTC"
