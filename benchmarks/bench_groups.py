@@ -61,7 +61,7 @@ from benchmarks.bench_job import (  # noqa: E402
     run_baseline,
 )
 from cli.local.services import start_broker, start_redis  # noqa: E402
-from jobs.runtime.session import build_session  # noqa: E402
+from jobs.runtime.session import FULL_JIT, build_session  # noqa: E402
 from jobs.summary.read_task import EventDataSource  # noqa: E402
 from tidegauge.core.config import JobConfig, KafkaSettings, RedisSettings  # noqa: E402
 from tidegauge.traffic.config import GeneratorConfig  # noqa: E402
@@ -230,9 +230,8 @@ def serve(args: argparse.Namespace) -> None:
     sys.stdout = sys.stderr
     # each with its own JVM settings: the job's (C1 only), the built-ins HotSpot's defaults,
     # whose optimising compiler their generated code wants
-    c2 = [("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=4")]
     spark = build_session(
-        args.master, shuffle_partitions=2, conf=c2 if args.serve == "baseline" else ()
+        args.master, shuffle_partitions=2, conf=[FULL_JIT] if args.serve == "baseline" else ()
     )
     spark.dataSource.register(EventDataSource)
     seen: set[int] = set()  # Spark stages already reported (--phases)

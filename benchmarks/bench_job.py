@@ -42,7 +42,7 @@ from benchmarks.machine import describe  # noqa: E402
 from cli.local.services import start_broker, start_redis  # noqa: E402
 from jobs.parse.parser import PARSED_SCHEMA  # noqa: E402
 from jobs.pipeline import _current_end, run_job  # noqa: E402
-from jobs.runtime.session import build_session  # noqa: E402
+from jobs.runtime.session import FULL_JIT, build_session  # noqa: E402
 from jobs.summary.read_task import EventDataSource  # noqa: E402
 from tidegauge.core.config import JobConfig, KafkaSettings, RedisSettings  # noqa: E402
 from tidegauge.core.windows import WindowSpec  # noqa: E402
@@ -263,8 +263,7 @@ def main() -> None:
         print(f"produced {summary.records:,} records in {time.monotonic() - t:.1f}s")
         # HotSpot's default compilers for the session both contenders share: the built-ins'
         # generated code wants C2, where the job alone stops at C1 (jobs/runtime/session.py)
-        c2 = ("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=4")
-        spark = build_session(args.master, shuffle_partitions=2, ui=args.stages, conf=[c2])
+        spark = build_session(args.master, shuffle_partitions=2, ui=args.stages, conf=[FULL_JIT])
         seen_stages: set[int] = set()
         spark.dataSource.register(EventDataSource)
         contenders = args.contenders.split(",")

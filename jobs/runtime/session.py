@@ -117,6 +117,10 @@ _JAVA_OPTIONS = (
     f"-Dlog4j2.configurationFile={Path(__file__).with_name('log4j2.properties').as_uri()}"
 )
 
+#: The `--conf` that gives the driver JVM HotSpot's default compilers back (C2 on): what Spark's
+#: built-ins want (their generated code), as the benchmarks run them.
+FULL_JIT = ("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=4")
+
 
 def session_settings(
     master: str,
