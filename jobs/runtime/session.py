@@ -110,8 +110,8 @@ def local_checkpoint(path: str) -> bool:
 #: Spark's planner code grows hot slowly, so the optimising compiler (C2) kept compiling for
 #: minutes beside the Python that does the work: over 10 minutes at 10,000 events/s, 18 CPU s
 #: of compiling against 2, and job CPU -9 % without it; batches of 100,000 records 7-11 %
-#: faster (BENCHMARKS.md, "The JIT"). `--conf spark.driver.extraJavaOptions=
-#: -XX:TieredStopAtLevel=4` (given after these) brings C2 back.
+#: faster (BENCHMARKS.md, "The JIT"). `FULL_JIT` as a `--conf` (added after these) brings C2
+#: back.
 _JAVA_OPTIONS = (
     "-XX:TieredStopAtLevel=1 "
     f"-Dlog4j2.configurationFile={Path(__file__).with_name('log4j2.properties').as_uri()}"
