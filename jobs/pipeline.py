@@ -28,6 +28,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import redis
 from pyspark.sql import DataFrame, SparkSession
@@ -37,6 +38,7 @@ from jobs.runtime.metrics import JobMetrics
 from jobs.runtime.session import build_session
 from jobs.runtime.stopping import collect
 from jobs.runtime.warmup import warm_up
+from jobs.sink.ahead import Ahead, read_ahead
 from jobs.sink.catalog import CatalogPublisher
 from jobs.sink.footprint import Fitted
 from jobs.sink.redis_sink import SinkBatch, SinkConfig, write_batch
@@ -174,6 +176,9 @@ class _BatchWriter:
             merge=merge_encoded if self.pool is None else self.pool.merge_encoded,
         )
         self._client: redis.Redis | None = None
+        #: The stores' retention, read and planned while the stateful step runs.
+        self._ahead = ThreadPoolExecutor(1, thread_name_prefix="tidegauge-sink-ahead")
+        self.dims = tuple(d.name for d in cfg.dimensions)
         self.catalog = (
             CatalogPublisher(
                 KafkaSettings(cfg.kafka.bootstrap, cfg.catalog_topic, cfg.kafka.options),
@@ -191,6 +196,7 @@ class _BatchWriter:
 
     def close(self) -> None:
         """Stop the state workers (once the query has stopped: no batch is running)."""
+        self._ahead.shutdown(wait=True)
         if self.pool is not None:
             self.pool.close()
             self.pool = None
@@ -203,6 +209,12 @@ class _BatchWriter:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         summaries = collect(batch, batch_id)
         clock = clock_of(self.cfg.checkpoint, batch_id)
+        at = BatchTime(batch_id, clock.watermark_ms, clock.timestamp_ms)
+        # the retention work that needs no rows, while the state workers run the batch's
+        # groups and this thread only waits for them (jobs/sink/ahead.py)
+        ahead = self._ahead.submit(
+            lambda: read_ahead(self._redis(), self.keys, at, self.sink, self.dims)
+        )
         state = self.state_log.before(batch_id)
         table = apply_state(
             self.state_fn,
@@ -214,7 +226,6 @@ class _BatchWriter:
             self.kept,
         )
         rows, slices = split_rows(decode_table(table, batch_id))
-        at = BatchTime(batch_id, clock.watermark_ms, clock.timestamp_ms)
         results = SinkBatch.of_rows(
             batch_id,
             rows,
@@ -224,9 +235,12 @@ class _BatchWriter:
         dims = {dim: SinkBatch.of_rows(batch_id, r, at=at) for dim, r in slices.items()}
         sink_started = time.monotonic()
         fitted: list[Fitted | None] = [None]
+        # read before the batch's rows: taken by the first attempt only, unless it failed
+        first: list[Ahead | None] = [None if ahead.exception() else ahead.result()]
 
         def write() -> None:
-            fitted[0] = write_batch(self._redis(), self.keys, results, self.sink, dims)
+            early, first[0] = first[0], None
+            fitted[0] = write_batch(self._redis(), self.keys, results, self.sink, dims, early)
 
         retries = retry(
             write,

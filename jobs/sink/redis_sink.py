@@ -19,8 +19,15 @@ from typing import Any
 import numpy as np
 import redis
 
-from jobs.sink.footprint import Fitted, fit_stores
-from jobs.sink.rollup import BatchTime, plan_retention, services_seen
+from jobs.sink.ahead import Ahead, fit
+from jobs.sink.footprint import Fitted
+from jobs.sink.rollup import (
+    BatchTime,
+    EarlyRetention,
+    finish_retention,
+    read_retention,
+    services_seen,
+)
 from jobs.state.rows import (
     ArrivalUpdate,
     BatchRows,
@@ -119,25 +126,31 @@ def write_batch(
     batch: SinkBatch,
     config: SinkConfig = SinkConfig(),
     dimensions: Mapping[str, SinkBatch] | None = None,
+    ahead: Ahead | None = None,
 ) -> Fitted | None:
     """Write one batch, and its dimensions' slices to their stores, in one transaction.
 
     `dimensions`: dimension -> the batch of its store (`Keys.by`, jobs/sink/slices.py), which
     is written like the services' but without `*` rows, arrivals or letters. See `_queue`.
+    `ahead`: the batch's retention read and planned before its rows (jobs/sink/ahead.py), used
+    if it was read for this batch and these stores; else the retention is planned here.
     Returns the retention in force with a byte budget (`config.retention_size`), else None.
     """
+    dims = sorted(dimensions or {})
+    if ahead is not None and not ahead.serves(batch.at, dims):
+        ahead = None
     fitted = in_force = None
-    budget, retention = config.retention_size, config.retention
-    timed = batch.at is not None  # a batch without a time does no retention work
-    if timed and budget is not None and retention is not None and retention.raw_ttl_ms is not None:
-        stores = [keys, *(keys.by(dim) for dim in sorted(dimensions or {}))]
-        fitted = fit_stores(r, stores, retention, config.source, budget)
+    if batch.at is not None:  # a batch without a time does no retention work
+        fitted = ahead.fitted if ahead is not None else fit(r, keys, config, dims)
+    if fitted is not None:
         in_force = fitted.retention
-        if in_force.text() != (fitted.before or retention.text()):  # shortened, or back
+        budget = config.retention_size
+        assert budget is not None and config.retention is not None
+        if in_force.text() != (fitted.before or config.retention.text()):  # shortened, or back
             log.info(
                 "retention %s in force: --retention %s fitted to --retention-size %s",
                 in_force.text(),
-                retention.text(),
+                config.retention.text(),
                 format_size(budget),
             )
             if fitted.projected_bytes > budget:
@@ -147,12 +160,14 @@ def write_batch(
                     format_size(budget),
                     format_size(fitted.projected_bytes),
                 )
+    early = ahead.early if ahead is not None else {}
     tx = r.pipeline(transaction=True)
-    _queue(r, tx, keys, batch, config, in_force)
+    _queue(r, tx, keys, batch, config, in_force, early.get(keys.prefix))
     if dimensions:
         sliced = dataclasses.replace(config, totals=False, shards=None)
-        for dim in sorted(dimensions):
-            _queue(r, tx, keys.by(dim), dimensions[dim], sliced, in_force)
+        for dim in dims:
+            store = keys.by(dim)
+            _queue(r, tx, store, dimensions[dim], sliced, in_force, early.get(store.prefix))
         tx.sadd(keys.dimensions, *sorted(dimensions))
     if len(tx):
         tx.execute()
@@ -186,6 +201,7 @@ def _queue(
     batch: SinkBatch,
     config: SinkConfig,
     in_force: Retention | None = None,
+    early: EarlyRetention | None = None,
 ) -> None:
     """Queue one store's batch: windows (and the `*` rows they imply), corrections, arrivals.
 
@@ -220,18 +236,18 @@ def _queue(
         late = [*late, *_all_late(late)]
     plan = None
     if retention is not None and at is not None:
-        plan = plan_retention(
-            r,
-            keys,
-            retention,
-            config.source,
-            at,
-            late,
-            arrivals,
-            config.retention_size,
-            in_force,
-            config.merge,
-        )
+        if early is None:
+            early = read_retention(
+                r,
+                keys,
+                retention,
+                config.source,
+                at,
+                config.retention_size,
+                in_force,
+                config.merge,
+            )
+        plan = finish_retention(r, keys, early, late, arrivals)
         if arrival_window_ms:
             size = arrival_window_ms
             arrivals = [a for a in arrivals if plan.keeps_arrival(a.domain, a.start_ms, size)]

@@ -47,9 +47,11 @@ from tidegauge.core.windows import ARRIVAL_DOMAINS, WindowSpec, tumbling_start
 
 __all__ = [
     "BatchTime",
+    "EarlyRetention",
     "RetentionPlan",
     "RolledWindow",
-    "plan_retention",
+    "finish_retention",
+    "read_retention",
     "roll_period",
     "roll_periods",
 ]
@@ -274,23 +276,45 @@ class RetentionPlan:
             tx.hset(keys.retention_sizes, mapping=self.sizes)
 
 
-def plan_retention(
+@dataclass
+class EarlyRetention:
+    """The part of a batch's retention plan that does not depend on its rows.
+
+    Roll-ups read only windows the watermark in force has closed, which the batch's rows do
+    not change (its rows for such windows are late rows, added by `finish_retention`), so they
+    are planned from the store as the batch before left it, with the batch's clock. Nothing
+    here is written: a plan read and not used changes nothing.
+    """
+
+    plan: RetentionPlan
+    at: BatchTime
+    retention: Retention
+    #: What the store held: its retention fields, window specs and arrival window sizes.
+    meta: dict[str, str]
+    specs: list[WindowSpec]
+    sizes: list[int]
+    #: The spec rolled up into the tiers (None: no roll-ups, and no tiers).
+    source: WindowSpec | None
+    tiers: tuple[Tier, ...]
+
+
+def read_retention(
     r: redis.Redis,
     keys: Keys,
     retention: Retention,
     source: WindowSpec | None,
     at: BatchTime,
-    late: Sequence[Any] = (),
-    arrivals: Sequence[Any] = (),
     size_budget: int | None = None,
     in_force: Retention | None = None,
     merge: MergeEncoded = merge_encoded,
-) -> RetentionPlan:
-    """Read what the batch's retention work needs and plan it (nothing is written here).
+) -> EarlyRetention:
+    """Read what the batch's retention work needs, measure, and plan the roll-ups (no writes).
+
+    The part of the plan that needs no rows: `finish_retention` completes it with them. It
+    needs only the store and the batch's clock, so the job runs it beside the batch's stateful
+    step (jobs/sink/ahead.py).
 
     `source`: the smallest tumbling spec, rolled up into the tiers (None: no roll-ups).
-    `late`: the batch's LateUpdates (jobs/sink/redis_sink.py), added to rolled-up periods;
-    `arrivals`: its ArrivalUpdates, whose broker times move the broker-time clock.
     `size_budget`: bytes the job's stores may take once their tiers are full
     (`--retention-size`), recorded with `retention` as set; the retention in force is then
     `in_force` (`retention` fitted to it over every store the batch writes, by the caller:
@@ -319,21 +343,39 @@ def plan_retention(
     tiers = retention.tiers if source is not None else ()
     if source is not None:
         plan.meta["source"] = source.key
+    plan.arrival_ttl_ms = retention.raw_ttl_ms
+    plan.watermark_ms, plan.raw_ttl_ms = wm, retention.raw_ttl_ms
+    plan.tier_ttls = {t.spec.key: t.ttl_ms for t in tiers}
+    if wm > 0 and source is not None and tiers:
+        _plan_rollups(r, keys, tiers, source, at, meta, plan, merge)
+    return EarlyRetention(plan, at, retention, meta, specs, sizes, source, tuple(tiers))
+
+
+def finish_retention(
+    r: redis.Redis,
+    keys: Keys,
+    early: EarlyRetention,
+    late: Sequence[Any] = (),
+    arrivals: Sequence[Any] = (),
+) -> RetentionPlan:
+    """`read_retention`'s plan completed with the batch's rows: late rows, clocks, expiry.
+
+    `late`: the batch's LateUpdates (jobs/sink/redis_sink.py), added to rolled-up periods;
+    `arrivals`: its ArrivalUpdates, whose broker times move the broker-time clock.
+    """
+    plan, at, retention, meta = early.plan, early.at, early.retention, early.meta
     broker = max(
         [int(meta.get("broker_clock", 0))] + [a.start_ms for a in arrivals if a.domain == "broker"]
     )
     plan.meta["broker_clock"] = str(broker)
     plan.arrival_clocks = {"processing": at.proc_ms, "broker": broker}
-    plan.arrival_ttl_ms = retention.raw_ttl_ms
-    plan.watermark_ms, plan.raw_ttl_ms = wm, retention.raw_ttl_ms
-    plan.tier_ttls = {t.spec.key: t.ttl_ms for t in tiers}
-    if wm <= 0:  # nothing seen yet: no period has closed, nothing has aged
+    if at.watermark_ms <= 0:  # nothing seen yet: no period has closed, nothing has aged
         return plan
-    if source is not None and tiers:
-        _plan_rollups(r, keys, tiers, source, at, meta, plan, merge)
-        _plan_late(tiers, source, at, late, plan)
-    ttls = [(s, retention.raw_ttl_ms) for s in specs] + [(t.spec, t.ttl_ms) for t in tiers]
-    _plan_expiry(r, keys, ttls, set(sizes), retention, at, plan)
+    tiers = early.tiers
+    if early.source is not None and tiers:
+        _plan_late(tiers, early.source, at, late, plan)
+    ttls = [(s, retention.raw_ttl_ms) for s in early.specs] + [(t.spec, t.ttl_ms) for t in tiers]
+    _plan_expiry(r, keys, ttls, set(early.sizes), retention, at, plan)
     for spec_key, (starts, _) in plan.expire.items():
         # what has gone, for readers: a TTL that grows again (a larger budget, a longer
         # --retention) must not make them look for windows already deleted
