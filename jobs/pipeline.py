@@ -28,7 +28,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import redis
 from pyspark.sql import DataFrame, SparkSession
@@ -176,7 +176,7 @@ class _BatchWriter:
             merge=merge_encoded if self.pool is None else self.pool.merge_encoded,
         )
         self._client: redis.Redis | None = None
-        #: The stores' retention, read and planned while the stateful step runs.
+        #: The stores' retention, read and planned while the stateful step finishes.
         self._ahead = ThreadPoolExecutor(1, thread_name_prefix="tidegauge-sink-ahead")
         self.dims = tuple(d.name for d in cfg.dimensions)
         self.catalog = (
@@ -210,11 +210,17 @@ class _BatchWriter:
         summaries = collect(batch, batch_id)
         clock = clock_of(self.cfg.checkpoint, batch_id)
         at = BatchTime(batch_id, clock.watermark_ms, clock.timestamp_ms)
-        # the retention work that needs no rows, while the state workers run the batch's
-        # groups and this thread only waits for them (jobs/sink/ahead.py)
-        ahead = self._ahead.submit(
-            lambda: read_ahead(self._redis(), self.keys, at, self.sink, self.dims)
-        )
+        started: list[Future[Ahead]] = []
+
+        def read_early() -> None:
+            # the retention work that needs no rows, on the core the first state worker to
+            # finish leaves idle (jobs/sink/ahead.py)
+            started.append(
+                self._ahead.submit(
+                    lambda: read_ahead(self._redis(), self.keys, at, self.sink, self.dims)
+                )
+            )
+
         state = self.state_log.before(batch_id)
         table = apply_state(
             self.state_fn,
@@ -224,7 +230,9 @@ class _BatchWriter:
             self.cfg.state_shards,
             self.pool,
             self.kept,
+            on_idle=read_early,
         )
+        (ahead,) = started
         rows, slices = split_rows(decode_table(table, batch_id))
         results = SinkBatch.of_rows(
             batch_id,

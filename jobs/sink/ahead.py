@@ -4,8 +4,10 @@ Fitting the retention to `--retention-size`, measuring the stores and planning t
 of closed periods (reads from Redis, then decode, merge and encode of the windows rolled up)
 depend only on the stores as the batch before left them and on the batch's clock
 (jobs/sink/rollup.py `read_retention`). So the job starts them in a thread of the driver
-while the stateful step runs in its worker processes, where the driver itself only waits
-(jobs/pipeline.py). Nothing here writes: the batch's transaction (jobs/sink/redis_sink.py
+during the stateful step, as soon as one state worker has run all its groups of the batch
+(jobs/state/step.py `apply_state`'s `on_idle`): the core it leaves idle while the others
+finish takes them (started with the step, they slowed the workers as much as they saved when
+the shards were even). Nothing here writes: the batch's transaction (jobs/sink/redis_sink.py
 `write_batch`) completes the plan with the rows and writes it, or plans it afresh if what was
 read ahead was for another batch or other stores.
 """

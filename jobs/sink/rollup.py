@@ -311,7 +311,7 @@ def read_retention(
     """Read what the batch's retention work needs, measure, and plan the roll-ups (no writes).
 
     The part of the plan that needs no rows: `finish_retention` completes it with them. It
-    needs only the store and the batch's clock, so the job runs it beside the batch's stateful
+    needs only the store and the batch's clock, so the job runs it during the batch's stateful
     step (jobs/sink/ahead.py).
 
     `source`: the smallest tumbling spec, rolled up into the tiers (None: no roll-ups).

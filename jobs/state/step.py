@@ -23,7 +23,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import IO, Any, cast
 
@@ -132,19 +132,29 @@ def apply_state(
     shards: int,
     pool: StatePool | None = None,
     kept: DecodedStates | None = None,
+    on_idle: Callable[[], object] | None = None,
 ) -> pa.Table:
     """The batch's result rows; `state` (group -> bytes) is updated in place.
 
     `fn` is `make_state_fn`'s function, called with the key `(group, shard)`; with a `pool`, the
     event groups run in its processes (with the same function, built there from the same config).
     `kept`: the decoded states of the groups run in this process, from one batch to the next.
+    `on_idle` is called once, as soon as a worker has none of the batch's groups left to run
+    (a core to spare while the others finish), or after every group without a pool.
     """
-    pending: list[tuple[GroupKey, Future[GroupResult] | GroupResult]] = []
-    for key, rows in _groups(summaries, shards):
+    groups = list(_groups(summaries, shards))
+    results: dict[int, Future[GroupResult] | GroupResult] = {}
+    for i, (key, rows) in enumerate(groups):  # the workers' first: they start at once
         if pool is not None and key[0] == StateGroup.EVENT.value:
-            pending.append((key, pool.submit(key, rows, state.get(key), watermark_ms)))
-        else:
-            pending.append((key, run_group(fn, key, rows, state.get(key), watermark_ms, kept)))
+            results[i] = pool.submit(key, rows, state.get(key), watermark_ms)
+    for i, (key, rows) in enumerate(groups):
+        if i not in results:
+            results[i] = run_group(fn, key, rows, state.get(key), watermark_ms, kept)
+    pending = [(key, results[i]) for i, (key, _) in enumerate(groups)]
+    if on_idle is not None:
+        if pool is not None:
+            _first_idle(pool, [(k, r) for k, r in pending if isinstance(r, Future)])
+        on_idle()
     tables = []
     for key, result in pending:
         out, changed, value = result.result() if isinstance(result, Future) else result
@@ -158,6 +168,20 @@ def apply_state(
     if not tables:
         return OUTPUT_ARROW.empty_table()
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+
+def _first_idle(pool: StatePool, running: list[tuple[GroupKey, Future[GroupResult]]]) -> None:
+    """Wait until one of the pool's workers has none of these groups left to run."""
+    left = [0] * len(pool.workers)
+    worker_of = {}
+    for key, future in running:
+        worker_of[future] = pool.worker_of(key)
+        left[worker_of[future]] += 1
+    not_done = set(worker_of)
+    while not_done and min(left) > 0:
+        done, not_done = wait(not_done, return_when=FIRST_COMPLETED)
+        for future in done:
+            left[worker_of[future]] -= 1
 
 
 #: Keys below which `StatePool.merge_encoded` merges in the driver alone: a small merge is
@@ -332,11 +356,15 @@ class StatePool:
         #: Group -> (its worker, the state bytes that worker's last run of it returned).
         self._returned: dict[GroupKey, tuple[_Worker, bytes]] = {}
 
+    def worker_of(self, key: GroupKey) -> int:
+        """The worker that runs a group: its shard's."""
+        return int(key[1]) % len(self.workers)
+
     def submit(
         self, key: GroupKey, rows: pa.Table, value: bytes | None, watermark_ms: int
     ) -> Future[GroupResult]:
         """Run one group in its shard's worker."""
-        n = key[1] % len(self.workers)
+        n = self.worker_of(key)
         return self._threads.submit(self._run, n, key, rows, value, watermark_ms)
 
     def _run(

@@ -454,7 +454,7 @@ def test_a_dimensions_store_rolls_up_and_expires_as_the_services_store_does(
 def test_retention_read_ahead_of_each_batchs_rows_writes_the_same_bytes(
     stores: dict[str, Any], module_redis_db: Callable[[], RedisSettings]
 ) -> None:
-    """The job plans each batch's retention beside its stateful step (jobs/sink/ahead.py).
+    """The job plans each batch's retention during its stateful step (jobs/sink/ahead.py).
 
     With a dimension's store and a size budget, through roll-ups of every tier, late rows into
     rolled-up periods and expiry: the stores written so equal, byte for byte, those planned

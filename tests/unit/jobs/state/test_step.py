@@ -13,9 +13,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +31,7 @@ from jobs.state.step import (
     MERGE_SPLIT_FROM,
     DecodedStates,
     StatePool,
+    _first_idle,
     apply_state,
     default_state_workers,
 )
@@ -195,6 +198,51 @@ def test_a_failing_group_fails_the_batch(pool: StatePool) -> None:
     state: dict[GroupKey, bytes] = {("event", s): b"not a shard state" for s in range(SHARDS)}
     with pytest.raises(ValueError, match="TGSH"):
         apply_state(fn, summaries, state, watermark, SHARDS, pool)
+
+
+def test_the_idle_call_comes_once_a_worker_has_none_of_its_groups_left() -> None:
+    """The sink's early work starts on the core the first worker to finish leaves idle."""
+
+    class Two:
+        workers = [None, None]
+
+        def worker_of(self, key: GroupKey) -> int:
+            return int(key[1]) % 2
+
+    futures: dict[GroupKey, Future[Any]] = {("event", s): Future() for s in range(4)}
+    returned = threading.Event()
+    waiting = threading.Thread(
+        target=lambda: (_first_idle(cast(StatePool, Two()), list(futures.items())), returned.set())
+    )
+    waiting.start()
+    for s in (1, 0):  # one group of each worker done: both still have one left
+        futures[("event", s)].set_result(None)
+    assert not returned.wait(0.2)
+    futures[("event", 2)].set_result(None)  # worker 0's last: it is idle
+    assert returned.wait(10)
+    waiting.join()
+    assert not futures[("event", 3)].done()
+
+
+@pytest.mark.parametrize("in_workers", [False, True])
+def test_the_idle_call_comes_once_a_batch_and_changes_nothing(in_workers: bool) -> None:
+    pool = StatePool(CFG, 2) if in_workers else None
+    fn = make_state_fn(CFG)
+    state: dict[GroupKey, bytes] = {}
+    calls = []
+    try:
+        steps = []
+        for summaries, watermark, _ in batches(8):
+            table = apply_state(
+                fn, summaries, state, watermark, SHARDS, pool, on_idle=lambda: calls.append(1)
+            )
+            steps.append((table, dict(state)))
+    finally:
+        if pool is not None:
+            pool.close()
+    assert len(calls) == len(steps)
+    for (t1, s1), (t2, s2) in zip(run(8, None), steps, strict=True):
+        assert t1.equals(t2) and s1 == s2
 
 
 def _aggregates(n: int, seed: int) -> list[bytes]:
