@@ -171,7 +171,10 @@ def apply_state(
 
 
 def _first_idle(pool: StatePool, running: list[tuple[GroupKey, Future[GroupResult]]]) -> None:
-    """Wait until one of the pool's workers has none of these groups left to run."""
+    """Wait until one of the pool's workers has none of these groups left to run.
+
+    That worker is the pool's `spare` from then on: the one the roll-ups' merges go to.
+    """
     left = [0] * len(pool.workers)
     worker_of = {}
     for key, future in running:
@@ -182,6 +185,7 @@ def _first_idle(pool: StatePool, running: list[tuple[GroupKey, Future[GroupResul
         done, not_done = wait(not_done, return_when=FIRST_COMPLETED)
         for future in done:
             left[worker_of[future]] -= 1
+    pool.spare = left.index(min(left))
 
 
 #: Keys below which `StatePool.merge_encoded` merges in the driver alone: a small merge is
@@ -355,6 +359,8 @@ class StatePool:
         self._locks = [threading.Lock() for _ in range(workers)]
         #: Group -> (its worker, the state bytes that worker's last run of it returned).
         self._returned: dict[GroupKey, tuple[_Worker, bytes]] = {}
+        #: The worker that lends `merge_encoded` a process: the first to finish its groups.
+        self.spare = 0
 
     def worker_of(self, key: GroupKey) -> int:
         """The worker that runs a group: its shard's."""
@@ -399,29 +405,31 @@ class StatePool:
     ) -> list[bytes]:
         """`merge_encoded`, its keys cut in two: the first half in a worker, the rest here.
 
-        For the sink's roll-ups, which run after the batch's groups, when the workers are idle:
-        the two halves run side by side (keys merge independently, so the bytes are the same).
-        Few keys are merged here alone; so is everything if the worker ends meanwhile.
+        For the sink's roll-ups, planned once a worker has run its groups of the batch
+        (jobs/sink/ahead.py): the first half goes to that worker (`spare`), and the two halves
+        run side by side (keys merge independently, so the bytes are the same). Few keys are
+        merged here alone; so is everything if the worker ends meanwhile.
         """
         if n < MERGE_SPLIT_FROM:
             return merge_encoded(parts, keys, n)
         half = n // 2
         cut = int(np.searchsorted(keys, half))
-        there = self._threads.submit(self._merge, _Merge(list(parts[:cut]), keys[:cut], half))
+        w = self.spare
+        there = self._threads.submit(self._merge, w, _Merge(list(parts[:cut]), keys[:cut], half))
         here = merge_encoded(parts[cut:], keys[cut:] - half, n - half)
         first = there.result()
         if first is None:
             first = merge_encoded(parts[:cut], keys[:cut], half)
         return first + here
 
-    def _merge(self, request: _Merge) -> list[bytes] | None:
-        with self._locks[0]:
+    def _merge(self, n: int, request: _Merge) -> list[bytes] | None:
+        with self._locks[n]:
             try:
-                return cast(list[bytes], self.workers[0].run(request))
+                return cast(list[bytes], self.workers[n].run(request))
             except WorkerLost as lost:
                 log.warning("%s; starting another for the next batch", lost)
-                self.workers[0].close(timeout_s=0)
-                self.workers[0] = _Worker(self.cfg, 0)
+                self.workers[n].close(timeout_s=0)
+                self.workers[n] = _Worker(self.cfg, n)
                 return None
 
     def close(self) -> None:

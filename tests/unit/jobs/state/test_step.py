@@ -205,14 +205,16 @@ def test_the_idle_call_comes_once_a_worker_has_none_of_its_groups_left() -> None
 
     class Two:
         workers = [None, None]
+        spare = 1
 
         def worker_of(self, key: GroupKey) -> int:
             return int(key[1]) % 2
 
     futures: dict[GroupKey, Future[Any]] = {("event", s): Future() for s in range(4)}
     returned = threading.Event()
+    pool = Two()
     waiting = threading.Thread(
-        target=lambda: (_first_idle(cast(StatePool, Two()), list(futures.items())), returned.set())
+        target=lambda: (_first_idle(cast(StatePool, pool), list(futures.items())), returned.set())
     )
     waiting.start()
     for s in (1, 0):  # one group of each worker done: both still have one left
@@ -222,6 +224,7 @@ def test_the_idle_call_comes_once_a_worker_has_none_of_its_groups_left() -> None
     assert returned.wait(10)
     waiting.join()
     assert not futures[("event", 3)].done()
+    assert pool.spare == 0  # the roll-ups' merges go to the worker that is idle
 
 
 @pytest.mark.parametrize("in_workers", [False, True])
