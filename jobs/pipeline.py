@@ -172,7 +172,7 @@ class _BatchWriter:
             retention_size=cfg.retention_size,
             source=None if source is None else WindowSpec.tumbling(source),
             shards=cfg.state_shards,
-            # the roll-ups' merges, half of them in a state worker (idle by then)
+            # the roll-ups' merges, half of them in the state worker that finished first
             merge=merge_encoded if self.pool is None else self.pool.merge_encoded,
         )
         self._client: redis.Redis | None = None
