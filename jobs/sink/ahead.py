@@ -16,18 +16,38 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import redis
 
 from jobs.sink.footprint import Fitted, fit_stores
 from jobs.sink.rollup import BatchTime, EarlyRetention, read_retention
+from tidegauge.core.retention import Retention
 from tidegauge.core.store import Keys
+from tidegauge.core.window_aggs import MergeEncoded
+from tidegauge.core.windows import WindowSpec
 
-if TYPE_CHECKING:
-    from jobs.sink.redis_sink import SinkConfig
+__all__ = ["Ahead", "RetentionSettings", "fit", "read_ahead"]
 
-__all__ = ["Ahead", "fit", "read_ahead"]
+
+class RetentionSettings(Protocol):
+    """What the retention work reads of the sink's settings (`SinkConfig` has it)."""
+
+    @property
+    def retention(self) -> Retention | None:
+        """The tiers; None keeps every window."""
+
+    @property
+    def source(self) -> WindowSpec | None:
+        """The spec rolled up into the tiers."""
+
+    @property
+    def retention_size(self) -> int | None:
+        """`--retention-size` in bytes; None: no budget."""
+
+    @property
+    def merge(self) -> MergeEncoded:
+        """How the roll-ups' aggregates are merged."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +66,9 @@ class Ahead:
         return at == self.at and tuple(dims) == self.dims
 
 
-def fit(r: redis.Redis, keys: Keys, config: SinkConfig, dims: Sequence[str]) -> Fitted | None:
+def fit(
+    r: redis.Redis, keys: Keys, config: RetentionSettings, dims: Sequence[str]
+) -> Fitted | None:
     """The retention in force over every store the batch writes, with a byte budget; else None."""
     budget, retention = config.retention_size, config.retention
     if budget is None or retention is None or retention.raw_ttl_ms is None:
@@ -56,7 +78,7 @@ def fit(r: redis.Redis, keys: Keys, config: SinkConfig, dims: Sequence[str]) -> 
 
 
 def read_ahead(
-    r: redis.Redis, keys: Keys, at: BatchTime, config: SinkConfig, dims: Sequence[str]
+    r: redis.Redis, keys: Keys, at: BatchTime, config: RetentionSettings, dims: Sequence[str]
 ) -> Ahead:
     """Fit, measure and plan the roll-ups of the services' store and each dimension's store."""
     dims = sorted(dims)
