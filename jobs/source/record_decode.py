@@ -49,19 +49,26 @@ _I64 = npt.NDArray[np.int64]
 
 
 def _varints(buf: npt.NDArray[np.uint8], pos: _I64) -> tuple[_I64, _I64, npt.NDArray[np.bool_]]:
-    """Zigzag varints starting at each position: (values, positions after them, too long)."""
-    value = np.zeros(len(pos), dtype=np.uint64)
-    size = np.zeros(len(pos), dtype=np.int64)
-    more = np.ones(len(pos), dtype=bool)
-    for k in range(10):
-        b = buf[pos + k].astype(np.uint64)
-        value |= np.where(more, (b & np.uint64(0x7F)) << np.uint64(7 * k), np.uint64(0))
-        size += more
-        more &= b >= 0x80
-        if not more.any():
+    """Zigzag varints starting at each position: (values, positions after them, too long).
+
+    Byte k is read only for the varints still going after k bytes: most lengths and deltas
+    take one or two.
+    """
+    first = buf[pos]
+    value = (first & 0x7F).astype(np.uint64)
+    size = np.ones(len(pos), dtype=np.int64)
+    going = np.flatnonzero(first >= 0x80)
+    for k in range(1, 10):
+        if not len(going):
             break
+        b = buf[pos[going] + k]
+        value[going] |= (b & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+        size[going] += 1
+        going = going[b >= 0x80]
+    long = np.zeros(len(pos), dtype=bool)
+    long[going] = True
     signed = (value >> np.uint64(1)).astype(np.int64) ^ -(value & np.uint64(1)).astype(np.int64)
-    return signed, pos + size, more
+    return signed, pos + size, long
 
 
 def _starts(body: bytes | memoryview, count: int, at: int, out: list[int]) -> bool:
@@ -131,8 +138,11 @@ def _chain_starts(
     attributes, a broken batch) is left to `_starts`.
     """
     total = int(ends[-1]) if len(ends) else 0
-    cand = np.sort(np.concatenate((at, np.flatnonzero(buf[:total] == 0) + 1)))
-    cand = cand[(cand < total) & np.append(True, cand[1:] != cand[:-1])]
+    marked = np.empty(total + 1, dtype=bool)  # position p: a body starts there, or p - 1 is 0
+    marked[0] = False
+    np.equal(buf[:total], 0, out=marked[1:])
+    marked[at] = True
+    cand = np.flatnonzero(marked[:total])
     size, after, long = _varints(buf, cand)
     fits = ~long & (size >= _MIN_RECORD) & (buf[np.minimum(after, total)] == 0)
     cand, nxt = cand[fits], (after + size)[fits]
@@ -200,8 +210,9 @@ def decode_many(batches: Sequence[bytes | memoryview]) -> list[Records | None]:
         bodies.append(body)
     if not taken:
         return out
-    joined = b"".join(bodies)
-    buf = np.frombuffer(joined + _PAD, dtype=np.uint8)
+    joined = b"".join([*bodies, _PAD])  # one copy, padded
+    total = len(joined) - len(_PAD)
+    buf = np.frombuffer(joined, dtype=np.uint8)
     sizes = np.array([len(b) for b in bodies], dtype=np.int64)
     body_ends = np.cumsum(sizes)
     body_at = body_ends - sizes
@@ -236,9 +247,9 @@ def decode_many(batches: Sequence[bytes | memoryview]) -> list[Records | None]:
     off_delta, pos, long3 = _varints(buf, pos)
     key_len, pos, long4 = _varints(buf, pos)
     key_at = pos
-    value_len, pos, long5 = _varints(buf, np.minimum(pos + np.maximum(key_len, 0), len(joined)))
+    value_len, pos, long5 = _varints(buf, np.minimum(pos + np.maximum(key_len, 0), total))
     value_at = pos
-    headers, pos, long6 = _varints(buf, np.minimum(pos + np.maximum(value_len, 0), len(joined)))
+    headers, pos, long6 = _varints(buf, np.minimum(pos + np.maximum(value_len, 0), total))
     bad = long1 | long2 | long3 | long4 | long5 | long6
     bad |= (headers != 0) | (pos != ends) | (key_len < -1) | (value_len < -1)
     bad_batch = np.bincount(which, weights=bad, minlength=len(plain)) > 0
@@ -248,8 +259,8 @@ def decode_many(batches: Sequence[bytes | memoryview]) -> list[Records | None]:
     latest = np.array([p.max_ts for p in plain], dtype=np.int64)[which]
     offsets = base + off_delta
     times = np.where(log_append, latest, first + ts_delta)  # negative: none
-    keys = _cut(joined, buf, key_at, np.where(bad, -1, key_len))
-    values = _cut(joined, buf, value_at, np.where(bad, -1, value_len))
+    keys = _cut(joined, total, buf, key_at, np.where(bad, -1, key_len))
+    values = _cut(joined, total, buf, value_at, np.where(bad, -1, value_len))
     lo = 0
     for p, n, broken in zip(plain, counts.tolist(), bad_batch.tolist(), strict=True):
         if not broken:
@@ -265,16 +276,16 @@ def decode_many(batches: Sequence[bytes | memoryview]) -> list[Records | None]:
 _INLINE = 12
 
 
-def _cut(data: bytes, buf: npt.NDArray[np.uint8], at: _I64, size: _I64) -> pa.Array:
+def _cut(data: bytes, total: int, buf: npt.NDArray[np.uint8], at: _I64, size: _I64) -> pa.Array:
     """The byte strings of `data` at these positions and sizes (size -1: null), as Arrow binary.
 
     Built as an Arrow binary *view* array over `data` itself (16 bytes per value: its length
     and either the value inline, or its first four bytes and where it is in `data`), then cast
-    to plain binary in C++: no Python object per value. `buf` is `data` as bytes, padded by
-    at least `_INLINE` bytes.
+    to plain binary in C++: no Python object per value. `data` holds `total` bytes of records
+    and then at least `_INLINE` bytes of padding; `buf` is `data` as numpy bytes.
     """
     n = len(size)
-    if len(data) >= 2**31:  # beyond a view's 32-bit offsets (fetches are far smaller)
+    if total >= 2**31:  # beyond a view's 32-bit offsets (fetches are far smaller)
         cut = [
             None if k < 0 else data[a : a + k]
             for a, k in zip(at.tolist(), size.tolist(), strict=True)
@@ -292,7 +303,7 @@ def _cut(data: bytes, buf: npt.NDArray[np.uint8], at: _I64, size: _I64) -> pa.Ar
         views[far, 3] = at[far]
     if len(inline):
         span = np.arange(_INLINE)
-        body = buf[np.minimum(at[inline, None], len(data)) + span]
+        body = buf[np.minimum(at[inline, None], total) + span]
         body[span >= length[inline, None]] = 0
         views.view(np.uint8).reshape(n, 16)[inline, 4:] = body
     validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))

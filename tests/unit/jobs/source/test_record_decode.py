@@ -17,6 +17,7 @@ from jobs.source.record_decode import (
     BATCH_HEAD,
     _chain_starts,
     _starts,
+    _varints,
     decode_many,
     decode_records,
 )
@@ -135,3 +136,35 @@ def test_record_starts_found_at_once_are_the_walked_ones(seed: int) -> None:
         assert ok or not text
     for wire, got in zip(wires, decode_many(wires), strict=True):
         assert got is not None and list(got) == kafka_python(wire)
+
+
+def _zigzag(value: int) -> bytes:
+    """Kafka's varint of a signed 64-bit value, as its record format writes it."""
+    u = (value << 1) ^ (value >> 63) if value >= 0 else ((value << 1) ^ -1) & (2**64 - 1)
+    out = bytearray()
+    while True:
+        out.append((u & 0x7F) | (0x80 if u > 0x7F else 0))
+        u >>= 7
+        if not out[-1] & 0x80:
+            return bytes(out)
+
+
+def test_varints_of_every_length_decode_side_by_side() -> None:
+    """Varints of 1 to 10 bytes, both signs and the int64 extremes, read at once: the values,
+    where each ends, and those that run on past 10 bytes marked too long."""
+    rng = random.Random(3)
+    values = [0, -1, 1, 63, -64, 64, 2**63 - 1, -(2**63)]
+    values += [rng.randrange(-(2**bits), 2**bits) for bits in range(1, 64) for _ in range(5)]
+    data, pos = bytearray(), []
+    for v in values:
+        pos.append(len(data))
+        data += _zigzag(v)
+    too_long = len(data)
+    data += b"\xff" * 11  # a varint that never ends within 10 bytes
+    buf = np.frombuffer(bytes(data) + bytes(16), dtype=np.uint8)
+    got, after, long = _varints(buf, np.array([*pos, too_long], dtype=np.int64))
+    ends = [*pos[1:], too_long]
+    assert got[:-1].tolist() == values
+    assert after[:-1].tolist() == ends
+    assert long.tolist() == [False] * len(values) + [True]
+    assert after[-1] == too_long + 10
