@@ -124,7 +124,7 @@ def state(
     watermark: int,
     cfg: ExecutorConfig,
     held: dict[int, FakeGroupState] | None = None,
-) -> pd.DataFrame:
+) -> pa.Table:
     """The state function over every group's summaries.
 
     Each group starts from `held[g]`'s state (left untouched) if given, else empty; `held`
@@ -140,7 +140,7 @@ def state(
         outs += list(fn((RecordKind.EVENT, g), iter([mine]), group))
         if held is not None and before is None:
             held[g] = group
-    return pd.concat(outs, ignore_index=True)
+    return pa.concat_tables(outs)
 
 
 def sink(out: pa.Table, r: redis.Redis, cfg: ExecutorConfig) -> None:
@@ -262,7 +262,7 @@ def main() -> None:
     times = _event_times(raw)
     watermark = _watermark(raw, args.late)
     summaries = read(raw, watermark, cfg)
-    out = pa.Table.from_pandas(state(summaries, watermark, cfg, held), preserve_index=False)
+    out = state(summaries, watermark, cfg, held)
     late = int(out.filter(pa.compute.equal(out["kind"], "late_events"))["count"].to_numpy().sum())
     groups = int(pa.compute.sum(pa.compute.equal(out["kind"], "window")).as_py())
     shipped = int(summaries.loc[summaries["kind"] == SummaryKind.SHARD, "blob"].map(len).sum())

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+import pyarrow as pa
 
 from jobs.panes.columnar import Plan, unique_rows, window_aggs
 from jobs.panes.windows import Added, ServiceWindows
@@ -54,8 +55,8 @@ from jobs.state.rows import (
     RowKind,
     append_row,
     extend_rows,
-    frame,
     new_rows,
+    output_table,
 )
 from jobs.summary.chunk import ChunkSummary
 from jobs.summary.late_events import newest, stored
@@ -378,7 +379,7 @@ def _window_rows(
 
 def _events(
     pdfs: Iterator[pd.DataFrame], state: Any, cfg: ExecutorConfig, shard_id: int
-) -> Iterator[pd.DataFrame]:
+) -> Iterator[pa.Table]:
     watermark = int(state.getCurrentWatermarkMs())
     front = frontier(watermark, cfg.allowed_lateness_ms)
     held = state if isinstance(state, HeldState) else None
@@ -492,7 +493,7 @@ def _events(
             held.decoded = shard
     elif state.exists:
         state.remove()
-    yield frame(rows)
+    yield output_table(rows)
 
 
 #: The names a shard keeps beside its services, under the names readers know them by.
@@ -567,7 +568,7 @@ def _take_list(values: list[Any], order: npt.NDArray[np.int64]) -> list[Any]:
     return [values[i] for i in order.tolist()]
 
 
-def _dead(pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
+def _dead(pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pa.Table]:
     counts = DeadCounts.from_bytes(state.get[0]) if state.exists else DeadCounts()
     rows = new_rows()
     for pdf in pdfs:
@@ -577,20 +578,23 @@ def _dead(pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
             out = dead[["partition", "offset", "kafka_ms", "reason", "detail", "raw", "raw_size"]]
             out = out.copy()
             out.insert(0, "kind", RowKind.DEAD.value)
-            yield frame({c: out[c].tolist() for c in out.columns})
+            yield output_table({c: out[c].tolist() for c in out.columns})
         times = pdf[pdf["kind"] == SummaryKind.TIMES]
         for blob, n in zip(times["blob"].tolist(), times["count"].tolist(), strict=True):
             append_row(rows, kind=RowKind.BROKER_TIMES, agg=blob, count=int(n))
     state.update((counts.to_bytes(),))
     for reason, n in counts.by_reason.items():
         append_row(rows, kind=RowKind.DEAD_COUNT, reason=reason, count=n)
-    yield frame(rows)
+    yield output_table(rows)
 
 
 def make_state_fn(
     cfg: ExecutorConfig | tuple[WindowSpec, ...],
-) -> Callable[[tuple[Any, ...], Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]:
-    """The state function, called per (group, shard) in the shape of `applyInPandasWithState`'s.
+) -> Callable[[tuple[Any, ...], Iterator[pd.DataFrame], Any], Iterator[pa.Table]]:
+    """The state function, called per (group, shard): summaries in, output rows out.
+
+    In the shape of `applyInPandasWithState`'s function (pandas frames in, a `GroupState`-shaped
+    state), but what it yields are Arrow tables of `OUTPUT_ARROW`, as the sink collects them.
 
     Its input rows are chunk summaries (jobs/summary/summarise.py): group "event" holds service
     summaries and heartbeat summaries (copied into every shard), "dead" dead letters and the chunks'
@@ -598,9 +602,7 @@ def make_state_fn(
     """
     config = cfg if isinstance(cfg, ExecutorConfig) else ExecutorConfig(cfg)
 
-    def fn(
-        key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any
-    ) -> Iterator[pd.DataFrame]:
+    def fn(key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pa.Table]:
         if config.dimensions:  # their fields come after the plugins' (as on the driver)
             load_plugins(config.plugins)
             register_dimension_fields(config.dimensions)

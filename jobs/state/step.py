@@ -51,7 +51,7 @@ __all__ = [
 
 log = logging.getLogger("tidegauge.job")
 
-StateFn = Callable[[tuple[Any, ...], Iterator[pd.DataFrame], Any], Iterator[pd.DataFrame]]
+StateFn = Callable[[tuple[Any, ...], Iterator[pd.DataFrame], Any], Iterator[pa.Table]]
 #: A group's result: its rows, and its state after the batch (None: dropped) if it changed.
 GroupResult = tuple[pa.Table, bool, bytes | None]
 
@@ -113,14 +113,13 @@ def run_group(
     its bytes, and what this run leaves is kept in turn.
     """
     held = HeldState(watermark_ms, value, decoded=None if kept is None else kept.take(key, value))
-    frames = [f for f in fn(key, iter([rows.to_pandas()]), held) if len(f)]
+    tables = [t for t in fn(key, iter([rows.to_pandas()]), held) if t.num_rows]
     if kept is not None:
         kept.keep(key, held)
-    if not frames:
+    if not tables:
         out = OUTPUT_ARROW.empty_table()
     else:
-        pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-        out = pa.Table.from_pandas(pdf, schema=OUTPUT_ARROW, preserve_index=False)
+        out = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
     return out, held.changed, held.value
 
 

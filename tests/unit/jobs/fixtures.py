@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from jobs.panes.windows import ServiceWindows
 from jobs.parse.columns import decode_columns
@@ -232,7 +233,7 @@ def state_outputs(
     pdf = pd.concat(summaries, ignore_index=True)
     event = pdf[pdf["kind"].isin([SummaryKind.SHARD, RecordKind.HEARTBEAT])]
     out = list(fn((RecordKind.EVENT, 0), iter([event]), state))
-    return pd.concat(out, ignore_index=True)
+    return pa.concat_tables(out).to_pandas()
 
 
 def comparable(out: pd.DataFrame) -> tuple[dict[Any, Any], dict[Any, WindowAgg]]:

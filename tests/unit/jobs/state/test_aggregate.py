@@ -14,12 +14,13 @@ import itertools
 import json
 import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from jobs.panes.windows import ServiceWindows
@@ -146,6 +147,11 @@ def summaries(
     return [summary_frame(cols)]
 
 
+def frames_of(tables: Iterable[pa.Table]) -> list[pd.DataFrame]:
+    """The state function's output tables as pandas frames, to look into."""
+    return [t.to_pandas() for t in tables]
+
+
 def run(
     key: tuple[Any, ...],
     frames: list[pd.DataFrame],
@@ -158,7 +164,7 @@ def run(
         key = (RecordKind.EVENT, 0)
     cfg = ExecutorConfig(specs)
     rows = summaries(frames, state.watermark_ms, cfg)
-    out = list(make_state_fn(cfg)(key, iter(rows), state))
+    out = frames_of(make_state_fn(cfg)(key, iter(rows), state))
     for f in out:
         assert list(f.columns) == OUTPUT_COLUMNS
     if not out:
@@ -477,7 +483,7 @@ def heartbeat_frame(times: list[int], proc_ms: int) -> pd.DataFrame:
 
 def run_cfg(cfg: ExecutorConfig, frames: list[pd.DataFrame], state: FakeGroupState) -> pd.DataFrame:
     rows = summaries(frames, state.watermark_ms, cfg)
-    out = list(make_state_fn(cfg)(EVENT_GROUP, iter(rows), state))
+    out = frames_of(make_state_fn(cfg)(EVENT_GROUP, iter(rows), state))
     for f in out:
         assert list(f.columns) == OUTPUT_COLUMNS
     if not out:
@@ -757,7 +763,7 @@ def test_state_fn_reports_each_records_broker_time_once() -> None:
     cfg = ExecutorConfig((TUMBLING,), shards=2)
     [chunk] = summaries([events, beats, dead], 0, cfg)
     to_dead = chunk[chunk["kind"].isin([RecordKind.DEAD, SummaryKind.TIMES])]
-    out = list(make_state_fn(cfg)((RecordKind.DEAD, 0), iter([to_dead]), FakeGroupState(0)))
+    out = frames_of(make_state_fn(cfg)((RecordKind.DEAD, 0), iter([to_dead]), FakeGroupState(0)))
     rows = pd.concat(out, ignore_index=True)
     times = rows[rows["kind"] == "broker_times"]
     hist = merge_times(times["agg"])
@@ -766,7 +772,9 @@ def test_state_fn_reports_each_records_broker_time_once() -> None:
     # and no event group reports broker times any more
     for shard in (0, 1):
         mine = chunk[(chunk["kind"] != SummaryKind.SHARD) | (chunk["shard"] == shard)]
-        ev = list(make_state_fn(cfg)((RecordKind.EVENT, shard), iter([mine]), FakeGroupState(0)))
+        ev = frames_of(
+            make_state_fn(cfg)((RecordKind.EVENT, shard), iter([mine]), FakeGroupState(0))
+        )
         assert not any((f["kind"] == "broker_times").any() for f in ev)
 
 
@@ -803,7 +811,7 @@ def run_guarded(
     read = ExecutorConfig((TUMBLING,), max_services=max_services, slots=slots)
     rows = summaries(frames, state.watermark_ms, read)
     return without_all(
-        pd.concat(list(make_state_fn(cfg)((RecordKind.EVENT, 0), iter(rows), state)))
+        pd.concat(frames_of(make_state_fn(cfg)((RecordKind.EVENT, 0), iter(rows), state)))
     )
 
 

@@ -7,7 +7,6 @@ import math
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from jobs.state.rows import (
@@ -15,9 +14,9 @@ from jobs.state.rows import (
     decode_rows,
     decode_table,
     extend_rows,
-    frame,
     metrics_json,
     new_rows,
+    output_table,
 )
 from tidegauge.core.window_agg import WindowAgg
 
@@ -152,8 +151,8 @@ def test_decode_table_is_decode_rows_on_an_arrow_table() -> None:
     append_row(rows, kind="duplicate_events", service="s2", count=2)
     append_row(rows, kind="broker_times", agg=b"t", count=9)
     append_row(rows, kind="dead_count", reason="invalid_json", count=3)
-    table = pa.Table.from_pandas(frame(rows), preserve_index=False)
-    got, want = decode_table(table, 7), decode_rows(table.to_pylist(), 7)
+    out = output_table(rows)
+    got, want = decode_table(out, 7), decode_rows(out.to_pylist(), 7)
     assert got == want
     assert len(got.windows) == 7 and len(got.arrivals) == 2  # (other)'s broker rows summed
     assert {a.service: a.metrics["stragglers"] for a in got.arrivals} == {"(other)": 1, "s1": 0}
