@@ -24,6 +24,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -368,6 +369,11 @@ def read_ranges(parts: list[KafkaPartition], chunk: int = 20_000) -> Iterator[pa
     `chunk` at most, and come in the order of `parts`. A range the broker does not
     serve within the poll timeout is an error, as is a batch that cannot be decoded
     (`SourceError`, one line: codec, partition, offset, remedy). All ranges share one topic.
+
+    The next round's fetch is asked for before a round's rows are handed out: the broker
+    answers and the response is received and decoded (in a thread of this worker) while the
+    caller parses those rows, instead of after. Which offsets a round asks for depends only on
+    the rounds before it, so the rows are the same.
     """
     if not parts:
         return
@@ -376,24 +382,47 @@ def read_ranges(parts: list[KafkaPartition], chunk: int = 20_000) -> Iterator[pa
     client = _reader_client(*key)
     cursors = [_Cursor(p) for p in parts]
     shown = 0  # cursors before this one have handed out all their rows
+    ahead: Future[dict[int, FetchResult]] | None = None  # the next round's fetch
     ok = False
     try:
-        while True:
-            active: dict[int, _Cursor] = {}
-            for c in cursors:  # the first unfinished range of each partition
-                if not c.done() and c.part.partition not in active:
-                    active[c.part.partition] = c
-            if not active:
-                break
-            results = client.fetch_many({p: c.pos for p, c in active.items()})
+        active = _next_round(cursors)
+        while active:
+            if ahead is None:
+                results = client.fetch_many({p: c.pos for p, c in active.items()})
+            else:
+                results, ahead = ahead.result(), None
             for p, c in active.items():
                 c.take(results[p], chunk)
+            active = _next_round(cursors)  # handing out rows moves no cursor
+            if active:
+                ahead = _fetcher().submit(client.fetch_many, {p: c.pos for p, c in active.items()})
             shown = yield from _in_order(cursors, shown)
         yield from _in_order(cursors, shown)
         ok = True
     finally:
         if not ok:  # a failed or abandoned read may leave a half-read response: start afresh
-            _drop_reader_client(*key)
+            _drop_reader_client(*key, once_done=ahead)
+
+
+def _next_round(cursors: list[_Cursor]) -> dict[int, _Cursor]:
+    """Partition -> the first unfinished range of each partition: what the next fetch reads."""
+    active: dict[int, _Cursor] = {}
+    for c in cursors:
+        if not c.done() and c.part.partition not in active:
+            active[c.part.partition] = c
+    return active
+
+
+#: Executor side: the thread that fetches a read's next round while its rows are parsed (one per
+#: Python worker, made on first use: a worker forked from the zygote has no threads of its own).
+_FETCHER: ThreadPoolExecutor | None = None
+
+
+def _fetcher() -> ThreadPoolExecutor:
+    global _FETCHER
+    if _FETCHER is None:
+        _FETCHER = ThreadPoolExecutor(1, thread_name_prefix="tidegauge-fetch")
+    return _FETCHER
 
 
 #: Executor side: one client per (bootstrap, topic, options) and Python worker, kept across
@@ -413,10 +442,20 @@ def _reader_client(bootstrap: str, topic: str, options: ClientOptions = ()) -> L
     return client
 
 
-def _drop_reader_client(bootstrap: str, topic: str, options: ClientOptions = ()) -> None:
+def _drop_reader_client(
+    bootstrap: str,
+    topic: str,
+    options: ClientOptions = (),
+    once_done: Future[Any] | None = None,
+) -> None:
+    """Forget the worker's client and close it (once `once_done`, a fetch of its, has ended)."""
     client = _READERS.pop((bootstrap, topic, options), None)
-    if client is not None:
+    if client is None:
+        return
+    if once_done is None:
         client.close()
+    else:
+        once_done.add_done_callback(lambda _: client.close())
 
 
 class KafkaStreamReader(DataSourceStreamReader):

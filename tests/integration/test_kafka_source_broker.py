@@ -577,3 +577,44 @@ def test_reads_reuse_one_client_per_topic_and_a_failed_read_starts_afresh(
     rows, _ = read(topic, 1, 10, 20)
     assert rows == topic.records[1][10:20]
     assert kafka_source._READERS[key] is not client
+
+
+def test_the_next_fetch_is_asked_while_the_rows_before_it_are_parsed(
+    make_topic: Callable[[int], Topic],
+) -> None:
+    """The second round's fetch is on its way (in the worker's fetch thread) once the first
+    round's rows are handed out; abandoning the read then drops the client, which is closed
+    once that fetch has ended, and the next read starts afresh with the same rows."""
+    import threading
+
+    from jobs.source import kafka_source
+
+    topic = make_topic(1)
+    topic.produce({0: 900})
+    key = (topic.kafka.bootstrap, topic.kafka.topic, ())
+    kafka_source._drop_reader_client(*key)
+    client = kafka_source._reader_client(*key)
+    asked: list[tuple[str, dict[int, int]]] = []
+    fetch = client.fetch_many
+
+    def recorded(offsets: dict[int, int], *args: Any, **kwargs: Any) -> Any:
+        asked.append((threading.current_thread().name, dict(offsets)))
+        return fetch(offsets, *args, **kwargs)
+
+    client.fetch_many = recorded  # type: ignore[method-assign]
+    parts = [
+        KafkaPartition(topic.kafka.bootstrap, topic.kafka.topic, 0, a, b, 10_000)
+        for a, b in [(0, 450), (450, 900)]
+    ]
+    reading = read_ranges(parts, chunk=100)
+    first = next(reading)
+    assert first.column("offset").to_pylist() == list(range(100))
+    deadline = time.monotonic() + 10
+    while len(asked) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert asked[0] == (threading.current_thread().name, {0: 0})
+    assert asked[1][0].startswith("tidegauge-fetch") and asked[1][1] == {0: 450}
+    reading.close()
+    assert key not in kafka_source._READERS
+    rows = [r for b in read_ranges(parts, chunk=100) for r in b.to_pylist()]
+    assert [(r["offset"], r["value"]) for r in rows] == [r[1:4:2] for r in topic.records[0]]
