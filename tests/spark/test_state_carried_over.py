@@ -74,7 +74,8 @@ def _spark_state_stream(spark: Any, cfg: JobConfig) -> DataFrame:
 
     def by_key(key: tuple[Any, ...], pdfs: Any, state: Any) -> Any:
         shard = KEYS.index(int(key[1])) if key[0] == StateGroup.EVENT else int(key[1])
-        return fn((key[0], shard), pdfs, state)
+        # the function yields Arrow tables; Spark's stateful operator takes pandas frames
+        return (t.to_pandas() for t in fn((key[0], shard), pdfs, state))
 
     return routed.groupBy("group", "shard").applyInPandasWithState(
         by_key,

@@ -1,9 +1,10 @@
-"""The `applyInPandasWithState` function (jobs/state/aggregate.py): every output row it emits.
+"""The state function (jobs/state/aggregate.py): every output row it emits.
 
 `make_state_fn` is driven directly with pandas frames and `FakeGroupState`, a stand-in that
 implements the part of `pyspark.sql.streaming.state.GroupState` the function relies on (`exists`,
 `get`, `update`, `getCurrentWatermarkMs`; tests/unit/jobs/fixtures.py): that is the function's
-contract with Spark.
+contract, in the shape of an `applyInPandasWithState` function; it yields Arrow tables, looked
+into here as pandas frames (`frames_of`).
 
 Timelines in the comments and the window specs: tests/unit/jobs/fixtures.py.
 """
@@ -61,7 +62,7 @@ from tidegauge.core.windows import WindowSpec
 OUTPUT_COLUMNS = [c.strip().split(" ")[0] for c in OUTPUT_SCHEMA.split(",")]
 
 
-# --- make_state_fn: the contract with applyInPandasWithState ----------------------------------
+# --- make_state_fn: the contract in the shape of applyInPandasWithState's -------------------------
 
 
 def event_frame(
