@@ -37,12 +37,12 @@ import json
 from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from jobs.panes.columnar import Plan, unique_rows, window_aggs
 from jobs.panes.windows import Added, ServiceWindows
@@ -70,7 +70,14 @@ from tidegauge.core.plugins import ensure_plugins, load_plugins
 from tidegauge.core.window_aggs import WindowAggs, merge_encoded
 from tidegauge.core.windows import ARRIVAL_DOMAINS, WindowSpec, frontier
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 __all__ = ["StateGroup", "make_state_fn"]
+
+#: What the state function is handed: the group's summary rows, as Arrow tables (the driver's
+#: stateful step) or pandas frames (Spark's `applyInPandasWithState`).
+Rows: TypeAlias = "pa.Table | pd.DataFrame"
 
 
 class StateGroup(StrEnum):
@@ -378,7 +385,7 @@ def _window_rows(
 
 
 def _events(
-    pdfs: Iterator[pd.DataFrame], state: Any, cfg: ExecutorConfig, shard_id: int
+    frames: Iterator[Rows], state: Any, cfg: ExecutorConfig, shard_id: int
 ) -> Iterator[pa.Table]:
     watermark = int(state.getCurrentWatermarkMs())
     front = frontier(watermark, cfg.allowed_lateness_ms)
@@ -387,14 +394,10 @@ def _events(
         shard: ShardState = held.decoded
     else:
         shard = ShardState.from_bytes(state.get[0], cfg) if state.exists else ShardState(cfg.shards)
-    frames = list(pdfs)
-    if not frames:
+    table = _one_table(frames)
+    if table is None:
         return
-    pdf = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-    chunks = [
-        ChunkSummary.from_bytes(blob)
-        for blob in pdf.loc[pdf["kind"] == SummaryKind.SHARD, "blob"].tolist()
-    ]
+    chunks = [ChunkSummary.from_bytes(blob) for blob in _of_kind(table, SummaryKind.SHARD)["blob"]]
     for chunk in chunks:
         check_chunk(chunk, watermark, shard_id, cfg.shards)
     budget = _slots(chunks, cfg, shard_id)
@@ -568,19 +571,37 @@ def _take_list(values: list[Any], order: npt.NDArray[np.int64]) -> list[Any]:
     return [values[i] for i in order.tolist()]
 
 
-def _dead(pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pa.Table]:
+def _one_table(frames: Iterator[Rows]) -> pa.Table | None:
+    """The group's rows as one Arrow table; None if it was handed none."""
+    tables = [
+        f if isinstance(f, pa.Table) else pa.Table.from_pandas(f, preserve_index=False)
+        for f in frames
+    ]
+    if not tables:
+        return None
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="default")
+
+
+def _of_kind(table: pa.Table, kind: SummaryKind) -> dict[str, list[Any]]:
+    """The columns of the rows of one kind, as lists."""
+    return table.filter(pc.equal(table.column("kind"), pa.scalar(kind.value))).to_pydict()
+
+
+_DEAD_COLUMNS = ("partition", "offset", "kafka_ms", "reason", "detail", "raw", "raw_size")
+
+
+def _dead(frames: Iterator[Rows], state: Any) -> Iterator[pa.Table]:
     counts = DeadCounts.from_bytes(state.get[0]) if state.exists else DeadCounts()
     rows = new_rows()
-    for pdf in pdfs:
-        dead = pdf[pdf["kind"] == SummaryKind.DEAD]
-        if len(dead):
-            counts.add(dead["reason"].tolist())
-            out = dead[["partition", "offset", "kafka_ms", "reason", "detail", "raw", "raw_size"]]
-            out = out.copy()
-            out.insert(0, "kind", RowKind.DEAD.value)
-            yield output_table({c: out[c].tolist() for c in out.columns})
-        times = pdf[pdf["kind"] == SummaryKind.TIMES]
-        for blob, n in zip(times["blob"].tolist(), times["count"].tolist(), strict=True):
+    table = _one_table(frames)
+    if table is not None:
+        dead = _of_kind(table, SummaryKind.DEAD)
+        if dead["reason"]:
+            counts.add(dead["reason"])
+            kinds = [RowKind.DEAD.value] * len(dead["reason"])
+            yield output_table({"kind": kinds, **{c: dead[c] for c in _DEAD_COLUMNS}})
+        times = _of_kind(table, SummaryKind.TIMES)
+        for blob, n in zip(times["blob"], times["count"], strict=True):
             append_row(rows, kind=RowKind.BROKER_TIMES, agg=blob, count=int(n))
     state.update((counts.to_bytes(),))
     for reason, n in counts.by_reason.items():
@@ -590,11 +611,13 @@ def _dead(pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pa.Table]:
 
 def make_state_fn(
     cfg: ExecutorConfig | tuple[WindowSpec, ...],
-) -> Callable[[tuple[Any, ...], Iterator[pd.DataFrame], Any], Iterator[pa.Table]]:
+) -> Callable[[tuple[Any, ...], Iterator[Rows], Any], Iterator[pa.Table]]:
     """The state function, called per (group, shard): summaries in, output rows out.
 
-    In the shape of `applyInPandasWithState`'s function (pandas frames in, a `GroupState`-shaped
-    state), but what it yields are Arrow tables of `OUTPUT_ARROW`, as the sink collects them.
+    In the shape of `applyInPandasWithState`'s function (frames in, a `GroupState`-shaped
+    state): the frames may be Arrow tables, as the driver's stateful step hands them, or pandas
+    frames, as Spark does. What it yields are Arrow tables of `OUTPUT_ARROW`, as the sink
+    collects them.
 
     Its input rows are chunk summaries (jobs/summary/summarise.py): group "event" holds service
     summaries and heartbeat summaries (copied into every shard), "dead" dead letters and the chunks'
@@ -602,18 +625,18 @@ def make_state_fn(
     """
     config = cfg if isinstance(cfg, ExecutorConfig) else ExecutorConfig(cfg)
 
-    def fn(key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pa.Table]:
+    def fn(key: tuple[Any, ...], frames: Iterator[Rows], state: Any) -> Iterator[pa.Table]:
         if config.dimensions:  # their fields come after the plugins' (as on the driver)
             load_plugins(config.plugins)
             register_dimension_fields(config.dimensions)
         ensure_plugins(config.plugins, config.metric_names, [f.name for f in config.fields])
         group = key[0]
         if group == StateGroup.EVENT:
-            yield from _events(pdfs, state, config, int(key[1]))
+            yield from _events(frames, state, config, int(key[1]))
         elif group == StateGroup.DEAD:
-            yield from _dead(pdfs, state)
+            yield from _dead(frames, state)
         else:
-            for _ in pdfs:
+            for _ in frames:
                 pass
 
     return fn

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,8 +19,10 @@ import pyarrow.compute as pc
 from jobs.parse.columns import Columns, decode_columns
 from tidegauge.core.events import OVERFLOW_SERVICE
 from tidegauge.core.late_agg import LateAgg
-from tidegauge.core.store import DeadLetter
 from tidegauge.core.window_aggs import json_value
+
+if TYPE_CHECKING:  # the store (and redis-py) only where rows are decoded: in the driver
+    from tidegauge.core.store import DeadLetter
 
 __all__ = [
     "RowKind",
@@ -241,6 +243,8 @@ class BatchRows:
 
 def decode_rows(rows: Iterable[Mapping[str, Any]], batch_id: int) -> BatchRows:
     """Output rows (dicts of OUTPUT_SCHEMA columns) back into the sink's updates."""
+    from tidegauge.core.store import DeadLetter
+
     out = BatchRows()
     for row in rows:
         kind = row["kind"]

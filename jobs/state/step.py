@@ -29,7 +29,6 @@ from typing import IO, Any, cast
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -51,7 +50,7 @@ __all__ = [
 
 log = logging.getLogger("tidegauge.job")
 
-StateFn = Callable[[tuple[Any, ...], Iterator[pd.DataFrame], Any], Iterator[pa.Table]]
+StateFn = Callable[[tuple[Any, ...], Iterator[pa.Table], Any], Iterator[pa.Table]]
 #: A group's result: its rows, and its state after the batch (None: dropped) if it changed.
 GroupResult = tuple[pa.Table, bool, bytes | None]
 
@@ -113,7 +112,7 @@ def run_group(
     its bytes, and what this run leaves is kept in turn.
     """
     held = HeldState(watermark_ms, value, decoded=None if kept is None else kept.take(key, value))
-    tables = [t for t in fn(key, iter([rows.to_pandas()]), held) if t.num_rows]
+    tables = [t for t in fn(key, iter([rows]), held) if t.num_rows]
     if kept is not None:
         kept.keep(key, held)
     if not tables:

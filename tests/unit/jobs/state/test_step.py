@@ -333,3 +333,16 @@ def alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
+
+
+def test_a_worker_starts_without_the_store_or_redis() -> None:
+    """Every job's start pays a worker's imports once per core: the store's read API and
+    redis-py (~0.1 s of a fresh process) are the driver's, which decodes the rows."""
+    code = (
+        "import sys, jobs.state.worker; "
+        "print(*[m for m in ('redis', 'tidegauge.core.store') if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == ""
